@@ -1,0 +1,93 @@
+"""The error hierarchy. Each subclass is a failure a caller can act on.
+
+Mapping to CLI exit codes lives in exactly one place: :data:`EXIT_CODES`.
+"""
+
+from __future__ import annotations
+
+
+class StokerError(Exception):
+    """Root of every error stoker raises on purpose."""
+
+
+class InvalidInput(StokerError):
+    """Bad input from a user: names the field and says what is allowed. Nothing was changed."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class InvalidPipeline(InvalidInput):
+    """The pipeline definition cannot run (no source, no sink, bad transform, ...)."""
+
+
+class SourceError(InvalidInput):
+    """A source cannot be read (missing folder, unknown format, ...)."""
+
+
+class SinkError(InvalidInput):
+    """A sink cannot be written (unreachable database, server misconfigured, ...)."""
+
+
+class JobNotFound(StokerError):
+    """No job with that id exists in the store."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} not found")
+        self.job_id = job_id
+
+
+class DuplicateJob(StokerError):
+    """The job id is live already; a second live instance is refused."""
+
+    def __init__(self, job_id: str, detail: str) -> None:
+        super().__init__(f"job {job_id!r} is already live: {detail}")
+        self.job_id = job_id
+
+
+class JobTerminal(StokerError):
+    """The job has ended; it is not re-run unless a restart is asked for explicitly."""
+
+    def __init__(self, job_id: str, state: str) -> None:
+        super().__init__(
+            f"job {job_id!r} has ended in state {state}; ask for a restart to run it again"
+        )
+        self.job_id = job_id
+        self.state = state
+
+
+class StaleAttempt(StokerError):
+    """This attempt no longer owns its job (a newer attempt exists or its lease lapsed)."""
+
+
+class InvalidTransition(StokerError):
+    """A state change that the transition table does not allow."""
+
+
+class StoreError(StokerError):
+    """The store cannot be opened or used."""
+
+
+class JobFailed(StokerError):
+    """The job's query stopped with an error."""
+
+
+EXIT_CODES: dict[type[StokerError], int] = {
+    InvalidInput: 2,
+    JobNotFound: 3,
+    DuplicateJob: 4,
+    JobTerminal: 5,
+    StaleAttempt: 6,
+    StoreError: 7,
+    JobFailed: 8,
+}
+
+
+def exit_code(err: BaseException) -> int:
+    """The CLI exit code for ``err`` (1 for anything unexpected)."""
+    for cls in type(err).__mro__:
+        if cls in EXIT_CODES:
+            return EXIT_CODES[cls]
+    return 1

@@ -1,0 +1,383 @@
+"""The store logic, written once over DB-API; backends supply connection and dialect."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from stoker.clock import Clock, SystemClock
+from stoker.errors import DuplicateJob, JobNotFound, JobTerminal, StaleAttempt
+from stoker.store import _sql
+from stoker.store.records import (
+    AttemptRecord,
+    ControlSnapshot,
+    EpochRecord,
+    JobRecord,
+    Owner,
+    SinkTxn,
+)
+from stoker.types import (
+    AttemptNo,
+    AttemptState,
+    ControlVersion,
+    Epoch,
+    EpochState,
+    JobId,
+    JobState,
+    TxnState,
+    check_transition,
+)
+
+
+class SqlStore:
+    """Implements :class:`stoker.store.base.Store` for any DB-API backend.
+
+    A backend subclass provides ``_connect()``, ``_begin(cur, write)`` and ``dialect``; every
+    method here runs in one transaction, serialised by a lock so that the lease thread and the
+    epoch loop can share one connection.
+    """
+
+    dialect = "sqlite"
+
+    def __init__(self, url: str, clock: Clock | None = None) -> None:
+        self.url = url
+        self.clock: Clock = clock or SystemClock()
+        self._q = self._translate(_sql.queries(self.dialect))
+        self._lock = threading.RLock()
+        self._conn = self._connect()
+        self._migrate()
+
+    # backend hooks ------------------------------------------------------------------------
+    def _connect(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _begin(self, cur: Any, write: bool) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _translate(self, queries: dict[str, str]) -> dict[str, str]:
+        return queries
+
+    def _schema_version(self, cur: Any) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # plumbing ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _tx(self, write: bool = True) -> Iterator[Any]:
+        with self._lock:
+            cur = self._conn.cursor()
+            self._begin(cur, write)
+            try:
+                yield cur
+            except BaseException:
+                self._conn.rollback()
+                raise
+            else:
+                self._conn.commit()
+            finally:
+                cur.close()
+
+    def _x(self, cur: Any, query: str, /, **params: Any) -> Any:
+        cur.execute(self._q[query], params)
+        return cur
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _migrate(self) -> None:
+        with self._tx() as cur:
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version BIGINT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+            )
+            self._migrate_in(cur)
+
+    def _migrate_in(self, cur: Any) -> None:
+        """Apply the migrations newer than the schema's version, inside ``cur``'s transaction."""
+        current = self._schema_version(cur)
+        for number, script in _sql.migrations():
+            if number <= current:
+                continue
+            for statement in _sql.split_statements(script):
+                cur.execute(statement)
+            cur.execute(
+                self._translate({"m": "INSERT INTO schema_migrations VALUES (:v, :t)"})["m"],
+                {"v": number, "t": self.clock.now()},
+            )
+
+    # jobs ----------------------------------------------------------------------------------
+    def create_job(
+        self, job_id: JobId, name: str, spec: dict[str, Any], config: dict[str, Any]
+    ) -> tuple[JobRecord, bool]:
+        now = self.clock.now()
+        with self._tx() as cur:
+            # The primary key decides: of concurrent callers exactly one inserts.
+            created = (
+                self._x(
+                    cur,
+                    "insert_job",
+                    job_id=job_id,
+                    name=name,
+                    state=str(JobState.CREATED),
+                    spec=json.dumps(spec, sort_keys=True),
+                    now=now,
+                ).rowcount
+                == 1
+            )
+            if created:
+                self._x(
+                    cur,
+                    "insert_control_version",
+                    job_id=job_id,
+                    version=0,
+                    config=json.dumps(config, sort_keys=True),
+                    reason="declared defaults",
+                    now=now,
+                )
+            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        return JobRecord.from_row(row), created
+
+    def get_job(self, job_id: JobId) -> JobRecord:
+        with self._tx(write=False) as cur:
+            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        return JobRecord.from_row(row)
+
+    def list_jobs(self, state: JobState | None = None) -> list[JobRecord]:
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "list_jobs").fetchall()
+        jobs = [JobRecord.from_row(r) for r in rows]
+        return [j for j in jobs if state is None or j.state == state]
+
+    def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
+        with self._tx() as cur:
+            row = self._x(cur, "lock_job", job_id=job_id).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            check_transition(JobState(row[2]), state)
+            self._x(
+                cur, "set_job_state", job_id=job_id, state=str(state), error=error,
+                now=self.clock.now(),
+            )
+            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        return JobRecord.from_row(row)
+
+    def set_job_spec(self, job_id: JobId, spec: dict[str, Any]) -> None:
+        with self._tx() as cur:
+            self._x(
+                cur, "set_job_spec", job_id=job_id, spec=json.dumps(spec, sort_keys=True),
+                now=self.clock.now(),
+            )
+
+    # attempts ------------------------------------------------------------------------------
+    def start_attempt(
+        self,
+        job_id: JobId,
+        owner: Owner,
+        lease_ttl: float,
+        expected_current: AttemptNo,
+        previous_dead: bool = False,
+        restart: bool = False,
+    ) -> AttemptRecord:
+        now = self.clock.now()
+        with self._tx() as cur:
+            row = self._x(cur, "lock_job", job_id=job_id).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            job = JobRecord.from_row(row)
+            if job.state.terminal and not restart:
+                raise JobTerminal(job_id, str(job.state))
+            if job.current_attempt != expected_current:
+                raise DuplicateJob(
+                    job_id, f"attempt {job.current_attempt} started meanwhile"
+                )
+            if job.current_attempt > 0:
+                prev_row = self._x(
+                    cur, "get_attempt", job_id=job_id, attempt=job.current_attempt
+                ).fetchone()
+                prev = AttemptRecord.from_row(prev_row)
+                live = prev.state == AttemptState.RUNNING and prev.lease_expires_at > now
+                if live and not previous_dead:
+                    raise DuplicateJob(
+                        job_id,
+                        f"attempt {prev.attempt} runs as pid {prev.owner.pid} on "
+                        f"{prev.owner.host}, lease valid for "
+                        f"{prev.lease_expires_at - now:.1f}s",
+                    )
+                if prev.state == AttemptState.RUNNING:
+                    # Whatever that process still does, it can no longer decide an epoch.
+                    self._x(
+                        cur, "end_attempt", job_id=job_id, attempt=prev.attempt,
+                        state=str(AttemptState.SUPERSEDED),
+                        error="superseded by a newer attempt", now=now,
+                    )
+            new = AttemptNo(job.current_attempt + 1)
+            target = JobState.RUNNING
+            if job.state not in (JobState.CREATED, JobState.RESTARTING):
+                # RUNNING (a dead attempt being replaced) or terminal (an explicit restart):
+                # pass through RESTARTING so that the table is respected.
+                check_transition(job.state, JobState.RESTARTING)
+            changed = self._x(
+                cur, "set_current_attempt", job_id=job_id, attempt=new,
+                state=str(target), expected=expected_current, now=now,
+            ).rowcount
+            if changed != 1:
+                raise DuplicateJob(job_id, "another attempt started meanwhile")
+            self._x(
+                cur, "insert_attempt", job_id=job_id, attempt=new,
+                state=str(AttemptState.RUNNING), host=owner.host, pid=owner.pid,
+                pid_started=owner.pid_started, lease_expires_at=now + lease_ttl, now=now,
+            )
+            arow = self._x(cur, "get_attempt", job_id=job_id, attempt=new).fetchone()
+        return AttemptRecord.from_row(arow)
+
+    def get_attempt(self, job_id: JobId, attempt: AttemptNo) -> AttemptRecord | None:
+        with self._tx(write=False) as cur:
+            row = self._x(cur, "get_attempt", job_id=job_id, attempt=attempt).fetchone()
+        return None if row is None else AttemptRecord.from_row(row)
+
+    def list_attempts(self, job_id: JobId) -> list[AttemptRecord]:
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "list_attempts", job_id=job_id).fetchall()
+        return [AttemptRecord.from_row(r) for r in rows]
+
+    def renew_lease(self, job_id: JobId, attempt: AttemptNo, lease_ttl: float) -> bool:
+        now = self.clock.now()
+        with self._tx() as cur:
+            n = self._x(
+                cur, "renew_lease", job_id=job_id, attempt=attempt,
+                lease_expires_at=now + lease_ttl, now=now,
+            ).rowcount
+        return bool(n == 1)
+
+    def end_attempt(
+        self, job_id: JobId, attempt: AttemptNo, state: AttemptState, error: str | None = None
+    ) -> None:
+        with self._tx() as cur:
+            self._x(
+                cur, "end_attempt", job_id=job_id, attempt=attempt, state=str(state),
+                error=error, now=self.clock.now(),
+            )
+
+    # control -------------------------------------------------------------------------------
+    def control_snapshot(
+        self, job_id: JobId, version: ControlVersion | None = None
+    ) -> ControlSnapshot:
+        with self._tx(write=False) as cur:
+            if version is None:
+                row = self._x(cur, "get_job", job_id=job_id).fetchone()
+                if row is None:
+                    raise JobNotFound(job_id)
+                version = ControlVersion(int(row[5]))
+            crow = self._x(
+                cur, "get_control_version", job_id=job_id, version=version
+            ).fetchone()
+        if crow is None:
+            raise JobNotFound(f"{job_id} (control version {version})")
+        return ControlSnapshot(ControlVersion(int(crow[0])), json.loads(crow[1]))
+
+    def declare_defaults(self, job_id: JobId, defaults: dict[str, Any]) -> ControlSnapshot:
+        now = self.clock.now()
+        with self._tx() as cur:
+            row = self._x(cur, "lock_job", job_id=job_id).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            version = int(row[5])
+            crow = self._x(
+                cur, "get_control_version", job_id=job_id, version=version
+            ).fetchone()
+            current = json.loads(crow[1])
+            if current == defaults:
+                return ControlSnapshot(ControlVersion(version), current)
+            new = version + 1
+            self._x(
+                cur, "insert_control_version", job_id=job_id, version=new,
+                config=json.dumps(defaults, sort_keys=True),
+                reason="declared defaults changed", now=now,
+            )
+            self._x(cur, "set_control_version", job_id=job_id, version=new, now=now)
+        return ControlSnapshot(ControlVersion(new), dict(defaults))
+
+    # epochs --------------------------------------------------------------------------------
+    def pin_epoch(
+        self, job_id: JobId, epoch: Epoch, attempt: AttemptNo, control_version: ControlVersion
+    ) -> EpochRecord:
+        with self._tx() as cur:
+            self._x(
+                cur, "pin_epoch", job_id=job_id, epoch=epoch, attempt=attempt,
+                control_version=control_version, now=self.clock.now(),
+            )
+            row = self._x(cur, "get_epoch", job_id=job_id, epoch=epoch).fetchone()
+        return EpochRecord.from_row(row)
+
+    def decide_epoch(
+        self, job_id: JobId, epoch: Epoch, attempt: AttemptNo, rows_in: int, final: bool
+    ) -> EpochRecord:
+        with self._tx() as cur:
+            n = self._x(
+                cur, "decide_epoch", job_id=job_id, epoch=epoch, attempt=attempt,
+                rows_in=rows_in, final=int(final), now=self.clock.now(),
+            ).rowcount
+            row = self._x(cur, "get_epoch", job_id=job_id, epoch=epoch).fetchone()
+        rec = EpochRecord.from_row(row) if row is not None else None
+        if n == 1 and rec is not None:
+            return rec
+        if rec is not None and rec.state != EpochState.PINNED and rec.decided_by == attempt:
+            return rec  # decided by this very attempt before: idempotent
+        raise StaleAttempt(
+            f"attempt {attempt} of job {job_id!r} may not decide epoch {epoch}: "
+            + ("it is not pinned" if rec is None else f"epoch is {rec.state}, ")
+            + "or the attempt is no longer current / its lease lapsed"
+        )
+
+    def mark_epoch_committed(self, job_id: JobId, epoch: Epoch) -> None:
+        with self._tx() as cur:
+            self._x(cur, "commit_epoch", job_id=job_id, epoch=epoch, now=self.clock.now())
+
+    def get_epoch(self, job_id: JobId, epoch: Epoch) -> EpochRecord | None:
+        with self._tx(write=False) as cur:
+            row = self._x(cur, "get_epoch", job_id=job_id, epoch=epoch).fetchone()
+        return None if row is None else EpochRecord.from_row(row)
+
+    def list_epochs(self, job_id: JobId, limit: int = 100) -> list[EpochRecord]:
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "list_epochs", job_id=job_id, limit=limit).fetchall()
+        return [EpochRecord.from_row(r) for r in rows]
+
+    def epochs_in_state(self, job_id: JobId, state: str) -> list[EpochRecord]:
+        with self._tx(write=False) as cur:
+            rows = self._x(
+                cur, "list_epochs_in_state", job_id=job_id, state=str(EpochState(state))
+            ).fetchall()
+        return [EpochRecord.from_row(r) for r in rows]
+
+    # sink transactions ---------------------------------------------------------------------
+    def record_txn(
+        self,
+        job_id: JobId,
+        epoch: Epoch,
+        sink: str,
+        attempt: AttemptNo,
+        state: TxnState,
+        detail: dict[str, Any],
+    ) -> None:
+        with self._tx() as cur:
+            self._x(
+                cur, "upsert_txn", job_id=job_id, epoch=epoch, sink=sink, attempt=attempt,
+                state=str(state), detail=json.dumps(detail, sort_keys=True),
+                now=self.clock.now(),
+            )
+
+    def list_txns(self, job_id: JobId, state: TxnState | None = None) -> list[SinkTxn]:
+        with self._tx(write=False) as cur:
+            if state is None:
+                rows = self._x(cur, "list_txns", job_id=job_id).fetchall()
+            else:
+                rows = self._x(
+                    cur, "list_txns_in_state", job_id=job_id, state=str(state)
+                ).fetchall()
+        return [SinkTxn.from_row(r) for r in rows]

@@ -1,0 +1,56 @@
+"""PostgreSQL backend: the store for several job managers (high availability)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from stoker.clock import Clock
+from stoker.errors import StoreError
+from stoker.store._sqlstore import SqlStore
+
+_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+class PostgresStore(SqlStore):
+    """Store in a PostgreSQL database given by a ``postgresql://`` URL."""
+
+    dialect = "postgres"
+
+    def __init__(self, dsn: str, clock: Clock | None = None) -> None:
+        super().__init__(dsn, clock)
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        try:
+            return psycopg.connect(self.url, autocommit=False, connect_timeout=10)
+        except psycopg.Error as e:
+            raise StoreError(f"cannot connect to PostgreSQL store {_redact(self.url)}: {e}") from e
+
+    def _translate(self, queries: dict[str, str]) -> dict[str, str]:
+        return {k: _PARAM.sub(r"%(\1)s", v) for k, v in queries.items()}
+
+    def _begin(self, cur: Any, write: bool) -> None:
+        # psycopg opens the transaction implicitly on the first statement.
+        return None
+
+    def _migrate(self) -> None:
+        # Two managers starting at once must not both run a migration.
+        with self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(74117)")
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version BIGINT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+            )
+        with self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(74117)")
+            super()._migrate_in(cur)
+
+    def _schema_version(self, cur: Any) -> int:
+        cur.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+        return int(cur.fetchone()[0])
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)

@@ -1,0 +1,189 @@
+"""Frozen records the store returns."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from stoker.types import (
+    AttemptNo,
+    AttemptState,
+    ControlVersion,
+    Epoch,
+    EpochState,
+    JobId,
+    JobState,
+    TxnState,
+)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job: its state, its spec and the attempt that owns it now."""
+
+    job_id: JobId
+    name: str
+    state: JobState
+    spec: dict[str, Any]
+    current_attempt: AttemptNo
+    control_version: ControlVersion
+    last_error: str | None
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def from_row(cls, r: Any) -> JobRecord:
+        return cls(
+            job_id=JobId(r[0]),
+            name=r[1],
+            state=JobState(r[2]),
+            spec=json.loads(r[3]),
+            current_attempt=AttemptNo(int(r[4])),
+            control_version=ControlVersion(int(r[5])),
+            last_error=r[6],
+            created_at=float(r[7]),
+            updated_at=float(r[8]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "name": self.name,
+            "state": str(self.state),
+            "spec": self.spec,
+            "current_attempt": self.current_attempt,
+            "control_version": self.control_version,
+            "last_error": self.last_error,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who runs an attempt: enough to tell later whether that process still lives."""
+
+    host: str
+    pid: int
+    pid_started: str
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One run of a job's driver; ``attempt`` is the fencing token."""
+
+    job_id: JobId
+    attempt: AttemptNo
+    state: AttemptState
+    owner: Owner
+    lease_expires_at: float
+    started_at: float
+    ended_at: float | None
+    error: str | None
+
+    @classmethod
+    def from_row(cls, r: Any) -> AttemptRecord:
+        return cls(
+            job_id=JobId(r[0]),
+            attempt=AttemptNo(int(r[1])),
+            state=AttemptState(r[2]),
+            owner=Owner(host=r[3], pid=int(r[4]), pid_started=r[5]),
+            lease_expires_at=float(r[6]),
+            started_at=float(r[7]),
+            ended_at=None if r[8] is None else float(r[8]),
+            error=r[9],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "state": str(self.state),
+            "host": self.owner.host,
+            "pid": self.owner.pid,
+            "lease_expires_at": self.lease_expires_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """stoker's record of one Spark micro-batch."""
+
+    job_id: JobId
+    epoch: Epoch
+    control_version: ControlVersion
+    state: EpochState
+    pinned_by: AttemptNo
+    decided_by: AttemptNo | None
+    rows_in: int | None
+    final: bool
+    pinned_at: float
+    decided_at: float | None
+    committed_at: float | None
+
+    @classmethod
+    def from_row(cls, r: Any) -> EpochRecord:
+        return cls(
+            job_id=JobId(r[0]),
+            epoch=Epoch(int(r[1])),
+            control_version=ControlVersion(int(r[2])),
+            state=EpochState(r[3]),
+            pinned_by=AttemptNo(int(r[4])),
+            decided_by=None if r[5] is None else AttemptNo(int(r[5])),
+            rows_in=None if r[6] is None else int(r[6]),
+            final=bool(r[7]),
+            pinned_at=float(r[8]),
+            decided_at=None if r[9] is None else float(r[9]),
+            committed_at=None if r[10] is None else float(r[10]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "state": str(self.state),
+            "control_version": self.control_version,
+            "pinned_by": self.pinned_by,
+            "decided_by": self.decided_by,
+            "rows": self.rows_in,
+            "final": self.final,
+            "pinned_at": self.pinned_at,
+            "decided_at": self.decided_at,
+            "committed_at": self.committed_at,
+        }
+
+
+@dataclass(frozen=True)
+class SinkTxn:
+    """One sink's prepared part of one epoch, as written by one attempt."""
+
+    job_id: JobId
+    epoch: Epoch
+    sink: str
+    attempt: AttemptNo
+    state: TxnState
+    detail: dict[str, Any] = field(default_factory=dict)
+    updated_at: float = 0.0
+
+    @classmethod
+    def from_row(cls, r: Any) -> SinkTxn:
+        return cls(
+            job_id=JobId(r[0]),
+            epoch=Epoch(int(r[1])),
+            sink=r[2],
+            attempt=AttemptNo(int(r[3])),
+            state=TxnState(r[4]),
+            detail=json.loads(r[5]),
+            updated_at=float(r[6]),
+        )
+
+
+@dataclass(frozen=True)
+class ControlSnapshot:
+    """The user config as of one control version."""
+
+    version: ControlVersion
+    config: dict[str, Any]

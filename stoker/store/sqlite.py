@@ -1,0 +1,45 @@
+"""SQLite backend: the embedded default, one file per job state folder, WAL mode."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from stoker.clock import Clock
+from stoker.errors import StoreError
+from stoker.store._sqlstore import SqlStore
+
+
+class SqliteStore(SqlStore):
+    """Store in an SQLite file. Several processes may share it (WAL, busy timeout)."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str | Path, clock: Clock | None = None) -> None:
+        self.path = Path(path)
+        super().__init__(f"sqlite:///{self.path}", clock)
+
+    def _connect(self) -> Any:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode: a commit survives a process crash (what we guard against);
+            # only an OS crash may lose the newest transactions.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open SQLite store at {self.path}: {e}") from e
+        return conn
+
+    def _begin(self, cur: Any, write: bool) -> None:
+        # IMMEDIATE takes the write lock up front, so a read-then-write transaction cannot
+        # deadlock against another writer; readers in WAL mode never block.
+        cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def _schema_version(self, cur: Any) -> int:
+        row = cur.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+        return int(row[0])
