@@ -1,0 +1,134 @@
+"""What a user writes: sources, a per-epoch transform, sinks, and declared config defaults."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from stoker.errors import InvalidPipeline
+from stoker.sinks.base import TwoPhaseSink
+from stoker.sources.base import MapFn, Source
+from stoker.types import JobId, job_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from stoker.runtime.context import EpochContext
+
+Transform = Callable[..., "DataFrame"]
+
+
+@dataclass(frozen=True)
+class _Input:
+    source: Source
+    map: MapFn | None
+
+
+def _identity(df: DataFrame, ctx: EpochContext) -> DataFrame:
+    return df
+
+
+class Pipeline:
+    """A streaming pipeline: ``Pipeline(name, config).source(...).transform(fn).sink(...)``.
+
+    ``name`` is the default job id. ``config`` declares the user config keys and their
+    defaults; the transform sees them as ``ctx.config`` (pinned per epoch).
+    """
+
+    def __init__(self, name: str, config: Mapping[str, Any] | None = None) -> None:
+        self.name = name
+        self.config: dict[str, Any] = dict(config or {})
+        self.inputs: list[_Input] = []
+        self.sinks: list[TwoPhaseSink] = []
+        self._transform: Transform = _identity
+        self._transform_arity = 2
+
+    def source(self, source: Source, map: MapFn | None = None) -> Pipeline:
+        """Add an input. ``map`` (df -> df) shapes this source before the sources are unioned."""
+        self.inputs.append(_Input(source, map))
+        return self
+
+    def transform(self, fn: Transform) -> Pipeline:
+        """Set the per-epoch transform, ``fn(df, ctx) -> DataFrame`` (or ``fn(df)``)."""
+        if not callable(fn):
+            raise InvalidPipeline("transform", f"must be callable, got {type(fn).__name__}")
+        self._transform = fn
+        self._transform_arity = _arity(fn)
+        return self
+
+    def sink(self, sink: TwoPhaseSink) -> Pipeline:
+        """Add an output. Several sinks commit together or not at all."""
+        self.sinks.append(sink)
+        return self
+
+    @property
+    def job_id(self) -> JobId:
+        return job_id(self.name)
+
+    def apply(self, df: DataFrame, ctx: EpochContext) -> DataFrame:
+        """Run the user's transform for one epoch."""
+        out = self._transform(df, ctx) if self._transform_arity == 2 else self._transform(df)
+        from pyspark.sql import DataFrame as _DF
+
+        if not isinstance(out, _DF):
+            raise InvalidPipeline(
+                "transform", f"must return a DataFrame, returned {type(out).__name__}"
+            )
+        return out
+
+    def validate(self) -> None:
+        """Check the pipeline before anything runs; raise :class:`InvalidPipeline`."""
+        job_id(self.name)
+        if not self.inputs:
+            raise InvalidPipeline("sources", "the pipeline has no source; add one with .source()")
+        if not self.sinks:
+            raise InvalidPipeline("sinks", "the pipeline has no sink; add one with .sink()")
+        if not callable(self._transform):
+            raise InvalidPipeline("transform", "must be callable")
+        for i, inp in enumerate(self.inputs):
+            for attr in ("bounded", "validate", "open", "describe"):
+                if not hasattr(inp.source, attr):
+                    raise InvalidPipeline(
+                        f"sources[{i}]", f"{inp.source!r} is not a source (no {attr})"
+                    )
+            if inp.map is not None and not callable(inp.map):
+                raise InvalidPipeline(f"sources[{i}].map", "must be callable")
+        names = set()
+        for i, s in enumerate(self.sinks):
+            for attr in ("prepare", "commit", "abort", "recover", "validate", "open", "name"):
+                if not hasattr(s, attr):
+                    raise InvalidPipeline(f"sinks[{i}]", f"{s!r} is not a sink (no {attr})")
+            if s.name in names:
+                raise InvalidPipeline(f"sinks[{i}]", f"two sinks are named {s.name!r}")
+            names.add(s.name)
+        for key in self.config:
+            if not isinstance(key, str):
+                raise InvalidPipeline("config", f"keys must be strings, got {key!r}")
+
+    def spec(self) -> dict[str, Any]:
+        """A JSON description of the pipeline, kept with the job."""
+        return {
+            "name": self.name,
+            "sources": [i.source.describe() for i in self.inputs],
+            "sinks": [s.describe() for s in self.sinks],
+            "config": self.config,
+        }
+
+
+def _arity(fn: Callable[..., Any]) -> int:
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        varargs = any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return 2
+    if varargs or len(params) >= 2:
+        return 2
+    if len(params) == 1:
+        return 1
+    raise InvalidPipeline("transform", "must take (df, ctx) or (df)")

@@ -1,0 +1,140 @@
+"""An attempt's ownership of its job: starting it, renewing its lease, noticing it was fenced."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from stoker.errors import StaleAttempt, StoreError
+from stoker.store import AttemptRecord, Owner, Store
+from stoker.types import AttemptNo, AttemptState, JobId
+
+log = logging.getLogger("stoker.attempt")
+
+
+def process_start_marker(pid: int) -> str:
+    """The kernel's start time of ``pid`` (clock ticks since boot): distinguishes reused pids."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            stat = fh.read()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "unknown"
+
+
+def this_owner() -> Owner:
+    pid = os.getpid()
+    return Owner(host=socket.gethostname(), pid=pid, pid_started=process_start_marker(pid))
+
+
+def owner_is_dead(owner: Owner) -> bool:
+    """True only when we can see for sure that the owner's process is gone (same host)."""
+    if owner.host != socket.gethostname():
+        return False
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    marker = process_start_marker(owner.pid)
+    return marker != "unknown" and owner.pid_started != "unknown" and marker != owner.pid_started
+
+
+def start_attempt(
+    store: Store, job: JobId, lease_ttl: float, restart: bool = False, owner: Owner | None = None
+) -> AttemptRecord:
+    """Become the job's owner: a new attempt, numbered one above the last.
+
+    A previous attempt still holding a live lease is taken over only when its process is seen
+    dead on this host; otherwise :class:`~stoker.errors.DuplicateJob` is raised.
+    """
+    current = store.get_job(job).current_attempt
+    dead = False
+    if current:
+        prev = store.get_attempt(job, current)
+        dead = prev is not None and prev.state == AttemptState.RUNNING and owner_is_dead(prev.owner)
+    return store.start_attempt(
+        job, owner or this_owner(), lease_ttl, current, previous_dead=dead, restart=restart
+    )
+
+
+class LeaseKeeper:
+    """Renews the attempt's lease in the background; fences the attempt when renewal fails.
+
+    ``check()`` is the fence step of every epoch. The authoritative fence is in the store's
+    decide statement; this one lets a stale attempt stop before doing work.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        attempt: AttemptRecord,
+        lease_ttl: float,
+        on_fenced: Callable[[str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.job = attempt.job_id
+        self.attempt: AttemptNo = attempt.attempt
+        self.ttl = lease_ttl
+        self._on_fenced = on_fenced
+        self._fenced: str | None = None
+        self._expires = time.monotonic() + lease_ttl
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stoker-lease", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    @property
+    def fenced(self) -> str | None:
+        return self._fenced
+
+    def check(self) -> None:
+        """Raise :class:`StaleAttempt` if this attempt no longer owns its job."""
+        if self._fenced is None and time.monotonic() >= self._expires:
+            self._fence(f"lease of attempt {self.attempt} lapsed without renewal")
+        if self._fenced is not None:
+            raise StaleAttempt(self._fenced)
+
+    def renew(self) -> bool:
+        t0 = time.monotonic()
+        try:
+            ok = self.store.renew_lease(self.job, self.attempt, self.ttl)
+        except StoreError as e:
+            log.warning("lease renewal failed: %s", e)
+            return False
+        if ok:
+            self._expires = t0 + self.ttl
+        else:
+            self._fence(
+                f"attempt {self.attempt} of job {self.job!r} lost its lease "
+                "(a newer attempt owns the job)"
+            )
+        return ok
+
+    def _fence(self, why: str) -> None:
+        if self._fenced is None:
+            self._fenced = why
+            log.error("fenced: %s", why)
+            if self._on_fenced is not None:
+                self._on_fenced(why)
+
+    def _run(self) -> None:
+        period = max(0.2, self.ttl / 3)
+        while not self._stop.wait(period):
+            if self._fenced is not None:
+                return
+            try:
+                self.renew()
+            except Exception:  # keep renewing; a broken store shows up as a lapsed lease
+                log.exception("unexpected error renewing the lease")

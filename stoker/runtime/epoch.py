@@ -1,0 +1,169 @@
+"""The epoch protocol: what runs inside ``foreachBatch(df, N)`` for every epoch N.
+
+The numbered steps of :meth:`EpochProcessor.__call__` are the protocol of
+../shared/ARCHITECTURE.md; each is commented with what a crash right there leaves behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stoker.errors import StaleAttempt
+from stoker.runtime.attempt import LeaseKeeper
+from stoker.runtime.context import EpochContext
+from stoker.sinks.base import Prepared
+from stoker.sources.base import FINISHED, parse_offset_line
+from stoker.testing import fault_point
+from stoker.types import ControlVersion, Epoch, EpochState, TxnState
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from stoker.pipeline import Pipeline
+    from stoker.store import Store
+
+log = logging.getLogger("stoker.epoch")
+
+
+def all_sources_finished(checkpoint: Path, epoch: int) -> bool:
+    """Whether Spark's offset log for ``epoch`` shows every source finished.
+
+    Only stoker sources carry the flag; any other source (or a missing line) is unbounded.
+    """
+    try:
+        lines = (checkpoint / "offsets" / str(epoch)).read_text().splitlines()
+    except OSError:
+        return False
+    offsets = [parse_offset_line(line) for line in lines[2:]]
+    return bool(offsets) and all(o is not None and o[FINISHED] is True for o in offsets)
+
+
+@dataclass
+class EpochTiming:
+    epoch: int
+    seconds: float
+    rows: int
+    replayed: bool
+
+
+class EpochProcessor:
+    """The ``foreachBatch`` function of a job's attempt."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        store: Store,
+        lease: LeaseKeeper,
+        checkpoint: Path,
+    ) -> None:
+        self.pipeline = pipeline
+        self.store = store
+        self.lease = lease
+        self.job = lease.job
+        self.attempt = lease.attempt
+        self.checkpoint = checkpoint
+        self.final_epoch: int | None = None
+        self.final_event = threading.Event()
+        self.error: BaseException | None = None
+        self.timings: list[EpochTiming] = []
+        self._snapshots: dict[int, dict[str, object]] = {}
+
+    def _config(self, version: ControlVersion) -> dict[str, object]:
+        if version not in self._snapshots:
+            self._snapshots[version] = self.store.control_snapshot(self.job, version).config
+        return self._snapshots[version]
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        try:
+            self._run(df, Epoch(batch_id))
+        except BaseException as e:
+            self.error = e
+            raise
+
+    def _run(self, df: DataFrame, epoch: Epoch) -> None:
+        t0 = time.perf_counter()
+        job, attempt, store, sinks = self.job, self.attempt, self.store, self.pipeline.sinks
+        final = all_sources_finished(self.checkpoint, epoch)
+
+        # 1. Fence. A stale attempt stops here and writes nothing.
+        self.lease.check()
+
+        # 2. Pin: insert-if-absent, with the latest control version. A replay finds the record
+        #    and gets the version it had the first time. Crash after: a PINNED record, no
+        #    output; the replay reuses the pin.
+        latest = store.get_job(job).control_version
+        rec = store.pin_epoch(job, epoch, attempt, latest)
+        fault_point("after_pin", epoch)
+
+        if rec.state != EpochState.PINNED:
+            # Replay of an epoch already decided (the crash came after step 5): its output is
+            # the decided attempt's; recovery committed it, commit again to be sure (idempotent).
+            assert rec.decided_by is not None
+            for sink in sinks:
+                sink.commit(epoch, rec.decided_by)
+            store.mark_epoch_committed(job, epoch)
+            self._finish(epoch, final or rec.final, t0, rec.rows_in or 0, replayed=True)
+            return
+
+        # 3. Transform, with the config of the pinned version.
+        ctx = EpochContext(
+            job_id=job,
+            epoch=epoch,
+            attempt=attempt,
+            control_version=rec.control_version,
+            config=EpochContext.frozen(self._config(rec.control_version)),
+            spark=df.sparkSession,
+        )
+        out = self.pipeline.apply(df, ctx)
+        fault_point("after_transform", epoch)
+
+        # 4. Prepare every sink under (job, epoch, attempt). Crash after: prepared parts that
+        #    nobody decided; recovery aborts them and the replay prepares anew.
+        cached = len(sinks) > 1
+        if cached:
+            out = out.persist()
+        try:
+            prepared: list[Prepared] = []
+            for sink in sinks:
+                p = sink.prepare(out, epoch, attempt)
+                store.record_txn(job, epoch, sink.name, attempt, TxnState.PREPARED, p.detail)
+                prepared.append(p)
+        finally:
+            if cached:
+                out.unpersist()
+        rows = prepared[0].rows if prepared else 0
+        fault_point("after_prepare", epoch)
+
+        # 5. Decide: one fenced store transaction. THE COMMIT POINT. Crash after: the epoch is
+        #    DECIDED for this attempt; recovery commits its prepared parts, a replay skips it.
+        self.lease.check()
+        store.decide_epoch(job, epoch, attempt, rows, final)
+        fault_point("after_decide", epoch)
+
+        # 6. Commit every sink. Crash after (some or all): recovery finishes the rest;
+        #    commit is idempotent.
+        for sink in sinks:
+            sink.commit(epoch, attempt)
+            store.record_txn(job, epoch, sink.name, attempt, TxnState.COMMITTED, {})
+        fault_point("after_commit", epoch)
+        store.mark_epoch_committed(job, epoch)
+        # Crash here: Spark has not written its commit log; the replay of this epoch finds it
+        # decided and skips it (step 2).
+        fault_point("before_spark_commit", epoch)
+        self._finish(epoch, final, t0, rows, replayed=False)
+
+    def _finish(self, epoch: Epoch, final: bool, t0: float, rows: int, replayed: bool) -> None:
+        self.timings.append(EpochTiming(epoch, time.perf_counter() - t0, rows, replayed))
+        if final:
+            # Every source has finished and this epoch is committed: the job is done once
+            # Spark writes its commit log for it.
+            self.final_epoch = epoch
+            self.final_event.set()
+
+
+__all__ = ["EpochProcessor", "StaleAttempt", "all_sources_finished"]

@@ -1,0 +1,269 @@
+"""Running a pipeline as a job: one attempt, in this process, until it ends."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stoker.errors import InvalidPipeline, JobFailed, JobTerminal, StaleAttempt, StokerError
+from stoker.runtime import launch
+from stoker.runtime.attempt import LeaseKeeper, start_attempt
+from stoker.runtime.epoch import EpochProcessor, all_sources_finished
+from stoker.runtime.recovery import recover
+from stoker.runtime.session import get_session
+from stoker.settings import Settings, parse_duration
+from stoker.store import Store, open_store
+from stoker.types import AttemptState, EpochState, JobId, JobState
+from stoker.types import job_id as _job_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from stoker.pipeline import Pipeline
+
+log = logging.getLogger("stoker.runner")
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """How a run ended."""
+
+    job_id: JobId
+    state: JobState
+    attempt: int
+    epochs: int  # epochs committed by this attempt
+    rows: int  # rows written by this attempt
+    last_epoch: int | None
+    state_dir: Path
+    store_url: str
+
+
+def resolve_settings(
+    *,
+    trigger: str | float | None = None,
+    state_dir: str | Path | None = None,
+    store: str | None = None,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    lease_ttl: float | None = None,
+) -> Settings:
+    """Settings from ``run()``'s arguments, then the launcher's ``-D`` pairs on top."""
+    s = Settings()
+    if trigger is not None:
+        s = replace(s, trigger=parse_duration(trigger))
+    if state_dir is not None:
+        s = replace(s, state_dir=Path(state_dir))
+    if store is not None:
+        s = replace(s, store=store)
+    if master is not None:
+        s = replace(s, master=master)
+    if lease_ttl is not None:
+        s = replace(s, lease_ttl=float(lease_ttl))
+    if conf:
+        s = s.with_overrides(dict(conf))
+    return s.with_overrides(launch.overrides())
+
+
+def run(
+    pipeline: Pipeline,
+    *,
+    job_id: str | None = None,
+    trigger: str | float | None = None,
+    state_dir: str | Path | None = None,
+    store: str | None = None,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    restart: bool = False,
+    lease_ttl: float | None = None,
+    spark: SparkSession | None = None,
+) -> JobResult:
+    """Run ``pipeline`` as a job until it ends; blocking.
+
+    Defaults: ``local[*]`` Spark, state (checkpoint and SQLite store) under
+    ``./.stoker/<job id>``, a 500 ms trigger. A job whose sources are all bounded ends
+    FINISHED after its final epoch commits. A job that crashed resumes from its checkpoint when
+    run again; a job that ended is run again only with ``restart=True``.
+    ``conf`` takes ``spark.*`` and ``stoker.*`` keys like the CLI's ``-D``.
+    """
+    settings = resolve_settings(
+        trigger=trigger, state_dir=state_dir, store=store, master=master, conf=conf,
+        lease_ttl=lease_ttl,
+    )
+    jid = _job_id(launch.job_id() or job_id or pipeline.name)
+    restart = restart or launch.restart()
+
+    # Bad input fails here, before anything is written.
+    pipeline.validate()
+    for inp in pipeline.inputs:
+        inp.source.validate()
+    for sink in pipeline.sinks:
+        sink.validate()
+
+    root = (settings.state_dir or Path(".stoker") / jid).resolve()
+    st = open_store(settings.store or root / "store.db")
+    try:
+        return _run_job(pipeline, jid, settings, root, st, restart, spark)
+    finally:
+        st.close()
+
+
+def _run_job(
+    pipeline: Pipeline,
+    jid: JobId,
+    settings: Settings,
+    root: Path,
+    store: Store,
+    restart: bool,
+    spark: SparkSession | None,
+) -> JobResult:
+    spec = {**pipeline.spec(), "state_dir": str(root), "trigger_s": settings.trigger}
+    job, _created = store.create_job(jid, pipeline.name, spec, pipeline.config)
+    if job.state.terminal and not restart:
+        raise JobTerminal(jid, str(job.state))
+    attempt = start_attempt(store, jid, settings.lease_ttl, restart=restart)
+    log.info("job %s: attempt %d started", jid, attempt.attempt)
+    lease = LeaseKeeper(store, attempt, settings.lease_ttl)
+    lease.start()
+    checkpoint = root / "checkpoint"
+    proc = EpochProcessor(pipeline, store, lease, checkpoint)
+    result_state = JobState.FAILED
+    try:
+        store.declare_defaults(jid, pipeline.config)
+        for sink in pipeline.sinks:
+            sink.open(jid, root)
+        recover(store, jid, pipeline.sinks)
+        if _final_committed(store, jid):
+            result_state = JobState.FINISHED
+        else:
+            session = spark or get_session(settings, f"stoker:{jid}")
+            query = _start_query(session, pipeline, proc, root, checkpoint, settings, jid)
+            result_state = _supervise(query, proc, lease, checkpoint)
+    except KeyboardInterrupt:
+        result_state = JobState.CANCELED
+        _end(store, jid, attempt.attempt, AttemptState.CANCELED, JobState.CANCELED, None)
+        raise
+    except StaleAttempt:
+        lease.stop()
+        raise  # a newer attempt owns the job: its state is not ours to touch
+    except BaseException as e:
+        err = proc.error if isinstance(proc.error, StokerError) else e
+        _end(store, jid, attempt.attempt, AttemptState.FAILED, JobState.FAILED, str(err))
+        if isinstance(err, StokerError):
+            raise err from e
+        raise JobFailed(f"job {jid!r} failed: {err}") from e
+    finally:
+        lease.stop()
+    _end(store, jid, attempt.attempt, AttemptState.FINISHED, result_state, None)
+    done = [t for t in proc.timings if not t.replayed]
+    return JobResult(
+        job_id=jid,
+        state=result_state,
+        attempt=attempt.attempt,
+        epochs=len(done),
+        rows=sum(t.rows for t in done),
+        last_epoch=proc.timings[-1].epoch if proc.timings else None,
+        state_dir=root,
+        store_url=store.url,
+    )
+
+
+def _end(
+    store: Store, jid: JobId, attempt: int, astate: AttemptState, jstate: JobState, err: str | None
+) -> None:
+    from stoker.types import AttemptNo
+
+    store.end_attempt(jid, AttemptNo(attempt), astate, err)
+    current = store.get_job(jid)
+    if current.current_attempt != attempt:
+        return
+    if jstate == JobState.CANCELED and current.state == JobState.RUNNING:
+        store.set_job_state(jid, JobState.CANCELING)
+    store.set_job_state(jid, jstate, err)
+
+
+def _final_committed(store: Store, jid: JobId) -> bool:
+    last = store.list_epochs(jid, limit=1)
+    return bool(last) and last[0].final and last[0].state == EpochState.COMMITTED
+
+
+def _start_query(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    proc: EpochProcessor,
+    root: Path,
+    checkpoint: Path,
+    settings: Settings,
+    jid: JobId,
+) -> StreamingQuery:
+    frames: list[DataFrame] = []
+    for i, inp in enumerate(pipeline.inputs):
+        df = inp.source.open(spark, f"s{i}", root)
+        if inp.map is not None:
+            df = inp.map(df)
+        frames.append(df)
+    try:
+        union = functools.reduce(lambda a, b: a.unionByName(b), frames)
+    except Exception as e:  # AnalysisException: sources of different schemas
+        raise InvalidPipeline(
+            "sources", f"sources must share one schema to be unioned: {e}"
+        ) from e
+    writer = (
+        union.writeStream.foreachBatch(proc)
+        .option("checkpointLocation", str(checkpoint))
+        .queryName(f"stoker_{jid}".replace("-", "_").replace(".", "_"))
+    )
+    ms = max(0, int(settings.trigger * 1000))
+    writer = writer.trigger(processingTime=f"{ms} milliseconds")
+    return writer.start()
+
+
+def _supervise(
+    query: StreamingQuery, proc: EpochProcessor, lease: LeaseKeeper, checkpoint: Path
+) -> JobState:
+    """Wait for the query to end: final epoch committed, fenced, or failed."""
+    while True:
+        if proc.final_event.is_set():
+            n = proc.final_epoch
+            # The job ends once Spark has written its commit log for the final epoch, so that
+            # a later restart finds nothing to replay.
+            if n is not None and (checkpoint / "commits" / str(n)).exists():
+                query.stop()
+                return JobState.FINISHED
+        if lease.fenced is not None:
+            query.stop()
+            raise StaleAttempt(lease.fenced)
+        if not query.isActive:
+            exc = query.exception()
+            if proc.error is not None:
+                raise proc.error
+            if exc is not None:
+                raise JobFailed(str(exc))
+            # Stopped from outside without an error: the final check decides.
+            if proc.final_epoch is not None or all_sources_finished(checkpoint, _last(checkpoint)):
+                return JobState.FINISHED
+            return JobState.CANCELED
+        time.sleep(0.01)
+
+
+def _last(checkpoint: Path) -> int:
+    try:
+        return max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    except (OSError, ValueError):
+        return -1
+
+
+def describe(result: JobResult) -> dict[str, Any]:
+    return {
+        "job_id": result.job_id,
+        "state": str(result.state),
+        "attempt": result.attempt,
+        "epochs": result.epochs,
+        "rows": result.rows,
+        "last_epoch": result.last_epoch,
+    }

@@ -1,0 +1,86 @@
+"""Run settings: stoker's own keys and Spark configuration, from code or ``-D key=value``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from stoker.errors import InvalidInput
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|seconds?|m|min|minutes?)?\s*$")
+
+
+def parse_duration(value: str | float | int, field_name: str = "trigger") -> float:
+    """Seconds from ``"500ms"``, ``"2s"``, ``"1 minute"`` or a number of seconds."""
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        m = _DURATION.match(str(value))
+        if not m:
+            raise InvalidInput(field_name, f"{value!r} is not a duration like '500ms' or '2s'")
+        n, unit = float(m.group(1)), (m.group(2) or "s")
+        seconds = n / 1000 if unit == "ms" else n * 60 if unit.startswith("m") else n
+    if seconds < 0:
+        raise InvalidInput(field_name, f"must not be negative, got {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where and how a job runs. Defaults: ``local[*]`` Spark, SQLite under ``state_dir``."""
+
+    trigger: float = 0.5
+    state_dir: Path | None = None
+    store: str | None = None
+    master: str = "local[*]"
+    lease_ttl: float = 30.0
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+    KEYS = ("trigger", "state_dir", "store", "master", "lease_ttl")
+
+    def with_overrides(self, overrides: dict[str, str]) -> Settings:
+        """Apply ``-D`` pairs: ``spark.*`` go to Spark, ``stoker.<key>`` to these settings."""
+        s = self
+        conf = dict(s.spark_conf)
+        for key, value in overrides.items():
+            if key.startswith("spark."):
+                conf[key] = value
+            elif key.startswith("stoker."):
+                s = s._set(key[len("stoker.") :], value)
+            else:
+                raise InvalidInput(
+                    key, "unknown setting: use spark.<conf> or stoker.<key> with key one of "
+                    + ", ".join(self.KEYS)
+                )
+        return replace(s, spark_conf=conf)
+
+    def _set(self, key: str, value: Any) -> Settings:
+        if key == "trigger":
+            return replace(self, trigger=parse_duration(value, "stoker.trigger"))
+        if key == "lease_ttl":
+            ttl = parse_duration(value, "stoker.lease_ttl")
+            if ttl < 1:
+                raise InvalidInput("stoker.lease_ttl", "must be at least 1s")
+            return replace(self, lease_ttl=ttl)
+        if key == "state_dir":
+            return replace(self, state_dir=Path(value))
+        if key == "store":
+            return replace(self, store=str(value))
+        if key == "master":
+            return replace(self, master=str(value))
+        raise InvalidInput(
+            f"stoker.{key}", "unknown stoker setting; known: " + ", ".join(self.KEYS)
+        )
+
+
+def parse_pairs(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``["a=1", "b=2"]`` -> ``{"a": "1", "b": "2"}``, naming any malformed pair."""
+    out = {}
+    for p in pairs:
+        key, sep, value = p.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInput("-D", f"{p!r} is not key=value")
+        out[key.strip()] = value
+    return out

@@ -1,0 +1,65 @@
+"""Pipeline inputs: :func:`files`, :func:`generator`, and any Spark source via :func:`spark`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from stoker.sources.base import Source
+from stoker.sources.files import FilesSource
+from stoker.sources.generator import GeneratorSource
+from stoker.sources.spark import SparkSource
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+__all__ = ["FilesSource", "GeneratorSource", "Source", "SparkSource", "files", "generator", "spark"]
+
+
+def files(
+    path: str,
+    format: str,
+    schema: StructType | str,
+    bounded: bool = False,
+    max_files_per_epoch: int | None = None,
+    header: bool = True,
+    suffix: str | None = None,
+) -> FilesSource:
+    """Files of ``format`` (json lines, csv, parquet) in the folder ``path``.
+
+    ``bounded=True`` reads the files present when the job first starts and then finishes;
+    otherwise new files are picked up as they arrive, for as long as the job runs.
+    ``max_files_per_epoch`` limits how many files one epoch reads.
+    """
+    return FilesSource(
+        path=str(path),
+        format=format,
+        schema=schema,
+        bounded=bounded,
+        max_files_per_epoch=max_files_per_epoch,
+        header=header,
+        options={"suffix": suffix} if suffix else {},
+    )
+
+
+def generator(
+    total: int | None = None,
+    rows_per_second: float | None = None,
+    max_rows_per_epoch: int | None = None,
+    partitions: int = 2,
+) -> GeneratorSource:
+    """A column ``id`` with 0..total-1, bounded when ``total`` is given, endless otherwise.
+
+    ``rows_per_second`` paces production (ids become available at that rate);
+    ``max_rows_per_epoch`` caps one epoch. Deterministic: a replayed epoch reads the same ids.
+    """
+    return GeneratorSource(
+        total=total,
+        rows_per_second=rows_per_second,
+        max_rows_per_epoch=max_rows_per_epoch,
+        partitions=partitions,
+    )
+
+
+def spark(format: str, options: dict[str, str] | None = None, schema: str | None = None) -> SparkSource:
+    """One of Spark's own streaming sources (e.g. ``rate-micro-batch``, ``kafka``): unbounded."""
+    return SparkSource(format=format, options=dict(options or {}), schema=schema)

@@ -1,0 +1,51 @@
+"""What a source is to the runtime: a spec that validates itself and opens a streaming DataFrame."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# Every offset of a stoker source carries these two keys: which source of the pipeline wrote it
+# ("sid"), and whether the source has reached the end of a bounded input ("finished").
+SID = "sid"
+FINISHED = "finished"
+
+
+class Source(Protocol):
+    """A pipeline input. ``bounded`` sources finish; unbounded ones never do."""
+
+    bounded: bool
+
+    def describe(self) -> str:
+        """One line naming the source for messages and the job spec."""
+        ...
+
+    def validate(self) -> None:
+        """Raise :class:`~stoker.errors.SourceError` if the source cannot be read."""
+        ...
+
+    def open(self, spark: SparkSession, sid: str, state_dir: Path) -> DataFrame:
+        """A streaming DataFrame over this source, its offsets tagged with ``sid``."""
+        ...
+
+
+MapFn = Callable[["DataFrame"], "DataFrame"]
+
+
+def parse_offset_line(line: str) -> dict[str, Any] | None:
+    """One source's line of a Spark offset log file, as a dict if it is a stoker offset."""
+    line = line.strip()
+    if not line or line == "-":
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and SID in value and FINISHED in value:
+        return value
+    return None
