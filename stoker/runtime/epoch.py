@@ -158,7 +158,12 @@ class EpochProcessor:
         self._finish(epoch, final, t0, rows, replayed=False)
 
     def _finish(self, epoch: Epoch, final: bool, t0: float, rows: int, replayed: bool) -> None:
-        self.timings.append(EpochTiming(epoch, time.perf_counter() - t0, rows, replayed))
+        took = time.perf_counter() - t0
+        self.timings.append(EpochTiming(epoch, took, rows, replayed))
+        log.info(
+            "epoch %d %s: %d rows, %.0f ms%s", epoch, "replayed" if replayed else "committed",
+            rows, took * 1000, " (final)" if final else "",
+        )
         if final:
             # Every source has finished and this epoch is committed: the job is done once
             # Spark writes its commit log for it.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 _global: dict[str, object] = {"overrides": {}, "job_id": None, "restart": False}
 
 
@@ -23,3 +26,16 @@ def job_id() -> str | None:
 def restart() -> bool:
     return bool(_global["restart"])
 
+
+
+_listeners: list[Callable[[Any], None]] = []
+
+
+def on_result(fn: Callable[[Any], None]) -> None:
+    """Have ``fn`` called with the result of every ``stoker.run`` in this process."""
+    _listeners.append(fn)
+
+
+def report(result: Any) -> None:
+    for fn in _listeners:
+        fn(result)

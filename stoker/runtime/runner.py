@@ -161,7 +161,7 @@ def _run_job(
         lease.stop()
     _end(store, jid, attempt.attempt, AttemptState.FINISHED, result_state, None)
     done = [t for t in proc.timings if not t.replayed]
-    return JobResult(
+    result = JobResult(
         job_id=jid,
         state=result_state,
         attempt=attempt.attempt,
@@ -171,6 +171,8 @@ def _run_job(
         state_dir=root,
         store_url=store.url,
     )
+    launch.report(result)
+    return result
 
 
 def _end(

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 # Chosen for a job manager's drivers, each overridable with -D spark.<key>=...
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "8",
     # query.stop() during a Python foreachBatch can overflow the default stack (SPARK_FACTS).
     "spark.driver.extraJavaOptions": "-Xss16m",
