@@ -63,11 +63,22 @@ def _app_path(path: str) -> Path:
 @main.command("run")
 @click.argument("app")
 @click.option("--job-id", default=None, help="Job id (default: the pipeline's name).")
-@click.option("--restart", is_flag=True, help="Run a job that has ended again, from its checkpoint.")
-@click.option("-D", "defines", multiple=True, metavar="KEY=VALUE",
-              help="spark.<conf> or stoker.<trigger|state_dir|store|master|lease_ttl>.")
-@click.option("--pipeline", "pipeline_name", default=None,
-              help="Which Pipeline of the file to run when it defines several.")
+@click.option(
+    "--restart", is_flag=True, help="Run a job that has ended again, from its checkpoint."
+)
+@click.option(
+    "-D",
+    "defines",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="spark.<conf> or stoker.<trigger|state_dir|store|master|lease_ttl>.",
+)
+@click.option(
+    "--pipeline",
+    "pipeline_name",
+    default=None,
+    help="Which Pipeline of the file to run when it defines several.",
+)
 @click.option("--quiet", is_flag=True, help="Do not print epoch progress.")
 @_guarded
 def run_cmd(
@@ -105,8 +116,8 @@ def run_cmd(
             raise InvalidInput("app", f"{app} neither ran a job nor defines a Pipeline")
         if len(found) > 1:
             raise InvalidInput(
-                "app", f"{app} defines several pipelines ({', '.join(found)}); pick one "
-                "with --pipeline",
+                "app",
+                f"{app} defines several pipelines ({', '.join(found)}); pick one with --pipeline",
             )
         run_pipeline(next(iter(found.values())))  # reports its result to `results`
     for r in results:
@@ -137,7 +148,9 @@ def _open(job: str, store: str | None, state_dir: str | None) -> Any:
     return jid, open_store(store)
 
 
-_store_opt = click.option("--store", default=None, help="Store URL (default: ./.stoker/JOB/store.db).")
+_store_opt = click.option(
+    "--store", default=None, help="Store URL (default: ./.stoker/JOB/store.db)."
+)
 _dir_opt = click.option("--state-dir", default=None, help="The job's state folder.")
 
 
@@ -186,7 +199,9 @@ def status_cmd(job: str, store: str | None, state_dir: str | None, as_json: bool
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
 @_guarded
-def epochs_cmd(job: str, store: str | None, state_dir: str | None, limit: int, as_json: bool) -> None:
+def epochs_cmd(
+    job: str, store: str | None, state_dir: str | None, limit: int, as_json: bool
+) -> None:
     """List a job's most recent epochs, newest first."""
     jid, st = _open(job, store, state_dir)
     try:

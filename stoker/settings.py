@@ -51,8 +51,9 @@ class Settings:
                 s = s._set(key[len("stoker.") :], value)
             else:
                 raise InvalidInput(
-                    key, "unknown setting: use spark.<conf> or stoker.<key> with key one of "
-                    + ", ".join(self.KEYS)
+                    key,
+                    "unknown setting: use spark.<conf> or stoker.<key> with key one of "
+                    + ", ".join(self.KEYS),
                 )
         return replace(s, spark_conf=conf)
 

@@ -161,8 +161,12 @@ class EpochProcessor:
         took = time.perf_counter() - t0
         self.timings.append(EpochTiming(epoch, took, rows, replayed))
         log.info(
-            "epoch %d %s: %d rows, %.0f ms%s", epoch, "replayed" if replayed else "committed",
-            rows, took * 1000, " (final)" if final else "",
+            "epoch %d %s: %d rows, %.0f ms%s",
+            epoch,
+            "replayed" if replayed else "committed",
+            rows,
+            took * 1000,
+            " (final)" if final else "",
         )
         if final:
             # Every source has finished and this epoch is committed: the job is done once

@@ -27,7 +27,6 @@ def restart() -> bool:
     return bool(_global["restart"])
 
 
-
 _listeners: list[Callable[[Any], None]] = []
 
 

@@ -92,7 +92,11 @@ def run(
     ``conf`` takes ``spark.*`` and ``stoker.*`` keys like the CLI's ``-D``.
     """
     settings = resolve_settings(
-        trigger=trigger, state_dir=state_dir, store=store, master=master, conf=conf,
+        trigger=trigger,
+        state_dir=state_dir,
+        store=store,
+        master=master,
+        conf=conf,
         lease_ttl=lease_ttl,
     )
     jid = _job_id(launch.job_id() or job_id or pipeline.name)
@@ -212,9 +216,7 @@ def _start_query(
     try:
         union = functools.reduce(lambda a, b: a.unionByName(b), frames)
     except Exception as e:  # AnalysisException: sources of different schemas
-        raise InvalidPipeline(
-            "sources", f"sources must share one schema to be unioned: {e}"
-        ) from e
+        raise InvalidPipeline("sources", f"sources must share one schema to be unioned: {e}") from e
     writer = (
         union.writeStream.foreachBatch(proc)
         .option("checkpointLocation", str(checkpoint))

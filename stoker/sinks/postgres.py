@@ -8,6 +8,7 @@ store has decided the epoch, runs ``COMMIT PREPARED`` for each; recovery lists
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,7 +55,9 @@ def _pg_type(dt: DataType) -> str:
             return name
     if isinstance(dt, T.DecimalType):
         return f"NUMERIC({dt.precision},{dt.scale})"
-    raise SinkError("postgres.schema", f"no PostgreSQL column type for Spark type {dt.simpleString()}")
+    raise SinkError(
+        "postgres.schema", f"no PostgreSQL column type for Spark type {dt.simpleString()}"
+    )
 
 
 def _write_partition(
@@ -80,7 +83,9 @@ def _write_partition(
         )
         with conn.cursor() as cur, cur.copy(copy_sql) as copy:
             for batch in batches:
-                for row in zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns)), strict=True):
+                for row in zip(
+                    *(batch.column(i).to_pylist() for i in range(batch.num_columns)), strict=True
+                ):
                     copy.write_row(row)
                 rows += batch.num_rows
         # The transaction survives this process from here on, until COMMIT/ROLLBACK PREPARED.
@@ -122,7 +127,8 @@ class PostgresSink:
         if not _TABLE.match(self.table):
             raise SinkError(
                 "postgres.table",
-                f"{self.table!r} is not a plain table name (letters, digits, '_', optional schema.)",
+                f"{self.table!r} is not a plain table name "
+                "(letters, digits and '_', optionally schema.table)",
             )
         with self._connect() as conn:
             row = conn.execute("SHOW max_prepared_transactions").fetchone()
@@ -172,8 +178,7 @@ class PostgresSink:
     def _prepared(self, conn: Any) -> list[tuple[str, Epoch, AttemptNo]]:
         out = []
         for (gid,) in conn.execute(
-            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
-            "AND gid LIKE %s",
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE %s",
             (f"stoker:{self._job}:%",),
         ).fetchall():
             m = _GID.match(gid)
@@ -186,10 +191,9 @@ class PostgresSink:
         from psycopg import sql
 
         verb = "COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}"
-        try:
+        # Finished meanwhile by another recovery: commit and abort are idempotent.
+        with contextlib.suppress(psycopg.errors.UndefinedObject):
             conn.execute(sql.SQL(verb).format(sql.Literal(gid)))
-        except psycopg.errors.UndefinedObject:
-            pass  # finished meanwhile by another recovery: commit and abort are idempotent
 
     def commit(self, epoch: Epoch, attempt: AttemptNo) -> None:
         with self._connect() as conn:

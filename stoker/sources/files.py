@@ -8,6 +8,7 @@ names starting with '.' or '_' are skipped until renamed.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,7 +86,9 @@ class _FilesReader(DataSourceStreamReader):
             yield from read_file(path, self.fmt, schema, header=self.header)
 
 
-def read_file(path: str, fmt: str, schema: StructType, header: bool = True) -> Iterator[pa.RecordBatch]:
+def read_file(
+    path: str, fmt: str, schema: StructType, header: bool = True
+) -> Iterator[pa.RecordBatch]:
     """Read one file into record batches of exactly ``schema`` (missing columns are null)."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -129,6 +132,67 @@ def read_file(path: str, fmt: str, schema: StructType, header: bool = True) -> I
     yield from pa.Table.from_arrays(columns, schema=target).to_batches()
 
 
+_NESTED = re.compile(r"[<>]")
+_COLUMN = re.compile(
+    r"^\s*`?([A-Za-z_][A-Za-z0-9_]*)`?\s+([A-Za-z_]+)\s*(?:\(\s*(\d+)\s*,\s*(\d+)\s*\))?\s*$"
+)
+
+
+def _simple_types() -> dict[str, Any]:
+    from pyspark.sql import types as T
+
+    return {
+        "long": T.LongType,
+        "bigint": T.LongType,
+        "int": T.IntegerType,
+        "integer": T.IntegerType,
+        "short": T.ShortType,
+        "smallint": T.ShortType,
+        "byte": T.ByteType,
+        "tinyint": T.ByteType,
+        "double": T.DoubleType,
+        "float": T.FloatType,
+        "real": T.FloatType,
+        "string": T.StringType,
+        "boolean": T.BooleanType,
+        "date": T.DateType,
+        "timestamp": T.TimestampType,
+        "timestamp_ntz": T.TimestampNTZType,
+        "binary": T.BinaryType,
+    }
+
+
+def parse_simple_ddl(ddl: str, strict: bool = False) -> StructType | None:
+    """Parse ``"a long, b string, c decimal(10,2)"`` without a SparkSession.
+
+    Returns None for anything richer (nested types), which Spark parses once it runs; with
+    ``strict``, a column that is not ``name type`` raises :class:`SourceError`.
+    """
+    from pyspark.sql import types as T
+
+    known = _simple_types()
+    fields = []
+    for part in re.split(r",(?![^(]*\))", ddl):
+        m = _COLUMN.match(part)
+        if m is None:
+            if strict:
+                raise SourceError(
+                    "files.schema", f"cannot parse column {part.strip()!r} of {ddl!r}"
+                )
+            return None
+        name, tname = m.group(1), m.group(2).lower()
+        if tname == "decimal" and m.group(3):
+            dt: T.DataType = T.DecimalType(int(m.group(3)), int(m.group(4)))
+        elif tname in known and not m.group(3):
+            dt = known[tname]()
+        elif strict:
+            raise SourceError("files.schema", f"unknown type {m.group(2)!r} of column {name!r}")
+        else:
+            return None
+        fields.append(T.StructField(name, dt, True))
+    return T.StructType(fields)
+
+
 class FilesDataSource(DataSource):
     """Spark data source behind :func:`stoker.sources.files`."""
 
@@ -160,12 +224,19 @@ class FilesSource:
         return f"files({self.path!r}, format={self.format!r}, {kind})"
 
     def struct(self) -> StructType:
+        """The schema as a StructType (a DDL string with nested types needs a live session)."""
         if isinstance(self.schema, StructType):
             return self.schema
+        simple = parse_simple_ddl(self.schema)
+        if simple is not None:
+            return simple
         try:
-            return StructType.fromDDL(self.schema)
+            parsed = StructType.fromDDL(self.schema)
         except Exception as e:  # pyspark raises several types for a bad DDL string
             raise SourceError("files.schema", f"cannot parse schema {self.schema!r}: {e}") from e
+        if not isinstance(parsed, StructType):
+            raise SourceError("files.schema", f"{self.schema!r} is not a list of columns")
+        return parsed
 
     def validate(self) -> None:
         if self.format not in FORMATS:
@@ -176,6 +247,8 @@ class FilesSource:
             isinstance(self.schema, str) and not self.schema.strip()
         ):
             raise SourceError("files.schema", "give a StructType or a DDL string like 'id long'")
+        if isinstance(self.schema, str) and not _NESTED.search(self.schema):
+            parse_simple_ddl(self.schema, strict=True)
         folder = Path(self.path)
         if not folder.exists():
             raise SourceError("files.path", f"input folder {str(folder)!r} does not exist")
