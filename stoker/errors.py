@@ -47,6 +47,15 @@ class DuplicateJob(StokerError):
         self.job_id = job_id
 
 
+class JobConflict(StokerError):
+    """The job id is live with a different spec; the submission is refused."""
+
+    def __init__(self, job_id: str, difference: str) -> None:
+        super().__init__(f"job {job_id!r} is live with a different spec: {difference}")
+        self.job_id = job_id
+        self.difference = difference
+
+
 class JobTerminal(StokerError):
     """The job has ended; it is not re-run unless a restart is asked for explicitly."""
 
@@ -60,6 +69,18 @@ class JobTerminal(StokerError):
 
 class StaleAttempt(StokerError):
     """This attempt no longer owns its job (a newer attempt exists or its lease lapsed)."""
+
+
+class NotLeader(StokerError):
+    """This job manager no longer holds the leader lease; it must not start attempts."""
+
+
+class Unauthorized(StokerError):
+    """The job manager refused the call: token missing or wrong."""
+
+
+class ManagerUnavailable(StokerError):
+    """The job manager cannot be reached."""
 
 
 class InvalidTransition(StokerError):
@@ -82,6 +103,10 @@ EXIT_CODES: dict[type[StokerError], int] = {
     StaleAttempt: 6,
     StoreError: 7,
     JobFailed: 8,
+    JobConflict: 9,
+    NotLeader: 10,
+    Unauthorized: 11,
+    ManagerUnavailable: 12,
 }
 
 

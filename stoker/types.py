@@ -19,7 +19,7 @@ _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 def job_id(value: str) -> JobId:
     """Validate ``value`` as a job id and return it typed."""
-    if not isinstance(value, str) or not _JOB_ID.match(value) or ".." in value:
+    if not isinstance(value, str) or not _JOB_ID.fullmatch(value) or ".." in value:
         raise InvalidInput(
             "job_id",
             f"{value!r} is not a valid job id: use 1-100 characters of letters, digits, "
@@ -68,8 +68,12 @@ def check_transition(current: JobState, target: JobState) -> None:
 
 
 class AttemptState(enum.StrEnum):
-    """Lifecycle of one attempt (one run of the driver)."""
+    """Lifecycle of one attempt (one run of the driver).
 
+    STARTING: made by the job manager, its driver not yet up; RUNNING once the driver claims it.
+    """
+
+    STARTING = "STARTING"
     RUNNING = "RUNNING"
     FINISHED = "FINISHED"
     FAILED = "FAILED"

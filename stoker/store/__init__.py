@@ -12,6 +12,7 @@ from stoker.store.records import (
     ControlSnapshot,
     EpochRecord,
     JobRecord,
+    LeaderLease,
     Owner,
     SinkTxn,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "ControlSnapshot",
     "EpochRecord",
     "JobRecord",
+    "LeaderLease",
     "Owner",
     "SinkTxn",
     "Store",

@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from stoker.clock import Clock, SystemClock
-from stoker.errors import DuplicateJob, JobNotFound, JobTerminal, StaleAttempt
+from stoker.errors import DuplicateJob, JobNotFound, JobTerminal, NotLeader, StaleAttempt
 from stoker.store import _sql
 from stoker.store.records import (
     AttemptRecord,
     ControlSnapshot,
     EpochRecord,
     JobRecord,
+    LeaderLease,
     Owner,
     SinkTxn,
 )
@@ -160,7 +161,11 @@ class SqlStore:
                 raise JobNotFound(job_id)
             check_transition(JobState(row[2]), state)
             self._x(
-                cur, "set_job_state", job_id=job_id, state=str(state), error=error,
+                cur,
+                "set_job_state",
+                job_id=job_id,
+                state=str(state),
+                error=error,
                 now=self.clock.now(),
             )
             row = self._x(cur, "get_job", job_id=job_id).fetchone()
@@ -169,7 +174,10 @@ class SqlStore:
     def set_job_spec(self, job_id: JobId, spec: dict[str, Any]) -> None:
         with self._tx() as cur:
             self._x(
-                cur, "set_job_spec", job_id=job_id, spec=json.dumps(spec, sort_keys=True),
+                cur,
+                "set_job_spec",
+                job_id=job_id,
+                spec=json.dumps(spec, sort_keys=True),
                 now=self.clock.now(),
             )
 
@@ -182,58 +190,262 @@ class SqlStore:
         expected_current: AttemptNo,
         previous_dead: bool = False,
         restart: bool = False,
+        state: AttemptState = AttemptState.RUNNING,
+        log_path: str | None = None,
+        leader: tuple[str, int] | None = None,
     ) -> AttemptRecord:
         now = self.clock.now()
         with self._tx() as cur:
+            if (
+                leader is not None
+                and not self._x(
+                    cur, "check_leader", holder=leader[0], token=leader[1], now=now
+                ).fetchone()
+            ):
+                raise NotLeader(f"leader lease {leader[1]} of {leader[0]} is no longer held")
             row = self._x(cur, "lock_job", job_id=job_id).fetchone()
             if row is None:
                 raise JobNotFound(job_id)
             job = JobRecord.from_row(row)
             if job.state.terminal and not restart:
                 raise JobTerminal(job_id, str(job.state))
+            if job.state == JobState.CANCELING:
+                raise DuplicateJob(job_id, "it is being canceled")
             if job.current_attempt != expected_current:
-                raise DuplicateJob(
-                    job_id, f"attempt {job.current_attempt} started meanwhile"
-                )
+                raise DuplicateJob(job_id, f"attempt {job.current_attempt} started meanwhile")
             if job.current_attempt > 0:
                 prev_row = self._x(
                     cur, "get_attempt", job_id=job_id, attempt=job.current_attempt
                 ).fetchone()
                 prev = AttemptRecord.from_row(prev_row)
-                live = prev.state == AttemptState.RUNNING and prev.lease_expires_at > now
-                if live and not previous_dead:
+                running = prev.state in (AttemptState.RUNNING, AttemptState.STARTING)
+                if running and prev.lease_expires_at > now and not previous_dead:
                     raise DuplicateJob(
                         job_id,
                         f"attempt {prev.attempt} runs as pid {prev.owner.pid} on "
                         f"{prev.owner.host}, lease valid for "
                         f"{prev.lease_expires_at - now:.1f}s",
                     )
-                if prev.state == AttemptState.RUNNING:
+                if running:
                     # Whatever that process still does, it can no longer decide an epoch.
                     self._x(
-                        cur, "end_attempt", job_id=job_id, attempt=prev.attempt,
+                        cur,
+                        "end_attempt",
+                        job_id=job_id,
+                        attempt=prev.attempt,
                         state=str(AttemptState.SUPERSEDED),
-                        error="superseded by a newer attempt", now=now,
+                        error="superseded by a newer attempt",
+                        now=now,
                     )
             new = AttemptNo(job.current_attempt + 1)
-            target = JobState.RUNNING
             if job.state not in (JobState.CREATED, JobState.RESTARTING):
                 # RUNNING (a dead attempt being replaced) or terminal (an explicit restart):
                 # pass through RESTARTING so that the table is respected.
                 check_transition(job.state, JobState.RESTARTING)
             changed = self._x(
-                cur, "set_current_attempt", job_id=job_id, attempt=new,
-                state=str(target), expected=expected_current, now=now,
+                cur,
+                "set_current_attempt",
+                job_id=job_id,
+                attempt=new,
+                state=str(JobState.RUNNING),
+                expected=expected_current,
+                now=now,
             ).rowcount
             if changed != 1:
                 raise DuplicateJob(job_id, "another attempt started meanwhile")
             self._x(
-                cur, "insert_attempt", job_id=job_id, attempt=new,
-                state=str(AttemptState.RUNNING), host=owner.host, pid=owner.pid,
-                pid_started=owner.pid_started, lease_expires_at=now + lease_ttl, now=now,
+                cur,
+                "insert_attempt",
+                job_id=job_id,
+                attempt=new,
+                state=str(state),
+                host=owner.host,
+                pid=owner.pid,
+                pid_started=owner.pid_started,
+                lease_expires_at=now + lease_ttl,
+                now=now,
+                log_path=log_path,
             )
             arow = self._x(cur, "get_attempt", job_id=job_id, attempt=new).fetchone()
         return AttemptRecord.from_row(arow)
+
+    def claim_attempt(
+        self, job_id: JobId, attempt: AttemptNo, owner: Owner, lease_ttl: float
+    ) -> AttemptRecord:
+        now = self.clock.now()
+        with self._tx() as cur:
+            n = self._x(
+                cur,
+                "claim_attempt",
+                job_id=job_id,
+                attempt=attempt,
+                host=owner.host,
+                pid=owner.pid,
+                pid_started=owner.pid_started,
+                lease_expires_at=now + lease_ttl,
+            ).rowcount
+            row = self._x(cur, "get_attempt", job_id=job_id, attempt=attempt).fetchone()
+        if n != 1 or row is None:
+            state = "missing" if row is None else AttemptRecord.from_row(row).state
+            raise StaleAttempt(
+                f"attempt {attempt} of job {job_id!r} cannot be claimed: it is {state} "
+                "or no longer the current attempt"
+            )
+        return AttemptRecord.from_row(row)
+
+    def set_attempt_owner(self, job_id: JobId, attempt: AttemptNo, owner: Owner) -> None:
+        with self._tx() as cur:
+            self._x(
+                cur,
+                "set_attempt_owner",
+                job_id=job_id,
+                attempt=attempt,
+                host=owner.host,
+                pid=owner.pid,
+                pid_started=owner.pid_started,
+            )
+
+    def request_cancel(self, job_id: JobId) -> JobRecord:
+        now = self.clock.now()
+        with self._tx() as cur:
+            row = self._x(cur, "lock_job", job_id=job_id).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            job = JobRecord.from_row(row)
+            if job.state.terminal:
+                raise JobTerminal(job_id, str(job.state))
+            if job.state != JobState.CANCELING:
+                # Nothing runs for CREATED and RESTARTING jobs: they end at once. A RUNNING job
+                # is asked to stop after its current epoch (the driver sees CANCELING).
+                target = JobState.CANCELING if job.state == JobState.RUNNING else JobState.CANCELED
+                check_transition(job.state, target)
+                self._x(cur, "request_cancel", job_id=job_id, state=str(target), now=now)
+                if target == JobState.CANCELED and job.current_attempt:
+                    self._x(
+                        cur,
+                        "end_attempt",
+                        job_id=job_id,
+                        attempt=job.current_attempt,
+                        state=str(AttemptState.CANCELED),
+                        error=None,
+                        now=now,
+                    )
+            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        return JobRecord.from_row(row)
+
+    def set_failures(self, job_id: JobId, failures: int, next_attempt_at: float | None) -> None:
+        with self._tx() as cur:
+            self._x(
+                cur,
+                "set_failures",
+                job_id=job_id,
+                failures=failures,
+                next_attempt_at=next_attempt_at,
+                now=self.clock.now(),
+            )
+
+    def restart_job(self, job_id: JobId, spec: dict[str, Any]) -> JobRecord:
+        """An ended job goes to RESTARTING (with ``spec``) for the manager to start anew."""
+        with self._tx() as cur:
+            row = self._x(cur, "lock_job", job_id=job_id).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            job = JobRecord.from_row(row)
+            if job.state.terminal:
+                check_transition(job.state, JobState.RESTARTING)
+                self._x(
+                    cur,
+                    "restart_job",
+                    job_id=job_id,
+                    spec=json.dumps(spec, sort_keys=True),
+                    now=self.clock.now(),
+                )
+            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        return JobRecord.from_row(row)
+
+    def attempt_failed(
+        self, job_id: JobId, attempt: AttemptNo, error: str, next_attempt_at: float | None
+    ) -> JobRecord:
+        """End ``attempt`` FAILED and move its job on: RESTARTING at ``next_attempt_at``,
+        FAILED when that is None, CANCELED if a cancel was asked for. A no-op for the job if
+        ``attempt`` is no longer its current one."""
+        now = self.clock.now()
+        with self._tx() as cur:
+            row = self._x(cur, "lock_job", job_id=job_id).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            job = JobRecord.from_row(row)
+            self._x(
+                cur,
+                "end_attempt",
+                job_id=job_id,
+                attempt=attempt,
+                state=str(AttemptState.FAILED),
+                error=error,
+                now=now,
+            )
+            if job.current_attempt == attempt and not job.state.terminal:
+                if job.state == JobState.CANCELING:
+                    target, nxt = JobState.CANCELED, None
+                elif next_attempt_at is None:
+                    target, nxt = JobState.FAILED, None
+                else:
+                    target, nxt = JobState.RESTARTING, next_attempt_at
+                check_transition(job.state, target)
+                self._x(
+                    cur,
+                    "fail_job_attempt",
+                    job_id=job_id,
+                    state=str(target),
+                    failures=job.failures + 1,
+                    next_attempt_at=nxt,
+                    error=error,
+                    now=now,
+                )
+            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        return JobRecord.from_row(row)
+
+    # leadership ----------------------------------------------------------------------------
+    def acquire_leadership(self, holder: str, address: str, ttl: float) -> LeaderLease | None:
+        """Take (or keep) the leader lease if it is free or ours; None if another holds it."""
+        now = self.clock.now()
+        with self._tx() as cur:
+            self._x(cur, "insert_leader", holder=holder, address=address, expires_at=now + ttl)
+            self._x(
+                cur,
+                "take_leader",
+                holder=holder,
+                address=address,
+                expires_at=now + ttl,
+                now=now,
+            )
+            row = self._x(cur, "get_leader").fetchone()
+        lease = LeaderLease.from_row(row)
+        return lease if lease.holder == holder and lease.expires_at > now else None
+
+    def renew_leadership(self, holder: str, token: int, ttl: float) -> bool:
+        now = self.clock.now()
+        with self._tx() as cur:
+            n = self._x(
+                cur, "renew_leader", holder=holder, token=token, expires_at=now + ttl, now=now
+            ).rowcount
+        return bool(n == 1)
+
+    def resign_leadership(self, holder: str, token: int) -> None:
+        with self._tx() as cur:
+            self._x(cur, "resign_leader", holder=holder, token=token, now=self.clock.now())
+
+    def get_leader(self) -> LeaderLease | None:
+        with self._tx(write=False) as cur:
+            row = self._x(cur, "get_leader").fetchone()
+        return None if row is None else LeaderLease.from_row(row)
+
+    def counts(self) -> dict[str, int]:
+        """Totals for metrics: attempts started, epochs committed."""
+        with self._tx(write=False) as cur:
+            attempts = int(self._x(cur, "count_attempts").fetchone()[0])
+            epochs = int(self._x(cur, "count_committed_epochs").fetchone()[0])
+        return {"attempts": attempts, "epochs_committed": epochs}
 
     def get_attempt(self, job_id: JobId, attempt: AttemptNo) -> AttemptRecord | None:
         with self._tx(write=False) as cur:
@@ -249,8 +461,12 @@ class SqlStore:
         now = self.clock.now()
         with self._tx() as cur:
             n = self._x(
-                cur, "renew_lease", job_id=job_id, attempt=attempt,
-                lease_expires_at=now + lease_ttl, now=now,
+                cur,
+                "renew_lease",
+                job_id=job_id,
+                attempt=attempt,
+                lease_expires_at=now + lease_ttl,
+                now=now,
             ).rowcount
         return bool(n == 1)
 
@@ -259,8 +475,13 @@ class SqlStore:
     ) -> None:
         with self._tx() as cur:
             self._x(
-                cur, "end_attempt", job_id=job_id, attempt=attempt, state=str(state),
-                error=error, now=self.clock.now(),
+                cur,
+                "end_attempt",
+                job_id=job_id,
+                attempt=attempt,
+                state=str(state),
+                error=error,
+                now=self.clock.now(),
             )
 
     # control -------------------------------------------------------------------------------
@@ -273,9 +494,7 @@ class SqlStore:
                 if row is None:
                     raise JobNotFound(job_id)
                 version = ControlVersion(int(row[5]))
-            crow = self._x(
-                cur, "get_control_version", job_id=job_id, version=version
-            ).fetchone()
+            crow = self._x(cur, "get_control_version", job_id=job_id, version=version).fetchone()
         if crow is None:
             raise JobNotFound(f"{job_id} (control version {version})")
         return ControlSnapshot(ControlVersion(int(crow[0])), json.loads(crow[1]))
@@ -287,17 +506,19 @@ class SqlStore:
             if row is None:
                 raise JobNotFound(job_id)
             version = int(row[5])
-            crow = self._x(
-                cur, "get_control_version", job_id=job_id, version=version
-            ).fetchone()
+            crow = self._x(cur, "get_control_version", job_id=job_id, version=version).fetchone()
             current = json.loads(crow[1])
             if current == defaults:
                 return ControlSnapshot(ControlVersion(version), current)
             new = version + 1
             self._x(
-                cur, "insert_control_version", job_id=job_id, version=new,
+                cur,
+                "insert_control_version",
+                job_id=job_id,
+                version=new,
                 config=json.dumps(defaults, sort_keys=True),
-                reason="declared defaults changed", now=now,
+                reason="declared defaults changed",
+                now=now,
             )
             self._x(cur, "set_control_version", job_id=job_id, version=new, now=now)
         return ControlSnapshot(ControlVersion(new), dict(defaults))
@@ -308,8 +529,13 @@ class SqlStore:
     ) -> EpochRecord:
         with self._tx() as cur:
             self._x(
-                cur, "pin_epoch", job_id=job_id, epoch=epoch, attempt=attempt,
-                control_version=control_version, now=self.clock.now(),
+                cur,
+                "pin_epoch",
+                job_id=job_id,
+                epoch=epoch,
+                attempt=attempt,
+                control_version=control_version,
+                now=self.clock.now(),
             )
             row = self._x(cur, "get_epoch", job_id=job_id, epoch=epoch).fetchone()
         return EpochRecord.from_row(row)
@@ -319,8 +545,14 @@ class SqlStore:
     ) -> EpochRecord:
         with self._tx() as cur:
             n = self._x(
-                cur, "decide_epoch", job_id=job_id, epoch=epoch, attempt=attempt,
-                rows_in=rows_in, final=int(final), now=self.clock.now(),
+                cur,
+                "decide_epoch",
+                job_id=job_id,
+                epoch=epoch,
+                attempt=attempt,
+                rows_in=rows_in,
+                final=int(final),
+                now=self.clock.now(),
             ).rowcount
             row = self._x(cur, "get_epoch", job_id=job_id, epoch=epoch).fetchone()
         rec = EpochRecord.from_row(row) if row is not None else None
@@ -367,8 +599,14 @@ class SqlStore:
     ) -> None:
         with self._tx() as cur:
             self._x(
-                cur, "upsert_txn", job_id=job_id, epoch=epoch, sink=sink, attempt=attempt,
-                state=str(state), detail=json.dumps(detail, sort_keys=True),
+                cur,
+                "upsert_txn",
+                job_id=job_id,
+                epoch=epoch,
+                sink=sink,
+                attempt=attempt,
+                state=str(state),
+                detail=json.dumps(detail, sort_keys=True),
                 now=self.clock.now(),
             )
 

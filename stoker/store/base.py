@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from stoker.clock import Clock
 from stoker.store.records import (
     AttemptRecord,
     ControlSnapshot,
     EpochRecord,
     JobRecord,
+    LeaderLease,
     Owner,
     SinkTxn,
 )
@@ -31,6 +33,7 @@ class Store(Protocol):
     """Durable metadata: jobs, attempts, control versions, epochs, sink transactions."""
 
     url: str
+    clock: Clock
 
     def close(self) -> None: ...
 
@@ -62,6 +65,9 @@ class Store(Protocol):
         expected_current: AttemptNo,
         previous_dead: bool = False,
         restart: bool = False,
+        state: AttemptState = AttemptState.RUNNING,
+        log_path: str | None = None,
+        leader: tuple[str, int] | None = None,
     ) -> AttemptRecord:
         """Make a new attempt the owner of the job.
 
@@ -70,8 +76,45 @@ class Store(Protocol):
         process gone (``previous_dead``). The new attempt number is one higher.
         Raises :class:`~stoker.errors.DuplicateJob` otherwise, and
         :class:`~stoker.errors.JobTerminal` for an ended job unless ``restart``.
+        A job manager makes the attempt ``STARTING`` (its driver claims it) and passes its
+        ``leader`` (holder, token): checked in the same transaction, :class:`NotLeader` if lost.
         """
         ...
+
+    def claim_attempt(
+        self, job_id: JobId, attempt: AttemptNo, owner: Owner, lease_ttl: float
+    ) -> AttemptRecord:
+        """A driver adopts its STARTING attempt; :class:`StaleAttempt` if it is not current."""
+        ...
+
+    def set_attempt_owner(self, job_id: JobId, attempt: AttemptNo, owner: Owner) -> None: ...
+
+    def request_cancel(self, job_id: JobId) -> JobRecord:
+        """RUNNING -> CANCELING (the driver stops after its epoch); CREATED/RESTARTING end."""
+        ...
+
+    def set_failures(self, job_id: JobId, failures: int, next_attempt_at: float | None) -> None: ...
+
+    def restart_job(self, job_id: JobId, spec: dict[str, Any]) -> JobRecord:
+        """An ended job goes to RESTARTING with ``spec``; a live one is returned unchanged."""
+        ...
+
+    def attempt_failed(
+        self, job_id: JobId, attempt: AttemptNo, error: str, next_attempt_at: float | None
+    ) -> JobRecord:
+        """End the attempt FAILED; its job restarts at ``next_attempt_at`` or fails."""
+        ...
+
+    # leadership
+    def acquire_leadership(self, holder: str, address: str, ttl: float) -> LeaderLease | None: ...
+
+    def renew_leadership(self, holder: str, token: int, ttl: float) -> bool: ...
+
+    def resign_leadership(self, holder: str, token: int) -> None: ...
+
+    def get_leader(self) -> LeaderLease | None: ...
+
+    def counts(self) -> dict[str, int]: ...
 
     def get_attempt(self, job_id: JobId, attempt: AttemptNo) -> AttemptRecord | None: ...
 

@@ -29,7 +29,9 @@ class PostgresStore(SqlStore):
             raise StoreError(f"cannot connect to PostgreSQL store {_redact(self.url)}: {e}") from e
 
     def _translate(self, queries: dict[str, str]) -> dict[str, str]:
-        return {k: _PARAM.sub(r"%(\1)s", v) for k, v in queries.items()}
+        # psycopg reads every '%' of a query given parameters as a placeholder: a literal one
+        # (LIKE 'x%') must be doubled before ':name' becomes '%(name)s'.
+        return {k: _PARAM.sub(r"%(\1)s", v.replace("%", "%%")) for k, v in queries.items()}
 
     def _begin(self, cur: Any, write: bool) -> None:
         # psycopg opens the transaction implicitly on the first statement.

@@ -31,6 +31,9 @@ class JobRecord:
     last_error: str | None
     created_at: float
     updated_at: float
+    cancel_requested_at: float | None = None
+    failures: int = 0
+    next_attempt_at: float | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> JobRecord:
@@ -44,6 +47,9 @@ class JobRecord:
             last_error=r[6],
             created_at=float(r[7]),
             updated_at=float(r[8]),
+            cancel_requested_at=None if r[9] is None else float(r[9]),
+            failures=int(r[10]),
+            next_attempt_at=None if r[11] is None else float(r[11]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -57,6 +63,9 @@ class JobRecord:
             "last_error": self.last_error,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "cancel_requested_at": self.cancel_requested_at,
+            "failures": self.failures,
+            "next_attempt_at": self.next_attempt_at,
         }
 
 
@@ -81,6 +90,7 @@ class AttemptRecord:
     started_at: float
     ended_at: float | None
     error: str | None
+    log_path: str | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> AttemptRecord:
@@ -93,6 +103,7 @@ class AttemptRecord:
             started_at=float(r[7]),
             ended_at=None if r[8] is None else float(r[8]),
             error=r[9],
+            log_path=r[10],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,6 +117,7 @@ class AttemptRecord:
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "error": self.error,
+            "pid_started": self.owner.pid_started,
         }
 
 
@@ -187,3 +199,17 @@ class ControlSnapshot:
 
     version: ControlVersion
     config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LeaderLease:
+    """Who leads the job managers, until when, under which fencing token."""
+
+    holder: str
+    address: str
+    token: int
+    expires_at: float
+
+    @classmethod
+    def from_row(cls, r: Any) -> LeaderLease:
+        return cls(holder=r[1], address=r[2], token=int(r[3]), expires_at=float(r[4]))

@@ -2,5 +2,21 @@
 
 -- name: lock_job
 -- Row lock: two managers starting an attempt for one job serialise here.
-SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at
+SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
+       cancel_requested_at, failures, next_attempt_at
 FROM jobs WHERE job_id = :job_id FOR UPDATE;
+
+-- name: decide_epoch
+-- As in queries.sql, plus FOR SHARE on the job row. Without it the fence reads the job from the
+-- statement's snapshot: a decide that read it just before a takeover committed could still
+-- land afterwards (say, after waiting on the epoch row), when the new attempt has already seen
+-- the epoch PINNED. The lock makes the decide wait for a takeover in flight, and READ
+-- COMMITTED then re-checks the job row as committed, so the old attempt finds itself fenced.
+UPDATE epochs SET state = 'DECIDED', decided_by = :attempt, rows_in = :rows_in, final = :final,
+                  decided_at = :now
+WHERE job_id = :job_id AND epoch = :epoch AND state = 'PINNED'
+  AND EXISTS (
+      SELECT 1 FROM jobs j JOIN attempts a ON a.job_id = j.job_id AND a.attempt = j.current_attempt
+      WHERE j.job_id = :job_id AND j.current_attempt = :attempt
+        AND a.state = 'RUNNING' AND a.lease_expires_at > :now
+      FOR SHARE OF j);

@@ -7,15 +7,18 @@ VALUES (:job_id, :name, :state, :spec, 0, 0, :now, :now)
 ON CONFLICT (job_id) DO NOTHING;
 
 -- name: get_job
-SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at
+SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
+       cancel_requested_at, failures, next_attempt_at
 FROM jobs WHERE job_id = :job_id;
 
 -- name: lock_job
-SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at
+SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
+       cancel_requested_at, failures, next_attempt_at
 FROM jobs WHERE job_id = :job_id;
 
 -- name: list_jobs
-SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at
+SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
+       cancel_requested_at, failures, next_attempt_at
 FROM jobs ORDER BY created_at, job_id;
 
 -- name: set_job_state
@@ -29,15 +32,18 @@ UPDATE jobs SET current_attempt = :attempt, state = :state, last_error = NULL, u
 WHERE job_id = :job_id AND current_attempt = :expected;
 
 -- name: insert_attempt
-INSERT INTO attempts (job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at)
-VALUES (:job_id, :attempt, :state, :host, :pid, :pid_started, :lease_expires_at, :now);
+INSERT INTO attempts (job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at,
+                      log_path)
+VALUES (:job_id, :attempt, :state, :host, :pid, :pid_started, :lease_expires_at, :now, :log_path);
 
 -- name: get_attempt
-SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error
+SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
+       log_path
 FROM attempts WHERE job_id = :job_id AND attempt = :attempt;
 
 -- name: list_attempts
-SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error
+SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
+       log_path
 FROM attempts WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: renew_lease
@@ -48,7 +54,7 @@ WHERE job_id = :job_id AND attempt = :attempt AND state = 'RUNNING'
 
 -- name: end_attempt
 UPDATE attempts SET state = :state, error = :error, ended_at = :now, lease_expires_at = :now
-WHERE job_id = :job_id AND attempt = :attempt AND state = 'RUNNING';
+WHERE job_id = :job_id AND attempt = :attempt AND state IN ('RUNNING', 'STARTING');
 
 -- name: insert_control_version
 INSERT INTO control_versions (job_id, version, config, reason, created_at)
@@ -108,3 +114,65 @@ FROM sink_txns WHERE job_id = :job_id ORDER BY epoch, sink, attempt;
 -- name: list_txns_in_state
 SELECT job_id, epoch, sink, attempt, state, detail, updated_at
 FROM sink_txns WHERE job_id = :job_id AND state = :state ORDER BY epoch, sink, attempt;
+
+-- name: claim_attempt
+-- A driver adopts the attempt the manager made for it: only while it is the current one.
+UPDATE attempts SET state = 'RUNNING', host = :host, pid = :pid, pid_started = :pid_started,
+                    lease_expires_at = :lease_expires_at
+WHERE job_id = :job_id AND attempt = :attempt AND state = 'STARTING'
+  AND attempt = (SELECT current_attempt FROM jobs WHERE job_id = :job_id);
+
+-- name: set_attempt_owner
+UPDATE attempts SET host = :host, pid = :pid, pid_started = :pid_started
+WHERE job_id = :job_id AND attempt = :attempt;
+
+-- name: request_cancel
+UPDATE jobs SET state = :state, cancel_requested_at = :now, updated_at = :now
+WHERE job_id = :job_id;
+
+-- name: set_failures
+UPDATE jobs SET failures = :failures, next_attempt_at = :next_attempt_at, updated_at = :now
+WHERE job_id = :job_id;
+
+-- name: get_leader
+SELECT name, holder, address, token, expires_at FROM leader_lease WHERE name = 'leader';
+
+-- name: insert_leader
+INSERT INTO leader_lease (name, holder, address, token, expires_at)
+VALUES ('leader', :holder, :address, 1, :expires_at)
+ON CONFLICT (name) DO NOTHING;
+
+-- name: take_leader
+-- Taken only when free (expired) or already ours; a new holder gets a higher token.
+UPDATE leader_lease
+SET token = CASE WHEN holder = :holder THEN token ELSE token + 1 END,
+    holder = :holder, address = :address, expires_at = :expires_at
+WHERE name = 'leader' AND (expires_at <= :now OR holder = :holder);
+
+-- name: renew_leader
+UPDATE leader_lease SET expires_at = :expires_at
+WHERE name = 'leader' AND holder = :holder AND token = :token AND expires_at > :now;
+
+-- name: resign_leader
+UPDATE leader_lease SET expires_at = :now
+WHERE name = 'leader' AND holder = :holder AND token = :token;
+
+-- name: check_leader
+SELECT 1 FROM leader_lease
+WHERE name = 'leader' AND holder = :holder AND token = :token AND expires_at > :now;
+
+-- name: count_attempts
+SELECT COUNT(*) FROM attempts;
+
+-- name: count_committed_epochs
+SELECT COUNT(*) FROM epochs WHERE state = 'COMMITTED';
+
+-- name: restart_job
+UPDATE jobs SET state = 'RESTARTING', spec = :spec, failures = 0, next_attempt_at = NULL,
+                cancel_requested_at = NULL, last_error = NULL, updated_at = :now
+WHERE job_id = :job_id;
+
+-- name: fail_job_attempt
+UPDATE jobs SET state = :state, failures = :failures, next_attempt_at = :next_attempt_at,
+                last_error = :error, updated_at = :now
+WHERE job_id = :job_id;
