@@ -19,7 +19,7 @@ from stoker.runtime.context import EpochContext
 from stoker.sinks.base import Prepared
 from stoker.sources.base import FINISHED, parse_offset_line
 from stoker.testing import fault_point
-from stoker.types import ControlVersion, Epoch, EpochState, TxnState
+from stoker.types import ControlVersion, Epoch, EpochState, JobState, TxnState
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -41,6 +41,10 @@ def all_sources_finished(checkpoint: Path, epoch: int) -> bool:
         return False
     offsets = [parse_offset_line(line) for line in lines[2:]]
     return bool(offsets) and all(o is not None and o[FINISHED] is True for o in offsets)
+
+
+class Stopping(Exception):
+    """Raised in foreachBatch to end the query without running the epoch."""
 
 
 @dataclass
@@ -72,6 +76,10 @@ class EpochProcessor:
         self.error: BaseException | None = None
         self.timings: list[EpochTiming] = []
         self._snapshots: dict[int, dict[str, object]] = {}
+        # Graceful stop: once set, no new epoch starts; the one in flight (holding the lock)
+        # completes and commits first.
+        self.stopping = threading.Event()
+        self.epoch_lock = threading.Lock()
 
     def _config(self, version: ControlVersion) -> dict[str, object]:
         if version not in self._snapshots:
@@ -79,25 +87,34 @@ class EpochProcessor:
         return self._snapshots[version]
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        try:
-            self._run(df, Epoch(batch_id))
-        except BaseException as e:
-            self.error = e
-            raise
+        with self.epoch_lock:
+            if self.stopping.is_set():
+                # Nothing of this epoch was written: it runs again when the job resumes.
+                raise Stopping(f"epoch {batch_id} not started: the job is stopping")
+            try:
+                self._run(df, Epoch(batch_id))
+            except Stopping:
+                raise
+            except BaseException as e:
+                self.error = e
+                raise
 
     def _run(self, df: DataFrame, epoch: Epoch) -> None:
         t0 = time.perf_counter()
         job, attempt, store, sinks = self.job, self.attempt, self.store, self.pipeline.sinks
         final = all_sources_finished(self.checkpoint, epoch)
 
-        # 1. Fence. A stale attempt stops here and writes nothing.
+        # 1. Fence. A stale attempt stops here and writes nothing; so does a canceled job.
         self.lease.check()
+        current = store.get_job(job)
+        if current.state == JobState.CANCELING:
+            self.stopping.set()
+            raise Stopping(f"epoch {epoch} not started: the job is being canceled")
 
         # 2. Pin: insert-if-absent, with the latest control version. A replay finds the record
         #    and gets the version it had the first time. Crash after: a PINNED record, no
         #    output; the replay reuses the pin.
-        latest = store.get_job(job).control_version
-        rec = store.pin_epoch(job, epoch, attempt, latest)
+        rec = store.pin_epoch(job, epoch, attempt, current.control_version)
         fault_point("after_pin", epoch)
 
         if rec.state != EpochState.PINNED:
@@ -175,4 +192,4 @@ class EpochProcessor:
             self.final_event.set()
 
 
-__all__ = ["EpochProcessor", "StaleAttempt", "all_sources_finished"]
+__all__ = ["EpochProcessor", "StaleAttempt", "Stopping", "all_sources_finished"]

@@ -1,33 +1,48 @@
-"""Settings handed from the ``stoker`` CLI to a ``stoker.run`` call inside the user's file."""
+"""Settings handed from a launcher (the ``stoker`` CLI, a job manager's driver) to the
+``stoker.run`` call inside the user's file."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-_global: dict[str, object] = {"overrides": {}, "job_id": None, "restart": False}
+
+@dataclass
+class Launch:
+    """What the launcher decided: settings, job id, restart, and (driver mode) the attempt."""
+
+    overrides: dict[str, str] = field(default_factory=dict)
+    job_id: str | None = None
+    restart: bool = False
+    attempt: int | None = None  # set when a job manager made the attempt for this driver
 
 
-def set_launch(overrides: dict[str, str], job_id: str | None, restart: bool) -> None:
-    _global.update(overrides=dict(overrides), job_id=job_id, restart=restart)
+_current = Launch()
+_listeners: list[Callable[[Any], None]] = []
+
+
+def set_launch(
+    overrides: dict[str, str], job_id: str | None, restart: bool, attempt: int | None = None
+) -> None:
+    global _current
+    _current = Launch(dict(overrides), job_id, restart, attempt)
 
 
 def overrides() -> dict[str, str]:
-    value = _global["overrides"]
-    assert isinstance(value, dict)
-    return dict(value)
+    return dict(_current.overrides)
 
 
 def job_id() -> str | None:
-    value = _global["job_id"]
-    return value if isinstance(value, str) else None
+    return _current.job_id
 
 
 def restart() -> bool:
-    return bool(_global["restart"])
+    return _current.restart
 
 
-_listeners: list[Callable[[Any], None]] = []
+def attempt() -> int | None:
+    return _current.attempt
 
 
 def on_result(fn: Callable[[Any], None]) -> None:

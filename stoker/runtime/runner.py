@@ -5,20 +5,20 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidPipeline, JobFailed, JobTerminal, StaleAttempt, StokerError
 from stoker.runtime import launch
-from stoker.runtime.attempt import LeaseKeeper, start_attempt
+from stoker.runtime.attempt import LeaseKeeper, start_attempt, this_owner
 from stoker.runtime.epoch import EpochProcessor, all_sources_finished
 from stoker.runtime.recovery import recover
 from stoker.runtime.session import get_session
 from stoker.settings import Settings, parse_duration
 from stoker.store import Store, open_store
-from stoker.types import AttemptState, EpochState, JobId, JobState
+from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobState
 from stoker.types import job_id as _job_id
 
 if TYPE_CHECKING:
@@ -128,9 +128,14 @@ def _run_job(
 ) -> JobResult:
     spec = {**pipeline.spec(), "state_dir": str(root), "trigger_s": settings.trigger}
     job, _created = store.create_job(jid, pipeline.name, spec, pipeline.config)
-    if job.state.terminal and not restart:
-        raise JobTerminal(jid, str(job.state))
-    attempt = start_attempt(store, jid, settings.lease_ttl, restart=restart)
+    made_for_us = launch.attempt()
+    if made_for_us is not None:
+        # Driver mode: the job manager made attempt N for this process; adopt it or stop.
+        attempt = store.claim_attempt(jid, AttemptNo(made_for_us), this_owner(), settings.lease_ttl)
+    else:
+        if job.state.terminal and not restart:
+            raise JobTerminal(jid, str(job.state))
+        attempt = start_attempt(store, jid, settings.lease_ttl, restart=restart)
     log.info("job %s: attempt %d started", jid, attempt.attempt)
     lease = LeaseKeeper(store, attempt, settings.lease_ttl)
     lease.start()
@@ -147,7 +152,7 @@ def _run_job(
         else:
             session = spark or get_session(settings, f"stoker:{jid}")
             query = _start_query(session, pipeline, proc, root, checkpoint, settings, jid)
-            result_state = _supervise(query, proc, lease, checkpoint)
+            result_state = _supervise(query, proc, lease, checkpoint, _stop_check(store, jid))
     except KeyboardInterrupt:
         result_state = JobState.CANCELED
         _end(store, jid, attempt.attempt, AttemptState.CANCELED, JobState.CANCELED, None)
@@ -159,11 +164,15 @@ def _run_job(
         err = proc.error if isinstance(proc.error, StokerError) else e
         _end(store, jid, attempt.attempt, AttemptState.FAILED, JobState.FAILED, str(err))
         if isinstance(err, StokerError):
+            if err is e:
+                raise  # not `raise e from e`: an exception must not be its own cause
             raise err from e
         raise JobFailed(f"job {jid!r} failed: {err}") from e
     finally:
         lease.stop()
-    _end(store, jid, attempt.attempt, AttemptState.FINISHED, result_state, None)
+    # A query stopped from outside (not by its final epoch) ends the attempt CANCELED too.
+    astate = AttemptState.FINISHED if result_state == JobState.FINISHED else AttemptState.CANCELED
+    _end(store, jid, attempt.attempt, astate, result_state, None)
     done = [t for t in proc.timings if not t.replayed]
     result = JobResult(
         job_id=jid,
@@ -185,6 +194,8 @@ def _end(
     from stoker.types import AttemptNo
 
     store.end_attempt(jid, AttemptNo(attempt), astate, err)
+    if jstate == JobState.FAILED and launch.attempt() is not None:
+        return  # under a job manager, its restart strategy decides what a failure means
     current = store.get_job(jid)
     if current.current_attempt != attempt:
         return
@@ -227,32 +238,86 @@ def _start_query(
     return writer.start()
 
 
+def _stop_check(store: Store, jid: JobId, every: float = 0.5) -> Callable[[], bool]:
+    """A cheap poll of the store: has someone asked this job to stop (cancel)?"""
+    last = [0.0]
+
+    def requested() -> bool:
+        now = time.monotonic()
+        if now - last[0] < every:
+            return False
+        last[0] = now
+        return store.get_job(jid).state == JobState.CANCELING
+
+    return requested
+
+
 def _supervise(
-    query: StreamingQuery, proc: EpochProcessor, lease: LeaseKeeper, checkpoint: Path
+    query: StreamingQuery,
+    proc: EpochProcessor,
+    lease: LeaseKeeper,
+    checkpoint: Path,
+    stop_requested: Callable[[], bool] = lambda: False,
 ) -> JobState:
-    """Wait for the query to end: final epoch committed, fenced, or failed."""
-    while True:
-        if proc.final_event.is_set():
-            n = proc.final_epoch
+    """Wait for the query to end: final epoch committed, stop asked for, fenced, or failed."""
+    try:
+        while True:
+            # Sleep on the final-epoch event: no busy polling of the JVM while epochs run.
             # The job ends once Spark has written its commit log for the final epoch, so that
             # a later restart finds nothing to replay.
-            if n is not None and (checkpoint / "commits" / str(n)).exists():
+            if proc.final_event.wait(timeout=0.1) and _await_commit_log(
+                query, checkpoint, proc.final_epoch, timeout=None
+            ):
                 query.stop()
                 return JobState.FINISHED
-        if lease.fenced is not None:
-            query.stop()
-            raise StaleAttempt(lease.fenced)
-        if not query.isActive:
-            exc = query.exception()
-            if proc.error is not None:
-                raise proc.error
-            if exc is not None:
-                raise JobFailed(str(exc))
-            # Stopped from outside without an error: the final check decides.
-            if proc.final_epoch is not None or all_sources_finished(checkpoint, _last(checkpoint)):
-                return JobState.FINISHED
-            return JobState.CANCELED
-        time.sleep(0.01)
+            if lease.fenced is not None:
+                query.stop()
+                raise StaleAttempt(lease.fenced)
+            if not query.isActive:
+                if proc.stopping.is_set() and proc.error is None:
+                    return JobState.CANCELED
+                exc = query.exception()
+                if proc.error is not None:
+                    raise proc.error
+                if exc is not None:
+                    raise JobFailed(str(exc))
+                # Stopped from outside without an error: the final check decides.
+                last = _last(checkpoint)
+                if proc.final_epoch is not None or all_sources_finished(checkpoint, last):
+                    return JobState.FINISHED
+                return JobState.CANCELED
+            if proc.stopping.is_set() or stop_requested():
+                return _graceful_stop(query, proc, checkpoint)
+    except KeyboardInterrupt:
+        return _graceful_stop(query, proc, checkpoint)
+
+
+def _graceful_stop(query: StreamingQuery, proc: EpochProcessor, checkpoint: Path) -> JobState:
+    """Let the epoch in flight complete and commit, then stop the query. No new epoch starts."""
+    proc.stopping.set()
+    with proc.epoch_lock:  # waits for the epoch in flight, if any
+        last = proc.timings[-1].epoch if proc.timings else None
+    _await_commit_log(query, checkpoint, last, timeout=10.0)
+    query.stop()
+    if proc.final_epoch is not None and (checkpoint / "commits" / str(proc.final_epoch)).exists():
+        return JobState.FINISHED
+    return JobState.CANCELED
+
+
+def _await_commit_log(
+    query: StreamingQuery, checkpoint: Path, epoch: int | None, timeout: float | None
+) -> bool:
+    """Wait until Spark has written ``commits/<epoch>``; False if the query ended first."""
+    if epoch is None:
+        return False
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while query.isActive:
+        if (checkpoint / "commits" / str(epoch)).exists():
+            return True
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return (checkpoint / "commits" / str(epoch)).exists()
 
 
 def _last(checkpoint: Path) -> int:

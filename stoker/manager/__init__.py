@@ -1,0 +1,8 @@
+"""The job manager: submissions, supervision of driver processes, leadership."""
+
+from __future__ import annotations
+
+from stoker.manager.manager import JobManager, SubmitResult
+from stoker.manager.supervisor import Supervisor, SupervisorConfig
+
+__all__ = ["JobManager", "SubmitResult", "Supervisor", "SupervisorConfig"]

@@ -1,0 +1,130 @@
+"""The job manager's facade: the only code the REST API calls, and the only code of the
+manager that talks to the store."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stoker.errors import InvalidInput, JobConflict, JobNotFound, JobTerminal
+from stoker.manager.submit import spec_difference, validate_submission
+from stoker.store import AttemptRecord, EpochRecord, JobRecord, Store
+from stoker.types import AttemptNo, JobId, JobState, job_id
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """A submission's outcome: the job, and whether it was created, already live, or restarted."""
+
+    job: JobRecord
+    outcome: str  # "created" | "duplicate" | "restarted"
+
+
+class JobManager:
+    """Submissions, queries and cancels over one store."""
+
+    def __init__(self, store: Store, state_dir: Path, allowed_dirs: list[Path]) -> None:
+        self.store = store
+        self.state_dir = state_dir
+        self.allowed_dirs = [d.resolve() for d in allowed_dirs]
+
+    def submit(
+        self,
+        jid: str | None,
+        entrypoint: str,
+        args: list[str] | None = None,
+        conf: dict[str, str] | None = None,
+        restart: bool = False,
+        restart_strategy: dict[str, Any] | None = None,
+    ) -> SubmitResult:
+        """Create the job, or return the live one; never a second live instance.
+
+        The store's primary key decides between concurrent submissions of one id, whichever
+        manager receives them.
+        """
+        sub = validate_submission(
+            entrypoint, list(args or []), dict(conf or {}), restart_strategy, self.allowed_dirs
+        )
+        name = job_id(jid) if jid is not None else job_id(_pipeline_name(sub.entrypoint))
+        spec = sub.spec()
+        job, created = self.store.create_job(name, name, spec, {})
+        if created:
+            return SubmitResult(job, "created")
+        if job.state.terminal:
+            if not restart:
+                raise JobTerminal(name, str(job.state))
+            job = self.store.restart_job(name, spec)
+            if job.state == JobState.RESTARTING:
+                return SubmitResult(job, "restarted")
+        diff = spec_difference(job.spec, spec)
+        if diff is not None:
+            raise JobConflict(name, diff)
+        return SubmitResult(job, "duplicate")
+
+    def list_jobs(self, state: JobState | None = None) -> list[JobRecord]:
+        return self.store.list_jobs(state)
+
+    def view(self, jid: str) -> dict[str, Any]:
+        """Everything about one job: state, attempt (pid, host, lease), last epoch, timings."""
+        job = self.store.get_job(job_id(jid))
+        out = job.to_dict()
+        att = (
+            self.store.get_attempt(job.job_id, job.current_attempt) if job.current_attempt else None
+        )
+        out["attempt"] = att.to_dict() if att else None
+        last = self.store.list_epochs(job.job_id, limit=1)
+        out["last_epoch"] = last[0].to_dict() if last else None
+        return out
+
+    def attempts(self, jid: str) -> list[AttemptRecord]:
+        job = self.store.get_job(job_id(jid))
+        return self.store.list_attempts(job.job_id)
+
+    def epochs(self, jid: str, limit: int = 100) -> list[EpochRecord]:
+        job = self.store.get_job(job_id(jid))
+        return self.store.list_epochs(job.job_id, limit=limit)
+
+    def cancel(self, jid: str) -> JobRecord:
+        """Ask the job to stop after its current epoch; the leader enforces a timeout."""
+        return self.store.request_cancel(job_id(jid))
+
+    def attempt_log(self, jid: str, attempt: int, tail: int | None = None) -> str:
+        """The driver log of one attempt (the last ``tail`` bytes if given)."""
+        job = self.store.get_job(job_id(jid))
+        att = self.store.get_attempt(job.job_id, AttemptNo(attempt))
+        if att is None:
+            raise JobNotFound(f"{jid} attempt {attempt}")
+        if not att.log_path:
+            raise InvalidInput("attempt", f"attempt {attempt} was not started by a job manager")
+        path = Path(att.log_path)
+        if not path.exists():
+            return ""
+        with open(path, "rb") as fh:
+            if tail is not None:
+                size = path.stat().st_size
+                fh.seek(max(0, size - tail))
+            return fh.read().decode("utf-8", errors="replace")
+
+
+def _pipeline_name(entrypoint: Path) -> JobId:
+    """The name of the Pipeline the file defines at module level, found in a child process
+    (user code never runs inside the manager)."""
+    code = (
+        "import sys\n"
+        "from stoker.runtime.appfile import check_app_path, pipeline_name_of\n"
+        "print(pipeline_name_of(check_app_path(sys.argv[1])))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(entrypoint)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(entrypoint.parent),
+    )
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise InvalidInput("job_id", f"not given, and the entrypoint's pipeline name: {last}")
+    return job_id(proc.stdout.strip().splitlines()[-1])
