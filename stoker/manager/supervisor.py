@@ -191,7 +191,10 @@ class Supervisor:
         """Why a STARTING/RUNNING attempt is to be given up, or None while it may be alive."""
         child = self._children.get((attempt.job_id, attempt.attempt))
         if child is not None and child.poll() is not None:
-            return f"the driver exited with code {child.returncode} without ending its attempt"
+            return (
+                f"the driver exited with code {child.returncode} without ending its attempt"
+                + _last_words(attempt.log_path)
+            )
         if attempt.owner.pid and processes.is_dead(attempt.owner):
             return f"the driver (pid {attempt.owner.pid}) is gone"
         if attempt.lease_expires_at <= now:
@@ -234,6 +237,24 @@ class Supervisor:
                 att = self.store.get_attempt(*key)
                 if att is None or att.state not in _LIVE_ATTEMPT:
                     del self._children[key]
+
+
+def _last_words(log_path: str | None, max_bytes: int = 4096) -> str:
+    """The driver's last error line from its log, to make a failure readable at a glance."""
+    if not log_path:
+        return ""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - max_bytes))
+            lines = fh.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        text = line.strip()
+        if text and ("Error" in text or "Exception" in text or text.startswith("stoker")):
+            return f": {text[:500]}"
+    return ""
 
 
 def _host() -> str:
