@@ -142,7 +142,10 @@ def _open(job: str, store: str | None, state_dir: str | None) -> Any:
         base = Path(state_dir) if state_dir else Path(".stoker") / jid
         db = base / "store.db"
         if not db.exists():
-            raise JobNotFound(f"{jid} (no store at {db}; give --store or --state-dir)")
+            err = JobNotFound(jid)
+            # The hint after the quoted id, not inside it: "job 'x' not found (no store at ...)".
+            err.args = (f"{err} (no store at {db}; give --store or --state-dir)",)
+            raise err
         store = str(db)
     return jid, open_store(store)
 
@@ -344,6 +347,11 @@ def logs_cmd(
 @click.option("--leader-ttl", default=3.0, show_default=True, type=click.FloatRange(0.5))
 @click.option("--lease-ttl", default=10.0, show_default=True, type=click.FloatRange(1.0))
 @click.option("--cancel-timeout", default=60.0, show_default=True, type=click.FloatRange(0))
+@click.option(
+    "--api-only",
+    is_flag=True,
+    help="Serve the API and take submissions, never lead (no supervisor on this node).",
+)
 @_guarded
 def server_cmd(
     store: str | None,
@@ -355,6 +363,7 @@ def server_cmd(
     leader_ttl: float,
     lease_ttl: float,
     cancel_timeout: float,
+    api_only: bool,
 ) -> None:
     """Run a job manager: REST API (docs at /docs), dispatcher and supervisor."""
     from stoker.server.main import serve

@@ -22,6 +22,7 @@ def serve(
     leader_ttl: float = 3.0,
     lease_ttl: float = 10.0,
     cancel_timeout: float = 60.0,
+    supervise: bool = True,
 ) -> None:
     """Serve until SIGINT/SIGTERM. Drivers started here keep running after the manager stops."""
     import uvicorn
@@ -43,13 +44,15 @@ def serve(
         lease_ttl=lease_ttl,
         cancel_timeout=cancel_timeout,
     )
-    supervisor = Supervisor(sup_store, cfg)
+    supervisor = Supervisor(sup_store, cfg) if supervise else None
     manager = JobManager(api_store, state_dir, allow_dirs)
     app = create_app(manager, supervisor, token)
-    supervisor.start()
+    if supervisor is not None:
+        supervisor.start()
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     finally:
-        supervisor.stop(resign=True)
+        if supervisor is not None:
+            supervisor.stop(resign=True)
         api_store.close()
         sup_store.close()
