@@ -37,18 +37,22 @@ class SqlStore:
     """Implements :class:`stoker.store.base.Store` for any DB-API backend.
 
     A backend subclass provides ``_connect()``, ``_begin(cur, write)`` and ``dialect``; every
-    method here runs in one transaction, serialised by a lock so that the lease thread and the
-    epoch loop can share one connection.
+    method here runs in one transaction on a connection of a small pool (``pool_size``): the
+    lease thread, the epoch loop and a server's request threads each take one while they work.
     """
 
     dialect = "sqlite"
+    pool_size = 1
 
     def __init__(self, url: str, clock: Clock | None = None) -> None:
         self.url = url
         self.clock: Clock = clock or SystemClock()
         self._q = self._translate(_sql.queries(self.dialect))
-        self._lock = threading.RLock()
-        self._conn = self._connect()
+        self._idle: list[Any] = []
+        self._opened = 0
+        self._cond = threading.Condition()
+        self._idle.append(self._connect())
+        self._opened = 1
         self._migrate()
 
     # backend hooks ------------------------------------------------------------------------
@@ -65,28 +69,71 @@ class SqlStore:
         raise NotImplementedError
 
     # plumbing ------------------------------------------------------------------------------
+    def _acquire(self) -> Any:
+        with self._cond:
+            while not self._idle and self._opened >= self.pool_size:
+                self._cond.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._opened += 1
+        try:
+            return self._connect()
+        except BaseException:
+            with self._cond:
+                self._opened -= 1
+                self._cond.notify()
+            raise
+
+    def _release(self, conn: Any, broken: bool) -> None:
+        with self._cond:
+            if broken:
+                self._opened -= 1
+                with contextlib.suppress(Exception):
+                    conn.close()
+            else:
+                self._idle.append(conn)
+            self._cond.notify()
+
+    def _is_disconnect(self, err: BaseException) -> bool:
+        """Whether ``err`` means the connection is unusable (backends refine this)."""
+        return False
+
     @contextlib.contextmanager
     def _tx(self, write: bool = True) -> Iterator[Any]:
-        with self._lock:
-            cur = self._conn.cursor()
+        conn = self._acquire()
+        broken = False
+        try:
+            cur = conn.cursor()
             self._begin(cur, write)
             try:
                 yield cur
-            except BaseException:
-                self._conn.rollback()
+            except BaseException as e:
+                broken = self._is_disconnect(e)
+                if not broken:
+                    conn.rollback()
                 raise
             else:
-                self._conn.commit()
+                try:
+                    conn.commit()
+                except BaseException as e:
+                    broken = self._is_disconnect(e)
+                    raise
             finally:
-                cur.close()
+                with contextlib.suppress(Exception):
+                    cur.close()
+        finally:
+            self._release(conn, broken)
 
     def _x(self, cur: Any, query: str, /, **params: Any) -> Any:
         cur.execute(self._q[query], params)
         return cur
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        with self._cond:
+            for conn in self._idle:
+                conn.close()
+            self._opened -= len(self._idle)
+            self._idle.clear()
 
     def _migrate(self) -> None:
         with self._tx() as cur:

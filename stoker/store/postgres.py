@@ -16,6 +16,7 @@ class PostgresStore(SqlStore):
     """Store in a PostgreSQL database given by a ``postgresql://`` URL."""
 
     dialect = "postgres"
+    pool_size = 8  # a manager serves requests in parallel; PostgreSQL runs them in parallel
 
     def __init__(self, dsn: str, clock: Clock | None = None) -> None:
         super().__init__(dsn, clock)
@@ -27,6 +28,11 @@ class PostgresStore(SqlStore):
             return psycopg.connect(self.url, autocommit=False, connect_timeout=10)
         except psycopg.Error as e:
             raise StoreError(f"cannot connect to PostgreSQL store {_redact(self.url)}: {e}") from e
+
+    def _is_disconnect(self, err: BaseException) -> bool:
+        import psycopg
+
+        return isinstance(err, psycopg.OperationalError)
 
     def _translate(self, queries: dict[str, str]) -> dict[str, str]:
         # psycopg reads every '%' of a query given parameters as a placeholder: a literal one
