@@ -6,7 +6,15 @@ from stoker.sinks.base import Prepared, Recovered, TwoPhaseSink
 from stoker.sinks.files import FilesSink
 from stoker.sinks.postgres import PostgresSink
 
-__all__ = ["FilesSink", "PostgresSink", "Prepared", "Recovered", "TwoPhaseSink", "files", "postgres"]
+__all__ = [
+    "FilesSink",
+    "PostgresSink",
+    "Prepared",
+    "Recovered",
+    "TwoPhaseSink",
+    "files",
+    "postgres",
+]
 
 
 def files(path: str, format: str = "parquet", options: dict[str, str] | None = None) -> FilesSink:

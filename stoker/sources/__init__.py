@@ -60,6 +60,8 @@ def generator(
     )
 
 
-def spark(format: str, options: dict[str, str] | None = None, schema: str | None = None) -> SparkSource:
+def spark(
+    format: str, options: dict[str, str] | None = None, schema: str | None = None
+) -> SparkSource:
     """One of Spark's own streaming sources (e.g. ``rate-micro-batch``, ``kafka``): unbounded."""
     return SparkSource(format=format, options=dict(options or {}), schema=schema)

@@ -48,18 +48,27 @@ class FileLog:
         self.entries: list[Entry] = []
         self.sealed = False
         self._known: set[str] = set()
+        # (whole lines' bytes, file size) when the file ends in a line torn by a crash (never
+        # fsynced, so never acknowledged): append() cuts the torn tail off before writing, or
+        # the next line would be glued to it and lost on the following reload.
+        self._torn: tuple[int, int] | None = None
         if path.exists():
-            for line in path.read_text().splitlines():
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    break  # a torn last line after a crash: it was never acknowledged
-                if rec.get("sealed"):
-                    self.sealed = True
-                    continue
-                self._add(Entry(int(rec["seq"]), rec["path"], int(rec["size"])))
+            data = path.read_bytes()
+            pos = 0
+            while (end := data.find(b"\n", pos)) >= 0:  # a line without its newline is torn
+                line = data[pos:end]
+                if line.strip():
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        break  # a torn line after a crash: it was never acknowledged
+                    if rec.get("sealed"):
+                        self.sealed = True
+                    else:
+                        self._add(Entry(int(rec["seq"]), rec["path"], int(rec["size"])))
+                pos = end + 1
+            if pos < len(data):
+                self._torn = (pos, len(data))
 
     def _add(self, e: Entry) -> None:
         self.entries.append(e)
@@ -79,7 +88,11 @@ class FileLog:
         if seal and not self.sealed:
             self.sealed = True
             lines.append(json.dumps({"sealed": True}))
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write("".join(line + "\n" for line in lines))
+        data = "".join(line + "\n" for line in lines).encode("utf-8")
+        with open(self.path, "ab") as fh:
+            if self._torn is not None and fh.tell() == self._torn[1]:
+                fh.truncate(self._torn[0])  # the torn tail seen on load, still untouched
+            self._torn = None
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

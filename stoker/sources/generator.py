@@ -37,7 +37,9 @@ class _GeneratorReader(DataSourceStreamReader):
         self.sid = options["sid"]
         self.total = int(options["total"]) if options.get("total") else None
         self.rate = float(options["rows_per_second"]) if options.get("rows_per_second") else None
-        self.max_rows = int(options["max_rows_per_epoch"]) if options.get("max_rows_per_epoch") else 0
+        self.max_rows = (
+            int(options["max_rows_per_epoch"]) if options.get("max_rows_per_epoch") else 0
+        )
         self.parts = max(1, int(options.get("partitions", "2")))
         self._clock: float | None = None  # rate budget: rows are produced since this instant
 

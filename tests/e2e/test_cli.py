@@ -1,0 +1,274 @@
+"""The ``stoker`` command line, driven in subprocesses as a user would.
+
+One real job runs on Spark (a bounded generator into a files sink); every other command either
+reads its store or fails before Spark starts, so the module stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.support import file_sink_ids, stoker_cmd
+
+JOB = "cli-job"
+SPARK_RUN_TIMEOUT = 420.0  # a cold Spark driver on a loaded 2-core machine
+QUICK_TIMEOUT = 120.0
+
+# Calls stoker.run itself, as most application files do.
+APP = """\
+import stoker
+from stoker import Pipeline, sinks, sources
+
+p = (
+    Pipeline({job!r})
+    .source(sources.generator(total=300, max_rows_per_epoch=100))
+    .sink(sinks.files({out!r}))
+)
+
+if __name__ == "__main__":
+    stoker.run(p)
+"""
+
+# Only defines the pipeline: the CLI finds and runs it.
+APP_DEFINES_ONLY = """\
+from stoker import Pipeline, sinks, sources
+
+pipeline = (
+    Pipeline({job!r})
+    .source(sources.generator(total=300, max_rows_per_epoch=100))
+    .sink(sinks.files({out!r}))
+)
+"""
+
+
+def _stoker(
+    *args: str, cwd: Path, timeout: float = QUICK_TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        stoker_cmd(*args), cwd=str(cwd), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _error_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("stoker: error:")]
+
+
+class _Ran:
+    """The module's one real run, shared by the tests that read what it left behind."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.state = root / "state"
+        self.out = root / "out"
+        self.app = root / "app.py"
+        self.app.write_text(APP.format(job=JOB, out=str(self.out)))
+        self.proc = _stoker(
+            "run",
+            str(self.app),
+            "-D",
+            f"stoker.state_dir={self.state}",
+            "-D",
+            "stoker.trigger=100ms",
+            cwd=root,
+            timeout=SPARK_RUN_TIMEOUT,
+        )
+
+    def dir_args(self) -> list[str]:
+        return ["--state-dir", str(self.state)]
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory: pytest.TempPathFactory) -> _Ran:
+    return _Ran(tmp_path_factory.mktemp("cli"))
+
+
+def test_run_of_a_bounded_app_exits_0_and_prints_its_result(ran: _Ran) -> None:
+    assert ran.proc.returncode == 0, ran.proc.stderr[-3000:]
+    assert json.loads(ran.proc.stdout.strip().splitlines()[-1]) == {
+        "job_id": JOB,
+        "state": "FINISHED",
+        "attempt": 1,
+        "epochs": 3,
+        "rows": 300,
+        "last_epoch": 2,
+    }
+    assert file_sink_ids(ran.out) == Counter(range(300))
+    assert "job cli-job: attempt 1 started" in ran.proc.stderr  # progress goes to stderr
+    assert _error_lines(ran.proc) == []
+
+
+def test_status_shows_the_finished_job(ran: _Ran) -> None:
+    proc = _stoker("status", JOB, *ran.dir_args(), cwd=ran.root)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"job        {JOB}"
+    assert lines[1] == "state      FINISHED"
+    assert lines[2].startswith("attempt    1 FINISHED pid ")
+    assert lines[3].startswith("last epoch 2 COMMITTED rows 100 at ")
+    assert lines[4] == "config v0"
+    assert len(lines) == 5
+
+    proc = _stoker("status", JOB, *ran.dir_args(), "--json", cwd=ran.root)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["job_id"], doc["state"], doc["current_attempt"], doc["last_error"]) == (
+        JOB,
+        "FINISHED",
+        1,
+        None,
+    )
+    assert (doc["attempt"]["attempt"], doc["attempt"]["state"]) == (1, "FINISHED")
+    assert (doc["last_epoch"]["epoch"], doc["last_epoch"]["state"], doc["last_epoch"]["final"]) == (
+        2,
+        "COMMITTED",
+        True,
+    )
+
+
+def test_epochs_lists_every_epoch_newest_first(ran: _Ran) -> None:
+    proc = _stoker("epochs", JOB, *ran.dir_args(), "--json", cwd=ran.root)
+    assert proc.returncode == 0, proc.stderr
+    epochs = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [
+        (e["epoch"], e["state"], e["rows"], e["final"], e["decided_by"], e["control_version"])
+        for e in epochs
+    ] == [
+        (2, "COMMITTED", 100, True, 1, 0),
+        (1, "COMMITTED", 100, False, 1, 0),
+        (0, "COMMITTED", 100, False, 1, 0),
+    ]
+
+    proc = _stoker("epochs", JOB, *ran.dir_args(), "--limit", "1", cwd=ran.root)
+    assert proc.returncode == 0, proc.stderr
+    header, row = proc.stdout.splitlines()
+    assert header.split() == ["epoch", "state", "rows", "ctl", "by", "committed"]
+    assert row.split()[:5] == ["2", "COMMITTED", "100", "0", "1"]
+    assert row.endswith(" final")
+
+
+def test_a_second_run_of_an_ended_job_exits_5_with_one_line(ran: _Ran) -> None:
+    proc = _stoker("run", str(ran.app), "-D", f"stoker.state_dir={ran.state}", cwd=ran.root)
+    assert proc.returncode == 5
+    assert proc.stderr.strip().splitlines() == [
+        f"stoker: error: job '{JOB}' has ended in state FINISHED; ask for a restart to run it again"
+    ]
+    assert proc.stdout == ""
+
+
+def test_restart_runs_the_ended_job_again_without_rereading(ran: _Ran, tmp_path: Path) -> None:
+    # On a copy of the finished job, so that the other tests see it as the run left it.
+    state, out = tmp_path / "state", tmp_path / "out"
+    shutil.copytree(ran.state, state)
+    shutil.copytree(ran.out, out)
+    app = tmp_path / "defines_only.py"  # only defines the pipeline: the CLI finds and runs it
+    app.write_text(APP_DEFINES_ONLY.format(job=JOB, out=str(out)))
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+
+    proc = _stoker(
+        "run",
+        str(app),
+        "--restart",
+        "-D",
+        f"stoker.state_dir={state}",
+        cwd=tmp_path,
+        timeout=SPARK_RUN_TIMEOUT,
+    )
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
+        "job_id": JOB,
+        "state": "FINISHED",
+        "attempt": 2,
+        "epochs": 0,
+        "rows": 0,
+        "last_epoch": None,
+    }
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    assert file_sink_ids(out) == Counter(range(300))
+    status = _stoker("status", JOB, "--state-dir", str(state), "--json", cwd=tmp_path)
+    doc = json.loads(status.stdout)
+    assert (doc["state"], doc["current_attempt"], doc["attempt"]["state"]) == (
+        "FINISHED",
+        2,
+        "FINISHED",
+    )
+
+
+# failures before anything runs ---------------------------------------------------------------
+
+
+def test_run_of_a_missing_file_exits_2(tmp_path: Path) -> None:
+    proc = _stoker("run", "missing.py", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["stoker: error: app: 'missing.py' does not exist"]
+
+
+def test_run_of_a_file_that_is_not_python_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "app.txt").write_text("print(1)\n")
+    proc = _stoker("run", "app.txt", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert _error_lines(proc) == ["stoker: error: app: 'app.txt' is not a Python file (.py)"]
+
+
+def test_a_malformed_define_exits_2(tmp_path: Path) -> None:
+    app = tmp_path / "app.py"
+    app.write_text(APP.format(job="never", out=str(tmp_path / "out")))
+    proc = _stoker("run", str(app), "-D", "badkey", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["stoker: error: -D: 'badkey' is not key=value"]
+    assert not (tmp_path / ".stoker").exists()
+
+
+def test_an_unknown_setting_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    app = tmp_path / "app.py"
+    app.write_text(APP.format(job="never", out=str(tmp_path / "out")))
+    proc = _stoker("run", str(app), "-D", "stoker.nope=1", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert _error_lines(proc) == [
+        "stoker: error: stoker.nope: unknown stoker setting; known: "
+        "trigger, state_dir, store, master, lease_ttl"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py"]
+
+
+def test_a_bad_job_id_exits_2(tmp_path: Path) -> None:
+    app = tmp_path / "app.py"
+    app.write_text(APP.format(job="never", out=str(tmp_path / "out")))
+    proc = _stoker("run", str(app), "--job-id", "no/slashes", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert len(_error_lines(proc)) == 1
+    assert _error_lines(proc)[0].startswith("stoker: error: job_id: 'no/slashes' is not a valid")
+
+
+def test_status_of_an_unknown_job_exits_3(tmp_path: Path) -> None:
+    proc = _stoker("status", "nosuchjob", cwd=tmp_path)
+    assert proc.returncode == 3
+    assert proc.stderr.strip().splitlines() == [
+        "stoker: error: job 'nosuchjob' not found (no store at .stoker/nosuchjob/store.db; "
+        "give --store or --state-dir)"
+    ]
+    proc = _stoker("epochs", "nosuchjob", cwd=tmp_path)
+    assert proc.returncode == 3
+
+
+def test_status_of_a_job_missing_from_an_existing_store_exits_3(ran: _Ran) -> None:
+    proc = _stoker("status", "other-job", *ran.dir_args(), cwd=ran.root)
+    assert proc.returncode == 3
+    assert proc.stderr.strip().splitlines() == ["stoker: error: job 'other-job' not found"]
+    proc = _stoker("epochs", "other-job", *ran.dir_args(), cwd=ran.root)
+    assert proc.returncode == 3
+
+
+def test_version_and_help(tmp_path: Path) -> None:
+    proc = _stoker("--version", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "0.1.0" in proc.stdout
+    proc = _stoker("run", "--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "--restart" in proc.stdout

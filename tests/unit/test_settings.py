@@ -1,0 +1,160 @@
+"""stoker.settings: durations, ``-D key=value`` pairs and how they land in :class:`Settings`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stoker.errors import InvalidInput
+from stoker.settings import Settings, parse_duration, parse_pairs
+
+# durations -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("500ms", 0.5),
+        ("100 ms", 0.1),
+        ("2s", 2.0),
+        ("2", 2.0),
+        ("1.5s", 1.5),
+        ("10 sec", 10.0),
+        ("1 second", 1.0),
+        ("3 seconds", 3.0),
+        ("1m", 60.0),
+        ("2min", 120.0),
+        ("1 minute", 60.0),
+        ("1.5 minutes", 90.0),
+        ("  250ms  ", 0.25),
+        ("0", 0.0),
+        (3, 3.0),
+        (0.25, 0.25),
+    ],
+)
+def test_parse_duration_gives_seconds(text: str | float, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "fast", "5h", "1 hour", "ms", "1.2.3s", "-1s", "1e3ms"])
+def test_parse_duration_rejects_what_is_not_a_duration(text: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        parse_duration(text, "stoker.trigger")
+    assert info.value.field == "stoker.trigger"
+    assert info.value.message == f"{text!r} is not a duration like '500ms' or '2s'"
+
+
+def test_parse_duration_rejects_a_negative_number() -> None:
+    with pytest.raises(InvalidInput) as info:
+        parse_duration(-1)
+    assert info.value.field == "trigger"
+    assert info.value.message == "must not be negative, got -1"
+
+
+# -D pairs --------------------------------------------------------------------------------------
+
+
+def test_parse_pairs_splits_at_the_first_equals_sign() -> None:
+    assert parse_pairs(["a=1", "b=x=y", " c =", "spark.x=  v "]) == {
+        "a": "1",
+        "b": "x=y",
+        "c": "",
+        "spark.x": "  v ",
+    }
+
+
+def test_parse_pairs_of_nothing_is_empty() -> None:
+    assert parse_pairs([]) == {}
+    assert parse_pairs(()) == {}
+
+
+@pytest.mark.parametrize("pair", ["badkey", "=1", " =1", ""])
+def test_parse_pairs_names_the_malformed_pair(pair: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        parse_pairs(["ok=1", pair])
+    assert info.value.field == "-D"
+    assert info.value.message == f"{pair!r} is not key=value"
+
+
+# Settings --------------------------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    s = Settings()
+    assert (s.trigger, s.state_dir, s.store, s.master, s.lease_ttl, s.spark_conf) == (
+        0.5,
+        None,
+        None,
+        "local[*]",
+        30.0,
+        {},
+    )
+
+
+def test_overrides_set_stoker_keys_and_collect_spark_conf() -> None:
+    s = Settings().with_overrides(
+        {
+            "stoker.trigger": "100ms",
+            "stoker.state_dir": "/tmp/st",
+            "stoker.store": "postgresql://h/db",
+            "stoker.master": "local[2]",
+            "stoker.lease_ttl": "5s",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.driver.memory": "1g",
+        }
+    )
+    assert s == Settings(
+        trigger=0.1,
+        state_dir=Path("/tmp/st"),
+        store="postgresql://h/db",
+        master="local[2]",
+        lease_ttl=5.0,
+        spark_conf={"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"},
+    )
+
+
+def test_overrides_return_a_new_settings_and_leave_the_old_one_alone() -> None:
+    base = Settings(spark_conf={"spark.a": "1"})
+    s = base.with_overrides({"spark.b": "2", "spark.a": "3"})
+    assert s.spark_conf == {"spark.a": "3", "spark.b": "2"}
+    assert base.spark_conf == {"spark.a": "1"}
+    assert base.with_overrides({}) == base
+
+
+def test_unknown_stoker_key_names_the_key_and_the_known_ones() -> None:
+    with pytest.raises(InvalidInput) as info:
+        Settings().with_overrides({"stoker.nope": "1"})
+    assert info.value.field == "stoker.nope"
+    assert info.value.message == (
+        "unknown stoker setting; known: trigger, state_dir, store, master, lease_ttl"
+    )
+
+
+def test_key_without_a_known_prefix_is_refused() -> None:
+    with pytest.raises(InvalidInput) as info:
+        Settings().with_overrides({"trigger": "1s"})
+    assert info.value.field == "trigger"
+    assert info.value.message == (
+        "unknown setting: use spark.<conf> or stoker.<key> with key one of "
+        "trigger, state_dir, store, master, lease_ttl"
+    )
+
+
+def test_bad_trigger_names_the_stoker_key() -> None:
+    with pytest.raises(InvalidInput) as info:
+        Settings().with_overrides({"stoker.trigger": "soon"})
+    assert info.value.field == "stoker.trigger"
+    assert info.value.message == "'soon' is not a duration like '500ms' or '2s'"
+
+
+@pytest.mark.parametrize("value", ["500ms", "0", "0.9"])
+def test_lease_ttl_under_one_second_is_refused(value: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        Settings().with_overrides({"stoker.lease_ttl": value})
+    assert info.value.field == "stoker.lease_ttl"
+    assert info.value.message == "must be at least 1s"
+
+
+def test_lease_ttl_of_one_second_is_accepted() -> None:
+    assert Settings().with_overrides({"stoker.lease_ttl": "1s"}).lease_ttl == 1.0
