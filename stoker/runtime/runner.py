@@ -10,7 +10,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stoker.errors import InvalidPipeline, JobFailed, JobTerminal, StaleAttempt, StokerError
+from stoker.errors import (
+    InvalidPipeline,
+    JobFailed,
+    JobNotFound,
+    JobTerminal,
+    StaleAttempt,
+    StokerError,
+)
 from stoker.runtime import launch
 from stoker.runtime.attempt import LeaseKeeper, start_attempt, this_owner
 from stoker.runtime.epoch import EpochProcessor, all_sources_finished
@@ -112,9 +119,24 @@ def run(
     root = (settings.state_dir or Path(".stoker") / jid).resolve()
     st = open_store(settings.store or root / "store.db")
     try:
-        return _run_job(pipeline, jid, settings, root, st, restart, spark)
+        if launch.attempt() is None and not restart:
+            _refuse_if_ended(st, jid)
+        # Spark analyses the union of the sources here: a schema mismatch is bad input and
+        # must fail before the job is recorded.
+        session = spark or get_session(settings, f"stoker:{jid}")
+        stream = _open_sources(session, pipeline, root)
+        return _run_job(pipeline, jid, settings, root, st, restart, stream)
     finally:
         st.close()
+
+
+def _refuse_if_ended(store: Store, jid: JobId) -> None:
+    try:
+        job = store.get_job(jid)
+    except JobNotFound:
+        return
+    if job.state.terminal:
+        raise JobTerminal(jid, str(job.state))
 
 
 def _run_job(
@@ -124,7 +146,7 @@ def _run_job(
     root: Path,
     store: Store,
     restart: bool,
-    spark: SparkSession | None,
+    stream: DataFrame,
 ) -> JobResult:
     spec = {**pipeline.spec(), "state_dir": str(root), "trigger_s": settings.trigger}
     job, _created = store.create_job(jid, pipeline.name, spec, pipeline.config)
@@ -150,8 +172,7 @@ def _run_job(
         if _final_committed(store, jid):
             result_state = JobState.FINISHED
         else:
-            session = spark or get_session(settings, f"stoker:{jid}")
-            query = _start_query(session, pipeline, proc, root, checkpoint, settings, jid)
+            query = _start_query(stream, proc, checkpoint, settings, jid)
             result_state = _supervise(query, proc, lease, checkpoint, _stop_check(store, jid))
     except KeyboardInterrupt:
         result_state = JobState.CANCELED
@@ -209,15 +230,8 @@ def _final_committed(store: Store, jid: JobId) -> bool:
     return bool(last) and last[0].final and last[0].state == EpochState.COMMITTED
 
 
-def _start_query(
-    spark: SparkSession,
-    pipeline: Pipeline,
-    proc: EpochProcessor,
-    root: Path,
-    checkpoint: Path,
-    settings: Settings,
-    jid: JobId,
-) -> StreamingQuery:
+def _open_sources(spark: SparkSession, pipeline: Pipeline, root: Path) -> DataFrame:
+    """The union of the pipeline's sources (each shaped by its map) as one streaming frame."""
     frames: list[DataFrame] = []
     for i, inp in enumerate(pipeline.inputs):
         df = inp.source.open(spark, f"s{i}", root)
@@ -225,11 +239,20 @@ def _start_query(
             df = inp.map(df)
         frames.append(df)
     try:
-        union = functools.reduce(lambda a, b: a.unionByName(b), frames)
+        return functools.reduce(lambda a, b: a.unionByName(b), frames)
     except Exception as e:  # AnalysisException: sources of different schemas
         raise InvalidPipeline("sources", f"sources must share one schema to be unioned: {e}") from e
+
+
+def _start_query(
+    stream: DataFrame,
+    proc: EpochProcessor,
+    checkpoint: Path,
+    settings: Settings,
+    jid: JobId,
+) -> StreamingQuery:
     writer = (
-        union.writeStream.foreachBatch(proc)
+        stream.writeStream.foreachBatch(proc)
         .option("checkpointLocation", str(checkpoint))
         .queryName(f"stoker_{jid}".replace("-", "_").replace(".", "_"))
     )
@@ -274,6 +297,10 @@ def _supervise(
                 query.stop()
                 raise StaleAttempt(lease.fenced)
             if not query.isActive:
+                # Stopped from outside mid-epoch: Spark interrupted the batch, but its Python
+                # side may still be in foreachBatch. Wait for it before ending the attempt.
+                with proc.epoch_lock:
+                    pass
                 if proc.stopping.is_set() and proc.error is None:
                     return JobState.CANCELED
                 exc = query.exception()

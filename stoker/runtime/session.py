@@ -18,6 +18,9 @@ DEFAULT_CONF = {
     "spark.driver.extraJavaOptions": "-Xss16m",
     "spark.sql.streaming.stopTimeout": "30s",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # The Python data source runners connect back to the JVM; on a loaded machine the default
+    # socket timeout was seen to expire.
+    "spark.python.authenticate.socketTimeout": "120s",
 }
 
 

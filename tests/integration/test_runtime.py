@@ -444,24 +444,7 @@ def test_bad_input_seen_by_spark_fails_before_any_epoch(
     assert _offset_files(state) == []
     assert _epochs(state, "late") == {}
     assert not list((tmp_path / "out").glob("epoch=*"))
-    job = _job(state, "late")
-    assert (job.state, job.last_error) == (JobState.FAILED, str(err))
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="stoker.run creates the job record before _start_query opens and unions the "
-    "sources, so bad input found there leaves a FAILED job behind (and the corrected "
-    "pipeline then needs restart=True); STYLE: bad input changes nothing",
-)
-@pytest.mark.parametrize("case", sorted(SEEN_BY_SPARK))
-def test_bad_input_seen_by_spark_leaves_no_job_record(
-    spark: SparkSession, tmp_path: Path, case: str
-) -> None:
-    build, exc, _field, _message = SEEN_BY_SPARK[case]
-    state = tmp_path / "state"
-    with pytest.raises(exc):
-        stoker.run(build(tmp_path), state_dir=state, trigger=TRIGGER, spark=spark)
+    # Bad input changes nothing: not even a job record is left behind.
     with pytest.raises(JobNotFound):
         _job(state, "late")
 
