@@ -41,16 +41,18 @@ class Client:
             body = {"error": resp.text}
         msg = str(body.get("error", resp.text))
         kind = body.get("type")
+        job = str(body.get("job_id", path))
         if resp.status_code in (401, 403):
             raise Unauthorized(msg)
         if resp.status_code == 404:
-            raise JobNotFound(msg.removeprefix("job ").strip("'"))
+            raise JobNotFound(job)
         if resp.status_code == 422:
-            raise InvalidInput(str(body.get("field", "request")), msg)
+            field = str(body.get("field", "request"))
+            raise InvalidInput(field, msg.removeprefix(f"{field}: "))  # the message names it
         if kind == "JobTerminal":
-            raise JobTerminal(path, str(body.get("state")))
+            raise JobTerminal(job, str(body.get("state")))
         if kind == "JobConflict":
-            raise JobConflict(path, str(body.get("difference")))
+            raise JobConflict(job, str(body.get("difference")))
         raise StokerError(f"job manager answered {resp.status_code}: {msg}")
 
     def submit(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from stoker.errors import InvalidInput, JobConflict, JobNotFound, JobTerminal
-from stoker.manager.submit import spec_difference, validate_submission
+from stoker.manager.submit import ASSIGNED_STATE_DIR, spec_difference, validate_submission
 from stoker.store import AttemptRecord, EpochRecord, JobRecord, Store
 from stoker.types import AttemptNo, JobId, JobState, job_id
 
@@ -50,13 +50,20 @@ class JobManager:
         )
         name = job_id(jid) if jid is not None else job_id(_pipeline_name(sub.entrypoint))
         spec = sub.spec()
+        # The job's folder (Spark checkpoint, sink state) is chosen once, by the manager that
+        # creates the job, and kept in the store: every attempt runs in it, whichever manager
+        # leads when the attempt starts. A folder per launching manager would start a job that
+        # failed over from an empty checkpoint.
+        spec[ASSIGNED_STATE_DIR] = str((self.state_dir / "jobs" / name).resolve())
         job, created = self.store.create_job(name, name, spec, {})
         if created:
             return SubmitResult(job, "created")
         if job.state.terminal:
             if not restart:
                 raise JobTerminal(name, str(job.state))
-            job = self.store.restart_job(name, spec)
+            # From the job's last checkpoint: its folder stays the one it ran in.
+            kept = job.spec.get(ASSIGNED_STATE_DIR) or spec[ASSIGNED_STATE_DIR]
+            job = self.store.restart_job(name, {**spec, ASSIGNED_STATE_DIR: kept})
             if job.state == JobState.RESTARTING:
                 return SubmitResult(job, "restarted")
         diff = spec_difference(job.spec, spec)

@@ -55,14 +55,24 @@ def validate_submission(
             raise InvalidInput(f"conf.{k}", "values must be strings")
         if k in ("stoker.store", "stoker.state_dir"):
             raise InvalidInput(f"conf.{k}", "is set by the job manager, not by a submission")
-    Settings().with_overrides(dict(conf))  # raises for an unknown or malformed key
+    try:
+        Settings().with_overrides(dict(conf))
+    except InvalidInput as e:  # an unknown or malformed key, named as the request's field
+        raise InvalidInput(f"conf.{e.field}", e.message) from e
     parse_strategy(restart_strategy)
     return Submission(path, list(args), dict(conf), restart_strategy)
 
 
+# A spec key the job manager fills in when it creates the job, not the submitter.
+ASSIGNED_STATE_DIR = "state_dir"
+
+
 def spec_difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
-    """A sentence naming the fields in which two specs differ, or None if they are the same."""
-    keys = sorted(set(old) | set(new))
+    """A sentence naming the fields in which two specs differ, or None if they are the same.
+
+    The job manager's own keys (the job's state folder) are no part of what was submitted.
+    """
+    keys = sorted((set(old) | set(new)) - {ASSIGNED_STATE_DIR})
     diff = [k for k in keys if old.get(k) != new.get(k)]
     if not diff:
         return None

@@ -18,6 +18,7 @@ from pathlib import Path
 from stoker.errors import DuplicateJob, JobTerminal, NotLeader, StokerError
 from stoker.manager import processes
 from stoker.manager.restart import parse_strategy
+from stoker.manager.submit import ASSIGNED_STATE_DIR
 from stoker.store import AttemptRecord, JobRecord, Owner, Store
 from stoker.types import AttemptNo, AttemptState, JobId, JobState
 
@@ -37,6 +38,7 @@ class SupervisorConfig:
     tick: float = 0.2
     lease_ttl: float = 10.0  # drivers' attempt lease
     startup_ttl: float = 120.0  # a STARTING attempt's lease: Spark takes a while to come up
+    launch_grace: float = 10.0  # an attempt with no driver pid after this was never launched
     cancel_timeout: float = 60.0  # graceful cancel, then the process group is killed
     holder: str = field(default_factory=lambda: f"manager-{uuid.uuid4().hex[:12]}")
 
@@ -127,6 +129,18 @@ class Supervisor:
         if attempt is None:
             return
         if attempt.state in _LIVE_ATTEMPT:
+            if self._never_launched(attempt, now):
+                # The manager that made it died before starting its driver (no pid recorded
+                # within the grace time). A driver it did start cannot claim the attempt once a
+                # newer one exists, so replace it at once, without using up a restart.
+                self.store.attempt_failed(
+                    job.job_id,
+                    attempt.attempt,
+                    "its manager died before starting the driver",
+                    now,
+                    count=False,
+                )
+                return
             why = self._dead_because(attempt, now)
             if why is not None:
                 self._failed(job, attempt, why)
@@ -160,11 +174,14 @@ class Supervisor:
         except (DuplicateJob, JobTerminal) as e:
             log.info("job %s not started: %s", job.job_id, e)
             return
+        # The folder the job was given when it was created (its checkpoint), whichever manager
+        # launches this attempt; jobs stored without one run under this manager's folder.
+        job_dir = spec.get(ASSIGNED_STATE_DIR) or self.cfg.state_dir / "jobs" / job.job_id
         argv = processes.driver_argv(
             job.job_id,
             attempt.attempt,
             self.cfg.store_url,
-            self.cfg.state_dir / "jobs" / job.job_id,
+            Path(job_dir),
             Path(spec["entrypoint"]),
             list(spec.get("args", [])),
             dict(spec.get("conf", {})),
@@ -187,6 +204,14 @@ class Supervisor:
         log.info("job %s: attempt %d started as pid %d", job.job_id, attempt.attempt, proc.pid)
 
     # watching ------------------------------------------------------------------------------
+    def _never_launched(self, attempt: AttemptRecord, now: float) -> bool:
+        return (
+            attempt.state == AttemptState.STARTING
+            and attempt.owner.pid == 0
+            and (attempt.job_id, attempt.attempt) not in self._children
+            and now - attempt.started_at > self.cfg.launch_grace
+        )
+
     def _dead_because(self, attempt: AttemptRecord, now: float) -> str | None:
         """Why a STARTING/RUNNING attempt is to be given up, or None while it may be alive."""
         child = self._children.get((attempt.job_id, attempt.attempt))
@@ -227,8 +252,11 @@ class Supervisor:
         self.store.attempt_failed(job.job_id, attempt.attempt, "killed: cancel timed out", None)
 
     def _kill(self, attempt: AttemptRecord) -> None:
-        if attempt.owner.pid and attempt.owner.host == _host():
-            processes.kill_group(attempt.owner.pid)
+        # Only a process that is provably the attempt's (same host, same pid start time): a
+        # driver that died long ago may have left its pid to an unrelated process group.
+        owner = attempt.owner
+        if owner.pid and owner.host == _host() and not processes.is_dead(owner):
+            processes.kill_group(owner.pid)
 
     def _reap(self) -> None:
         for key, proc in list(self._children.items()):

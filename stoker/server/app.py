@@ -6,7 +6,7 @@ import hmac
 import time
 from typing import Any
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,22 +66,30 @@ def create_app(
     app = FastAPI(title="stoker job manager", version="1")
     submit_latency = Histogram()
 
-    def authorized(
-        authorization: str | None = Header(None), x_stoker_token: str | None = Header(None)
-    ) -> None:
-        if token is None:
-            return
-        given = x_stoker_token
-        if authorization and authorization.lower().startswith("bearer "):
-            given = authorization[7:].strip()
-        if not given:
-            raise _HTTPError(401, "missing token: send 'Authorization: Bearer <token>'")
-        if not hmac.compare_digest(given.encode(), token.encode()):
-            raise _HTTPError(403, "wrong token")
+    @app.middleware("http")
+    async def authorized(request: Request, call_next: Any) -> Any:
+        # Before routing and body parsing: an unauthenticated call learns nothing else, not
+        # even whether its body was well-formed.
+        if token is not None and request.method not in ("GET", "HEAD", "OPTIONS"):
+            given = request.headers.get("x-stoker-token")
+            auth = request.headers.get("authorization")
+            if auth and auth.lower().startswith("bearer "):
+                given = auth[7:].strip()
+            if not given:
+                return JSONResponse(
+                    {"error": "missing token: send 'Authorization: Bearer <token>'"},
+                    status_code=401,
+                )
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                return JSONResponse({"error": "wrong token"}, status_code=403)
+        return await call_next(request)
 
     @app.exception_handler(StokerError)
     async def _stoker_error(request: Request, err: StokerError) -> JSONResponse:
         body: dict[str, Any] = {"error": str(err), "type": type(err).__name__}
+        job = getattr(err, "job_id", None)
+        if job is not None:
+            body["job_id"] = job  # lets a client rebuild the error without parsing the message
         if isinstance(err, InvalidInput):
             body["field"] = err.field
         if isinstance(err, JobTerminal):
@@ -89,10 +97,6 @@ def create_app(
         if isinstance(err, JobConflict):
             body["difference"] = err.difference
         return JSONResponse(body, status_code=_status(err))
-
-    @app.exception_handler(_HTTPError)
-    async def _http_error(request: Request, err: _HTTPError) -> JSONResponse:
-        return JSONResponse({"error": err.message}, status_code=err.status)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -143,7 +147,7 @@ def create_app(
         )
         return "\n".join(lines) + "\n"
 
-    @app.post("/v1/jobs", dependencies=[Depends(authorized)])
+    @app.post("/v1/jobs")
     def submit(body: SubmitBody) -> JSONResponse:
         """Submit a job. 201 created; 200 with ``duplicate`` when live with the same spec,
         or ``restarted`` for an ended job submitted with ``restart``; 409 otherwise."""
@@ -187,16 +191,9 @@ def create_app(
     def epochs(job_id: str, limit: int = Query(100, ge=1, le=100_000)) -> list[dict[str, Any]]:
         return [e.to_dict() for e in manager.epochs(job_id, limit)]
 
-    @app.post("/v1/jobs/{job_id}/cancel", dependencies=[Depends(authorized)], status_code=202)
+    @app.post("/v1/jobs/{job_id}/cancel", status_code=202)
     def cancel(job_id: str) -> dict[str, Any]:
         """Graceful: the current epoch completes and commits, then the driver stops."""
         return manager.cancel(job_id).to_dict()
 
     return app
-
-
-class _HTTPError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message

@@ -411,7 +411,12 @@ class SqlStore:
         return JobRecord.from_row(row)
 
     def attempt_failed(
-        self, job_id: JobId, attempt: AttemptNo, error: str, next_attempt_at: float | None
+        self,
+        job_id: JobId,
+        attempt: AttemptNo,
+        error: str,
+        next_attempt_at: float | None,
+        count: bool = True,
     ) -> JobRecord:
         """End ``attempt`` FAILED and move its job on: RESTARTING at ``next_attempt_at``,
         FAILED when that is None, CANCELED if a cancel was asked for. A no-op for the job if
@@ -444,7 +449,7 @@ class SqlStore:
                     "fail_job_attempt",
                     job_id=job_id,
                     state=str(target),
-                    failures=job.failures + 1,
+                    failures=job.failures + (1 if count else 0),
                     next_attempt_at=nxt,
                     error=error,
                     now=now,

@@ -100,9 +100,17 @@ class Store(Protocol):
         ...
 
     def attempt_failed(
-        self, job_id: JobId, attempt: AttemptNo, error: str, next_attempt_at: float | None
+        self,
+        job_id: JobId,
+        attempt: AttemptNo,
+        error: str,
+        next_attempt_at: float | None,
+        count: bool = True,
     ) -> JobRecord:
-        """End the attempt FAILED; its job restarts at ``next_attempt_at`` or fails."""
+        """End the attempt FAILED; its job restarts at ``next_attempt_at`` or fails.
+
+        ``count=False``: the failure was the manager's, not the job's (no restart is used up).
+        """
         ...
 
     # leadership
