@@ -97,7 +97,7 @@ def burst(urls: list[str], clients: int, make_call) -> list[float]:
 
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 def measure(store: str, label: str, rounds: int, clients: int, work: Path) -> list[dict]:
