@@ -371,9 +371,10 @@ def long_jobs(world: World, sqlite_pair: list[Manager]) -> LongJobs:
     fail before Spark starts (their restart strategies differ)."""
     a, b = sqlite_pair
     endless, _ = world.app("endless", "total=None, rows_per_second=20, max_rows_per_epoch=50")
-    kill_total = 600
+    # ~100 s of input at its pace: still running when its test comes, whatever ran before.
+    kill_total = 3000
     kill_app, _ = world.app(
-        "kill9", f"total={kill_total}, rows_per_second=30, max_rows_per_epoch=50"
+        "kill9", f"total={kill_total}, rows_per_second=30, max_rows_per_epoch=100"
     )
     broken, _ = world.app("broken-sink", "", BROKEN_SINK_APP)
     parked, _ = world.app("parked", "", BROKEN_SINK_APP)
