@@ -1,0 +1,198 @@
+"""Helpers shared by the benchmark scripts: the Spark session, statistics, tables, JSON output.
+
+Not a benchmark itself. The scripts run as ``python benchmarks/<name>.py``, which puts this
+folder on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def session(app_name: str, master: str = "local[2]") -> SparkSession:
+    """A local session with stoker's default driver conf and stoker's data sources registered.
+
+    Both sides of every comparison share it, so the conf is the same for both.
+    """
+    from pyspark.sql import SparkSession
+
+    from stoker.runtime.session import DEFAULT_CONF, register_sources
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for k, v in DEFAULT_CONF.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register_sources(spark)
+    return spark
+
+
+def median(xs: Iterable[float]) -> float:
+    data = list(xs)
+    return statistics.median(data) if data else float("nan")
+
+
+def spread(xs: Iterable[float], digits: int = 1) -> str:
+    """``min..max`` of a sample, for the tables."""
+    data = list(xs)
+    if not data:
+        return "-"
+    return f"{fmt(min(data), digits)}..{fmt(max(data), digits)}"
+
+
+def fmt(x: float | int | None, digits: int = 1) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if x != x:  # nan
+        return "-"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}f}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table, first column left-aligned and the others right-aligned."""
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)
+        )
+
+    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells[1:]]
+    return "\n".join(out)
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on, including how busy the machine was."""
+    import pyspark
+
+    cpu = platform.processor() or "?"
+    try:
+        for ln in Path("/proc/cpuinfo").read_text().splitlines():
+            if ln.startswith("model name"):
+                cpu = ln.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        java = subprocess.run(
+            ["java", "-version"], capture_output=True, text=True, timeout=30
+        ).stderr.splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        java = "?"
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "pyspark": pyspark.__version__,
+        "java": java,
+        "loadavg_at_start": os.getloadavg(),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def print_machine(info: dict[str, Any]) -> None:
+    load = ", ".join(f"{x:.2f}" for x in info["loadavg_at_start"])
+    print(
+        f"machine: {info['cpus']} cpus ({info['cpu']}), Python {info['python']}, "
+        f"PySpark {info['pyspark']}, {info['java']}; load average at start {load}"
+    )
+
+
+def arg_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
+    return p
+
+
+def write_json(path: str | None, payload: dict[str, Any]) -> None:
+    if path:
+        Path(path).write_text(json.dumps(payload, indent=2, default=str) + "\n")
+        print(f"\nwrote {path}")
+
+
+def quiet_stoker_logs() -> None:
+    """stoker logs one line per epoch at INFO; a benchmark prints its own table instead."""
+    import logging
+
+    logging.getLogger("stoker").setLevel(logging.WARNING)
+
+
+def flush() -> None:
+    sys.stdout.flush()
+
+
+class EpochRecorder:
+    """Records when stoker's ``foreachBatch`` body starts and ends for every epoch.
+
+    Installed from outside (it wraps ``EpochProcessor._run``; stoker's code is unchanged).
+    Each record: epoch, wall-clock start and end (``time.time()``, comparable across
+    processes and with the store's timestamps), ``perf_counter`` start and end, and whether it
+    was the job's final epoch.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self._orig: Any = None
+
+    def install(self) -> EpochRecorder:
+        from stoker.runtime import epoch as _epoch
+
+        orig = _epoch.EpochProcessor._run
+        self._orig = orig
+        rec = self
+
+        def run(proc: Any, df: Any, epoch: int) -> None:
+            wall, t0 = time.time(), time.perf_counter()
+            try:
+                orig(proc, df, epoch)
+            finally:
+                rec.records.append(
+                    {
+                        "epoch": int(epoch),
+                        "start": wall,
+                        "end": time.time(),
+                        "p_start": t0,
+                        "p_end": time.perf_counter(),
+                        "final": proc.final_epoch == epoch,
+                        "replayed": bool(
+                            proc.timings
+                            and proc.timings[-1].epoch == epoch
+                            and proc.timings[-1].replayed
+                        ),
+                    }
+                )
+
+        _epoch.EpochProcessor._run = run  # type: ignore[method-assign]
+        return self
+
+    def uninstall(self) -> None:
+        from stoker.runtime import epoch as _epoch
+
+        if self._orig is not None:
+            _epoch.EpochProcessor._run = self._orig  # type: ignore[method-assign]
+            self._orig = None
+
+    def take(self) -> list[dict[str, Any]]:
+        out, self.records = self.records, []
+        return out
