@@ -378,6 +378,7 @@ def server_cmd(
         leader_ttl=leader_ttl,
         lease_ttl=lease_ttl,
         cancel_timeout=cancel_timeout,
+        supervise=not api_only,
     )
 
 
