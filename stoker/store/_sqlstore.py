@@ -124,6 +124,13 @@ class SqlStore:
         finally:
             self._release(conn, broken)
 
+    def _locked_job(self, cur: Any, job_id: JobId) -> JobRecord:
+        """The job's row, locked for this transaction (FOR UPDATE on PostgreSQL)."""
+        row = self._x(cur, "lock_job", job_id=job_id).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        return JobRecord.from_row(row)
+
     def _x(self, cur: Any, query: str, /, **params: Any) -> Any:
         cur.execute(self._q[query], params)
         return cur
@@ -203,10 +210,7 @@ class SqlStore:
 
     def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
         with self._tx() as cur:
-            row = self._x(cur, "lock_job", job_id=job_id).fetchone()
-            if row is None:
-                raise JobNotFound(job_id)
-            check_transition(JobState(row[2]), state)
+            check_transition(self._locked_job(cur, job_id).state, state)
             self._x(
                 cur,
                 "set_job_state",
@@ -250,10 +254,7 @@ class SqlStore:
                 ).fetchone()
             ):
                 raise NotLeader(f"leader lease {leader[1]} of {leader[0]} is no longer held")
-            row = self._x(cur, "lock_job", job_id=job_id).fetchone()
-            if row is None:
-                raise JobNotFound(job_id)
-            job = JobRecord.from_row(row)
+            job = self._locked_job(cur, job_id)
             if job.state.terminal and not restart:
                 raise JobTerminal(job_id, str(job.state))
             if job.state == JobState.CANCELING:
@@ -355,10 +356,7 @@ class SqlStore:
     def request_cancel(self, job_id: JobId) -> JobRecord:
         now = self.clock.now()
         with self._tx() as cur:
-            row = self._x(cur, "lock_job", job_id=job_id).fetchone()
-            if row is None:
-                raise JobNotFound(job_id)
-            job = JobRecord.from_row(row)
+            job = self._locked_job(cur, job_id)
             if job.state.terminal:
                 raise JobTerminal(job_id, str(job.state))
             if job.state != JobState.CANCELING:
@@ -394,10 +392,7 @@ class SqlStore:
     def restart_job(self, job_id: JobId, spec: dict[str, Any]) -> JobRecord:
         """An ended job goes to RESTARTING (with ``spec``) for the manager to start anew."""
         with self._tx() as cur:
-            row = self._x(cur, "lock_job", job_id=job_id).fetchone()
-            if row is None:
-                raise JobNotFound(job_id)
-            job = JobRecord.from_row(row)
+            job = self._locked_job(cur, job_id)
             if job.state.terminal:
                 check_transition(job.state, JobState.RESTARTING)
                 self._x(
@@ -423,10 +418,7 @@ class SqlStore:
         ``attempt`` is no longer its current one."""
         now = self.clock.now()
         with self._tx() as cur:
-            row = self._x(cur, "lock_job", job_id=job_id).fetchone()
-            if row is None:
-                raise JobNotFound(job_id)
-            job = JobRecord.from_row(row)
+            job = self._locked_job(cur, job_id)
             self._x(
                 cur,
                 "end_attempt",
@@ -554,10 +546,7 @@ class SqlStore:
     def declare_defaults(self, job_id: JobId, defaults: dict[str, Any]) -> ControlSnapshot:
         now = self.clock.now()
         with self._tx() as cur:
-            row = self._x(cur, "lock_job", job_id=job_id).fetchone()
-            if row is None:
-                raise JobNotFound(job_id)
-            version = int(row[5])
+            version = int(self._locked_job(cur, job_id).control_version)
             crow = self._x(cur, "get_control_version", job_id=job_id, version=version).fetchone()
             current = json.loads(crow[1])
             if current == defaults:
