@@ -196,3 +196,51 @@ class EpochRecorder:
     def take(self) -> list[dict[str, Any]]:
         out, self.records = self.records, []
         return out
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_manager(
+    store: str, state: Path, allow: Path, *extra: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A ``stoker server`` in its own process group; returns it and its URL once it answers."""
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "stoker.cli",
+            "server",
+            "--port",
+            str(port),
+            "--store",
+            store,
+            "--state-dir",
+            str(state),
+            "--allow-dir",
+            str(allow),
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=str(REPO),
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"stoker server on {url} did not start")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import httpx
 from _common import arg_parser, write_json
+from _common import start_manager as _start
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,48 +44,8 @@ if __name__ == "__main__":
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_manager(store: str, state: Path, allow: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "stoker.cli",
-            "server",
-            "--port",
-            str(port),
-            "--store",
-            store,
-            "--state-dir",
-            str(state),
-            "--allow-dir",
-            str(allow),
-            "--leader-ttl",
-            "3",
-            "--lease-ttl",
-            "10",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        cwd=str(REPO),
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait(lambda: _ok(url), 60, f"manager {url}")
-    return proc, url
-
-
-def _ok(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return _start(store, state, allow, "--leader-ttl", "3", "--lease-ttl", "10")
 
 
 def is_leader(url: str) -> bool:

@@ -16,58 +16,16 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import httpx
+from _common import start_manager
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(store: str, state: Path, allow: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "stoker.cli",
-            "server",
-            "--api-only",
-            "--port",
-            str(port),
-            "--store",
-            store,
-            "--state-dir",
-            str(state),
-            "--allow-dir",
-            str(allow),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        cwd=str(REPO),
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError(f"server on {url} did not start")
 
 
 def burst(urls: list[str], clients: int, make_call) -> list[float]:
@@ -105,7 +63,7 @@ def measure(store: str, label: str, rounds: int, clients: int, work: Path) -> li
     allow.mkdir(parents=True, exist_ok=True)
     app = allow / "app.py"
     app.write_text("from stoker import Pipeline\n")
-    servers = [start_server(store, work / f"m{i}", allow) for i in range(2)]
+    servers = [start_manager(store, work / f"m{i}", allow, "--api-only") for i in range(2)]
     urls = [u for _, u in servers]
     rows = []
     try:

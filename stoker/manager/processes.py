@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from stoker.runtime.attempt import owner_is_dead
@@ -60,29 +59,10 @@ def spawn(argv: list[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]
         )
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
     """Signal a whole driver process group; no error if it is gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-
-
-def terminate_group(pgid: int, grace: float = 10.0) -> None:
-    """SIGTERM the group, then SIGKILL whatever is left after ``grace`` seconds."""
-    kill_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and group_alive(pgid):
-        time.sleep(0.1)
-    kill_group(pgid, signal.SIGKILL)
 
 
 def is_dead(owner: Owner) -> bool:
