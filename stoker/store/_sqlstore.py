@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from stoker.clock import Clock, SystemClock
@@ -167,32 +167,45 @@ class SqlStore:
     def create_job(
         self, job_id: JobId, name: str, spec: dict[str, Any], config: dict[str, Any]
     ) -> tuple[JobRecord, bool]:
-        now = self.clock.now()
         with self._tx() as cur:
-            # The primary key decides: of concurrent callers exactly one inserts.
-            created = (
-                self._x(
-                    cur,
-                    "insert_job",
-                    job_id=job_id,
-                    name=name,
-                    state=str(JobState.CREATED),
-                    spec=json.dumps(spec, sort_keys=True),
-                    now=now,
-                ).rowcount
-                == 1
+            return self._create_job_in(cur, job_id, name, spec, config)
+
+    def create_jobs(
+        self, jobs: Sequence[tuple[JobId, str, dict[str, Any], dict[str, Any]]]
+    ) -> list[tuple[JobRecord, bool]]:
+        if not jobs:
+            return []
+        with self._tx() as cur:
+            return [self._create_job_in(cur, *job) for job in jobs]
+
+    def _create_job_in(
+        self, cur: Any, job_id: JobId, name: str, spec: dict[str, Any], config: dict[str, Any]
+    ) -> tuple[JobRecord, bool]:
+        now = self.clock.now()
+        # The primary key decides: of concurrent callers exactly one inserts.
+        created = (
+            self._x(
+                cur,
+                "insert_job",
+                job_id=job_id,
+                name=name,
+                state=str(JobState.CREATED),
+                spec=json.dumps(spec, sort_keys=True),
+                now=now,
+            ).rowcount
+            == 1
+        )
+        if created:
+            self._x(
+                cur,
+                "insert_control_version",
+                job_id=job_id,
+                version=0,
+                config=json.dumps(config, sort_keys=True),
+                reason="declared defaults",
+                now=now,
             )
-            if created:
-                self._x(
-                    cur,
-                    "insert_control_version",
-                    job_id=job_id,
-                    version=0,
-                    config=json.dumps(config, sort_keys=True),
-                    reason="declared defaults",
-                    now=now,
-                )
-            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        row = self._x(cur, "get_job", job_id=job_id).fetchone()
         return JobRecord.from_row(row), created
 
     def get_job(self, job_id: JobId) -> JobRecord:

@@ -6,6 +6,7 @@ the same contract tests (``tests/integration/test_store_contract.py``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from stoker.clock import Clock
@@ -42,6 +43,15 @@ class Store(Protocol):
         self, job_id: JobId, name: str, spec: dict[str, Any], config: dict[str, Any]
     ) -> tuple[JobRecord, bool]:
         """Insert the job if its id is free. Returns the job and whether this call created it."""
+        ...
+
+    def create_jobs(
+        self, jobs: Sequence[tuple[JobId, str, dict[str, Any], dict[str, Any]]]
+    ) -> list[tuple[JobRecord, bool]]:
+        """:meth:`create_job` for each of ``jobs`` in one transaction (a group commit).
+
+        Results in order; an id given twice is created by its first occurrence only.
+        """
         ...
 
     def get_job(self, job_id: JobId) -> JobRecord:

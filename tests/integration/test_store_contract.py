@@ -183,6 +183,42 @@ def test_concurrent_create_job_creates_exactly_once(open_new: OpenStore) -> None
     assert stores[0].control_snapshot(JOB) == ControlSnapshot(ControlVersion(0), {"i": w})
 
 
+def test_create_jobs_is_create_job_for_each_in_one_transaction(store: Store) -> None:
+    existing, _ = store.create_job(JOB, "orders", SPEC, CONFIG)
+    third = job_id("third")
+
+    results = store.create_jobs(
+        [
+            (JOB, "again", {"x": 1}, {}),
+            (OTHER, "b", SPEC, CONFIG),
+            (OTHER, "b-twice", {"x": 2}, {}),
+            (third, "c", SPEC, {"k": 1}),
+        ]
+    )
+
+    assert [created for _, created in results] == [False, True, False, True]
+    assert results[0][0] == existing
+    assert results[1][0] == results[2][0] == store.get_job(OTHER)
+    assert store.get_job(OTHER).name == "b"
+    assert store.control_snapshot(third) == ControlSnapshot(ControlVersion(0), {"k": 1})
+    assert store.create_jobs([]) == []
+
+
+def test_concurrent_create_jobs_batches_create_each_id_exactly_once(
+    open_new: OpenStore,
+) -> None:
+    stores = [open_new() for _ in range(8)]
+    ids = [job_id(f"b{k}") for k in range(16)]
+
+    results = _race(8, lambda i: stores[i].create_jobs([(j, f"n{i}", {"i": i}, {}) for j in ids]))
+
+    assert [r for r in results if isinstance(r, BaseException)] == []
+    for k, j in enumerate(ids):
+        outcomes = [r[k] for r in results]  # type: ignore[index]
+        assert sum(created for _, created in outcomes) == 1
+        assert [rec for rec, _ in outcomes] == [stores[0].get_job(j)] * 8
+
+
 def test_get_job_of_unknown_id_raises_job_not_found(store: Store) -> None:
     with pytest.raises(JobNotFound) as info:
         store.get_job(job_id("nope"))
