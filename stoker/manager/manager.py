@@ -3,6 +3,7 @@ manager that talks to the store."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from stoker.errors import InvalidInput, JobConflict, JobNotFound, JobTerminal
+from stoker.manager.batch import CreateBatcher
 from stoker.manager.submit import ASSIGNED_STATE_DIR, spec_difference, validate_submission
 from stoker.store import AttemptRecord, EpochRecord, JobRecord, Store
 from stoker.types import AttemptNo, JobId, JobState, job_id
@@ -30,6 +32,8 @@ class JobManager:
         self.store = store
         self.state_dir = state_dir
         self.allowed_dirs = [d.resolve() for d in allowed_dirs]
+        self.jobs_dir = (state_dir / "jobs").resolve()
+        self._batcher = CreateBatcher(store)
 
     def submit(
         self,
@@ -45,6 +49,43 @@ class JobManager:
         The store's primary key decides between concurrent submissions of one id, whichever
         manager receives them.
         """
+        name, spec = self._plan(jid, entrypoint, args, conf, restart_strategy)
+        job, created = self.store.create_job(name, name, spec, {})
+        return self._settle(name, spec, job, created, restart)
+
+    async def submit_async(
+        self,
+        jid: str | None,
+        entrypoint: str,
+        args: list[str] | None = None,
+        conf: dict[str, str] | None = None,
+        restart: bool = False,
+        restart_strategy: dict[str, Any] | None = None,
+    ) -> SubmitResult:
+        """:meth:`submit` for an event loop: the insert joins the next group commit.
+
+        Only the common path runs on the loop (validation is a few file-system calls); an
+        omitted id (a child process reads the pipeline's name) and a restart run in a thread.
+        """
+        if jid is None:
+            return await asyncio.to_thread(
+                self.submit, jid, entrypoint, args, conf, restart, restart_strategy
+            )
+        name, spec = self._plan(jid, entrypoint, args, conf, restart_strategy)
+        job, created = await asyncio.wrap_future(self._batcher.create(name, name, spec, {}))
+        if not created and job.state.terminal and restart:
+            return await asyncio.to_thread(self._settle, name, spec, job, created, restart)
+        return self._settle(name, spec, job, created, restart)
+
+    def _plan(
+        self,
+        jid: str | None,
+        entrypoint: str,
+        args: list[str] | None,
+        conf: dict[str, str] | None,
+        restart_strategy: dict[str, Any] | None,
+    ) -> tuple[JobId, dict[str, Any]]:
+        """The job's id and spec, every field checked; nothing is written."""
         sub = validate_submission(
             entrypoint, list(args or []), dict(conf or {}), restart_strategy, self.allowed_dirs
         )
@@ -54,8 +95,13 @@ class JobManager:
         # creates the job, and kept in the store: every attempt runs in it, whichever manager
         # leads when the attempt starts. A folder per launching manager would start a job that
         # failed over from an empty checkpoint.
-        spec[ASSIGNED_STATE_DIR] = str((self.state_dir / "jobs" / name).resolve())
-        job, created = self.store.create_job(name, name, spec, {})
+        spec[ASSIGNED_STATE_DIR] = str(self.jobs_dir / name)
+        return name, spec
+
+    def _settle(
+        self, name: JobId, spec: dict[str, Any], job: JobRecord, created: bool, restart: bool
+    ) -> SubmitResult:
+        """What the submission amounts to, given what the store holds for its id."""
         if created:
             return SubmitResult(job, "created")
         if job.state.terminal:
@@ -70,6 +116,10 @@ class JobManager:
         if diff is not None:
             raise JobConflict(name, diff)
         return SubmitResult(job, "duplicate")
+
+    def close(self) -> None:
+        """Stop the group-commit thread (the store stays open: the caller owns it)."""
+        self._batcher.close()
 
     def list_jobs(self, state: JobState | None = None) -> list[JobRecord]:
         return self.store.list_jobs(state)

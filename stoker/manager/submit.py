@@ -39,9 +39,12 @@ def validate_submission(
     restart_strategy: dict[str, Any] | None,
     allowed_dirs: list[Path],
 ) -> Submission:
-    """Check every field; :class:`InvalidInput` names the first bad one. Nothing is written."""
+    """Check every field; :class:`InvalidInput` names the first bad one. Nothing is written.
+
+    ``allowed_dirs`` are resolved already (the caller does it once).
+    """
     path = check_app_path(entrypoint, "entrypoint")
-    if not any(path.is_relative_to(d.resolve()) for d in allowed_dirs):
+    if not any(path.is_relative_to(d) for d in allowed_dirs):
         raise InvalidInput(
             "entrypoint",
             f"{entrypoint!r} lies outside the allowed folders "
