@@ -148,12 +148,12 @@ def create_app(
         return "\n".join(lines) + "\n"
 
     @app.post("/v1/jobs")
-    def submit(body: SubmitBody) -> JSONResponse:
+    async def submit(body: SubmitBody) -> JSONResponse:
         """Submit a job. 201 created; 200 with ``duplicate`` when live with the same spec,
         or ``restarted`` for an ended job submitted with ``restart``; 409 otherwise."""
         t0 = time.perf_counter()
         try:
-            res = manager.submit(
+            res = await manager.submit_async(
                 body.job_id,
                 body.entrypoint,
                 body.args,

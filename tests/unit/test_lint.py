@@ -15,7 +15,9 @@ from tests.support import REPO
 def test_ruff_clean() -> None:
     proc = subprocess.run(
         ["ruff", "check", "stoker", "tests", "benchmarks", "examples"],
-        cwd=REPO, capture_output=True, text=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
