@@ -57,7 +57,10 @@ def test_one_bad_creation_fails_alone_and_the_rest_of_its_batch_commits(tmp_path
     other = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     first = batcher.create(job_id("first"), "f", SPEC, {})
-    time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while not first.running():  # taken by the writer thread, which now waits for the lock
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
     futures = [
         batcher.create(job_id("good-1"), "g1", SPEC, {}),
         batcher.create(job_id("bad"), "b", {"oops": {1, 2}}, {}),  # a set is not JSON
