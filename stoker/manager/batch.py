@@ -16,12 +16,11 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-from stoker.store import JobRecord, Store
+from stoker.store import JobRecord, NewJob, Store
 from stoker.types import JobId
 
 log = logging.getLogger(__name__)
 
-_Item = tuple[JobId, str, dict[str, Any], dict[str, Any]]
 _STOP = object()
 
 
@@ -35,7 +34,7 @@ class CreateBatcher:
         self._thread = threading.Thread(target=self._run, name="stoker-create", daemon=True)
         self._started = False
         self._lock = threading.Lock()
-        self.batches = 0  # transactions run; a test and the benchmark read it
+        self.batches = 0  # batches created in one transaction (a test reads it)
 
     def create(
         self, job_id: JobId, name: str, spec: dict[str, Any], config: dict[str, Any]
@@ -72,7 +71,7 @@ class CreateBatcher:
                 batch.append(nxt)
             self._flush(batch)
 
-    def _flush(self, batch: list[tuple[_Item, Future[tuple[JobRecord, bool]]]]) -> None:
+    def _flush(self, batch: list[tuple[NewJob, Future[tuple[JobRecord, bool]]]]) -> None:
         live = [(item, fut) for item, fut in batch if fut.set_running_or_notify_cancel()]
         if not live:
             return

@@ -30,7 +30,6 @@ class JobManager:
 
     def __init__(self, store: Store, state_dir: Path, allowed_dirs: list[Path]) -> None:
         self.store = store
-        self.state_dir = state_dir
         self.allowed_dirs = [d.resolve() for d in allowed_dirs]
         self.jobs_dir = (state_dir / "jobs").resolve()
         self._batcher = CreateBatcher(store)

@@ -13,6 +13,7 @@ from stoker.store.records import (
     EpochRecord,
     JobRecord,
     LeaderLease,
+    NewJob,
     Owner,
     SinkTxn,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "EpochRecord",
     "JobRecord",
     "LeaderLease",
+    "NewJob",
     "Owner",
     "SinkTxn",
     "Store",

@@ -17,6 +17,7 @@ from stoker.store.records import (
     EpochRecord,
     JobRecord,
     LeaderLease,
+    NewJob,
     Owner,
     SinkTxn,
 )
@@ -170,9 +171,7 @@ class SqlStore:
         with self._tx() as cur:
             return self._create_job_in(cur, job_id, name, spec, config)
 
-    def create_jobs(
-        self, jobs: Sequence[tuple[JobId, str, dict[str, Any], dict[str, Any]]]
-    ) -> list[tuple[JobRecord, bool]]:
+    def create_jobs(self, jobs: Sequence[NewJob]) -> list[tuple[JobRecord, bool]]:
         if not jobs:
             return []
         with self._tx() as cur:

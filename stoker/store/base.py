@@ -16,6 +16,7 @@ from stoker.store.records import (
     EpochRecord,
     JobRecord,
     LeaderLease,
+    NewJob,
     Owner,
     SinkTxn,
 )
@@ -45,9 +46,7 @@ class Store(Protocol):
         """Insert the job if its id is free. Returns the job and whether this call created it."""
         ...
 
-    def create_jobs(
-        self, jobs: Sequence[tuple[JobId, str, dict[str, Any], dict[str, Any]]]
-    ) -> list[tuple[JobRecord, bool]]:
+    def create_jobs(self, jobs: Sequence[NewJob]) -> list[tuple[JobRecord, bool]]:
         """:meth:`create_job` for each of ``jobs`` in one transaction (a group commit).
 
         Results in order; an id given twice is created by its first occurrence only.

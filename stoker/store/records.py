@@ -17,6 +17,9 @@ from stoker.types import (
     TxnState,
 )
 
+# What ``Store.create_job`` takes, as one value: (job id, name, spec, config).
+NewJob = tuple[JobId, str, dict[str, Any], dict[str, Any]]
+
 
 @dataclass(frozen=True)
 class JobRecord:
