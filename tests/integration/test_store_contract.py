@@ -794,6 +794,17 @@ def test_concurrent_first_opens_migrate_once(open_new: OpenStore, store_url: str
     assert rows == [(n,) for n in numbers]
 
 
+def test_sqlite_files_opened_by_8_at_once_open_every_time(tmp_path: Path) -> None:
+    """Switching a new file to WAL fails at once with "database is locked" (no busy handler)
+    while another connection holds a lock; one race in ten hit it before the retry."""
+    for n in range(50):
+        url = f"sqlite:///{tmp_path / f'race-{n}.db'}"
+        results = _race(8, lambda i, url=url: open_store(url, ManualClock(T0)))
+        assert [r for r in results if isinstance(r, BaseException)] == []
+        for r in results:
+            r.close()  # type: ignore[union-attr]
+
+
 def test_open_store_accepts_a_plain_path_for_sqlite(sqlite_path: Path) -> None:
     s = open_store(sqlite_path, ManualClock(T0))
     try:
