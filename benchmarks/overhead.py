@@ -4,8 +4,8 @@ The same pipeline, twice, in one process and one SparkSession (local[2]):
 
 * **stoker**: ``generator(total, max_rows_per_epoch) -> filter(id % 3 == 0) -> files(parquet)``
   run with ``stoker.run(..., spark=spark, trigger=0)``, a fresh state folder and job id each
-  time: fence, pin, prepare into a staging folder with an ``Observation`` counting rows, decide,
-  commit (manifest + fsync + rename), five SQLite transactions per epoch.
+  time: fence, pin, prepare into a staging folder (rows counted from the parquet footers),
+  decide, commit (manifest + fsync + rename), five SQLite transactions per epoch.
 * **baseline**: what a careful user writes by hand without exactly-once bookkeeping: the same
   ``stoker_generator`` source and options, the same filter, and in ``foreachBatch``
   ``df.write.parquet(out/batch=N)``; ``processAllAvailable()`` then ``stop()``.
@@ -20,8 +20,9 @@ protocol's steps (timers wrapped around stoker's functions from the outside; eac
 
 Last, a paired comparison that the noise of a shared machine cannot hide as easily: inside each
 epoch of one query, the same rows are written by the baseline's ``df.write.parquet``, by the
-same write into a staging folder, by stoker's ``FilesSink.prepare`` (with its Observation) and
-by a footer-counting alternative, in rotating order; then ``FilesSink.commit`` is timed.
+same write into a staging folder, by stoker's ``FilesSink.prepare`` (footer row count) and by
+the former prepare (an ``Observation`` counting rows), in rotating order; then
+``FilesSink.commit`` is timed.
 
 Run: ``python benchmarks/overhead.py [--rounds 6] [--total 200000] [--per-epoch 10000]
 [--paired-epochs 43] [--paired-per-epoch 2000] [--json out.json]``.
@@ -45,7 +46,6 @@ from typing import Any
 import _common as C
 from pyspark.sql import DataFrameWriter, Observation
 from pyspark.sql import functions as F
-from pyspark.sql.classic.dataframe import DataFrame
 from pyspark.sql.streaming import StreamingQueryListener
 
 import stoker
@@ -121,9 +121,8 @@ _STEPS: list[tuple[Any, str, str]] = [
 _TOTAL = "epoch total (foreachBatch body)"
 # Parts of the steps above (not added to the total again), as (owner, attr, label, parent).
 _SUBSTEPS: list[tuple[Any, str, str, str]] = [
-    (DataFrame, "observe", "  df.observe(Observation) (plan, py4j)", _STEPS[6][2]),
     (DataFrameWriter, "save", "  DataFrameWriter.save (the Spark job)", _STEPS[6][2]),
-    (Observation, "get", "  Observation.get (wait for metrics)", _STEPS[6][2]),
+    (_files, "_footer_rows", "  row count from the parquet footers", _STEPS[6][2]),
     (os, "fsync", "  os.fsync, all (manifest file + output folder)", _STEPS[9][2]),
     (os, "rename", "  os.rename staging -> final", _STEPS[9][2]),
     (_files, "_fsync_dir", "    of which: fsync of the output folder", _STEPS[9][2]),
@@ -142,10 +141,7 @@ class _StepTimer:
         for owner, attr, label, *_ in [*_STEPS, *_SUBSTEPS]:
             orig = getattr(owner, attr)
             self._saved.append((owner, attr, orig))
-            if isinstance(orig, property):  # Observation.get
-                setattr(owner, attr, property(self._wrap(orig.fget, label)))
-            else:
-                setattr(owner, attr, self._wrap(orig, label))
+            setattr(owner, attr, self._wrap(orig, label))
         orig_run = _epoch.EpochProcessor._run
         self._saved.append((_epoch.EpochProcessor, "_run", orig_run))
         timer = self
@@ -538,10 +534,10 @@ def _breakdown(steps: list[dict[str, float]]) -> dict[str, float]:
         labels += [sub for *_, sub, parent in _SUBSTEPS if parent == label]
     labels.append(_TOTAL)
     # What the wrapped calls inside prepare and commit leave over (py4j calls building the
-    # Observation and the writer; the manifest's JSON and the listing of the staged files).
+    # writer; the manifest's JSON and the listing of the staged files).
     rests = {
-        _STEPS[6][2]: ("  rest: Observation(), F.count, writer setup (py4j)", _SUBSTEPS[0:3]),
-        _STEPS[9][2]: ("  rest: manifest JSON, listing, open/close", _SUBSTEPS[3:5]),
+        _STEPS[6][2]: ("  rest: writer setup (py4j)", _SUBSTEPS[0:2]),
+        _STEPS[9][2]: ("  rest: manifest JSON, listing, open/close", _SUBSTEPS[2:4]),
     }
     for e in steps:
         for parent, (label, subs) in rests.items():
