@@ -187,26 +187,22 @@ def supervised_driver_kill(pg_dsn: str, work: Path, app: Path, run: int) -> dict
         finally:
             st.close()
 
-    first = subprocess.Popen(
-        argv,
-        env=env,
-        start_new_session=True,
-        cwd=str(REPO),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    def launch() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            argv,
+            env=env,
+            start_new_session=True,
+            cwd=str(REPO),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    first = launch()
     wait(lambda: committed(1), 240, "manual first epoch", every=0.1)
     t0 = time.monotonic()
     kill_group(first.pid)
     first.wait()
-    second = subprocess.Popen(
-        argv,
-        env=env,
-        start_new_session=True,
-        cwd=str(REPO),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    second = launch()
     wait(lambda: committed(2), 240, "manual epoch of attempt 2", every=0.1)
     manual = time.monotonic() - t0
     kill_group(second.pid)
