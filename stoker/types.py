@@ -1,4 +1,4 @@
-"""Identifier types, job and epoch states, and the table of allowed job state transitions."""
+"""Identifier types; job, attempt, epoch and sink transaction states and their transition tables."""
 
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ class JobState(enum.StrEnum):
     RUNNING = "RUNNING"
     RESTARTING = "RESTARTING"
     CANCELING = "CANCELING"
+    # Stopped gracefully by a signal (host shutdown, container stop): not an end. The job
+    # resumes from its checkpoint when run again (Flink's SUSPENDED).
+    SUSPENDED = "SUSPENDED"
     FINISHED = "FINISHED"
     CANCELED = "CANCELED"
     FAILED = "FAILED"
@@ -51,9 +54,16 @@ _TERMINAL = frozenset({JobState.FINISHED, JobState.CANCELED, JobState.FAILED})
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.CREATED: frozenset({JobState.RUNNING, JobState.CANCELED, JobState.FAILED}),
     JobState.RUNNING: frozenset(
-        {JobState.FINISHED, JobState.CANCELING, JobState.RESTARTING, JobState.FAILED}
+        {
+            JobState.FINISHED,
+            JobState.CANCELING,
+            JobState.RESTARTING,
+            JobState.SUSPENDED,
+            JobState.FAILED,
+        }
     ),
     JobState.RESTARTING: frozenset({JobState.RUNNING, JobState.CANCELED, JobState.FAILED}),
+    JobState.SUSPENDED: frozenset({JobState.RESTARTING, JobState.CANCELED, JobState.FAILED}),
     JobState.CANCELING: frozenset({JobState.CANCELED, JobState.FINISHED, JobState.FAILED}),
     JobState.FINISHED: frozenset({JobState.RESTARTING}),
     JobState.CANCELED: frozenset({JobState.RESTARTING}),
@@ -79,6 +89,41 @@ class AttemptState(enum.StrEnum):
     FAILED = "FAILED"
     CANCELED = "CANCELED"
     SUPERSEDED = "SUPERSEDED"  # fenced off by a newer attempt; it decided nothing after that
+    SUSPENDED = "SUSPENDED"  # stopped gracefully by a signal; the job may resume
+
+    @property
+    def ended(self) -> bool:
+        """The attempt is over: nothing moves it again (a later end changes nothing)."""
+        return not ATTEMPT_TRANSITIONS[self]
+
+
+# Allowed moves of an attempt; None is "no record yet" (a job manager makes it STARTING, a
+# driver run by hand RUNNING). A driver claims its STARTING attempt (-> RUNNING); either live
+# state ends in one of the rest, which are final. FINISHED needs a driver that ran.
+_ENDS = frozenset(
+    {
+        AttemptState.FAILED,
+        AttemptState.CANCELED,
+        AttemptState.SUPERSEDED,
+        AttemptState.SUSPENDED,
+    }
+)
+ATTEMPT_TRANSITIONS: dict[AttemptState | None, frozenset[AttemptState]] = {
+    None: frozenset({AttemptState.STARTING, AttemptState.RUNNING}),
+    AttemptState.STARTING: frozenset({AttemptState.RUNNING, *_ENDS}),
+    AttemptState.RUNNING: frozenset({AttemptState.FINISHED, *_ENDS}),
+    AttemptState.FINISHED: frozenset(),
+    AttemptState.FAILED: frozenset(),
+    AttemptState.CANCELED: frozenset(),
+    AttemptState.SUPERSEDED: frozenset(),
+    AttemptState.SUSPENDED: frozenset(),
+}
+
+
+def check_attempt_transition(current: AttemptState | None, target: AttemptState) -> None:
+    """Raise :class:`InvalidTransition` unless an attempt may go ``current -> target``."""
+    if target not in ATTEMPT_TRANSITIONS[current]:
+        raise InvalidTransition(f"attempt {current or 'without a record'} cannot become {target}")
 
 
 class EpochState(enum.StrEnum):
@@ -89,9 +134,45 @@ class EpochState(enum.StrEnum):
     COMMITTED = "COMMITTED"
 
 
+# Allowed moves of an epoch record; None is "no record yet". Marking a COMMITTED epoch
+# committed again is allowed (recovery may repeat it); nothing goes back.
+EPOCH_TRANSITIONS: dict[EpochState | None, frozenset[EpochState]] = {
+    None: frozenset({EpochState.PINNED}),
+    EpochState.PINNED: frozenset({EpochState.DECIDED}),
+    EpochState.DECIDED: frozenset({EpochState.COMMITTED}),
+    EpochState.COMMITTED: frozenset({EpochState.COMMITTED}),
+}
+
+
+def check_epoch_transition(current: EpochState | None, target: EpochState) -> None:
+    """Raise :class:`InvalidTransition` unless an epoch may go ``current -> target``."""
+    if target not in EPOCH_TRANSITIONS[current]:
+        raise InvalidTransition(f"epoch {current or 'without a record'} cannot become {target}")
+
+
 class TxnState(enum.StrEnum):
     """Lifecycle of one sink transaction: PREPARED -> COMMITTED | ABORTED."""
 
     PREPARED = "PREPARED"
     COMMITTED = "COMMITTED"
     ABORTED = "ABORTED"
+
+
+# Allowed moves of a sink transaction record; None is "no record yet". A part can be aborted
+# without a record (recovery found it in the sink, the crash came before it was recorded), but
+# never committed without having been recorded PREPARED: that record holds what commit needs.
+# Repeating a final state is allowed (commit and abort are idempotent).
+TXN_TRANSITIONS: dict[TxnState | None, frozenset[TxnState]] = {
+    None: frozenset({TxnState.PREPARED, TxnState.ABORTED}),
+    TxnState.PREPARED: frozenset({TxnState.PREPARED, TxnState.COMMITTED, TxnState.ABORTED}),
+    TxnState.COMMITTED: frozenset({TxnState.COMMITTED}),
+    TxnState.ABORTED: frozenset({TxnState.ABORTED}),
+}
+
+
+def check_txn_transition(current: TxnState | None, target: TxnState) -> None:
+    """Raise :class:`InvalidTransition` unless a sink transaction may go ``current -> target``."""
+    if target not in TXN_TRANSITIONS[current]:
+        raise InvalidTransition(
+            f"sink transaction {current or 'without a record'} cannot become {target}"
+        )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from stoker.clock import Clock
 from stoker.errors import InvalidInput
+from stoker.store._retention import PruneResult, RetentionPolicy
 from stoker.store.base import Store
 from stoker.store.records import (
     AttemptRecord,
@@ -26,6 +27,8 @@ __all__ = [
     "LeaderLease",
     "NewJob",
     "Owner",
+    "PruneResult",
+    "RetentionPolicy",
     "SinkTxn",
     "Store",
     "open_store",

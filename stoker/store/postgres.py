@@ -34,6 +34,29 @@ class PostgresStore(SqlStore):
 
         return isinstance(err, psycopg.OperationalError)
 
+    def _is_db_error(self, err: BaseException) -> bool:
+        import psycopg
+
+        return isinstance(err, psycopg.Error)
+
+    def _is_unique_violation(self, err: BaseException) -> bool:
+        import psycopg
+
+        return isinstance(err, psycopg.errors.UniqueViolation)
+
+    def _store_error(self, err: BaseException) -> StoreError:
+        import psycopg
+
+        why = (
+            "is unavailable (server down or connection lost)"
+            if isinstance(err, psycopg.OperationalError)
+            else "failed"
+        )
+        text = str(err).strip()
+        return StoreError(
+            f"PostgreSQL store {_redact(self.url)} {why} ({type(err).__name__}: {text})"
+        )
+
     def _translate(self, queries: dict[str, str]) -> dict[str, str]:
         # psycopg reads every '%' of a query given parameters as a placeholder: a literal one
         # (LIKE 'x%') must be doubled before ':name' becomes '%(name)s'.

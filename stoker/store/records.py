@@ -37,6 +37,11 @@ class JobRecord:
     cancel_requested_at: float | None = None
     failures: int = 0
     next_attempt_at: float | None = None
+    # Random per job record: tells this job from an earlier one of the same id whose store is
+    # gone (sinks use it to recognise their own output). Empty for jobs made before it existed.
+    uid: str = ""
+    # When the sinks of the ended job were last resolved; None while that is owed.
+    resolved_at: float | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> JobRecord:
@@ -53,6 +58,8 @@ class JobRecord:
             cancel_requested_at=None if r[9] is None else float(r[9]),
             failures=int(r[10]),
             next_attempt_at=None if r[11] is None else float(r[11]),
+            uid=r[12] or "",
+            resolved_at=None if r[13] is None else float(r[13]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,6 +76,7 @@ class JobRecord:
             "cancel_requested_at": self.cancel_requested_at,
             "failures": self.failures,
             "next_attempt_at": self.next_attempt_at,
+            "resolved_at": self.resolved_at,
         }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from stoker.errors import StoreError
 from stoker.store._sqlstore import SqlStore
 
 _BUSY_TIMEOUT = 30.0  # seconds a statement waits for another connection's lock
+_NOT_A_DATABASE = re.compile(r"not a database|malformed|disk I/O error")
 
 
 def _enable_wal(conn: sqlite3.Connection, timeout: float) -> None:
@@ -40,8 +42,11 @@ class SqliteStore(SqlStore):
 
     dialect = "sqlite"
 
-    def __init__(self, path: str | Path, clock: Clock | None = None) -> None:
+    def __init__(
+        self, path: str | Path, clock: Clock | None = None, busy_timeout: float = _BUSY_TIMEOUT
+    ) -> None:
         self.path = Path(path)
+        self.busy_timeout = busy_timeout
         super().__init__(f"sqlite:///{self.path}", clock)
 
     def _connect(self) -> Any:
@@ -49,18 +54,49 @@ class SqliteStore(SqlStore):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
                 str(self.path),
-                timeout=_BUSY_TIMEOUT,
+                timeout=self.busy_timeout,
                 isolation_level=None,
                 check_same_thread=False,
             )
-            _enable_wal(conn, _BUSY_TIMEOUT)
-            # NORMAL in WAL mode: a commit survives a process crash (what we guard against);
-            # only an OS crash may lose the newest transactions.
-            conn.execute("PRAGMA synchronous=NORMAL")
+            _enable_wal(conn, self.busy_timeout)
+            # FULL: every commit is fsynced before it returns. The store's decision (an epoch
+            # DECIDED) must be on disk before any sink commits on the strength of it; with
+            # NORMAL a power loss or OS crash could lose the decision after a sink committed,
+            # and recovery would then abort parts whose twins are already visible.
+            conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as e:
             raise StoreError(f"cannot open SQLite store at {self.path}: {e}") from e
         return conn
+
+    def _is_db_error(self, err: BaseException) -> bool:
+        return isinstance(err, sqlite3.Error)
+
+    def _is_disconnect(self, err: BaseException) -> bool:
+        # A closed connection, or a file that stopped being a database under it: drop it.
+        if isinstance(err, sqlite3.ProgrammingError | sqlite3.InterfaceError):
+            return True
+        return (
+            isinstance(err, sqlite3.DatabaseError) and _NOT_A_DATABASE.search(str(err)) is not None
+        )
+
+    def _is_unique_violation(self, err: BaseException) -> bool:
+        return isinstance(err, sqlite3.IntegrityError) and "UNIQUE constraint" in str(err)
+
+    def _store_error(self, err: BaseException) -> StoreError:
+        text = str(err)
+        if "locked" in text or "busy" in text:
+            why = (
+                f"is locked: another connection held its write lock for more than "
+                f"{self.busy_timeout:g} s"
+            )
+        elif _NOT_A_DATABASE.search(text):
+            why = "is not a database, or is damaged"
+        elif isinstance(err, sqlite3.OperationalError):
+            why = "is unavailable"
+        else:
+            why = "failed"
+        return StoreError(f"SQLite store {self.path} {why} ({type(err).__name__}: {text})")
 
     def _begin(self, cur: Any, write: bool) -> None:
         # IMMEDIATE takes the write lock up front, so a read-then-write transaction cannot

@@ -1,11 +1,11 @@
-"""stoker.testing_pg: the throwaway server the suite runs against (started once per session)."""
+"""tests.pg: the throwaway server the suite runs against (started once per session)."""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
 
-from stoker.testing_pg import ThrowawayPostgres, find_postgres_bin
+from tests.pg import ThrowawayPostgres, find_postgres_bin
 
 
 def _databases(server: ThrowawayPostgres) -> set[str]:

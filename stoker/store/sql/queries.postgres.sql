@@ -3,7 +3,7 @@
 -- name: lock_job
 -- Row lock: two managers starting an attempt for one job serialise here.
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at
 FROM jobs WHERE job_id = :job_id FOR UPDATE;
 
 -- name: decide_epoch
@@ -14,9 +14,15 @@ FROM jobs WHERE job_id = :job_id FOR UPDATE;
 -- COMMITTED then re-checks the job row as committed, so the old attempt finds itself fenced.
 UPDATE epochs SET state = 'DECIDED', decided_by = :attempt, rows_in = :rows_in, final = :final,
                   decided_at = :now
-WHERE job_id = :job_id AND epoch = :epoch AND state = 'PINNED'
+WHERE job_id = :job_id AND epoch = :epoch AND state = :from_state
   AND EXISTS (
       SELECT 1 FROM jobs j JOIN attempts a ON a.job_id = j.job_id AND a.attempt = j.current_attempt
       WHERE j.job_id = :job_id AND j.current_attempt = :attempt
         AND a.state = 'RUNNING' AND a.lease_expires_at > :now
       FOR SHARE OF j);
+
+-- name: lock_attempt
+-- Row lock: the attempt's state is read, checked against ATTEMPT_TRANSITIONS, then changed.
+SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
+       log_path
+FROM attempts WHERE job_id = :job_id AND attempt = :attempt FOR UPDATE;

@@ -2,27 +2,45 @@
 -- rewrites them to its own style. A backend may override a query in queries.<dialect>.sql.
 
 -- name: insert_job
-INSERT INTO jobs (job_id, name, state, spec, current_attempt, control_version, created_at, updated_at)
-VALUES (:job_id, :name, :state, :spec, 0, 0, :now, :now)
+INSERT INTO jobs (job_id, name, state, spec, current_attempt, control_version, created_at, updated_at,
+                  uid)
+VALUES (:job_id, :name, :state, :spec, 0, 0, :now, :now, :uid)
 ON CONFLICT (job_id) DO NOTHING;
 
 -- name: get_job
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at
 FROM jobs WHERE job_id = :job_id;
 
 -- name: lock_job
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at
 FROM jobs WHERE job_id = :job_id;
 
 -- name: list_jobs
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at
 FROM jobs ORDER BY created_at, job_id;
 
 -- name: set_job_state
-UPDATE jobs SET state = :state, last_error = :error, updated_at = :now WHERE job_id = :job_id;
+-- Entering a terminal state makes the resolution of the job's sinks owed (resolved_at NULL).
+UPDATE jobs SET state = :state, last_error = :error, updated_at = :now,
+                resolved_at = CASE WHEN :state IN ('FINISHED', 'CANCELED', 'FAILED')
+                                   THEN NULL ELSE resolved_at END
+WHERE job_id = :job_id;
+
+-- name: set_resolved
+UPDATE jobs SET resolved_at = :now WHERE job_id = :job_id;
+
+-- name: set_job_sinks
+UPDATE jobs SET sinks = :sinks WHERE job_id = :job_id;
+
+-- name: get_job_sinks
+SELECT sinks FROM jobs WHERE job_id = :job_id;
+
+-- name: get_txn
+SELECT job_id, epoch, sink, attempt, state, detail, updated_at
+FROM sink_txns WHERE job_id = :job_id AND epoch = :epoch AND sink = :sink AND attempt = :attempt;
 
 -- name: set_job_spec
 UPDATE jobs SET spec = :spec, updated_at = :now WHERE job_id = :job_id;
@@ -52,9 +70,16 @@ WHERE job_id = :job_id AND attempt = :attempt AND state = 'RUNNING'
   AND lease_expires_at > :now
   AND attempt = (SELECT current_attempt FROM jobs WHERE job_id = :job_id);
 
+-- name: lock_attempt
+SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
+       log_path
+FROM attempts WHERE job_id = :job_id AND attempt = :attempt;
+
 -- name: end_attempt
+-- :from_state is the state read (locked) in this transaction and checked against
+-- ATTEMPT_TRANSITIONS (types.py): the table, not this query, says which moves are allowed.
 UPDATE attempts SET state = :state, error = :error, ended_at = :now, lease_expires_at = :now
-WHERE job_id = :job_id AND attempt = :attempt AND state IN ('RUNNING', 'STARTING');
+WHERE job_id = :job_id AND attempt = :attempt AND state = :from_state;
 
 -- name: insert_control_version
 INSERT INTO control_versions (job_id, version, config, reason, created_at)
@@ -88,10 +113,11 @@ FROM epochs WHERE job_id = :job_id AND state = :state ORDER BY epoch;
 
 -- name: decide_epoch
 -- The commit point. The fence is part of the same statement: only the job's current attempt,
--- with a live lease, turns PINNED into DECIDED.
+-- with a live lease, turns the epoch (:from_state, read and checked against EPOCH_TRANSITIONS)
+-- into DECIDED.
 UPDATE epochs SET state = 'DECIDED', decided_by = :attempt, rows_in = :rows_in, final = :final,
                   decided_at = :now
-WHERE job_id = :job_id AND epoch = :epoch AND state = 'PINNED'
+WHERE job_id = :job_id AND epoch = :epoch AND state = :from_state
   AND EXISTS (
       SELECT 1 FROM jobs j JOIN attempts a ON a.job_id = j.job_id AND a.attempt = j.current_attempt
       WHERE j.job_id = :job_id AND j.current_attempt = :attempt
@@ -99,7 +125,7 @@ WHERE job_id = :job_id AND epoch = :epoch AND state = 'PINNED'
 
 -- name: commit_epoch
 UPDATE epochs SET state = 'COMMITTED', committed_at = :now
-WHERE job_id = :job_id AND epoch = :epoch AND state = 'DECIDED';
+WHERE job_id = :job_id AND epoch = :epoch AND state = :from_state;
 
 -- name: upsert_txn
 INSERT INTO sink_txns (job_id, epoch, sink, attempt, state, detail, updated_at)
@@ -119,7 +145,7 @@ FROM sink_txns WHERE job_id = :job_id AND state = :state ORDER BY epoch, sink, a
 -- A driver adopts the attempt the manager made for it: only while it is the current one.
 UPDATE attempts SET state = 'RUNNING', host = :host, pid = :pid, pid_started = :pid_started,
                     lease_expires_at = :lease_expires_at
-WHERE job_id = :job_id AND attempt = :attempt AND state = 'STARTING'
+WHERE job_id = :job_id AND attempt = :attempt AND state = :from_state
   AND attempt = (SELECT current_attempt FROM jobs WHERE job_id = :job_id);
 
 -- name: set_attempt_owner
@@ -127,7 +153,8 @@ UPDATE attempts SET host = :host, pid = :pid, pid_started = :pid_started
 WHERE job_id = :job_id AND attempt = :attempt;
 
 -- name: request_cancel
-UPDATE jobs SET state = :state, cancel_requested_at = :now, updated_at = :now
+UPDATE jobs SET state = :state, cancel_requested_at = :now, updated_at = :now,
+                resolved_at = CASE WHEN :state = 'CANCELED' THEN NULL ELSE resolved_at END
 WHERE job_id = :job_id;
 
 -- name: set_failures
@@ -161,12 +188,6 @@ WHERE name = 'leader' AND holder = :holder AND token = :token;
 SELECT 1 FROM leader_lease
 WHERE name = 'leader' AND holder = :holder AND token = :token AND expires_at > :now;
 
--- name: count_attempts
-SELECT COUNT(*) FROM attempts;
-
--- name: count_committed_epochs
-SELECT COUNT(*) FROM epochs WHERE state = 'COMMITTED';
-
 -- name: restart_job
 UPDATE jobs SET state = 'RESTARTING', spec = :spec, failures = 0, next_attempt_at = NULL,
                 cancel_requested_at = NULL, last_error = NULL, updated_at = :now
@@ -174,5 +195,61 @@ WHERE job_id = :job_id;
 
 -- name: fail_job_attempt
 UPDATE jobs SET state = :state, failures = :failures, next_attempt_at = :next_attempt_at,
-                last_error = :error, updated_at = :now
+                last_error = :error, updated_at = :now,
+                resolved_at = CASE WHEN :state IN ('FINISHED', 'CANCELED', 'FAILED')
+                                   THEN NULL ELSE resolved_at END
 WHERE job_id = :job_id;
+
+-- Counters (migration 0004): totals that pruning never lowers, read in one indexed scan.
+
+-- name: bump_counter
+UPDATE counters SET value = value + :n WHERE name = :name;
+
+-- name: get_counters
+SELECT name, value FROM counters;
+
+-- Retention (_retention.py). An epoch may go only if it is COMMITTED, not final, has no
+-- PREPARED sink transaction, is at or below :upto (the latest epoch is above it) and was
+-- committed before :before. The deletes repeat the whole test: it is what keeps them safe.
+
+-- name: max_epoch
+SELECT MAX(epoch) FROM epochs WHERE job_id = :job_id;
+
+-- name: prunable_epochs
+SELECT e.epoch FROM epochs e
+WHERE e.job_id = :job_id AND e.epoch > :after AND e.epoch <= :upto
+  AND e.state = 'COMMITTED' AND e.final = 0 AND e.committed_at < :before
+  AND NOT EXISTS (SELECT 1 FROM sink_txns t
+                  WHERE t.job_id = e.job_id AND t.epoch = e.epoch AND t.state = 'PREPARED')
+ORDER BY e.epoch LIMIT :limit;
+
+-- name: prune_txns
+-- Run after prune_epochs, in its transaction: the records of the batch's epochs that are gone.
+-- A primary-key probe per row whatever the planner knows (an IN (subquery) here ran as a
+-- nested loop, quadratic in the batch, on tables not analyzed yet).
+DELETE FROM sink_txns
+WHERE job_id = :job_id AND epoch >= :lo AND epoch <= :hi AND state <> 'PREPARED'
+  AND NOT EXISTS (SELECT 1 FROM epochs e
+                  WHERE e.job_id = sink_txns.job_id AND e.epoch = sink_txns.epoch);
+
+-- name: prune_epochs
+DELETE FROM epochs
+WHERE job_id = :job_id AND epoch >= :lo AND epoch <= :hi AND epoch <= :upto
+  AND state = 'COMMITTED' AND final = 0 AND committed_at < :before
+  AND NOT EXISTS (SELECT 1 FROM sink_txns p
+                  WHERE p.job_id = epochs.job_id AND p.epoch = epochs.epoch
+                    AND p.state = 'PREPARED');
+
+-- name: orphan_txn
+SELECT 1 FROM sink_txns t
+WHERE t.job_id = :job_id AND t.state = 'ABORTED' AND t.epoch <= :upto
+  AND NOT EXISTS (SELECT 1 FROM epochs e WHERE e.job_id = t.job_id AND e.epoch = t.epoch)
+LIMIT 1;
+
+-- name: prune_orphan_txns
+-- An ABORTED record whose epoch is gone: a zombie prepared (and recovery aborted) a part of
+-- an epoch pruned before. Found through the (job_id, state) index: there are few.
+DELETE FROM sink_txns
+WHERE job_id = :job_id AND state = 'ABORTED' AND epoch <= :upto
+  AND NOT EXISTS (SELECT 1 FROM epochs e
+                  WHERE e.job_id = sink_txns.job_id AND e.epoch = sink_txns.epoch);

@@ -1,0 +1,270 @@
+"""The store's protocols, one per concept; :class:`~stoker.store.base.Store` is their union."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from stoker.store._retention import PruneResult, RetentionPolicy
+from stoker.store.records import (
+    AttemptRecord,
+    ControlSnapshot,
+    EpochRecord,
+    JobRecord,
+    LeaderLease,
+    NewJob,
+    Owner,
+    SinkTxn,
+)
+from stoker.types import (
+    AttemptNo,
+    AttemptState,
+    ControlVersion,
+    Epoch,
+    JobId,
+    JobState,
+    TxnState,
+)
+
+
+class JobStore(Protocol):
+    """Jobs: created once per id, moved only along ``JOB_TRANSITIONS``."""
+
+    def create_job(
+        self,
+        job_id: JobId,
+        name: str,
+        spec: dict[str, Any],
+        config: dict[str, Any],
+        uid: str | None = None,
+    ) -> tuple[JobRecord, bool]:
+        """Insert the job if its id is free. Returns the job and whether this call created it.
+
+        ``uid`` (default: a new random one) identifies this job record; an existing job keeps
+        its own.
+        """
+        ...
+
+    def create_jobs(self, jobs: Sequence[NewJob]) -> list[tuple[JobRecord, bool]]:
+        """:meth:`create_job` for each of ``jobs`` in one transaction (a group commit).
+
+        Results in order; an id given twice is created by its first occurrence only.
+        """
+        ...
+
+    def get_job(self, job_id: JobId) -> JobRecord:
+        """The job, or :class:`~stoker.errors.JobNotFound`."""
+        ...
+
+    def list_jobs(self, state: JobState | None = None) -> list[JobRecord]: ...
+
+    def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
+        """Move the job to ``state`` if the transition table allows it."""
+        ...
+
+    def set_job_spec(self, job_id: JobId, spec: dict[str, Any]) -> None: ...
+
+    def request_cancel(self, job_id: JobId) -> JobRecord:
+        """RUNNING -> CANCELING (the driver stops after its epoch); CREATED/RESTARTING end."""
+        ...
+
+    def set_failures(self, job_id: JobId, failures: int, next_attempt_at: float | None) -> None: ...
+
+    def restart_job(self, job_id: JobId, spec: dict[str, Any]) -> JobRecord:
+        """An ended job goes to RESTARTING with ``spec``; a live one is returned unchanged."""
+        ...
+
+    def set_resolved(self, job_id: JobId) -> None:
+        """The ended job's sinks are resolved (decided parts committed, the rest aborted)."""
+        ...
+
+    def set_job_sinks(self, job_id: JobId, sinks: list[dict[str, Any]]) -> None:
+        """Record the descriptors of the job's sinks (``TwoPhaseSink.descriptor``), replacing
+        earlier ones: what the janitor's cleanup rebuilds them from. Not part of the job's
+        record or any API answer (a DSN may carry a password)."""
+        ...
+
+    def get_job_sinks(self, job_id: JobId) -> list[dict[str, Any]]:
+        """The recorded sink descriptors; ``[]`` if no attempt ever opened the job's sinks."""
+        ...
+
+    def counts(self) -> dict[str, int]: ...
+
+
+class AttemptStore(Protocol):
+    """Attempts of a job and their leases: who may run it now."""
+
+    def start_attempt(
+        self,
+        job_id: JobId,
+        owner: Owner,
+        lease_ttl: float,
+        expected_current: AttemptNo,
+        previous_dead: bool = False,
+        restart: bool = False,
+        state: AttemptState = AttemptState.RUNNING,
+        log_path: str | None = None,
+        leader: tuple[str, int] | None = None,
+    ) -> AttemptRecord:
+        """Make a new attempt the owner of the job.
+
+        Succeeds only if the job's current attempt is still ``expected_current`` (compare and
+        swap) and that attempt has ended, its lease has expired, or the caller has seen its
+        process gone (``previous_dead``). The new attempt number is one higher.
+        Raises :class:`~stoker.errors.DuplicateJob` otherwise, and
+        :class:`~stoker.errors.JobTerminal` for an ended job unless ``restart``.
+        A job manager makes the attempt ``STARTING`` (its driver claims it) and passes its
+        ``leader`` (holder, token): checked in the same transaction, :class:`NotLeader` if lost.
+        """
+        ...
+
+    def claim_attempt(
+        self, job_id: JobId, attempt: AttemptNo, owner: Owner, lease_ttl: float
+    ) -> AttemptRecord:
+        """A driver adopts its STARTING attempt (-> RUNNING); :class:`StaleAttempt` if it is not
+        current or ``ATTEMPT_TRANSITIONS`` refuses the claim (it is RUNNING or ended)."""
+        ...
+
+    def set_attempt_owner(self, job_id: JobId, attempt: AttemptNo, owner: Owner) -> None: ...
+
+    def attempt_failed(
+        self,
+        job_id: JobId,
+        attempt: AttemptNo,
+        error: str,
+        next_attempt_at: float | None,
+        count: bool = True,
+        reset: bool = False,
+    ) -> JobRecord:
+        """End the attempt FAILED; its job restarts at ``next_attempt_at`` or fails.
+
+        ``count=False``: the failure was the manager's, not the job's (no restart is used up).
+        ``reset=True``: the restart strategy forgave the earlier failures (count starts at this
+        one). Either way a failure is counted only by the call that moves the job on.
+        """
+        ...
+
+    def finish_attempt(
+        self,
+        job_id: JobId,
+        attempt: AttemptNo,
+        attempt_state: AttemptState,
+        job_state: JobState | None,
+        error: str | None = None,
+    ) -> JobRecord:
+        """End the attempt and, while it is current, move its job to ``job_state``: one
+        transaction. ``job_state`` None leaves the job to the job manager."""
+        ...
+
+    def get_attempt(self, job_id: JobId, attempt: AttemptNo) -> AttemptRecord | None: ...
+
+    def note_attempt_error(self, job_id: JobId, attempt: AttemptNo, error: str) -> bool:
+        """Record ``error`` on an attempt that ended FINISHED (its driver crashed after the
+        job's end); its state stays. Whether it was recorded."""
+        ...
+
+    def list_attempts(self, job_id: JobId) -> list[AttemptRecord]: ...
+
+    def renew_lease(self, job_id: JobId, attempt: AttemptNo, lease_ttl: float) -> bool:
+        """Extend the lease; False when the attempt no longer owns the job or its lease lapsed."""
+        ...
+
+    def end_attempt(
+        self, job_id: JobId, attempt: AttemptNo, state: AttemptState, error: str | None = None
+    ) -> None:
+        """End a live attempt as ``state``, checked against ``ATTEMPT_TRANSITIONS``
+        (:class:`InvalidTransition` otherwise). An attempt that has ended already is left as it
+        ended: ends are idempotent. The same holds wherever the store ends an attempt."""
+        ...
+
+
+class EpochStore(Protocol):
+    """Epochs: pinned, decided (the commit point, fenced), committed."""
+
+    def pin_epoch(
+        self, job_id: JobId, epoch: Epoch, attempt: AttemptNo, control_version: ControlVersion
+    ) -> EpochRecord:
+        """Insert the epoch record if absent; either way return the record now stored."""
+        ...
+
+    def decide_epoch(
+        self, job_id: JobId, epoch: Epoch, attempt: AttemptNo, rows_in: int, final: bool
+    ) -> EpochRecord:
+        """The commit point (PINNED -> DECIDED): fenced, atomic. The same attempt deciding again
+        gets the record back; otherwise :class:`~stoker.errors.StaleAttempt`."""
+        ...
+
+    def mark_epoch_committed(self, job_id: JobId, epoch: Epoch) -> None:
+        """DECIDED -> COMMITTED. Again, or for an epoch pruned since, nothing changes; a PINNED
+        epoch is :class:`~stoker.errors.InvalidTransition` (``EPOCH_TRANSITIONS``)."""
+        ...
+
+    def get_epoch(self, job_id: JobId, epoch: Epoch) -> EpochRecord | None: ...
+
+    def list_epochs(self, job_id: JobId, limit: int = 100) -> list[EpochRecord]: ...
+
+    def epochs_in_state(self, job_id: JobId, state: str) -> list[EpochRecord]: ...
+
+
+class TxnStore(Protocol):
+    """Sink transactions of each epoch, moved only along ``TXN_TRANSITIONS``."""
+
+    def record_txn(
+        self,
+        job_id: JobId,
+        epoch: Epoch,
+        sink: str,
+        attempt: AttemptNo,
+        state: TxnState,
+        detail: dict[str, Any],
+    ) -> SinkTxn:
+        """Move the transaction to ``state`` (PREPARED -> COMMITTED | ABORTED, checked);
+        ``detail`` is merged into what was recorded. :class:`InvalidTransition` otherwise."""
+        ...
+
+    def get_txn(
+        self, job_id: JobId, epoch: Epoch, sink: str, attempt: AttemptNo
+    ) -> SinkTxn | None: ...
+
+    def list_txns(self, job_id: JobId, state: TxnState | None = None) -> list[SinkTxn]: ...
+
+
+class ControlStore(Protocol):
+    """A job's config, as numbered control versions."""
+
+    def control_snapshot(
+        self, job_id: JobId, version: ControlVersion | None = None
+    ) -> ControlSnapshot:
+        """The config at ``version`` (default: the latest)."""
+        ...
+
+    def declare_defaults(self, job_id: JobId, defaults: dict[str, Any]) -> ControlSnapshot:
+        """Record the pipeline's declared config; a new version only if it changed."""
+        ...
+
+
+class LeaderStore(Protocol):
+    """Leadership among job managers: one lease with a growing token."""
+
+    def acquire_leadership(self, holder: str, address: str, ttl: float) -> LeaderLease | None: ...
+
+    def renew_leadership(self, holder: str, token: int, ttl: float) -> bool: ...
+
+    def resign_leadership(self, holder: str, token: int) -> None: ...
+
+    def get_leader(self) -> LeaderLease | None: ...
+
+
+class RetentionStore(Protocol):
+    """Bounded growth: old committed epochs go, what recovery needs stays (``_retention.py``)."""
+
+    def prune_epochs(
+        self,
+        job_id: JobId,
+        policy: RetentionPolicy,
+        batch_size: int = 1000,
+        max_batches: int | None = None,
+    ) -> PruneResult:
+        """Delete the epochs (and their sink transactions) ``policy`` does not keep, in
+        transactions of at most ``batch_size`` epochs, at most ``max_batches`` of them."""
+        ...

@@ -1,0 +1,277 @@
+"""Attempts and their leases in SQL: start (compare and swap), claim, renew, end."""
+
+from __future__ import annotations
+
+from stoker.errors import DuplicateJob, InvalidTransition, JobTerminal, NotLeader, StaleAttempt
+from stoker.store._sqlbase import SqlBase
+from stoker.store.records import AttemptRecord, JobRecord, Owner
+from stoker.types import (
+    AttemptNo,
+    AttemptState,
+    JobId,
+    JobState,
+    check_attempt_transition,
+    check_transition,
+)
+
+
+class AttemptsMixin(SqlBase):
+    """Implements :class:`stoker.store.protocols.AttemptStore`."""
+
+    def start_attempt(
+        self,
+        job_id: JobId,
+        owner: Owner,
+        lease_ttl: float,
+        expected_current: AttemptNo,
+        previous_dead: bool = False,
+        restart: bool = False,
+        state: AttemptState = AttemptState.RUNNING,
+        log_path: str | None = None,
+        leader: tuple[str, int] | None = None,
+    ) -> AttemptRecord:
+        check_attempt_transition(None, state)  # STARTING or RUNNING; before anything is written
+        now = self.clock.now()
+        with self._tx() as cur:
+            if (
+                leader is not None
+                and not self._x(
+                    cur, "check_leader", holder=leader[0], token=leader[1], now=now
+                ).fetchone()
+            ):
+                raise NotLeader(f"leader lease {leader[1]} of {leader[0]} is no longer held")
+            job = self._locked_job(cur, job_id)
+            if job.state.terminal and not restart:
+                raise JobTerminal(job_id, str(job.state))
+            if job.state == JobState.CANCELING:
+                raise DuplicateJob(job_id, "it is being canceled")
+            if job.current_attempt != expected_current:
+                raise DuplicateJob(job_id, f"attempt {job.current_attempt} started meanwhile")
+            if job.current_attempt > 0:
+                prev_row = self._x(
+                    cur, "get_attempt", job_id=job_id, attempt=job.current_attempt
+                ).fetchone()
+                prev = AttemptRecord.from_row(prev_row)
+                running = prev.state in (AttemptState.RUNNING, AttemptState.STARTING)
+                if running and prev.lease_expires_at > now and not previous_dead:
+                    raise DuplicateJob(
+                        job_id,
+                        f"attempt {prev.attempt} runs as pid {prev.owner.pid} on "
+                        f"{prev.owner.host}, lease valid for "
+                        f"{prev.lease_expires_at - now:.1f}s",
+                    )
+                if running:
+                    # Whatever that process still does, it can no longer decide an epoch.
+                    self._end_attempt_in(
+                        cur,
+                        job_id,
+                        prev.attempt,
+                        AttemptState.SUPERSEDED,
+                        "superseded by a newer attempt",
+                        now,
+                    )
+            new = AttemptNo(job.current_attempt + 1)
+            if job.state not in (JobState.CREATED, JobState.RESTARTING):
+                # RUNNING (a dead attempt being replaced) or terminal (an explicit restart):
+                # pass through RESTARTING so that the table is respected.
+                check_transition(job.state, JobState.RESTARTING)
+            changed = self._x(
+                cur,
+                "set_current_attempt",
+                job_id=job_id,
+                attempt=new,
+                state=str(JobState.RUNNING),
+                expected=expected_current,
+                now=now,
+            ).rowcount
+            if changed != 1:
+                raise DuplicateJob(job_id, "another attempt started meanwhile")
+            try:
+                self._x(
+                    cur,
+                    "insert_attempt",
+                    job_id=job_id,
+                    attempt=new,
+                    state=str(state),
+                    host=owner.host,
+                    pid=owner.pid,
+                    pid_started=owner.pid_started,
+                    lease_expires_at=now + lease_ttl,
+                    now=now,
+                    log_path=log_path,
+                )
+            except Exception as e:
+                # The attempt number is the fencing token: a row holding it already means
+                # someone else started that attempt. That is a duplicate, not a store failure.
+                if not self._is_unique_violation(e):
+                    raise
+                raise DuplicateJob(job_id, f"attempt {new} exists already") from e
+            self._x(cur, "bump_counter", name="attempts", n=1)
+            arow = self._x(cur, "get_attempt", job_id=job_id, attempt=new).fetchone()
+        return AttemptRecord.from_row(arow)
+
+    def claim_attempt(
+        self, job_id: JobId, attempt: AttemptNo, owner: Owner, lease_ttl: float
+    ) -> AttemptRecord:
+        now = self.clock.now()
+        with self._tx() as cur:
+            n = 0
+            before = self._x(cur, "lock_attempt", job_id=job_id, attempt=attempt).fetchone()
+            if before is not None:
+                current = AttemptRecord.from_row(before).state
+                try:
+                    check_attempt_transition(current, AttemptState.RUNNING)
+                except InvalidTransition as e:
+                    # For the driver this is the fence: another process owns or ended it.
+                    raise StaleAttempt(
+                        f"attempt {attempt} of job {job_id!r} cannot be claimed: it is {current}"
+                    ) from e
+                n = self._x(
+                    cur,
+                    "claim_attempt",
+                    job_id=job_id,
+                    attempt=attempt,
+                    host=owner.host,
+                    pid=owner.pid,
+                    pid_started=owner.pid_started,
+                    lease_expires_at=now + lease_ttl,
+                    from_state=str(current),
+                ).rowcount
+            row = self._x(cur, "get_attempt", job_id=job_id, attempt=attempt).fetchone()
+        if n != 1 or row is None:
+            state = "missing" if row is None else AttemptRecord.from_row(row).state
+            raise StaleAttempt(
+                f"attempt {attempt} of job {job_id!r} cannot be claimed: it is {state} "
+                "or no longer the current attempt"
+            )
+        return AttemptRecord.from_row(row)
+
+    def set_attempt_owner(self, job_id: JobId, attempt: AttemptNo, owner: Owner) -> None:
+        with self._tx() as cur:
+            self._x(
+                cur,
+                "set_attempt_owner",
+                job_id=job_id,
+                attempt=attempt,
+                host=owner.host,
+                pid=owner.pid,
+                pid_started=owner.pid_started,
+            )
+
+    def attempt_failed(
+        self,
+        job_id: JobId,
+        attempt: AttemptNo,
+        error: str,
+        next_attempt_at: float | None,
+        count: bool = True,
+        reset: bool = False,
+    ) -> JobRecord:
+        """End ``attempt`` FAILED and move its job on: RESTARTING at ``next_attempt_at``,
+        FAILED when that is None, CANCELED if a cancel was asked for. A no-op for the job if
+        ``attempt`` is no longer its current one. ``reset``: the earlier failures are forgiven
+        (the count starts afresh with this one)."""
+        now = self.clock.now()
+        with self._tx() as cur:
+            job = self._locked_job(cur, job_id)
+            self._end_attempt_in(cur, job_id, attempt, AttemptState.FAILED, error, now)
+            # Only a job whose current attempt was live moves on: a second call for the same
+            # attempt (two managers that briefly both think they lead) finds the job RESTARTING
+            # or ended already, and counts nothing again.
+            if job.current_attempt == attempt and job.state in (
+                JobState.RUNNING,
+                JobState.CANCELING,
+            ):
+                if job.state == JobState.CANCELING:
+                    target, nxt = JobState.CANCELED, None
+                elif next_attempt_at is None:
+                    target, nxt = JobState.FAILED, None
+                else:
+                    target, nxt = JobState.RESTARTING, next_attempt_at
+                check_transition(job.state, target)
+                self._x(
+                    cur,
+                    "fail_job_attempt",
+                    job_id=job_id,
+                    state=str(target),
+                    failures=(0 if reset else job.failures) + (1 if count else 0),
+                    next_attempt_at=nxt,
+                    error=error,
+                    now=now,
+                )
+            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        return JobRecord.from_row(row)
+
+    def finish_attempt(
+        self,
+        job_id: JobId,
+        attempt: AttemptNo,
+        attempt_state: AttemptState,
+        job_state: JobState | None,
+        error: str | None = None,
+    ) -> JobRecord:
+        """End ``attempt`` and, if it is still the job's current one, move the job to
+        ``job_state`` (None: leave the job alone), in one transaction: a kill between the two
+        can no longer leave an ended attempt under a job that still looks RUNNING.
+
+        A RUNNING job asked to become CANCELED passes through CANCELING (the table's path).
+        """
+        now = self.clock.now()
+        with self._tx() as cur:
+            job = self._locked_job(cur, job_id)
+            self._end_attempt_in(cur, job_id, attempt, attempt_state, error, now)
+            if job_state is not None and job.current_attempt == attempt and job.state != job_state:
+                current = job.state
+                if job_state == JobState.CANCELED and current == JobState.RUNNING:
+                    check_transition(current, JobState.CANCELING)
+                    current = JobState.CANCELING
+                check_transition(current, job_state)
+                self._x(
+                    cur, "set_job_state", job_id=job_id, state=str(job_state), error=error, now=now
+                )
+            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        return JobRecord.from_row(row)
+
+    def note_attempt_error(self, job_id: JobId, attempt: AttemptNo, error: str) -> bool:
+        done = str(AttemptState.FINISHED)
+        with self._tx() as cur:
+            cur = self._x(
+                cur,
+                "end_attempt",
+                job_id=job_id,
+                attempt=attempt,
+                state=done,
+                from_state=done,
+                error=error,
+                now=self.clock.now(),
+            )
+            return bool(cur.rowcount)
+
+    def get_attempt(self, job_id: JobId, attempt: AttemptNo) -> AttemptRecord | None:
+        with self._tx(write=False) as cur:
+            row = self._x(cur, "get_attempt", job_id=job_id, attempt=attempt).fetchone()
+        return None if row is None else AttemptRecord.from_row(row)
+
+    def list_attempts(self, job_id: JobId) -> list[AttemptRecord]:
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "list_attempts", job_id=job_id).fetchall()
+        return [AttemptRecord.from_row(r) for r in rows]
+
+    def renew_lease(self, job_id: JobId, attempt: AttemptNo, lease_ttl: float) -> bool:
+        now = self.clock.now()
+        with self._tx() as cur:
+            n = self._x(
+                cur,
+                "renew_lease",
+                job_id=job_id,
+                attempt=attempt,
+                lease_expires_at=now + lease_ttl,
+                now=now,
+            ).rowcount
+        return bool(n == 1)
+
+    def end_attempt(
+        self, job_id: JobId, attempt: AttemptNo, state: AttemptState, error: str | None = None
+    ) -> None:
+        with self._tx() as cur:
+            self._end_attempt_in(cur, job_id, attempt, state, error, self.clock.now())

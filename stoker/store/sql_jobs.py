@@ -1,0 +1,182 @@
+"""Jobs in SQL: creation (insert-if-absent), states by the transition table, cancel, restart."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from stoker.errors import JobNotFound, JobTerminal
+from stoker.store._sqlbase import SqlBase
+from stoker.store.records import JobRecord, NewJob
+from stoker.types import AttemptState, JobId, JobState, check_transition
+
+
+class JobsMixin(SqlBase):
+    """Implements :class:`stoker.store.protocols.JobStore`."""
+
+    def create_job(
+        self,
+        job_id: JobId,
+        name: str,
+        spec: dict[str, Any],
+        config: dict[str, Any],
+        uid: str | None = None,
+    ) -> tuple[JobRecord, bool]:
+        with self._tx() as cur:
+            return self._create_job_in(cur, job_id, name, spec, config, uid)
+
+    def create_jobs(self, jobs: Sequence[NewJob]) -> list[tuple[JobRecord, bool]]:
+        if not jobs:
+            return []
+        with self._tx() as cur:
+            return [self._create_job_in(cur, *job) for job in jobs]
+
+    def _create_job_in(
+        self,
+        cur: Any,
+        job_id: JobId,
+        name: str,
+        spec: dict[str, Any],
+        config: dict[str, Any],
+        uid: str | None = None,
+    ) -> tuple[JobRecord, bool]:
+        now = self.clock.now()
+        # The primary key decides: of concurrent callers exactly one inserts.
+        created = (
+            self._x(
+                cur,
+                "insert_job",
+                job_id=job_id,
+                name=name,
+                state=str(JobState.CREATED),
+                spec=json.dumps(spec, sort_keys=True),
+                now=now,
+                uid=uid or uuid.uuid4().hex,
+            ).rowcount
+            == 1
+        )
+        if created:
+            self._x(
+                cur,
+                "insert_control_version",
+                job_id=job_id,
+                version=0,
+                config=json.dumps(config, sort_keys=True),
+                reason="declared defaults",
+                now=now,
+            )
+        row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        return JobRecord.from_row(row), created
+
+    def get_job(self, job_id: JobId) -> JobRecord:
+        with self._tx(write=False) as cur:
+            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        return JobRecord.from_row(row)
+
+    def list_jobs(self, state: JobState | None = None) -> list[JobRecord]:
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "list_jobs").fetchall()
+        jobs = [JobRecord.from_row(r) for r in rows]
+        return [j for j in jobs if state is None or j.state == state]
+
+    def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
+        with self._tx() as cur:
+            check_transition(self._locked_job(cur, job_id).state, state)
+            self._x(
+                cur,
+                "set_job_state",
+                job_id=job_id,
+                state=str(state),
+                error=error,
+                now=self.clock.now(),
+            )
+            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        return JobRecord.from_row(row)
+
+    def set_job_spec(self, job_id: JobId, spec: dict[str, Any]) -> None:
+        with self._tx() as cur:
+            self._x(
+                cur,
+                "set_job_spec",
+                job_id=job_id,
+                spec=json.dumps(spec, sort_keys=True),
+                now=self.clock.now(),
+            )
+
+    def request_cancel(self, job_id: JobId) -> JobRecord:
+        now = self.clock.now()
+        with self._tx() as cur:
+            job = self._locked_job(cur, job_id)
+            if job.state.terminal:
+                raise JobTerminal(job_id, str(job.state))
+            if job.state != JobState.CANCELING:
+                # Nothing runs for CREATED and RESTARTING jobs: they end at once. A RUNNING job
+                # is asked to stop after its current epoch (the driver sees CANCELING).
+                target = JobState.CANCELING if job.state == JobState.RUNNING else JobState.CANCELED
+                check_transition(job.state, target)
+                self._x(cur, "request_cancel", job_id=job_id, state=str(target), now=now)
+                if target == JobState.CANCELED and job.current_attempt:
+                    self._end_attempt_in(
+                        cur, job_id, job.current_attempt, AttemptState.CANCELED, None, now
+                    )
+            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        return JobRecord.from_row(row)
+
+    def set_failures(self, job_id: JobId, failures: int, next_attempt_at: float | None) -> None:
+        with self._tx() as cur:
+            self._x(
+                cur,
+                "set_failures",
+                job_id=job_id,
+                failures=failures,
+                next_attempt_at=next_attempt_at,
+                now=self.clock.now(),
+            )
+
+    def restart_job(self, job_id: JobId, spec: dict[str, Any]) -> JobRecord:
+        """An ended job goes to RESTARTING (with ``spec``) for the manager to start anew."""
+        with self._tx() as cur:
+            job = self._locked_job(cur, job_id)
+            if job.state.terminal:
+                check_transition(job.state, JobState.RESTARTING)
+                self._x(
+                    cur,
+                    "restart_job",
+                    job_id=job_id,
+                    spec=json.dumps(spec, sort_keys=True),
+                    now=self.clock.now(),
+                )
+            row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        return JobRecord.from_row(row)
+
+    def set_resolved(self, job_id: JobId) -> None:
+        with self._tx() as cur:
+            self._x(cur, "set_resolved", job_id=job_id, now=self.clock.now())
+
+    def set_job_sinks(self, job_id: JobId, sinks: list[dict[str, Any]]) -> None:
+        with self._tx() as cur:
+            self._locked_job(cur, job_id)  # JobNotFound for an unknown id
+            self._x(cur, "set_job_sinks", job_id=job_id, sinks=json.dumps(sinks, sort_keys=True))
+
+    def get_job_sinks(self, job_id: JobId) -> list[dict[str, Any]]:
+        with self._tx(write=False) as cur:
+            row = self._x(cur, "get_job_sinks", job_id=job_id).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        return list(json.loads(row[0])) if row[0] else []
+
+    def counts(self) -> dict[str, int]:
+        """Totals for metrics: attempts started, epochs committed. One read of the counters
+        table (migration 0004), kept in the transactions that change them: O(1) per scrape,
+        and pruning old epochs does not lower them."""
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "get_counters").fetchall()
+        totals = {str(name): int(value) for name, value in rows}
+        return {
+            "attempts": totals.get("attempts", 0),
+            "epochs_committed": totals.get("epochs_committed", 0),
+        }

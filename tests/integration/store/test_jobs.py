@@ -1,0 +1,236 @@
+"""The store contract for jobs: insert-if-absent, the transition table, cancel, restart, uid.
+
+Run against SQLite and PostgreSQL alike (fixtures in conftest.py). Time is a
+:class:`~stoker.clock.ManualClock`; leases lapse because the test moves the clock.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stoker.clock import ManualClock
+from stoker.errors import InvalidTransition, JobNotFound
+from stoker.store import ControlSnapshot, JobRecord, Store
+from stoker.types import AttemptNo, AttemptState, ControlVersion, JobState, job_id
+from tests.integration.store.support import (
+    CONFIG,
+    JOB,
+    OTHER,
+    OWNER,
+    OWNER_B,
+    SPEC,
+    T0,
+    TTL,
+    OpenStore,
+    race,
+    running_job,
+)
+
+
+def test_create_job_returns_the_new_record(store: Store) -> None:
+    rec, created = store.create_job(JOB, "orders", SPEC, CONFIG)
+
+    assert created is True
+    assert rec == JobRecord(
+        job_id=JOB,
+        name="orders",
+        state=JobState.CREATED,
+        spec=SPEC,
+        current_attempt=AttemptNo(0),
+        control_version=ControlVersion(0),
+        last_error=None,
+        created_at=T0,
+        updated_at=T0,
+        uid=rec.uid,
+    )
+    assert len(rec.uid) == 32  # a random uid of this job record
+    assert store.get_job(JOB) == rec
+    assert store.control_snapshot(JOB) == ControlSnapshot(ControlVersion(0), CONFIG)
+
+
+def test_create_job_twice_returns_the_first_record(store: Store, clock: ManualClock) -> None:
+    first, _ = store.create_job(JOB, "orders", SPEC, CONFIG)
+    clock.advance(5)
+
+    again, created = store.create_job(JOB, "other-name", {"x": 1}, {"batch_rows": 1})
+
+    assert created is False
+    assert again == first
+    assert store.control_snapshot(JOB) == ControlSnapshot(ControlVersion(0), CONFIG)
+    assert store.list_jobs() == [first]
+
+
+def test_concurrent_create_job_creates_exactly_once(open_new: OpenStore) -> None:
+    stores = [open_new() for _ in range(32)]
+
+    results = race(32, lambda i: stores[i].create_job(JOB, f"name-{i}", {"i": i}, {"i": i}))
+
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert errors == []
+    outcomes = [r for r in results if not isinstance(r, BaseException)]
+    winners = [i for i, (_, created) in enumerate(outcomes) if created]
+    assert len(winners) == 1
+    (w,) = winners
+    expected = outcomes[w][0]
+    assert expected.name == f"name-{w}"
+    assert expected.spec == {"i": w}
+    assert [rec for rec, _ in outcomes] == [expected] * 32
+    assert stores[0].control_snapshot(JOB) == ControlSnapshot(ControlVersion(0), {"i": w})
+
+
+def test_create_jobs_is_create_job_for_each_in_one_transaction(store: Store) -> None:
+    existing, _ = store.create_job(JOB, "orders", SPEC, CONFIG)
+    third = job_id("third")
+
+    results = store.create_jobs(
+        [
+            (JOB, "again", {"x": 1}, {}),
+            (OTHER, "b", SPEC, CONFIG),
+            (OTHER, "b-twice", {"x": 2}, {}),
+            (third, "c", SPEC, {"k": 1}),
+        ]
+    )
+
+    assert [created for _, created in results] == [False, True, False, True]
+    assert results[0][0] == existing
+    assert results[1][0] == results[2][0] == store.get_job(OTHER)
+    assert store.get_job(OTHER).name == "b"
+    assert store.control_snapshot(third) == ControlSnapshot(ControlVersion(0), {"k": 1})
+    assert store.create_jobs([]) == []
+
+
+def test_concurrent_create_jobs_batches_create_each_id_exactly_once(
+    open_new: OpenStore,
+) -> None:
+    stores = [open_new() for _ in range(8)]
+    ids = [job_id(f"b{k}") for k in range(16)]
+
+    results = race(8, lambda i: stores[i].create_jobs([(j, f"n{i}", {"i": i}, {}) for j in ids]))
+
+    assert [r for r in results if isinstance(r, BaseException)] == []
+    for k, j in enumerate(ids):
+        outcomes = [r[k] for r in results]  # type: ignore[index]
+        assert sum(created for _, created in outcomes) == 1
+        assert [rec for rec, _ in outcomes] == [stores[0].get_job(j)] * 8
+
+
+def test_get_job_of_unknown_id_raises_job_not_found(store: Store) -> None:
+    with pytest.raises(JobNotFound) as info:
+        store.get_job(job_id("nope"))
+    assert info.value.job_id == "nope"
+
+
+def test_list_jobs_filters_by_state(store: Store, clock: ManualClock) -> None:
+    a, _ = store.create_job(JOB, "a", SPEC, CONFIG)
+    clock.advance(1)
+    store.create_job(OTHER, "b", SPEC, CONFIG)
+    running = store.set_job_state(OTHER, JobState.RUNNING)
+
+    assert store.list_jobs() == [a, running]
+    assert store.list_jobs(JobState.CREATED) == [a]
+    assert store.list_jobs(JobState.RUNNING) == [running]
+    assert store.list_jobs(JobState.FAILED) == []
+
+
+def test_set_job_state_follows_the_transition_table(store: Store, clock: ManualClock) -> None:
+    store.create_job(JOB, "orders", SPEC, CONFIG)
+    clock.advance(1)
+    running = store.set_job_state(JOB, JobState.RUNNING)
+    assert (running.state, running.updated_at, running.last_error) == (
+        JobState.RUNNING,
+        T0 + 1,
+        None,
+    )
+    clock.advance(1)
+    failed = store.set_job_state(JOB, JobState.FAILED, error="boom")
+    assert (failed.state, failed.updated_at, failed.last_error) == (JobState.FAILED, T0 + 2, "boom")
+
+    clock.advance(1)
+    with pytest.raises(InvalidTransition):
+        store.set_job_state(JOB, JobState.RUNNING)
+    assert store.get_job(JOB) == failed
+
+    restarting = store.set_job_state(JOB, JobState.RESTARTING)
+    assert restarting.state == JobState.RESTARTING
+
+
+def test_finished_job_cannot_become_running(store: Store) -> None:
+    store.create_job(JOB, "orders", SPEC, CONFIG)
+    store.set_job_state(JOB, JobState.RUNNING)
+    finished = store.set_job_state(JOB, JobState.FINISHED)
+
+    with pytest.raises(InvalidTransition) as info:
+        store.set_job_state(JOB, JobState.RUNNING)
+
+    assert str(info.value) == "job state FINISHED cannot become RUNNING"
+    assert store.get_job(JOB) == finished
+
+
+def test_set_job_state_of_unknown_job_raises_job_not_found(store: Store) -> None:
+    with pytest.raises(JobNotFound):
+        store.set_job_state(job_id("nope"), JobState.RUNNING)
+
+
+def test_set_job_spec_replaces_the_spec(store: Store, clock: ManualClock) -> None:
+    store.create_job(JOB, "orders", SPEC, CONFIG)
+    clock.advance(3)
+    store.set_job_spec(JOB, {"new": True})
+    job = store.get_job(JOB)
+    assert (job.spec, job.updated_at) == ({"new": True}, T0 + 3)
+
+
+def test_suspended_job_resumes_without_restart_and_can_be_canceled(store: Store) -> None:
+    running_job(store)
+    job = store.finish_attempt(JOB, AttemptNo(1), AttemptState.SUSPENDED, JobState.SUSPENDED)
+    assert job.state == JobState.SUSPENDED and not job.state.terminal
+
+    again = store.start_attempt(JOB, OWNER_B, TTL, expected_current=AttemptNo(1))
+    assert again.attempt == 2 and store.get_job(JOB).state == JobState.RUNNING
+
+    store.finish_attempt(JOB, AttemptNo(2), AttemptState.SUSPENDED, JobState.SUSPENDED)
+    assert store.request_cancel(JOB).state == JobState.CANCELED
+
+
+def test_job_uid_is_kept_by_the_first_creation(store: Store) -> None:
+    made, created = store.create_job(JOB, "n", SPEC, CONFIG, uid="uid-a")
+    again, created_again = store.create_job(JOB, "n", SPEC, CONFIG, uid="uid-b")
+    other, _ = store.create_job(OTHER, "n", SPEC, CONFIG)
+
+    assert (created, created_again) == (True, False)
+    assert made.uid == again.uid == "uid-a"
+    assert other.uid and other.uid != "uid-a"
+
+
+def test_set_resolved_and_a_new_end_owes_it_again(store: Store) -> None:
+    running_job(store)
+    store.finish_attempt(JOB, AttemptNo(1), AttemptState.FAILED, JobState.FAILED, "x")
+    store.set_resolved(JOB)
+    assert store.get_job(JOB).resolved_at == T0
+
+    store.start_attempt(JOB, OWNER, TTL, expected_current=AttemptNo(1), restart=True)
+    store.finish_attempt(JOB, AttemptNo(2), AttemptState.FAILED, JobState.FAILED, "y")
+    assert store.get_job(JOB).resolved_at is None
+
+
+def test_job_sinks_are_recorded_replaced_and_kept_out_of_the_record(store: Store) -> None:
+    running_job(store)
+    assert store.get_job_sinks(JOB) == []  # no attempt opened its sinks yet
+    first = [
+        {"kind": "files", "path": "/out", "format": "parquet", "name": "files:/out"},
+        {"kind": "postgres", "dsn": "postgresql://u:secret@h/db", "table": "t", "tag": "0a1b2c3d"},
+    ]
+    store.set_job_sinks(JOB, first)
+    assert store.get_job_sinks(JOB) == first
+    # A later attempt records its own (the sinks may have changed).
+    store.set_job_sinks(JOB, first[:1])
+    assert store.get_job_sinks(JOB) == first[:1]
+    # Trusted metadata: not in the record's answer.
+    assert "secret" not in repr(store.get_job(JOB).to_dict())
+    assert "sinks" not in store.get_job(JOB).to_dict()
+
+
+def test_job_sinks_of_an_unknown_job_raise_job_not_found(store: Store) -> None:
+    with pytest.raises(JobNotFound):
+        store.get_job_sinks(job_id("nope"))
+    with pytest.raises(JobNotFound):
+        store.set_job_sinks(job_id("nope"), [])
