@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from stoker.errors import SinkError
 from stoker.sinks.base import Prepared, Recovered, TwoPhaseSink
 from stoker.sinks.files import FilesSink
 from stoker.sinks.postgres import PostgresSink
@@ -12,9 +16,13 @@ __all__ = [
     "Prepared",
     "Recovered",
     "TwoPhaseSink",
+    "descriptor_of",
     "files",
+    "from_descriptor",
     "postgres",
 ]
+
+KINDS = ("files", "postgres")
 
 
 def files(path: str, format: str = "parquet", options: dict[str, str] | None = None) -> FilesSink:
@@ -26,10 +34,58 @@ def files(path: str, format: str = "parquet", options: dict[str, str] | None = N
     return FilesSink(path=str(path), format=format, options=dict(options or {}))
 
 
-def postgres(dsn: str, table: str, create_table: bool = True) -> PostgresSink:
+def postgres(
+    dsn: str, table: str, create_table: bool = True, max_writers: int | None = None
+) -> PostgresSink:
     """Rows appended to ``table`` exactly once, with PREPARE TRANSACTION per Spark task.
 
-    The server needs ``max_prepared_transactions`` > 0. With ``create_table`` the table is
-    created from the epoch's schema if it does not exist.
+    An epoch is written through at most ``max_writers`` tasks (so prepared transactions);
+    None: a quarter of the server's ``max_prepared_transactions``, which must be at least
+    twice the writers. With ``create_table`` the table is created from the epoch's schema if
+    it does not exist.
     """
-    return PostgresSink(dsn=dsn, table=table, create_table=create_table)
+    return PostgresSink(dsn=dsn, table=table, create_table=create_table, max_writers=max_writers)
+
+
+def descriptor_of(sink: TwoPhaseSink) -> dict[str, Any]:
+    """The sink's :meth:`~stoker.sinks.base.TwoPhaseSink.descriptor`, or for a sink without
+    one (a user-defined sink) ``{"kind": None, "name": ..., "class": ...}``: recorded so that
+    the cleanup can name what it cannot resolve."""
+    describe = getattr(sink, "descriptor", None)
+    if callable(describe):
+        return dict(describe())
+    cls = type(sink)
+    return {"kind": None, "name": sink.name, "class": f"{cls.__module__}.{cls.__qualname__}"}
+
+
+def _field(d: Mapping[str, Any], key: str, kind: str) -> str:
+    value = d.get(key)
+    if not isinstance(value, str) or not value:
+        raise SinkError(f"{kind}.{key}", f"the {kind} sink descriptor has no {key} (got {value!r})")
+    return value
+
+
+def from_descriptor(d: Mapping[str, Any]) -> TwoPhaseSink:
+    """The sink ``d`` (a :meth:`~stoker.sinks.base.TwoPhaseSink.descriptor`) describes, not
+    yet opened. Needs neither the application's code nor Spark. An unknown ``kind`` or a
+    missing field: :class:`~stoker.errors.SinkError` naming it."""
+    kind = d.get("kind")
+    if kind == "files":
+        return FilesSink(
+            path=_field(d, "path", kind),
+            format=_field(d, "format", kind),
+            name=_field(d, "name", kind),
+        )
+    if kind == "postgres":
+        writers = d.get("max_writers")
+        return PostgresSink(
+            dsn=_field(d, "dsn", kind),
+            table=_field(d, "table", kind),
+            create_table=bool(d.get("create_table", True)),
+            name=_field(d, "name", kind),
+            max_writers=writers if isinstance(writers, int) else None,
+        )
+    raise SinkError(
+        "sink.kind",
+        f"unknown sink kind {kind!r} (sink {d.get('name')!r}); known kinds: {', '.join(KINDS)}",
+    )

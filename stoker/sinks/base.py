@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NewType, Protocol
 
 from stoker.types import AttemptNo, Epoch, JobId
 
@@ -16,20 +16,81 @@ if TYPE_CHECKING:
 Decision = Callable[[Epoch], AttemptNo | None]
 
 
+@dataclass(frozen=True)
+class SinkOwner:
+    """The job a sink writes for: its id, and the uid of its record in the store.
+
+    The uid tells this job from an earlier job of the same id whose state folder (and store)
+    is gone: an output folder must not be mistaken for its own by either.
+    """
+
+    job_id: JobId
+    uid: str
+
+
+# Spark's ids of the task that wrote a part: the partition, and the task attempt (unique within
+# one SparkContext; a retried or speculative copy of a task gets a new one).
+PartitionId = NewType("PartitionId", int)
+TaskAttemptId = NewType("TaskAttemptId", int)
+
+
+@dataclass(frozen=True)
+class PreparedPart:
+    """One prepared part of an epoch as a Spark task made it (a sink transaction id, a gid)."""
+
+    id: str
+    partition: PartitionId
+    task_attempt: TaskAttemptId
+    task_attempt_number: int  # Spark's attemptNumber: 0 first, >0 a retry or speculative copy
+    rows: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "partition": self.partition,
+            "task_attempt": self.task_attempt,
+            "task_attempt_number": self.task_attempt_number,
+            "rows": self.rows,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PreparedPart:
+        return cls(
+            id=str(d["id"]),
+            partition=PartitionId(int(d["partition"])),
+            task_attempt=TaskAttemptId(int(d["task_attempt"])),
+            task_attempt_number=int(d.get("task_attempt_number", 0)),
+            rows=int(d.get("rows", 0)),
+        )
+
+
 @dataclass
 class Prepared:
-    """What ``prepare`` leaves behind: rows written and what commit/abort need."""
+    """What ``prepare`` leaves behind: rows written and what commit/abort need.
+
+    ``detail`` is recorded with the PREPARED sink transaction before the epoch is decided, and
+    handed back to ``commit`` from that record: commit acts on exactly what was recorded.
+    ``parts`` are the task-made parts it names (empty for a sink whose part is one unit).
+    """
 
     rows: int
     detail: dict[str, Any] = field(default_factory=dict)
+    parts: tuple[PreparedPart, ...] = ()
 
 
 @dataclass
 class Recovered:
-    """What ``recover`` did with leftovers of earlier attempts."""
+    """What ``recover`` did with leftovers of earlier attempts.
+
+    ``committed`` and ``aborted`` name sink transactions (epoch, attempt) whose record follows;
+    ``strays`` are parts rolled back that belong to no recorded transaction (a retried or
+    speculative task's copy, a zombie task's late part): the record of their (epoch, attempt),
+    if any, is not theirs to change.
+    """
 
     committed: list[tuple[Epoch, AttemptNo]] = field(default_factory=list)
     aborted: list[tuple[Epoch, AttemptNo]] = field(default_factory=list)
+    strays: list[str] = field(default_factory=list)
 
 
 class TwoPhaseSink(Protocol):
@@ -43,11 +104,21 @@ class TwoPhaseSink(Protocol):
 
     def describe(self) -> str: ...
 
-    def validate(self) -> None:
-        """Raise :class:`~stoker.errors.SinkError` now if the sink cannot work."""
+    def descriptor(self) -> dict[str, Any]:
+        """What rebuilds this sink without the application's code and without Spark
+        (:func:`stoker.sinks.from_descriptor`): JSON-able, with its ``kind`` and ``name`` and
+        whatever commit, abort and recover need. Called after ``open``; the runner records it
+        in the store for the job manager's cleanup. A sink without it (a user-defined one) is
+        left to its job's next recovery by that cleanup."""
         ...
 
-    def open(self, job_id: JobId, state_dir: Path) -> None:
+    def validate(self, owner: SinkOwner) -> None:
+        """Raise :class:`~stoker.errors.SinkError` now if the sink cannot work for ``owner``
+        (bad settings, an unreachable server, an output that belongs to another job).
+        Runs before anything of the job is recorded; writes nothing."""
+        ...
+
+    def open(self, owner: SinkOwner, state_dir: Path) -> None:
         """Bind the sink to its job before the first epoch (on the driver)."""
         ...
 
@@ -55,8 +126,13 @@ class TwoPhaseSink(Protocol):
         """Write ``df`` as this epoch's part, durable but invisible to readers."""
         ...
 
-    def commit(self, epoch: Epoch, attempt: AttemptNo) -> None:
-        """Make the part of (epoch, attempt) visible; a no-op if it already is."""
+    def commit(self, epoch: Epoch, attempt: AttemptNo, detail: Mapping[str, Any]) -> None:
+        """Make the part of (epoch, attempt) visible; a no-op if it already is.
+
+        ``detail`` is what ``prepare`` returned, as recorded in the store with the PREPARED
+        transaction: commit makes exactly that visible and raises
+        :class:`~stoker.errors.SinkError` when a part of it is gone without having been made
+        visible (lost). Only ever called for an epoch the store decided for ``attempt``."""
         ...
 
     def abort(self, epoch: Epoch, attempt: AttemptNo) -> None:
@@ -64,5 +140,10 @@ class TwoPhaseSink(Protocol):
         ...
 
     def recover(self, decision: Decision) -> Recovered:
-        """Commit the leftover parts the store decided, abort every other leftover."""
+        """Abort every leftover part that is not the decided attempt's part of an epoch.
+
+        Called by :func:`stoker.runtime.recovery.recover` after it has committed every
+        decided epoch's recorded parts (through ``commit``), with no attempt of the job able
+        to decide an epoch meanwhile. A sink whose parts are named by (epoch, attempt) alone
+        may still commit the part of a decided (epoch, attempt) here (idempotent)."""
         ...

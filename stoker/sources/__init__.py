@@ -23,12 +23,20 @@ def files(
     max_files_per_epoch: int | None = None,
     header: bool = True,
     suffix: str | None = None,
+    max_file_age: str | float | None = "7d",
+    clean_source: str | None = None,
+    archive_dir: str | None = None,
 ) -> FilesSource:
     """Files of ``format`` (json lines, csv, parquet) in the folder ``path``.
 
     ``bounded=True`` reads the files present when the job first starts and then finishes;
     otherwise new files are picked up as they arrive, for as long as the job runs.
     ``max_files_per_epoch`` limits how many files one epoch reads.
+    ``max_file_age`` (unbounded): a new file older than the newest file taken minus this
+    (``"7d"``, ``"12h"``, seconds; None: no limit) is ignored with a warning, so discovery
+    and memory do not grow with the files already taken.
+    ``clean_source="archive"`` (into ``archive_dir``) or ``"delete"``: a file is moved or
+    removed once the epoch that read it has committed.
     """
     return FilesSource(
         path=str(path),
@@ -38,6 +46,9 @@ def files(
         max_files_per_epoch=max_files_per_epoch,
         header=header,
         options={"suffix": suffix} if suffix else {},
+        max_file_age=max_file_age,
+        clean_source=clean_source,
+        archive_dir=None if archive_dir is None else str(archive_dir),
     )
 
 

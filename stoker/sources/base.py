@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -16,10 +17,25 @@ SID = "sid"
 FINISHED = "finished"
 
 
+@dataclass(frozen=True)
+class SourceContext:
+    """What the runner knows when it opens a source: the job and where its store is.
+
+    A source whose reader writes beside the checkpoint (the file log) uses it to check, from
+    the reader's own process, that its driver still owns the job.
+    """
+
+    job_id: str
+    store_url: str
+
+
 class Source(Protocol):
     """A pipeline input. ``bounded`` sources finish; unbounded ones never do."""
 
-    bounded: bool
+    @property
+    def bounded(self) -> bool:
+        """True when the source ends (it then finishes the job's final epoch)."""
+        ...
 
     def describe(self) -> str:
         """One line naming the source for messages and the job spec."""
@@ -29,7 +45,13 @@ class Source(Protocol):
         """Raise :class:`~stoker.errors.SourceError` if the source cannot be read."""
         ...
 
-    def open(self, spark: SparkSession, sid: str, state_dir: Path) -> DataFrame:
+    def open(
+        self,
+        spark: SparkSession,
+        sid: str,
+        state_dir: Path,
+        context: SourceContext | None = None,
+    ) -> DataFrame:
         """A streaming DataFrame over this source, its offsets tagged with ``sid``."""
         ...
 

@@ -7,8 +7,11 @@ names starting with '.' or '_' are skipped until renamed.
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,8 +21,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from stoker.errors import SourceError
-from stoker.sources._filelog import FileLog, list_folder
-from stoker.sources.base import FINISHED, SID
+from stoker.procs import this_owner
+from stoker.sources._fence import AttemptFence, owner_from_json, owner_to_json
+from stoker.sources._filelog import Entry, FileLog, FolderScan, list_folder
+from stoker.sources.base import FINISHED, SID, SourceContext, parse_offset_line
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,6 +34,10 @@ if TYPE_CHECKING:
 
 FORMAT = "stoker_files"
 FORMATS = ("json", "csv", "parquet")
+CLEAN_SOURCE = ("archive", "delete")
+DEFAULT_MAX_FILE_AGE = 7 * 24 * 3600.0  # Spark's maxFileAge default: a week
+
+_log = logging.getLogger("stoker.sources.files")
 
 
 class _Files(InputPartition):
@@ -46,44 +55,173 @@ class _FilesReader(DataSourceStreamReader):
         self.suffix = options.get("suffix") or None
         self.header = options.get("header", "true") == "true"
         self.schema_json = schema.json()
-        self.log = FileLog(Path(options["log_path"]))
+        age = options.get("max_file_age_s") or ""
+        self.log = FileLog(
+            Path(options["log_path"]),
+            lookback_ns=None if self.bounded or not age else int(float(age) * 1e9),
+            compact_every=int(options.get("compact_every") or 10_000),
+        )
+        self.scan = FolderScan(self.folder, self.suffix)
+        self.clean_source = options.get("clean_source") or None
+        self.archive_dir = Path(options["archive_dir"]) if options.get("archive_dir") else None
+        self.checkpoint = Path(options["checkpoint"]) if options.get("checkpoint") else None
+        self.fence: AttemptFence | None = None
+        if options.get("job_id") and options.get("store_url") and options.get("driver"):
+            self.fence = AttemptFence(
+                options["store_url"], options["job_id"], owner_from_json(options["driver"])
+            )
+        self._commits = -2  # newest batch seen in Spark's commit log; -2: not looked yet
+        self._late_checked = False  # bounded: files added after the snapshot were named once
+
+    def _guard(self) -> None:
+        if self.fence is not None:
+            self.fence.check()
 
     def _offset(self, seq: int) -> dict[str, Any]:
-        finished = self.bounded and self.log.sealed and seq >= len(self.log.entries)
+        finished = self.bounded and self.log.sealed and seq >= self.log.next_seq
         return {SID: self.sid, "seq": seq, FINISHED: finished}
 
     def initialOffset(self) -> dict[str, Any]:
         if self.bounded and not self.log.sealed:
             # The snapshot: what is in the folder at the job's first start, and nothing later.
-            self.log.append(list_folder(self.folder, self.suffix), seal=True)
+            self.log.append(list_folder(self.folder, self.suffix), seal=True, guard=self._guard)
         return {SID: self.sid, "seq": 0, FINISHED: False}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._follow_commits()
         if not self.bounded:
-            self.log.append(list_folder(self.folder, self.suffix))
+            self._discover()
+        elif not self._late_checked and self.log.sealed:
+            self._warn_late_files()
         seq = int(start["seq"])
-        end = len(self.log.entries)
+        end = self.log.next_seq
         if isinstance(limit, ReadMaxFiles):
             end = min(end, seq + limit.max_files)
         return self._offset(max(seq, end))
 
+    def _discover(self) -> None:
+        found = self.scan.scan()
+        _added, old = self.log.append(found, guard=self._guard)
+        if old and self.scan.scans > 0:
+            for _mtime, path, _size in old:
+                _log.warning(
+                    "source %s: %s is older than the newest file taken minus max_file_age "
+                    "(%.0f s): ignored",
+                    self.sid,
+                    path,
+                    (self.log.lookback_ns or 0) / 1e9,
+                )
+        elif old:
+            # The first scan after a start cannot tell a file taken long ago (and compacted out
+            # of the log) from one that arrived late: no warning per file.
+            _log.info("source %s: %d files older than max_file_age left alone", self.sid, len(old))
+        self.scan.accept()
+
+    def _warn_late_files(self) -> None:
+        """A bounded source reads the files of its first start only: name, once per run, each
+        file that arrived in the folder since, so that it is not ignored without a word."""
+        self._late_checked = True
+        try:
+            found = list_folder(self.folder, self.suffix)
+        except OSError:
+            return
+        late = [path for _mtime, path, _size in found if not self.log.known(path)]
+        for path in late[:20]:
+            _log.warning(
+                "source %s: %s arrived after the bounded source's snapshot (its first start) "
+                "and is not read; use an unbounded source to read new files",
+                self.sid,
+                path,
+            )
+        if len(late) > 20:
+            _log.warning("source %s: %d more such files not read", self.sid, len(late) - 20)
+
+    def _follow_commits(self) -> None:
+        """Clean and compact up to the newest epoch in Spark's commit log.
+
+        Spark calls :meth:`commit` only when it plans the next epoch, so the files of the last
+        epoch before an idle spell (or a stop) would wait; one ``stat`` per trigger finds a new
+        commit at once, and a listing at the reader's start finds the newest after a restart.
+        """
+        if self.checkpoint is None:
+            return
+        commits = self.checkpoint / "commits"
+        newest = self._commits
+        if newest == -2:
+            newest = max(_batch_ids(commits), default=-1)
+        while (commits / str(newest + 1)).exists():
+            newest += 1
+        if newest == self._commits:
+            return
+        self._commits = newest
+        seq = committed_seq(self.checkpoint, self.sid, newest)
+        if seq is not None:
+            self.commit({SID: self.sid, "seq": seq, FINISHED: False})
+
+    def commit(self, end: dict[str, Any]) -> None:
+        # Spark calls this once the epochs up to ``end`` are in its commit log: stoker's
+        # foreachBatch returned, so the store has every one of them COMMITTED.
+        self.log.committed(int(end["seq"]), clean=self._clean if self.clean_source else None)
+
+    def _clean(self, e: Entry) -> None:
+        path = Path(e.path)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return  # cleaned before a crash, or removed by someone else
+        if e.mtime is not None and st.st_mtime_ns != e.mtime:
+            return  # another file under the same name now: not the one that was read
+        if self.clean_source == "delete":
+            path.unlink(missing_ok=True)
+            return
+        assert self.archive_dir is not None
+        self.archive_dir.mkdir(parents=True, exist_ok=True)
+        target = self.archive_dir / path.name
+        if target.exists():
+            target = self.archive_dir / f"{path.name}.{e.seq}"
+        try:
+            os.rename(path, target)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            shutil.move(str(path), str(target))  # another file system: copy, then remove
+
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         a, b = int(start["seq"]), int(end["seq"])
-        if b > len(self.log.entries):
-            # Offsets come from this log; a shorter log means it was removed or damaged.
-            raise RuntimeError(
-                f"file log {self.log.path} has {len(self.log.entries)} entries, epoch needs {b}"
-            )
-        return [_Files([e.path]) for e in self.log.entries[a:b]]
+        return [_Files([e.path]) for e in self.log.files(a, b)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Files)
         schema = StructType.fromJson(__import__("json").loads(self.schema_json))
         for path in partition.paths:
             yield from read_file(path, self.fmt, schema, header=self.header)
+
+    def stop(self) -> None:
+        if self.fence is not None:
+            self.fence.close()
+
+
+def _batch_ids(folder: Path) -> list[int]:
+    try:
+        return [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
+    except FileNotFoundError:
+        return []
+
+
+def committed_seq(checkpoint: Path, sid: str, batch: int) -> int | None:
+    """The end offset (seq) of source ``sid`` in epoch ``batch`` of Spark's offset log."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    except FileNotFoundError:
+        return None  # purged by Spark's retention, or not written: nothing to learn
+    for line in lines[2:]:
+        off = parse_offset_line(line)
+        if off is not None and off.get(SID) == sid and "seq" in off:
+            return int(off["seq"])
+    return None
 
 
 def read_file(
@@ -207,6 +345,31 @@ class FilesDataSource(DataSource):
         return _FilesReader(dict(self.options), schema)
 
 
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_AGE_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_age(value: str | float | int | None) -> float | None:
+    """Seconds from ``3600``, ``"90s"``, ``"12h"``, ``"7d"``; None (no limit) stays None."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise SourceError("files.max_file_age", f"{value!r} is not a duration like '7d' or '12h'")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        m = _AGE.match(value)
+        if m is None:
+            raise SourceError(
+                "files.max_file_age",
+                f"{value!r} is not a duration like '7d', '12h', '30m' or a number of seconds",
+            )
+        seconds = float(m.group(1)) * _AGE_UNITS[m.group(2) or "s"]
+    if seconds <= 0:
+        raise SourceError("files.max_file_age", f"must be more than 0, got {value!r}")
+    return seconds
+
+
 @dataclass(frozen=True)
 class FilesSource:
     """Files of one format in one folder; bounded = the files there at the job's first start."""
@@ -218,10 +381,17 @@ class FilesSource:
     max_files_per_epoch: int | None = None
     header: bool = True
     options: dict[str, str] = field(default_factory=dict)
+    # Unbounded: a new file older than the newest file taken minus this is ignored (Spark's
+    # maxFileAge). Seconds or "7d"/"12h"/...; None: no limit (remembers every path).
+    max_file_age: str | float | None = DEFAULT_MAX_FILE_AGE
+    # "archive" (into archive_dir) or "delete" a file once the epoch that read it committed.
+    clean_source: str | None = None
+    archive_dir: str | None = None
 
     def describe(self) -> str:
         kind = "bounded" if self.bounded else "unbounded"
-        return f"files({self.path!r}, format={self.format!r}, {kind})"
+        extra = f", clean_source={self.clean_source!r}" if self.clean_source else ""
+        return f"files({self.path!r}, format={self.format!r}, {kind}{extra})"
 
     def struct(self) -> StructType:
         """The schema as a StructType (a DDL string with nested types needs a live session)."""
@@ -258,17 +428,67 @@ class FilesSource:
             raise SourceError("files.path", f"input folder {str(folder)!r} is not readable")
         if self.max_files_per_epoch is not None and self.max_files_per_epoch < 1:
             raise SourceError("files.max_files_per_epoch", "must be >= 1")
+        parse_age(self.max_file_age)
+        self._validate_clean(folder)
 
-    def open(self, spark: SparkSession, sid: str, state_dir: Path) -> DataFrame:
+    def _validate_clean(self, folder: Path) -> None:
+        if self.clean_source is None:
+            if self.archive_dir is not None:
+                raise SourceError("files.archive_dir", "only used with clean_source='archive'")
+            return
+        if self.clean_source not in CLEAN_SOURCE:
+            raise SourceError(
+                "files.clean_source",
+                f"unknown value {self.clean_source!r}; use one of {', '.join(CLEAN_SOURCE)} "
+                "(or leave it out to keep the files)",
+            )
+        if not os.access(folder, os.W_OK):
+            raise SourceError("files.clean_source", f"input folder {str(folder)!r} is not writable")
+        if self.clean_source == "delete":
+            if self.archive_dir is not None:
+                raise SourceError("files.archive_dir", "only used with clean_source='archive'")
+            return
+        if not self.archive_dir:
+            raise SourceError("files.archive_dir", "clean_source='archive' needs an archive_dir")
+        archive = Path(self.archive_dir).resolve()
+        if archive == folder.resolve():
+            raise SourceError("files.archive_dir", "must not be the input folder itself")
+        if archive.exists() and not archive.is_dir():
+            raise SourceError("files.archive_dir", f"{str(archive)!r} is not a folder")
+        probe = archive
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise SourceError("files.archive_dir", f"{str(archive)!r} is not writable")
+
+    def open(
+        self,
+        spark: SparkSession,
+        sid: str,
+        state_dir: Path,
+        context: SourceContext | None = None,
+    ) -> DataFrame:
+        age = parse_age(self.max_file_age)
         opts = {
             "sid": sid,
             "path": str(Path(self.path).resolve()),
             "format": self.format,
             "bounded": "true" if self.bounded else "false",
             "log_path": str((state_dir / "sources" / f"{sid}.files.jsonl").resolve()),
+            "checkpoint": str((state_dir / "checkpoint").resolve()),
             "header": "true" if self.header else "false",
             "suffix": self.options.get("suffix", ""),
+            "max_file_age_s": "" if age is None else repr(age),
+            "compact_every": self.options.get("compact_every", ""),
+            "clean_source": self.clean_source or "",
+            "archive_dir": str(Path(self.archive_dir).resolve()) if self.archive_dir else "",
         }
+        if context is not None:
+            # The reader checks at each append that this driver still owns the job. Spark
+            # redacts option values whose key matches "url" in plans and the UI.
+            opts["job_id"] = context.job_id
+            opts["store_url"] = context.store_url
+            opts["driver"] = owner_to_json(this_owner())
         if self.max_files_per_epoch:
             opts["max_files_per_epoch"] = str(self.max_files_per_epoch)
         return spark.readStream.format(FORMAT).schema(self.struct()).options(**opts).load()

@@ -15,7 +15,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from stoker.errors import SourceError
-from stoker.sources.base import FINISHED, SID
+from stoker.sources.base import FINISHED, SID, SourceContext
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -140,7 +140,13 @@ class GeneratorSource:
         if not isinstance(self.partitions, int) or self.partitions < 1:
             raise SourceError("generator.partitions", f"must be >= 1, got {self.partitions!r}")
 
-    def open(self, spark: SparkSession, sid: str, state_dir: Path) -> DataFrame:
+    def open(
+        self,
+        spark: SparkSession,
+        sid: str,
+        state_dir: Path,
+        context: SourceContext | None = None,
+    ) -> DataFrame:
         opts = {"sid": sid, "partitions": str(self.partitions)}
         if self.total is not None:
             opts["total"] = str(self.total)

@@ -11,6 +11,8 @@ from stoker.errors import SourceError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from stoker.sources.base import SourceContext
+
 
 @dataclass(frozen=True)
 class SparkSource:
@@ -29,7 +31,13 @@ class SparkSource:
         if not self.format or not isinstance(self.format, str):
             raise SourceError("spark.format", "name a Spark streaming source format")
 
-    def open(self, spark: SparkSession, sid: str, state_dir: Path) -> DataFrame:
+    def open(
+        self,
+        spark: SparkSession,
+        sid: str,
+        state_dir: Path,
+        context: SourceContext | None = None,
+    ) -> DataFrame:
         reader = spark.readStream.format(self.format).options(**self.options)
         if self.schema:
             reader = reader.schema(self.schema)
