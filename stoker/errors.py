@@ -61,7 +61,9 @@ class JobTerminal(StokerError):
 
     def __init__(self, job_id: str, state: str) -> None:
         super().__init__(
-            f"job {job_id!r} has ended in state {state}; ask for a restart to run it again"
+            f"job {job_id!r} has ended in state {state}; to run it again from its checkpoint "
+            'ask for a restart: --restart (stoker run), "restart": true (REST), '
+            "restart=True (stoker.run)"
         )
         self.job_id = job_id
         self.state = state
@@ -95,6 +97,11 @@ class JobFailed(StokerError):
     """The job's query stopped with an error."""
 
 
+class JobSuspended(StokerError):
+    """A signal (SIGTERM, SIGINT) stopped the run gracefully; the job is SUSPENDED, not ended:
+    running the same command again resumes it."""
+
+
 EXIT_CODES: dict[type[StokerError], int] = {
     InvalidInput: 2,
     JobNotFound: 3,
@@ -107,6 +114,7 @@ EXIT_CODES: dict[type[StokerError], int] = {
     NotLeader: 10,
     Unauthorized: 11,
     ManagerUnavailable: 12,
+    JobSuspended: 13,
 }
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stoker.errors import InvalidPipeline
+from stoker.errors import InvalidInput, InvalidPipeline
 from stoker.sinks.base import TwoPhaseSink
 from stoker.sources.base import MapFn, Source
 from stoker.types import JobId, job_id
@@ -107,6 +107,15 @@ class Pipeline:
             if not isinstance(key, str):
                 raise InvalidPipeline("config", f"keys must be strings, got {key!r}")
 
+    def check_config(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The declared defaults with ``values`` on top, each value checked against its default.
+
+        A key the pipeline does not declare, or a value of another type than its default (an
+        int is a float too; a default of None takes anything), is :class:`InvalidInput`
+        naming ``config.<key>``, the declared keys and the type expected. Nothing is changed.
+        """
+        return merge_config(self.config, values)
+
     def spec(self) -> dict[str, Any]:
         """A JSON description of the pipeline, kept with the job."""
         return {
@@ -115,6 +124,42 @@ class Pipeline:
             "sinks": [s.describe() for s in self.sinks],
             "config": self.config,
         }
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string"}.get(
+        type(value),
+        "list"
+        if isinstance(value, list)
+        else "object"
+        if isinstance(value, dict)
+        else type(value).__name__,
+    )
+
+
+def merge_config(defaults: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """See :meth:`Pipeline.check_config`."""
+    allowed = ", ".join(sorted(defaults)) or "none: the pipeline declares no config"
+    out = dict(defaults)
+    for key, value in values.items():
+        if key not in defaults:
+            raise InvalidInput(
+                f"config.{key}", f"is not a declared config key (declared: {allowed})"
+            )
+        default = defaults[key]
+        if default is not None:
+            want = _type_name(default)
+            ok = _type_name(value) == want or (want == "number" and _type_name(value) == "integer")
+            if not ok:
+                raise InvalidInput(
+                    f"config.{key}",
+                    f"expects {want} (like its default {default!r}), got {_type_name(value)} "
+                    f"{value!r} (declared keys: {allowed})",
+                )
+            if want == "number":
+                value = float(value)
+        out[key] = value
+    return out
 
 
 def _arity(fn: Callable[..., Any]) -> int:

@@ -27,6 +27,27 @@ def parse_duration(value: str | float | int, field_name: str = "trigger") -> flo
     return seconds
 
 
+_LONG = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(h|hours?|d|days?)\s*$")
+
+
+def parse_window(value: str | float | int, field_name: str) -> float:
+    """Seconds from a retention window: ``"7d"``, ``"12h"``, or anything :func:`parse_duration`
+    takes (``"30m"``, ``"90s"``, a number of seconds). Must be positive."""
+    m = _LONG.match(value) if isinstance(value, str) else None
+    if m:
+        seconds = float(m.group(1)) * (86400 if m.group(2).startswith("d") else 3600)
+    else:
+        try:
+            seconds = parse_duration(value, field_name)
+        except InvalidInput:
+            raise InvalidInput(
+                field_name, f"{value!r} is not a duration like '7d', '12h', '30m' or '90s'"
+            ) from None
+    if seconds <= 0:
+        raise InvalidInput(field_name, f"must be a positive duration, got {value!r}")
+    return seconds
+
+
 @dataclass(frozen=True)
 class Settings:
     """Where and how a job runs. Defaults: ``local[*]`` Spark, SQLite under ``state_dir``."""
@@ -37,8 +58,22 @@ class Settings:
     master: str = "local[*]"
     lease_ttl: float = 30.0
     spark_conf: dict[str, str] = field(default_factory=dict)
+    # Retention of the job's epoch records (None: keep all): the last N epochs and / or those
+    # committed within a window, pruned by a background thread every ``retention_interval``.
+    retention_epochs: int | None = None
+    retention_time: float | None = None
+    retention_interval: float = 10.0
 
-    KEYS = ("trigger", "state_dir", "store", "master", "lease_ttl")
+    KEYS = (
+        "trigger",
+        "state_dir",
+        "store",
+        "master",
+        "lease_ttl",
+        "retention.epochs",
+        "retention.time",
+        "retention.interval",
+    )
 
     def with_overrides(self, overrides: dict[str, str]) -> Settings:
         """Apply ``-D`` pairs: ``spark.*`` go to Spark, ``stoker.<key>`` to these settings."""
@@ -71,6 +106,20 @@ class Settings:
             return replace(self, store=str(value))
         if key == "master":
             return replace(self, master=str(value))
+        if key == "retention.epochs":
+            text = str(value).strip()
+            if not text.isdigit() or int(text) < 1:
+                raise InvalidInput(
+                    "stoker.retention.epochs", f"must be a whole number >= 1, got {value!r}"
+                )
+            return replace(self, retention_epochs=int(text))
+        if key == "retention.time":
+            return replace(self, retention_time=parse_window(value, "stoker.retention.time"))
+        if key == "retention.interval":
+            every = parse_duration(value, "stoker.retention.interval")
+            if every <= 0:
+                raise InvalidInput("stoker.retention.interval", "must be a positive duration")
+            return replace(self, retention_interval=every)
         raise InvalidInput(
             f"stoker.{key}", "unknown stoker setting; known: " + ", ".join(self.KEYS)
         )

@@ -6,6 +6,25 @@ leads one (as the CLI's driver does), so the Spark JVM and Python workers die wi
 
 Steps: ``after_pin``, ``after_transform``, ``after_prepare``, ``after_decide``, ``after_commit``,
 ``before_spark_commit``, ``in_recovery``.
+
+``stall_<step>:<epoch>`` (e.g. ``stall_after_prepare:2``) hangs there for ever instead: a
+driver that stops making progress with its parts prepared (a cancel timeout must kill it).
+
+Faults inside a Spark task (the PostgreSQL sink's writer), on the task's first attempt only
+(``TaskContext.attemptNumber() == 0``), so that Spark's retry or speculative copy succeeds:
+
+- ``task_after_prepare:<epoch>:<partition>``: the Python worker SIGKILLs itself right after
+  ``PREPARE TRANSACTION``; its part stays prepared and Spark retries the task.
+- ``task_zombie_prepare:<epoch>:<partition>``: the task forks a detached process that holds the
+  task's open transaction (rows written, not prepared), waits until the epoch has been
+  committed (its partition's kept part is visible, or a later epoch's is), then prepares under
+  the first attempt's own gid: a zombie task attempt whose PREPARE comes too late. The task
+  itself fails, so Spark retries it. The process gives up after 300 s.
+- ``task_slow:<epoch>:<partition>:<seconds>``: the task sleeps that long right after its
+  PREPARE (the dangerous order: prepared, then maybe not kept), so that Spark speculates.
+
+Local-mode Python workers inherit ``STOKER_FAULT`` from the driver; on a standalone cluster
+pass it with ``-D spark.executorEnv.STOKER_FAULT=...``.
 """
 
 from __future__ import annotations
@@ -13,6 +32,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 STEPS = (
     "after_pin",
@@ -25,13 +45,19 @@ STEPS = (
 )
 
 
+TASK_STEPS = ("task_after_prepare", "task_zombie_prepare", "task_slow")
+
+
+def _items(raw: str) -> list[list[str]]:
+    return [item.strip().split(":") for item in raw.split(",") if item.strip()]
+
+
 def _planned() -> set[tuple[str, int]]:
-    raw = os.environ.get("STOKER_FAULT", "")
     out = set()
-    for item in raw.split(","):
-        step, _, epoch = item.strip().partition(":")
-        if step:
-            out.add((step, int(epoch) if epoch else -1))
+    for fields in _items(os.environ.get("STOKER_FAULT", "")):
+        if fields[0] in TASK_STEPS:
+            continue
+        out.add((fields[0], int(fields[1]) if len(fields) > 1 and fields[1] else -1))
     return out
 
 
@@ -40,7 +66,15 @@ _PLAN = _planned()
 
 def fault_point(step: str, epoch: int = -1) -> None:
     """Die here if a crash at (step, epoch) was asked for."""
-    if not _PLAN or ((step, epoch) not in _PLAN and (step, -1) not in _PLAN):
+    if not _PLAN:
+        return
+    stall = f"stall_{step}"
+    if (stall, epoch) in _PLAN or (stall, -1) in _PLAN:
+        sys.stderr.write(f"stoker.testing: injected stall at {step} epoch {epoch}\n")
+        sys.stderr.flush()
+        while True:
+            time.sleep(3600)
+    if (step, epoch) not in _PLAN and (step, -1) not in _PLAN:
         return
     sys.stderr.write(f"stoker.testing: injected crash at {step} epoch {epoch}\n")
     sys.stderr.flush()
@@ -53,3 +87,37 @@ def kill_self() -> None:
     if os.getpgid(0) == pid:
         os.killpg(pid, signal.SIGKILL)
     os.kill(pid, signal.SIGKILL)
+
+
+def task_fault(step: str, epoch: int, partition: int, attempt_number: int) -> list[str] | None:
+    """The extra fields of a planned task fault ``step:<epoch>:<partition>[:...]`` when it
+    applies to this task (first attempt only), else None.
+
+    Read from the environment at each call: a Python worker may outlive the plan it started
+    with only inside one test, and the check costs microseconds per task.
+    """
+    if attempt_number != 0 or step not in TASK_STEPS:
+        return None
+    for fields in _items(os.environ.get("STOKER_FAULT", "")):
+        if (
+            fields[0] == step
+            and len(fields) >= 3
+            and (fields[1], fields[2])
+            == (
+                str(epoch),
+                str(partition),
+            )
+        ):
+            return fields[3:]
+    return None
+
+
+def task_note(what: str) -> None:
+    """Say on stderr (the executor's log) that a task fault fired."""
+    sys.stderr.write(f"stoker.testing: injected {what}\n")
+    sys.stderr.flush()
+
+
+def kill_task_worker() -> None:
+    """SIGKILL this Python worker (not its group: the executor JVM must live and retry)."""
+    os.kill(os.getpid(), signal.SIGKILL)

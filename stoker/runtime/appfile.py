@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-import os
 import runpy
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidInput
+from stoker.paths import check_app_path
 from stoker.runtime import launch
 
 if TYPE_CHECKING:
     from stoker.pipeline import Pipeline
     from stoker.runtime.runner import JobResult
 
-
-def check_app_path(path: str | Path, field: str = "app") -> Path:
-    """The resolved path of a readable ``.py`` file, or :class:`InvalidInput` naming why not."""
-    p = Path(path)
-    if not p.exists():
-        raise InvalidInput(field, f"{str(path)!r} does not exist")
-    if not p.is_file() or p.suffix != ".py":
-        raise InvalidInput(field, f"{str(path)!r} is not a Python file (.py)")
-    if not os.access(p, os.R_OK):
-        raise InvalidInput(field, f"{str(path)!r} is not readable")
-    return p.resolve()
+__all__ = [
+    "check_app_path",
+    "collect_pipeline",
+    "inspect_app",
+    "pipeline_name_of",
+    "run_app",
+]
 
 
 def _pick(found: dict[str, Pipeline], app: Path, pipeline_name: str | None) -> Pipeline:
@@ -55,15 +51,95 @@ def run_app(
     launch.on_result(results.append)
     sys.path.insert(0, str(app.parent))
     sys.argv = [str(app), *(argv or [])]
-    namespace = runpy.run_path(str(app), run_name="__main__")
+    launch.set_wanted_pipeline(pipeline_name)  # a file's own stoker.run of another is refused
+    try:
+        try:
+            namespace = _run_main(app)
+        except Exception as e:
+            if results or not _needs_session(e):
+                raise
+            # The file needs a SparkSession while it is imported (a module-level `@udf("long")`
+            # parses its DDL return type through the JVM). Start Spark now, with the launcher's
+            # settings, and run the file again: it stopped at module level, before stoker.run,
+            # so only the lines above the failing one ran twice. Files without such a line
+            # keep their bad input refused before Spark starts.
+            from stoker.runtime.runner import start_session_for_import
+
+            start_session_for_import(app)
+            namespace = _run_main(app)
+    finally:
+        launch.set_wanted_pipeline(None)
     if not results:
         found = {k: v for k, v in namespace.items() if isinstance(v, Pipeline)}
         run_pipeline(_pick(found, app, pipeline_name))  # reports its result to `results`
     return results
 
 
+def _run_main(app: Path) -> dict[str, object]:
+    """Run ``app`` as ``__main__``; a syntax error in it (or in a module it imports) is bad
+    input, named by file and line."""
+    try:
+        return runpy.run_path(str(app), run_name="__main__")
+    except SyntaxError as e:
+        where = f"{e.filename or app}:{e.lineno}" if e.lineno else str(e.filename or app)
+        raise InvalidInput("app", f"syntax error at {where}: {e.msg}") from e
+
+
+def _needs_session(err: BaseException) -> bool:
+    """Whether ``err`` is PySpark's "create a SparkSession first", with none created yet."""
+    if getattr(err, "getCondition", lambda: None)() != "SESSION_OR_CONTEXT_NOT_EXISTS":
+        return False
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is None
+
+
+def collect_pipeline(
+    app: Path, argv: list[str] | None = None, pipeline_name: str | None = None
+) -> Pipeline:
+    """The Pipeline ``app`` would run, found without running it (no Spark is started).
+
+    ``app`` runs as ``__main__`` (with ``sys.argv = [app, *argv]``), as a driver runs it, but in
+    collect mode: its first ``stoker.run(p)`` hands ``p`` back and ends the file's main there.
+    A file that does not call ``stoker.run`` gives the Pipeline it defines at module level.
+    """
+    from stoker.pipeline import Pipeline
+
+    previous = launch.current()
+    launch.set_launch(
+        previous.overrides, previous.job_id, previous.restart, previous.attempt, collect=True
+    )
+    sys.path.insert(0, str(app.parent))
+    sys.argv = [str(app), *(argv or [])]
+    try:
+        namespace = runpy.run_path(str(app), run_name="__main__")
+    except launch.Collected as handed:
+        if not isinstance(handed.pipeline, Pipeline):
+            raise InvalidInput(
+                "app", f"{app} called stoker.run with a {type(handed.pipeline).__name__}"
+            ) from None
+        return handed.pipeline
+    finally:
+        launch.set_launch(
+            previous.overrides, previous.job_id, previous.restart, previous.attempt, False
+        )
+    found = {k: v for k, v in namespace.items() if isinstance(v, Pipeline)}
+    return _pick(found, app, pipeline_name)
+
+
 def pipeline_name_of(app: Path) -> str:
-    """The name of the Pipeline ``app`` defines at module level, without running its main."""
+    """The name of the Pipeline ``app`` runs, without running it (no Spark is started)."""
+    return inspect_app(app)[0]
+
+
+def inspect_app(app: Path, config: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """The name of the Pipeline ``app`` runs and its config: the declared defaults with
+    ``config`` on top (checked: :class:`InvalidInput` names a bad key). Nothing runs.
+
+    A Pipeline defined at module level is found by importing the file (its main does not run);
+    a file that builds its pipeline in its main and calls ``stoker.run(p)`` is run in collect
+    mode, where that call hands ``p`` back instead of running it.
+    """
     from stoker.pipeline import Pipeline
 
     sys.path.insert(0, str(app.parent))
@@ -71,10 +147,11 @@ def pipeline_name_of(app: Path) -> str:
         namespace = runpy.run_path(str(app), run_name="stoker_inspect")
     finally:
         sys.path.remove(str(app.parent))
-    found = {k: v for k, v in namespace.items() if isinstance(v, Pipeline)}
-    if len(found) != 1:
+    found = [v for v in namespace.values() if isinstance(v, Pipeline)]
+    if len(found) > 1:
         raise InvalidInput(
             "job_id",
             f"{app} defines {len(found)} module-level pipelines; give the job id explicitly",
         )
-    return next(iter(found.values())).name
+    pipeline = found[0] if found else collect_pipeline(app)
+    return pipeline.name, pipeline.check_config(config or {})

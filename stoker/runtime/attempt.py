@@ -3,46 +3,25 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable
 
 from stoker.errors import StaleAttempt, StoreError
+from stoker.procs import owner_is_dead, process_start_marker, this_owner
 from stoker.store import AttemptRecord, Owner, Store
 from stoker.types import AttemptNo, AttemptState, JobId
 
 log = logging.getLogger("stoker.attempt")
 
-
-def process_start_marker(pid: int) -> str:
-    """The kernel's start time of ``pid`` (clock ticks since boot): distinguishes reused pids."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            stat = fh.read()
-        return stat.rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return "unknown"
-
-
-def this_owner() -> Owner:
-    pid = os.getpid()
-    return Owner(host=socket.gethostname(), pid=pid, pid_started=process_start_marker(pid))
-
-
-def owner_is_dead(owner: Owner) -> bool:
-    """True only when we can see for sure that the owner's process is gone (same host)."""
-    if owner.host != socket.gethostname():
-        return False
-    try:
-        os.kill(owner.pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    marker = process_start_marker(owner.pid)
-    return marker != "unknown" and owner.pid_started != "unknown" and marker != owner.pid_started
+# Process identity lives in stoker.procs (the manager needs it without Spark); re-exported.
+__all__ = [
+    "LeaseKeeper",
+    "owner_is_dead",
+    "process_start_marker",
+    "start_attempt",
+    "this_owner",
+]
 
 
 def start_attempt(

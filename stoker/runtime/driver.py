@@ -3,27 +3,79 @@
 ``python -m stoker.runtime.driver --job J --attempt N --store URL --state-dir D
 [-D k=v ...] -- app.py [args ...]``
 
+A job manager keeps secrets off this command line (every user of the host can read it): the
+store URL arrives in ``STOKER_STORE_URL`` and secret-looking ``-D`` values in
+``STOKER_DRIVER_SECRETS`` (a JSON object); both win over the redacted ``--store`` / ``-D``
+labels. Both are removed from the environment before the application runs.
+
 The manager made attempt N in the store (STARTING); this process claims it, runs the
 application's main under that attempt, and exits: 0 when the job finished or was canceled,
-6 when the attempt was fenced off by a newer one, 8 when the job failed, 2 for bad input.
-SIGTERM stops it gracefully (the epoch in flight completes and commits).
+6 when the attempt was fenced off by a newer one, 8 when the job failed, 2 for bad input,
+13 when a signal suspended it. SIGTERM and SIGINT stop it gracefully (the epoch in flight
+completes and commits) and leave the job SUSPENDED, which the job manager resumes with a new
+attempt, without counting it against the restart strategy: a signal is not a cancel.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import signal
 import sys
 from types import FrameType
+from typing import Any
 
-from stoker.errors import StokerError, exit_code
+from stoker.errors import InvalidInput, InvalidTransition, JobSuspended, StokerError, exit_code
+from stoker.redact import redact_logs, redact_text
 from stoker.runtime import launch
 from stoker.settings import parse_pairs
+from stoker.types import AttemptNo, AttemptState, JobState, job_id
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # the runner's graceful stop path
+    # Before (and after) stoker.run, whose own handlers take over while the job runs.
+    raise KeyboardInterrupt
+
+
+def _secrets_from_env() -> dict[str, str]:
+    """The secret ``-D`` values a job manager passed in the environment (then unset)."""
+    raw = os.environ.pop("STOKER_DRIVER_SECRETS", None)
+    if not raw:
+        return {}
+    try:
+        secrets = json.loads(raw)
+    except ValueError as e:
+        raise InvalidInput("STOKER_DRIVER_SECRETS", "must be a JSON object") from e
+    if not isinstance(secrets, dict) or not all(isinstance(v, str) for v in secrets.values()):
+        raise InvalidInput("STOKER_DRIVER_SECRETS", "must be a JSON object of strings")
+    return {str(k): v for k, v in secrets.items()}
+
+
+def _suspend_unclaimed(store_url: str | None, job: str, attempt: int) -> None:
+    """A signal came before the job ran (the app importing, Spark starting): end the attempt
+    the manager made for this process SUSPENDED, as the runner does later on, so that the
+    manager resumes the job at once instead of counting a driver that exited as a failure."""
+    if not store_url:
+        return
+    from stoker.store import open_store
+
+    jid, n = job_id(job), AttemptNo(attempt)
+    try:
+        st = open_store(store_url)
+        try:
+            rec = st.get_attempt(jid, n)
+            if rec is None or rec.state not in (AttemptState.STARTING, AttemptState.RUNNING):
+                return  # ended already (by the runner) or never made
+            try:
+                st.finish_attempt(jid, n, AttemptState.SUSPENDED, JobState.SUSPENDED)
+            except InvalidTransition:  # a cancel was asked for meanwhile: it wins
+                st.finish_attempt(jid, n, AttemptState.CANCELED, JobState.CANCELED)
+        finally:
+            st.close()
+    except StokerError as e:
+        print(redact_text(f"stoker driver: cannot record the suspension: {e}"), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,26 +93,59 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s"
     )
+    redact_logs()
     signal.signal(signal.SIGTERM, _sigterm)
     try:
         from stoker.runtime.appfile import check_app_path, run_app
 
         overrides = parse_pairs(ns.defines)
-        overrides["stoker.store"] = ns.store
+        overrides.update(_secrets_from_env())
+        overrides["stoker.store"] = os.environ.pop("STOKER_STORE_URL", "") or ns.store
         overrides["stoker.state_dir"] = ns.state_dir
         if ns.lease_ttl is not None:
             overrides["stoker.lease_ttl"] = f"{ns.lease_ttl}s"
         launch.set_launch(overrides, ns.job, restart=False, attempt=ns.attempt)
         args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-        results = run_app(check_app_path(ns.entrypoint, "entrypoint"), args)
+        ended: list[Any] = []
+        launch.on_result(ended.append)
+        try:
+            results = run_app(check_app_path(ns.entrypoint, "entrypoint"), args)
+        except BaseException as e:
+            if not isinstance(e, KeyboardInterrupt):
+                _note_late_error(ended, ns.job, ns.attempt, e)
+            raise
     except StokerError as e:
-        print(f"stoker driver: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        msg = redact_text(f"stoker driver: {type(e).__name__}: {e}")
+        print(msg, file=sys.stderr, flush=True)
         return exit_code(e)
     except KeyboardInterrupt:
-        return 0
+        print("stoker driver: stopped by a signal before the job ran", file=sys.stderr)
+        _suspend_unclaimed(launch.overrides().get("stoker.store"), ns.job, ns.attempt)
+        return exit_code(JobSuspended())
     for r in results:
         print(f"stoker driver: job {r.job_id} ended {r.state}", file=sys.stderr, flush=True)
+    if any(r.state == JobState.SUSPENDED for r in results):
+        return exit_code(JobSuspended())
     return 0
+
+
+def _note_late_error(ended: list[Any], job: str, attempt: int, err: BaseException) -> None:
+    """The app failed after its job ended FINISHED (its own code after ``stoker.run``): the
+    job stays FINISHED (its output is committed), the error goes on the attempt, for
+    ``status`` and the attempts list to show."""
+    if not any(r.job_id == job and r.state == JobState.FINISHED for r in ended):
+        return
+    from stoker.store import open_store
+
+    text = redact_text(f"after the job finished, the app failed: {type(err).__name__}: {err}")
+    try:
+        st = open_store(launch.overrides()["stoker.store"])
+        try:
+            st.note_attempt_error(job_id(job), AttemptNo(attempt), text[:4000])
+        finally:
+            st.close()
+    except Exception as e:  # the driver's exit code and log still tell
+        print(f"stoker driver: could not record the error: {e}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 from stoker.errors import StaleAttempt
 from stoker.runtime.attempt import LeaseKeeper
 from stoker.runtime.context import EpochContext
-from stoker.sinks.base import Prepared
+from stoker.runtime.pending import PendingEpoch
 from stoker.sources.base import FINISHED, parse_offset_line
 from stoker.testing import fault_point
-from stoker.types import ControlVersion, Epoch, EpochState, JobState, TxnState
+from stoker.types import ControlVersion, Epoch, EpochState, JobState
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -119,13 +119,16 @@ class EpochProcessor:
 
         if rec.state != EpochState.PINNED:
             # Replay of an epoch already decided (the crash came after step 5): its output is
-            # the decided attempt's; recovery committed it, commit again to be sure (idempotent).
+            # the decided attempt's recorded parts. DECIDED: commit them (recovery normally
+            # has; commit is idempotent). COMMITTED: every sink committed, nothing to do.
             assert rec.decided_by is not None
-            for sink in sinks:
-                sink.commit(epoch, rec.decided_by)
-            store.mark_epoch_committed(job, epoch)
+            if rec.state == EpochState.DECIDED:
+                replay = PendingEpoch.decided(store, rec, sinks)
+                replay.commit(sinks)
+                replay.mark_committed()
             self._finish(epoch, final or rec.final, t0, rec.rows_in or 0, replayed=True)
             return
+        pending = PendingEpoch(store, job, epoch, attempt, rec.control_version)
 
         # 3. Transform, with the config of the pinned version.
         ctx = EpochContext(
@@ -139,36 +142,34 @@ class EpochProcessor:
         out = self.pipeline.apply(df, ctx)
         fault_point("after_transform", epoch)
 
-        # 4. Prepare every sink under (job, epoch, attempt). Crash after: prepared parts that
-        #    nobody decided; recovery aborts them and the replay prepares anew.
+        # 4. Prepare every sink under (job, epoch, attempt) and record each part PREPARED with
+        #    what commit needs (the PostgreSQL sink: the gids of the task attempts whose
+        #    results Spark kept). Crash after: prepared parts that nobody decided; recovery
+        #    aborts them and the replay prepares anew.
         cached = len(sinks) > 1
         if cached:
             out = out.persist()
         try:
-            prepared: list[Prepared] = []
             for sink in sinks:
-                p = sink.prepare(out, epoch, attempt)
-                store.record_txn(job, epoch, sink.name, attempt, TxnState.PREPARED, p.detail)
-                prepared.append(p)
+                pending.prepare(sink, out)
         finally:
             if cached:
                 out.unpersist()
-        rows = prepared[0].rows if prepared else 0
+        pending.all_prepared(sinks)
+        rows = pending.rows
         fault_point("after_prepare", epoch)
 
         # 5. Decide: one fenced store transaction. THE COMMIT POINT. Crash after: the epoch is
-        #    DECIDED for this attempt; recovery commits its prepared parts, a replay skips it.
+        #    DECIDED for this attempt; recovery commits its recorded parts, a replay skips it.
         self.lease.check()
-        store.decide_epoch(job, epoch, attempt, rows, final)
+        pending.decide(final)
         fault_point("after_decide", epoch)
 
-        # 6. Commit every sink. Crash after (some or all): recovery finishes the rest;
-        #    commit is idempotent.
-        for sink in sinks:
-            sink.commit(epoch, attempt)
-            store.record_txn(job, epoch, sink.name, attempt, TxnState.COMMITTED, {})
+        # 6. Commit every sink: exactly the parts recorded at step 4 (and roll back strays).
+        #    Crash after (some or all): recovery finishes the rest; commit is idempotent.
+        pending.commit(sinks)
         fault_point("after_commit", epoch)
-        store.mark_epoch_committed(job, epoch)
+        pending.mark_committed()
         # Crash here: Spark has not written its commit log; the replay of this epoch finds it
         # decided and skips it (step 2).
         fault_point("before_spark_commit", epoch)

@@ -1,10 +1,14 @@
 """Settings handed from a launcher (the ``stoker`` CLI, a job manager's driver) to the
-``stoker.run`` call inside the user's file."""
+``stoker.run`` call inside the user's file.
+
+In *collect* mode (a job manager's cleanup process) ``stoker.run(p)`` runs nothing: it raises
+:class:`Collected`, which hands ``p`` back to the launcher and stops the file's main there.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -16,6 +20,18 @@ class Launch:
     job_id: str | None = None
     restart: bool = False
     attempt: int | None = None  # set when a job manager made the attempt for this driver
+    collect: bool = False  # stoker.run hands its pipeline back instead of running it
+
+
+class Collected(BaseException):  # not an error: a way out of the user's main
+    """Raised by ``stoker.run`` in collect mode, carrying the pipeline it was given.
+
+    A BaseException, so that an application's ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, pipeline: Any) -> None:
+        super().__init__("stoker.run in collect mode")
+        self.pipeline = pipeline
 
 
 _current = Launch()
@@ -23,10 +39,19 @@ _listeners: list[Callable[[Any], None]] = []
 
 
 def set_launch(
-    overrides: dict[str, str], job_id: str | None, restart: bool, attempt: int | None = None
+    overrides: dict[str, str],
+    job_id: str | None,
+    restart: bool,
+    attempt: int | None = None,
+    collect: bool = False,
 ) -> None:
     global _current
-    _current = Launch(dict(overrides), job_id, restart, attempt)
+    _current = Launch(dict(overrides), job_id, restart, attempt, collect)
+
+
+def current() -> Launch:
+    """What the launcher decided (a copy)."""
+    return replace(_current, overrides=dict(_current.overrides))
 
 
 def overrides() -> dict[str, str]:
@@ -43,6 +68,38 @@ def restart() -> bool:
 
 def attempt() -> int | None:
     return _current.attempt
+
+
+def collecting() -> bool:
+    """Whether ``stoker.run`` is to hand its pipeline back (:class:`Collected`), not run it."""
+    return _current.collect
+
+
+_config: dict[str, Any] = {}
+
+
+def set_config(values: dict[str, Any]) -> None:
+    """Pipeline config values given from outside (``stoker run --config key=value``)."""
+    global _config
+    _config = dict(values)
+
+
+def config() -> dict[str, Any]:
+    """The pipeline config values the launcher was given (a copy; empty if none)."""
+    return dict(_config)
+
+
+_wanted: str | None = None
+
+
+def set_wanted_pipeline(name: str | None) -> None:
+    """``stoker run --pipeline NAME``: ``stoker.run`` refuses any other pipeline."""
+    global _wanted
+    _wanted = name
+
+
+def wanted_pipeline() -> str | None:
+    return _wanted
 
 
 def on_result(fn: Callable[[Any], None]) -> None:

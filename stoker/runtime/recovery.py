@@ -1,9 +1,14 @@
-"""Recovery at the start of an attempt: finish what the store decided, abort the rest."""
+"""Recovery: finish what the store decided, exactly as recorded, and abort everything else.
+
+Runs at the start of every attempt, and for a job that has ended (the janitor): safe to call
+at any time no attempt of the job can decide an epoch, and idempotent.
+"""
 
 from __future__ import annotations
 
 import logging
 
+from stoker.runtime.pending import PendingEpoch
 from stoker.sinks.base import Recovered, TwoPhaseSink
 from stoker.store import Store
 from stoker.testing import fault_point
@@ -13,11 +18,24 @@ log = logging.getLogger("stoker.recovery")
 
 
 def recover(store: Store, job: JobId, sinks: list[TwoPhaseSink]) -> dict[str, Recovered]:
-    """Run each sink's recovery against the store's decisions; bring the store up to date.
+    """Commit every decided epoch's recorded parts, then abort every other leftover part.
 
-    Prepared parts of decided epochs are committed (by the attempt that decided them);
-    those of undecided epochs, or of attempts that did not decide, are aborted.
+    1. Each DECIDED epoch becomes a :class:`PendingEpoch` built from the store's records (the
+       parts each sink recorded PREPARED before the decision) and is committed from it: each
+       sink commits exactly those parts (the PostgreSQL sink raises if one is lost) and the
+       epoch is marked COMMITTED. A crash midway: the next recovery does it again (idempotent).
+    2. Each sink rolls back every part it still holds prepared: parts of undecided epochs, of
+       attempts that did not decide, and strays (retried, speculative or zombie task copies)
+       of decided ones. Their store records follow.
+    3. Store records still PREPARED follow the decision.
     """
+    # 1. Decided epochs, committed from the record.
+    for rec in store.epochs_in_state(job, str(EpochState.DECIDED)):
+        pending = PendingEpoch.decided(store, rec, sinks)
+        pending.commit(sinks)
+        pending.mark_committed()
+        log.info("recovery committed epoch %d of attempt %d", rec.epoch, rec.decided_by)
+
     cache: dict[Epoch, AttemptNo | None] = {}
 
     def decision(epoch: Epoch) -> AttemptNo | None:
@@ -28,6 +46,7 @@ def recover(store: Store, job: JobId, sinks: list[TwoPhaseSink]) -> dict[str, Re
             )
         return cache[epoch]
 
+    # 2. Everything else each sink still holds.
     report: dict[str, Recovered] = {}
     for sink in sinks:
         done = sink.recover(decision)
@@ -37,18 +56,18 @@ def recover(store: Store, job: JobId, sinks: list[TwoPhaseSink]) -> dict[str, Re
         for e, a in done.aborted:
             store.record_txn(job, e, sink.name, a, TxnState.ABORTED, {"by": "recovery"})
         report[sink.name] = done
-        if done.committed or done.aborted:
+        if done.committed or done.aborted or done.strays:
             log.info(
-                "recovered %s: committed %s, aborted %s", sink.name, done.committed, done.aborted
+                "recovered %s: committed %s, aborted %s, rolled back strays %s",
+                sink.name,
+                done.committed,
+                done.aborted,
+                done.strays,
             )
-    # Decided epochs whose every sink is now committed are COMMITTED in the store too.
-    for rec in store.epochs_in_state(job, str(EpochState.DECIDED)):
-        assert rec.decided_by is not None
-        for sink in sinks:
-            sink.commit(rec.epoch, rec.decided_by)  # idempotent; covers a crash mid-commit
-        store.mark_epoch_committed(job, rec.epoch)
-    # Store records of parts no sink still holds prepared: they were aborted by the sink scan
-    # above or never reached the sink; the record follows.
+    # 3. Store records of parts no sink still holds prepared: they were aborted by the sink
+    #    scan above or never reached the sink; the record follows. (A decided one was
+    #    committed at step 1; one still PREPARED under a COMMITTED epoch comes from an older
+    #    version that marked the epoch before the record.)
     for txn in store.list_txns(job, TxnState.PREPARED):
         if decision(txn.epoch) != txn.attempt:
             store.record_txn(job, txn.epoch, txn.sink, txn.attempt, TxnState.ABORTED, {})

@@ -4,27 +4,38 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
+import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import (
+    InvalidInput,
     InvalidPipeline,
+    InvalidTransition,
     JobFailed,
     JobNotFound,
     JobTerminal,
     StaleAttempt,
     StokerError,
 )
+from stoker.redact import redact_conf
 from stoker.runtime import launch
 from stoker.runtime.attempt import LeaseKeeper, start_attempt, this_owner
 from stoker.runtime.epoch import EpochProcessor, all_sources_finished
 from stoker.runtime.recovery import recover
+from stoker.runtime.retention import Pruner, policy_of
 from stoker.runtime.session import get_session
 from stoker.settings import Settings, parse_duration
-from stoker.store import Store, open_store
+from stoker.sinks import descriptor_of
+from stoker.sinks.base import SinkOwner, TwoPhaseSink
+from stoker.sources.base import SourceContext
+from stoker.store import JobRecord, Store, open_store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobState
 from stoker.types import job_id as _job_id
 
@@ -49,6 +60,7 @@ class JobResult:
     last_epoch: int | None
     state_dir: Path
     store_url: str
+    outputs: tuple[str, ...] = ()  # each sink, described (no credentials)
 
 
 def resolve_settings(
@@ -97,7 +109,21 @@ def run(
     FINISHED after its final epoch commits. A job that crashed resumes from its checkpoint when
     run again; a job that ended is run again only with ``restart=True``.
     ``conf`` takes ``spark.*`` and ``stoker.*`` keys like the CLI's ``-D``.
+
+    Called on the main thread, SIGTERM and SIGINT (Ctrl-C) stop the job gracefully while it
+    runs: the epoch in flight commits, no new one starts, and the job ends SUSPENDED (not an
+    end: running it again resumes it, no ``restart`` needed). Only an explicit cancel makes a
+    job CANCELED.
     """
+    if launch.collecting():
+        raise launch.Collected(pipeline)  # a cleanup process wants the sinks, not a run
+    wanted = launch.wanted_pipeline()
+    if wanted is not None and wanted != pipeline.name:
+        raise InvalidInput(
+            "pipeline",
+            f"--pipeline {wanted!r} was given, but the file runs pipeline {pipeline.name!r} "
+            "itself (stoker.run); drop --pipeline or pass that name",
+        )
     settings = resolve_settings(
         trigger=trigger,
         state_dir=state_dir,
@@ -109,23 +135,127 @@ def run(
     jid = _job_id(launch.job_id() or job_id or pipeline.name)
     restart = restart or launch.restart()
 
+    root = (settings.state_dir or Path(".stoker") / jid).resolve()
+    store_url = settings.store or root / "store.db"
     # Bad input fails here, before anything is written.
     pipeline.validate()
+    pipeline.check_config(launch.config())  # --config: declared keys, their defaults' types
     for inp in pipeline.inputs:
         inp.source.validate()
+    existing = _existing_job(store_url, jid)
+    ended = existing is not None and existing.state.terminal
+    if ended and existing is not None and launch.attempt() is None and not restart:
+        raise JobTerminal(jid, str(existing.state))  # before Spark starts: fast
+    owner = SinkOwner(jid, (existing.uid if existing else None) or uuid.uuid4().hex)
     for sink in pipeline.sinks:
-        sink.validate()
+        sink.validate(owner)
 
-    root = (settings.state_dir or Path(".stoker") / jid).resolve()
-    st = open_store(settings.store or root / "store.db")
+    with _StopSignals() as signals:
+        # Spark before the store: a Spark setting Spark refuses leaves no store behind.
+        session = spark or _start_spark(settings, jid)
+        # A SparkContext made on the main thread puts in its own SIGINT handler (cancel every
+        # Spark job, then KeyboardInterrupt): that would fail the epoch in flight.
+        signals.rearm()
+        st = open_store(store_url)
+        try:
+            if launch.attempt() is None and not restart:
+                _refuse_if_ended(st, jid)  # ended meanwhile
+            # Spark analyses the union of the sources here: a schema mismatch is bad input and
+            # must fail before the job is recorded.
+            stream = _open_sources(session, pipeline, root, SourceContext(jid, st.url))
+            return _run_job(pipeline, owner, settings, root, st, restart, stream, signals)
+        finally:
+            st.close()
+
+
+def _start_spark(settings: Settings, jid: JobId) -> SparkSession:
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is None:
+        log.info("job %s: starting Spark (%s)", jid, settings.master)
+    t0 = time.monotonic()
+    session = get_session(settings, f"stoker:{jid}")
+    if time.monotonic() - t0 > 1.0:
+        log.info("job %s: Spark started in %.1f s", jid, time.monotonic() - t0)
+    return session
+
+
+def start_session_for_import(app: Path) -> None:
+    """Start Spark, with the launcher's settings, for an application file that needs a
+    session while it is imported (a module-level ``@udf("long")``). ``stoker.run`` then reuses
+    it; a ``master`` or static Spark setting the file passes to ``stoker.run`` comes too late
+    for it (``-D`` ones do not)."""
+    settings = resolve_settings()
+    log.info("%s needs Spark while it is imported: starting Spark (%s)", app.name, settings.master)
+    t0 = time.monotonic()
+    get_session(settings, f"stoker:{launch.job_id() or app.stem}")
+    log.info("Spark started in %.1f s", time.monotonic() - t0)
+
+
+class _StopSignals:
+    """SIGTERM and SIGINT while a job runs: stop it gracefully, leaving it SUSPENDED.
+
+    A signal is a request to stop (a host shutting down, a container stopped, Ctrl-C), not a
+    cancel. While the query runs (``deferred``), the handler only records it and the supervise
+    loop stops the query between epochs: raising into the main thread there could land inside
+    a py4j call and break the gateway the graceful stop needs. Before that (Spark starting,
+    recovery), it raises KeyboardInterrupt, which ends the attempt SUSPENDED. Handlers are
+    installed only on the main thread and put back when the run returns.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.deferred = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def rearm(self) -> None:
+        """Take the signals back from whoever replaced this handler since (PySpark does)."""
+        for sig in self._previous:
+            if signal.getsignal(sig) != self._handle:
+                signal.signal(sig, self._handle)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for sig, handler in self._previous.items():
+            # None: a handler not installed from Python; the default is the closest we have.
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        first = self.received is None
+        self.received = signum
+        log.warning(
+            "%s: stopping after the epoch in flight; the job will be SUSPENDED (resumable)",
+            signal.Signals(signum).name,
+        )
+        if first and not self.deferred:
+            raise KeyboardInterrupt
+
+
+def _existing_job(store_url: str | Path, jid: JobId) -> JobRecord | None:
+    """Job ``jid`` if a store already holds it; None for a job not made yet.
+
+    An SQLite store file that does not exist is not created here: bad input must leave nothing.
+    """
+    text = str(store_url)
+    if not text.startswith(("postgresql://", "postgres://")):
+        path = Path(text[len("sqlite:///") :] if text.startswith("sqlite:///") else text)
+        if not path.exists():
+            return None
+    st = open_store(store_url)
     try:
-        if launch.attempt() is None and not restart:
-            _refuse_if_ended(st, jid)
-        # Spark analyses the union of the sources here: a schema mismatch is bad input and
-        # must fail before the job is recorded.
-        session = spark or get_session(settings, f"stoker:{jid}")
-        stream = _open_sources(session, pipeline, root)
-        return _run_job(pipeline, jid, settings, root, st, restart, stream)
+        return st.get_job(jid)
+    except JobNotFound:
+        return None
     finally:
         st.close()
 
@@ -141,15 +271,37 @@ def _refuse_if_ended(store: Store, jid: JobId) -> None:
 
 def _run_job(
     pipeline: Pipeline,
-    jid: JobId,
+    owner: SinkOwner,
     settings: Settings,
     root: Path,
     store: Store,
     restart: bool,
     stream: DataFrame,
+    signals: _StopSignals | None = None,
 ) -> JobResult:
+    jid = owner.job_id
+    signals = signals or _StopSignals()
     spec = {**pipeline.spec(), "state_dir": str(root), "trigger_s": settings.trigger}
-    job, _created = store.create_job(jid, pipeline.name, spec, pipeline.config)
+    if launch.overrides():
+        spec["conf"] = redact_conf(launch.overrides())  # the -D settings, secrets hidden
+    given = launch.config()
+    if given:
+        spec["submitted_config"] = given
+    # Version 0 of the job's config: the declared defaults with the submitted values on top.
+    merged = pipeline.check_config(given)
+    job, _created = store.create_job(jid, pipeline.name, spec, merged, uid=owner.uid)
+    if launch.attempt() is not None:
+        given = dict(job.spec.get("config") or {})  # a job manager's job: its submission's
+    elif not given:
+        given = dict(job.spec.get("submitted_config") or {})  # resumed: what it was run with
+    if launch.attempt() is None and not _created:
+        # A local resume or --restart: the job's spec is what this attempt runs with (its
+        # trigger, -D settings, config), not what the first attempt ran with.
+        spec = {**spec, "submitted_config": given} if given else spec
+        store.set_job_spec(jid, spec)
+    if job.uid and job.uid != owner.uid:
+        # Made meanwhile by someone else (a job manager): the sinks work for that record.
+        owner = SinkOwner(jid, job.uid)
     made_for_us = launch.attempt()
     if made_for_us is not None:
         # Driver mode: the job manager made attempt N for this process; adopt it or stop.
@@ -163,37 +315,57 @@ def _run_job(
     lease.start()
     checkpoint = root / "checkpoint"
     proc = EpochProcessor(pipeline, store, lease, checkpoint)
+    pruner = Pruner(store, jid, policy_of(settings), settings.retention_interval)
     result_state = JobState.FAILED
+    sinks_open = False
     try:
-        store.declare_defaults(jid, pipeline.config)
+        # The defaults may have changed in the file; the submitted values stay on top of them.
+        store.declare_defaults(jid, pipeline.check_config(given))
         for sink in pipeline.sinks:
-            sink.open(jid, root)
+            sink.open(owner, root)
+        store.set_job_sinks(jid, [descriptor_of(s) for s in pipeline.sinks])  # for the janitor
+        sinks_open = True
+        if attempt.attempt > 1:
+            log.info("job %s: recovering what attempt %d left", jid, attempt.attempt - 1)
         recover(store, jid, pipeline.sinks)
+        pruner.start()  # old epoch records go in the background, never inside an epoch
         if _final_committed(store, jid):
             result_state = JobState.FINISHED
         else:
+            signals.deferred = True  # from here a signal is seen by _supervise, between epochs
             query = _start_query(stream, proc, checkpoint, settings, jid)
-            result_state = _supervise(query, proc, lease, checkpoint, _stop_check(store, jid))
+            log.info("job %s: query started, first epoch on its way", jid)
+            result_state = _supervise(
+                query, proc, lease, checkpoint, _stop_check(store, jid), signals
+            )
     except KeyboardInterrupt:
-        result_state = JobState.CANCELED
-        _end(store, jid, attempt.attempt, AttemptState.CANCELED, JobState.CANCELED, None)
-        raise
+        # A signal before the query ran (Spark starting, recovery): nothing was decided by
+        # this attempt that recovery would not finish; the job waits to be resumed.
+        result_state = JobState.SUSPENDED
     except StaleAttempt:
         lease.stop()
         raise  # a newer attempt owns the job: its state is not ours to touch
     except BaseException as e:
         err = proc.error if isinstance(proc.error, StokerError) else e
-        _end(store, jid, attempt.attempt, AttemptState.FAILED, JobState.FAILED, str(err))
+        _end(store, jid, attempt.attempt, AttemptState.FAILED, JobState.FAILED, _brief(err))
         if isinstance(err, StokerError):
             if err is e:
                 raise  # not `raise e from e`: an exception must not be its own cause
             raise err from e
-        raise JobFailed(f"job {jid!r} failed: {err}") from e
+        raise JobFailed(f"job {jid!r} failed: {_brief(err)}") from e
     finally:
+        pruner.stop()
         lease.stop()
+        if sinks_open:  # the ways out that raise have ended the attempt already
+            _resolve_at_end(store, jid, attempt.attempt, pipeline.sinks)
     # A query stopped from outside (not by its final epoch) ends the attempt CANCELED too.
-    astate = AttemptState.FINISHED if result_state == JobState.FINISHED else AttemptState.CANCELED
-    _end(store, jid, attempt.attempt, astate, result_state, None)
+    astate = {
+        JobState.FINISHED: AttemptState.FINISHED,
+        JobState.SUSPENDED: AttemptState.SUSPENDED,
+    }.get(result_state, AttemptState.CANCELED)
+    result_state = _end(store, jid, attempt.attempt, astate, result_state, None)
+    _resolve_at_end(store, jid, attempt.attempt, pipeline.sinks)
+    pruner.final_round()
     done = [t for t in proc.timings if not t.replayed]
     result = JobResult(
         job_id=jid,
@@ -204,6 +376,7 @@ def _run_job(
         last_epoch=proc.timings[-1].epoch if proc.timings else None,
         state_dir=root,
         store_url=store.url,
+        outputs=tuple(s.describe() for s in pipeline.sinks),
     )
     launch.report(result)
     return result
@@ -211,18 +384,45 @@ def _run_job(
 
 def _end(
     store: Store, jid: JobId, attempt: int, astate: AttemptState, jstate: JobState, err: str | None
-) -> None:
-    from stoker.types import AttemptNo
+) -> JobState:
+    """End the attempt and move the job, in one store transaction; the job's state after."""
+    # Under a job manager, its restart strategy decides what a failure means: the job is left
+    # to it. Either way the attempt's end and the job's state are one store transaction.
+    managed_failure = jstate == JobState.FAILED and launch.attempt() is not None
+    try:
+        store.finish_attempt(
+            jid, AttemptNo(attempt), astate, None if managed_failure else jstate, err
+        )
+    except InvalidTransition:
+        if jstate != JobState.SUSPENDED:
+            raise
+        # A cancel was asked for while the signal stopped the job (CANCELING cannot be
+        # suspended): the explicit cancel wins.
+        store.finish_attempt(jid, AttemptNo(attempt), AttemptState.CANCELED, JobState.CANCELED)
+        return JobState.CANCELED
+    return jstate
 
-    store.end_attempt(jid, AttemptNo(attempt), astate, err)
-    if jstate == JobState.FAILED and launch.attempt() is not None:
-        return  # under a job manager, its restart strategy decides what a failure means
-    current = store.get_job(jid)
-    if current.current_attempt != attempt:
-        return
-    if jstate == JobState.CANCELED and current.state == JobState.RUNNING:
-        store.set_job_state(jid, JobState.CANCELING)
-    store.set_job_state(jid, jstate, err)
+
+def _resolve_at_end(store: Store, jid: JobId, attempt: int, sinks: list[TwoPhaseSink]) -> None:
+    """Leave nothing prepared behind an attempt that has ended: commit what the store decided,
+    abort the rest (``recover``); for an ended job, record that its sinks are resolved.
+
+    Best effort: a failure here is logged, and the job manager's janitor (or the next
+    attempt's recovery) does it again. Nothing is done while the attempt is live, nor once a
+    newer attempt owns the job: its parts in flight are not ours to abort.
+    """
+    try:
+        job = store.get_job(jid)
+        if job.current_attempt != attempt:
+            return
+        rec = store.get_attempt(jid, AttemptNo(attempt))
+        if rec is None or rec.state in (AttemptState.STARTING, AttemptState.RUNNING):
+            return
+        recover(store, jid, sinks)
+        if job.state.terminal:
+            store.set_resolved(jid)
+    except Exception:
+        log.exception("job %s: resolving the sinks at the end of attempt %d failed", jid, attempt)
 
 
 def _final_committed(store: Store, jid: JobId) -> bool:
@@ -230,11 +430,13 @@ def _final_committed(store: Store, jid: JobId) -> bool:
     return bool(last) and last[0].final and last[0].state == EpochState.COMMITTED
 
 
-def _open_sources(spark: SparkSession, pipeline: Pipeline, root: Path) -> DataFrame:
+def _open_sources(
+    spark: SparkSession, pipeline: Pipeline, root: Path, context: SourceContext
+) -> DataFrame:
     """The union of the pipeline's sources (each shaped by its map) as one streaming frame."""
     frames: list[DataFrame] = []
     for i, inp in enumerate(pipeline.inputs):
-        df = inp.source.open(spark, f"s{i}", root)
+        df = inp.source.open(spark, f"s{i}", root, context)
         if inp.map is not None:
             df = inp.map(df)
         frames.append(df)
@@ -281,8 +483,12 @@ def _supervise(
     lease: LeaseKeeper,
     checkpoint: Path,
     stop_requested: Callable[[], bool] = lambda: False,
+    signals: _StopSignals | None = None,
 ) -> JobState:
-    """Wait for the query to end: final epoch committed, stop asked for, fenced, or failed."""
+    """Wait for the query to end: final epoch committed, stop asked for, fenced, or failed.
+
+    A cancel stops the query gracefully and ends CANCELED; a signal likewise, SUSPENDED.
+    """
     try:
         while True:
             # Sleep on the final-epoch event: no busy polling of the JVM while epochs run.
@@ -291,6 +497,7 @@ def _supervise(
             if proc.final_event.wait(timeout=0.1) and _await_commit_log(
                 query, checkpoint, proc.final_epoch, timeout=None
             ):
+                _await_idle(query)
                 query.stop()
                 return JobState.FINISHED
             if lease.fenced is not None:
@@ -307,28 +514,39 @@ def _supervise(
                 if proc.error is not None:
                     raise proc.error
                 if exc is not None:
-                    raise JobFailed(str(exc))
+                    raise JobFailed(_brief(exc))
                 # Stopped from outside without an error: the final check decides.
                 last = _last(checkpoint)
                 if proc.final_epoch is not None or all_sources_finished(checkpoint, last):
                     return JobState.FINISHED
                 return JobState.CANCELED
+            if signals is not None and signals.received is not None:
+                return _graceful_stop(query, proc, checkpoint, JobState.SUSPENDED)
             if proc.stopping.is_set() or stop_requested():
                 return _graceful_stop(query, proc, checkpoint)
-    except KeyboardInterrupt:
-        return _graceful_stop(query, proc, checkpoint)
+    except KeyboardInterrupt:  # not through _StopSignals (run() off the main thread)
+        return _graceful_stop(query, proc, checkpoint, JobState.SUSPENDED)
 
 
-def _graceful_stop(query: StreamingQuery, proc: EpochProcessor, checkpoint: Path) -> JobState:
-    """Let the epoch in flight complete and commit, then stop the query. No new epoch starts."""
+def _graceful_stop(
+    query: StreamingQuery,
+    proc: EpochProcessor,
+    checkpoint: Path,
+    stopped: JobState = JobState.CANCELED,
+) -> JobState:
+    """Let the epoch in flight complete and commit, then stop the query. No new epoch starts.
+
+    FINISHED if that epoch was the final one, else ``stopped``.
+    """
     proc.stopping.set()
     with proc.epoch_lock:  # waits for the epoch in flight, if any
         last = proc.timings[-1].epoch if proc.timings else None
-    _await_commit_log(query, checkpoint, last, timeout=10.0)
+    if _await_commit_log(query, checkpoint, last, timeout=10.0):
+        _await_idle(query)
     query.stop()
     if proc.final_epoch is not None and (checkpoint / "commits" / str(proc.final_epoch)).exists():
         return JobState.FINISHED
-    return JobState.CANCELED
+    return stopped
 
 
 def _await_commit_log(
@@ -345,6 +563,28 @@ def _await_commit_log(
             return False
         time.sleep(0.005)
     return (checkpoint / "commits" / str(epoch)).exists()
+
+
+def _brief(err: BaseException) -> str:
+    """An error as recorded and shown: PySpark's message without the JVM stack trace it
+    carries (kilobytes of Java frames; ``--debug`` shows the whole exception)."""
+    text = str(err)
+    cut = text.find("JVM stacktrace:")
+    return (text[:cut] if cut >= 0 else text).strip()
+
+
+def _await_idle(query: StreamingQuery, timeout: float = 5.0) -> None:
+    """Wait until the query's trigger has finished (its commit log write included: Spark
+    renames the log's checksum file after the log itself), so that the stop that follows
+    interrupts an idle query, not a file system call."""
+    deadline = time.monotonic() + timeout
+    try:
+        while query.isActive and query.status.get("isTriggerActive"):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
+    except Exception:  # the query ended meanwhile: nothing to wait for
+        log.debug("reading the query's status failed", exc_info=True)
 
 
 def _last(checkpoint: Path) -> int:

@@ -1,21 +1,43 @@
-"""The SparkSession of a driver, with stoker's sources registered."""
+"""The SparkSession of a driver, with stoker's sources registered and Spark's logging quieted."""
 
 from __future__ import annotations
 
+import logging
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stoker.errors import InvalidInput
 from stoker.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# Chosen for a job manager's drivers, each overridable with -D spark.<key>=...
+# The driver JVM's log4j2 configuration: WARN, minus the start-up lines a user cannot act on.
+LOG4J_CONF = Path(__file__).resolve().parent / "conf" / "log4j2.properties"
+
+# query.stop() during a Python foreachBatch can overflow the default stack (SPARK_FACTS).
+_JAVA_OPTIONS = ("-Xss16m", f"-Dlog4j.configurationFile={LOG4J_CONF}")
+
+
+def driver_java_options(given: str | None) -> str:
+    """``spark.driver.extraJavaOptions``: the user's, plus stoker's stack size and log4j2
+    configuration where the user did not set their own."""
+    opts = (given or "").split()
+    if not any(o.startswith("-Xss") for o in opts):
+        opts.append(_JAVA_OPTIONS[0])
+    if not any(o.startswith("-Dlog4j.configurationFile=") for o in opts):
+        opts.append(_JAVA_OPTIONS[1])
+    return " ".join(opts)
+
+
+# Chosen for a job manager's drivers, each overridable with -D spark.<key>=... (the driver's
+# Java options are merged: see driver_java_options).
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "8",
-    # query.stop() during a Python foreachBatch can overflow the default stack (SPARK_FACTS).
-    "spark.driver.extraJavaOptions": "-Xss16m",
+    "spark.driver.extraJavaOptions": driver_java_options(None),
     "spark.sql.streaming.stopTimeout": "30s",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # The Python data source runners connect back to the JVM; on a loaded machine the default
@@ -24,17 +46,84 @@ DEFAULT_CONF = {
 }
 
 
+def spark_conf(settings: Settings) -> dict[str, str]:
+    """The Spark settings a driver starts with: stoker's defaults, then the user's."""
+    conf = {**DEFAULT_CONF, **settings.spark_conf}
+    conf["spark.driver.extraJavaOptions"] = driver_java_options(
+        settings.spark_conf.get("spark.driver.extraJavaOptions")
+    )
+    return conf
+
+
 def get_session(settings: Settings, app_name: str) -> SparkSession:
-    """Create (or reuse) the session for ``settings`` and register stoker's data sources."""
+    """Create (or reuse) the session for ``settings`` and register stoker's data sources.
+
+    A Spark setting Spark refuses (``-D spark.sql.shuffle.partitions=abc``) is bad input:
+    :class:`InvalidInput` naming it, with Spark's one-line reason.
+    """
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    if _started and SparkContext._active_spark_context is not None:
+        # Started by stoker already (for an app that needed it at import, or an earlier run
+        # in this process): reuse it quietly, with the runtime settings asked for now.
+        return _reuse(_started[0], settings)
+    # py4j logs every command between Python and the JVM at INFO (one per epoch and more).
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     builder = SparkSession.builder.appName(app_name).master(settings.master)
-    conf = {**DEFAULT_CONF, **settings.spark_conf}
-    for k, v in conf.items():
+    for k, v in spark_conf(settings).items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    register_sources(spark)
+    try:
+        spark = builder.getOrCreate()
+        register_sources(spark)  # the first use of the session state: bad SQL settings fail here
+    except Exception as e:
+        bad = _refused_setting(e)
+        if bad is None:
+            raise
+        _stop_quietly()
+        raise bad from e
+    _started[:] = [spark]
     return spark
+
+
+_started: list[SparkSession] = []
+
+
+def _reuse(spark: SparkSession, settings: Settings) -> SparkSession:
+    wanted = spark_conf(settings)
+    for k in settings.spark_conf:
+        v = wanted[k]
+        if spark.conf.get(k, None) == v:
+            continue
+        if spark.conf.isModifiable(k):
+            spark.conf.set(k, v)
+        else:
+            logging.getLogger("stoker.session").warning(
+                "%s=%s comes too late: Spark was started already (give it with -D)", k, v
+            )
+    return spark
+
+
+def _refused_setting(err: BaseException) -> InvalidInput | None:
+    """Spark's refusal of a setting as InvalidInput naming it; None for any other error."""
+    text = str(err)
+    m = re.search(r"\[INVALID_CONF_VALUE[.\w]*\]\s*(.*?)(?:\s*SQLSTATE:|\n|$)", text)
+    if m is None:
+        return None
+    reason = m.group(1).strip()
+    key = re.search(r'config "([^"]+)"', reason)
+    return InvalidInput(f"-D {key.group(1)}" if key else "-D spark", reason)
+
+
+def _stop_quietly() -> None:
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is not None:
+        try:
+            sc.stop()
+        except Exception:  # the error being reported matters more than this one
+            logging.getLogger("stoker.session").debug("stopping Spark failed", exc_info=True)
 
 
 def register_sources(spark: SparkSession) -> None:

@@ -40,7 +40,7 @@ from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.recovery import recover
 from stoker.runtime.session import get_session
 from stoker.settings import Settings
-from stoker.sinks.base import Recovered
+from stoker.sinks.base import Recovered, SinkOwner
 from stoker.store import Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, ControlVersion, Epoch, EpochState, job_id
 from tests.support import exactly_once, file_sink_ids
@@ -216,6 +216,7 @@ def test_bounded_job_finishes_with_every_record_committed_once(
     ]
     assert sorted(d.name for d in out.iterdir()) == [
         "_staging",
+        "_stoker_owner.json",
         "epoch=0",
         "epoch=1",
         "epoch=2",
@@ -237,7 +238,8 @@ def test_bounded_job_finishes_with_every_record_committed_once(
     with pytest.raises(JobTerminal) as info:
         stoker.run(p, state_dir=state, trigger=TRIGGER, spark=spark)
     assert str(info.value) == (
-        "job 'bounded' has ended in state FINISHED; ask for a restart to run it again"
+        "job 'bounded' has ended in state FINISHED; to run it again from its checkpoint ask "
+        'for a restart: --restart (stoker run), "restart": true (REST), restart=True (stoker.run)'
     )
     assert _job(state, "bounded").current_attempt == 1
 
@@ -494,7 +496,7 @@ def test_a_superseded_epoch_processor_prepares_but_cannot_decide(
     p = Pipeline("stale-proc").source(sources.generator(total=5)).sink(sink)
     store.create_job(jid, "stale-proc", {}, {})
     first = start_attempt(store, jid, lease_ttl=30.0)
-    sink.open(jid, tmp_path)
+    sink.open(SinkOwner(jid, "test-uid"), tmp_path)
     lease = LeaseKeeper(store, first, 30.0)  # not started: no renewal behind the test's back
     proc = EpochProcessor(p, store, lease, tmp_path / "checkpoint")
     store.start_attempt(jid, OTHER, 30.0, first.attempt, previous_dead=True)
@@ -506,7 +508,7 @@ def test_a_superseded_epoch_processor_prepares_but_cannot_decide(
     rec = store.get_epoch(jid, Epoch(0))
     assert rec is not None and (rec.state, rec.decided_by) == (EpochState.PINNED, None)
     assert not (out / "epoch=0").exists()
-    assert [d.name for d in (out / "_staging").iterdir()] == ["epoch=0.attempt=1"]
+    assert [d.name for d in (out / "_staging").iterdir()] == ["epoch=0.attempt=1.owner=test-uid"]
     assert proc.final_epoch is None and proc.timings == []
 
     # The lease keeper notices too; from then on the fence step stops an epoch before the pin.

@@ -127,7 +127,8 @@ def test_unknown_stoker_key_names_the_key_and_the_known_ones() -> None:
         Settings().with_overrides({"stoker.nope": "1"})
     assert info.value.field == "stoker.nope"
     assert info.value.message == (
-        "unknown stoker setting; known: trigger, state_dir, store, master, lease_ttl"
+        "unknown stoker setting; known: trigger, state_dir, store, master, lease_ttl, "
+        "retention.epochs, retention.time, retention.interval"
     )
 
 
@@ -137,7 +138,8 @@ def test_key_without_a_known_prefix_is_refused() -> None:
     assert info.value.field == "trigger"
     assert info.value.message == (
         "unknown setting: use spark.<conf> or stoker.<key> with key one of "
-        "trigger, state_dir, store, master, lease_ttl"
+        "trigger, state_dir, store, master, lease_ttl, retention.epochs, retention.time, "
+        "retention.interval"
     )
 
 
@@ -158,3 +160,46 @@ def test_lease_ttl_under_one_second_is_refused(value: str) -> None:
 
 def test_lease_ttl_of_one_second_is_accepted() -> None:
     assert Settings().with_overrides({"stoker.lease_ttl": "1s"}).lease_ttl == 1.0
+
+
+# retention -------------------------------------------------------------------------------------
+
+
+def test_retention_keys_land_in_settings() -> None:
+    s = Settings().with_overrides(
+        {
+            "stoker.retention.epochs": "5",
+            "stoker.retention.time": "7d",
+            "stoker.retention.interval": "2s",
+        }
+    )
+    assert (s.retention_epochs, s.retention_time, s.retention_interval) == (5, 7 * 86400, 2.0)
+
+
+def test_retention_is_off_by_default() -> None:
+    s = Settings()
+    assert (s.retention_epochs, s.retention_time) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("12h", 43200.0), ("1 day", 86400.0), ("30m", 1800.0), ("90", 90.0)]
+)
+def test_retention_time_takes_hours_and_days(text: str, seconds: float) -> None:
+    assert Settings().with_overrides({"stoker.retention.time": text}).retention_time == seconds
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("stoker.retention.epochs", "0"),
+        ("stoker.retention.epochs", "-3"),
+        ("stoker.retention.epochs", "many"),
+        ("stoker.retention.time", "0"),
+        ("stoker.retention.time", "a week"),
+        ("stoker.retention.interval", "0"),
+    ],
+)
+def test_bad_retention_values_name_the_key(key: str, value: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        Settings().with_overrides({key: value})
+    assert err.value.field == key

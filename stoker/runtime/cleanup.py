@@ -1,0 +1,178 @@
+"""Resolving the sinks of an ended job in a short-lived process (the job manager's janitor).
+
+``python -m stoker.runtime.cleanup --job J --store URL --state-dir D``
+
+The job manager cannot import Spark or the user's sinks, so it starts this. No application
+file is loaded and no user code runs (an app's ``main`` may do anything before
+``stoker.run``: delete a folder, send a message): the sinks are rebuilt from the descriptors
+the job's last attempt recorded in the store when it opened them (``jobs.sinks``, see
+:func:`stoker.sinks.from_descriptor`). They are opened for the job, then
+:func:`~stoker.runtime.recovery.recover` commits the parts of decided epochs and aborts every
+other prepared part, and the job is marked resolved. Recovery needs no Spark (psycopg,
+renames), and none is started. The store URL arrives as it does for a driver
+(``STOKER_STORE_URL``; the ``--store`` argument is its redacted label).
+
+A job with no recorded descriptors (no driver ever opened its sinks) has nothing to resolve: it
+is marked resolved. A sink recorded without a descriptor (a user-defined sink class) or with one
+this version cannot rebuild is named in the log and left to the job's next recovery; the
+others are resolved (a decided epoch's parts are committed, but the epoch stays DECIDED so the
+next recovery commits the part of the sink left out).
+
+A job that is not ended (restarted meanwhile) is left alone: its live attempt recovers at its
+own start, and its parts in flight are not ours to abort.
+
+Older managers passed ``-D`` pairs and ``-- app.py [args ...]``: both are still accepted and
+ignored.
+
+Exit codes: 0 resolved (or nothing to do), 2 bad input, 3 job not found, 7 store unavailable,
+1 anything else (the janitor tries again later).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stoker.errors import SinkError, StokerError, exit_code
+from stoker.redact import redact_logs, redact_text
+
+if TYPE_CHECKING:
+    from stoker.sinks.base import TwoPhaseSink
+    from stoker.store import Store
+    from stoker.types import JobId
+
+log = logging.getLogger("stoker.cleanup")
+
+
+def _rebuild(descriptors: list[dict[str, Any]]) -> tuple[list[TwoPhaseSink], list[str]]:
+    """The sinks the descriptors rebuild, and the names of those they cannot (logged)."""
+    from stoker.sinks import from_descriptor
+
+    sinks: list[TwoPhaseSink] = []
+    left: list[str] = []
+    for d in descriptors:
+        name = str(d.get("name") or "?")
+        if d.get("kind") is None:
+            log.warning(
+                "cannot resolve sink %r (%s): it records no descriptor; it is left for the "
+                "job's next recovery",
+                name,
+                d.get("class") or "a user-defined sink",
+            )
+            left.append(name)
+            continue
+        try:
+            sinks.append(from_descriptor(d))
+        except SinkError as e:
+            log.warning(
+                "cannot resolve sink %r: %s; it is left for the job's next recovery", name, e
+            )
+            left.append(name)
+    return sinks, left
+
+
+def _recover_some(store: Store, job: JobId, sinks: list[TwoPhaseSink]) -> None:
+    """Recovery of ``sinks`` only, while other sinks of the job are left unresolved.
+
+    As :func:`~stoker.runtime.recovery.recover`, except that a decided epoch is not marked
+    COMMITTED (a sink left out still holds its part) and only these sinks' records follow."""
+    from stoker.runtime.pending import PendingEpoch
+    from stoker.types import EpochState, TxnState
+
+    for rec in store.epochs_in_state(job, str(EpochState.DECIDED)):
+        PendingEpoch.decided(store, rec, sinks).commit(sinks)
+        log.info("committed epoch %d of attempt %d (left DECIDED)", rec.epoch, rec.decided_by)
+
+    def decision(epoch: Any) -> Any:
+        rec = store.get_epoch(job, epoch)
+        return rec.decided_by if rec is not None and rec.state != EpochState.PINNED else None
+
+    names = {s.name for s in sinks}
+    for sink in sinks:
+        done = sink.recover(decision)
+        for e, a in done.committed:
+            store.record_txn(job, e, sink.name, a, TxnState.COMMITTED, {"by": "recovery"})
+        for e, a in done.aborted:
+            store.record_txn(job, e, sink.name, a, TxnState.ABORTED, {"by": "recovery"})
+        log.info("recovered %s: committed %s, aborted %s", sink.name, done.committed, done.aborted)
+    for txn in store.list_txns(job, TxnState.PREPARED):
+        if txn.sink not in names:
+            continue
+        state = TxnState.COMMITTED if decision(txn.epoch) == txn.attempt else TxnState.ABORTED
+        store.record_txn(job, txn.epoch, txn.sink, txn.attempt, state, {})
+
+
+def resolve(job: str, store_url: str, state_dir: Path) -> bool:
+    """Resolve the sinks of ended job ``job`` as its last attempt recorded them.
+
+    True when they were resolved (or there were none); False when the job is not ended
+    (nothing done).
+    """
+    from stoker.runtime.recovery import recover
+    from stoker.sinks.base import SinkOwner
+    from stoker.store import open_store
+    from stoker.types import job_id
+
+    jid = job_id(job)
+    st = open_store(store_url)
+    try:
+        record = st.get_job(jid)
+        if not record.state.terminal:
+            log.info("job %s is %s, not ended: its own attempt recovers", jid, record.state)
+            return False
+        descriptors = st.get_job_sinks(jid)
+        if not descriptors:
+            log.info("job %s: no attempt opened its sinks; nothing to resolve", jid)
+            st.set_resolved(jid)
+            return True
+        sinks, left = _rebuild(descriptors)
+        owner = SinkOwner(jid, record.uid)
+        for sink in sinks:
+            sink.open(owner, state_dir)
+        if left:
+            _recover_some(st, jid, sinks)
+        else:
+            recover(st, jid, sinks)  # logs what it committed and aborted
+        st.set_resolved(jid)
+        return True
+    finally:
+        st.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stoker-cleanup")
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--state-dir", required=True)
+    # Accepted from older managers, unused: no application file is loaded.
+    parser.add_argument("-D", dest="defines", action="append", default=[])
+    parser.add_argument("app", nargs=argparse.REMAINDER)
+    ns = parser.parse_args(argv)
+
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s"
+    )
+    redact_logs()
+    os.environ.pop("STOKER_DRIVER_SECRETS", None)  # older managers: not needed, not kept
+    if ns.app:
+        log.info("application arguments ignored: the sinks come from the store")
+    try:
+        store_url = os.environ.pop("STOKER_STORE_URL", "") or ns.store
+        done = resolve(ns.job, store_url, Path(ns.state_dir).resolve())
+    except StokerError as e:
+        print(redact_text(f"stoker cleanup: {type(e).__name__}: {e}"), file=sys.stderr, flush=True)
+        return exit_code(e)
+    print(
+        f"stoker cleanup: job {ns.job} " + ("resolved" if done else "not ended: nothing done"),
+        file=sys.stderr,
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
