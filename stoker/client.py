@@ -1,7 +1,26 @@
-"""A small client of the job manager's REST API, used by the CLI."""
+"""A client of the job manager's REST API (``stoker server``): public, and what the CLI uses.
+
+Example::
+
+    from stoker.client import Client
+
+    with Client("http://127.0.0.1:8081", token="...") as c:
+        jid = c.submit("/srv/apps/clicks.py", conf={"stoker.trigger": "10s"}).job_id
+        print(c.job(jid)["state"])
+
+Every method is one REST call. Answers are the JSON the server sends (dicts with the keys the
+README's API table lists); refusals become the matching :class:`~stoker.errors.StokerError`:
+:class:`~stoker.errors.InvalidInput` (422, naming the field), :class:`~stoker.errors.JobNotFound`
+(404), :class:`~stoker.errors.JobConflict` / :class:`~stoker.errors.JobTerminal` (409),
+:class:`~stoker.errors.Unauthorized` (401, 403), :class:`~stoker.errors.ManagerUnavailable`
+(the server cannot be reached). The token, when given, is sent with every call (reads too).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import httpx
@@ -16,9 +35,26 @@ from stoker.errors import (
     Unauthorized,
 )
 
+__all__ = ["Client", "Submitted"]
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """The answer to a submission: ``created``, ``duplicate`` or ``restarted``, and the job."""
+
+    outcome: str
+    job: dict[str, Any]
+
+    @property
+    def job_id(self) -> str:
+        return str(self.job["job_id"])
+
 
 class Client:
-    """Calls one job manager; answers become records or the matching :class:`StokerError`."""
+    """Calls one job manager at ``url``; ``token`` (if any) goes with every call.
+
+    Usable as a context manager; otherwise call :meth:`close` when done.
+    """
 
     def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -26,7 +62,19 @@ class Client:
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
     def close(self) -> None:
+        """Close the HTTP connections."""
         self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     def _call(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
@@ -55,26 +103,78 @@ class Client:
             raise JobConflict(job, str(body.get("difference")))
         raise StokerError(f"job manager answered {resp.status_code}: {msg}")
 
-    def submit(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        resp = self._call("POST", "/v1/jobs", json=body)
-        return resp.status_code, resp.json()
+    # jobs ----------------------------------------------------------------------------------
+    def submit(
+        self,
+        entrypoint: str,
+        *,
+        job_id: str | None = None,
+        args: Sequence[str] = (),
+        conf: Mapping[str, str] | None = None,
+        restart: bool = False,
+        restart_strategy: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> Submitted:
+        """``POST /v1/jobs``: run the application file ``entrypoint`` (a path on the manager's
+        host) as a job. ``job_id`` defaults to the name of the Pipeline the file defines.
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        return dict(self._call("GET", f"/v1/jobs/{job_id}").json())
+        Submitting a live job's id again with the same spec answers ``duplicate``; an ended
+        job is run again from its checkpoint only with ``restart=True`` (``restarted``).
+        """
+        body: dict[str, Any] = {
+            "entrypoint": entrypoint,
+            "args": list(args),
+            "conf": dict(conf or {}),
+            "restart": restart,
+        }
+        if job_id is not None:
+            body["job_id"] = job_id
+        if restart_strategy is not None:
+            body["restart_strategy"] = dict(restart_strategy)
+        if config:
+            body["config"] = dict(config)
+        resp = self._call("POST", "/v1/jobs", json=body)
+        job = dict(resp.json())
+        outcome = (
+            "created"
+            if resp.status_code == 201
+            else "restarted"
+            if job.get("restarted")
+            else "duplicate"
+        )
+        return Submitted(outcome, job)
 
     def jobs(self, state: str | None = None) -> list[dict[str, Any]]:
+        """``GET /v1/jobs``: every job (only those in ``state`` when given)."""
         params = {"state": state} if state else {}
         return list(self._call("GET", "/v1/jobs", params=params).json())
 
-    def epochs(self, job_id: str, limit: int = 100) -> list[dict[str, Any]]:
-        return list(self._call("GET", f"/v1/jobs/{job_id}/epochs", params={"limit": limit}).json())
+    def job(self, job_id: str) -> dict[str, Any]:
+        """``GET /v1/jobs/{id}``: a job with its current ``attempt`` and ``last_epoch``."""
+        return dict(self._call("GET", f"/v1/jobs/{job_id}").json())
 
     def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        """``GET /v1/jobs/{id}/attempts``: every attempt of a job, first to last."""
         return list(self._call("GET", f"/v1/jobs/{job_id}/attempts").json())
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
-        return dict(self._call("POST", f"/v1/jobs/{job_id}/cancel").json())
-
     def log(self, job_id: str, attempt: int, tail: int | None = None) -> str:
+        """``GET /v1/jobs/{id}/attempts/{n}/log``: a driver's log (its last ``tail`` bytes)."""
         params = {"tail": tail} if tail else {}
         return self._call("GET", f"/v1/jobs/{job_id}/attempts/{attempt}/log", params=params).text
+
+    def epochs(self, job_id: str, limit: int = 100) -> list[dict[str, Any]]:
+        """``GET /v1/jobs/{id}/epochs``: a job's most recent epochs, newest first."""
+        return list(self._call("GET", f"/v1/jobs/{job_id}/epochs", params={"limit": limit}).json())
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        """``POST /v1/jobs/{id}/cancel``: stop gracefully (the epoch in flight commits)."""
+        return dict(self._call("POST", f"/v1/jobs/{job_id}/cancel").json())
+
+    # the manager ---------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """``GET /healthz``: liveness and leadership (needs no token)."""
+        return dict(self._call("GET", "/healthz").json())
+
+    def metrics(self) -> str:
+        """``GET /metrics``: Prometheus text."""
+        return self._call("GET", "/metrics").text

@@ -4,14 +4,16 @@ manager that talks to the store."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from stoker.errors import InvalidInput, JobConflict, JobNotFound, JobTerminal
 from stoker.manager.batch import CreateBatcher
+from stoker.manager.processes import child_env
 from stoker.manager.submit import ASSIGNED_STATE_DIR, spec_difference, validate_submission
 from stoker.store import AttemptRecord, EpochRecord, JobRecord, Store
 from stoker.types import AttemptNo, JobId, JobState, job_id
@@ -42,14 +44,15 @@ class JobManager:
         conf: dict[str, str] | None = None,
         restart: bool = False,
         restart_strategy: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
     ) -> SubmitResult:
         """Create the job, or return the live one; never a second live instance.
 
         The store's primary key decides between concurrent submissions of one id, whichever
         manager receives them.
         """
-        name, spec = self._plan(jid, entrypoint, args, conf, restart_strategy)
-        job, created = self.store.create_job(name, name, spec, {})
+        name, spec, start = self._plan(jid, entrypoint, args, conf, restart_strategy, config)
+        job, created = self.store.create_job(name, name, spec, start)
         return self._settle(name, spec, job, created, restart)
 
     async def submit_async(
@@ -60,18 +63,19 @@ class JobManager:
         conf: dict[str, str] | None = None,
         restart: bool = False,
         restart_strategy: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
     ) -> SubmitResult:
         """:meth:`submit` for an event loop: the insert joins the next group commit.
 
         Only the common path runs on the loop (validation is a few file-system calls); an
         omitted id (a child process reads the pipeline's name) and a restart run in a thread.
         """
-        if jid is None:
+        if jid is None or config:  # a child process reads the app's pipeline
             return await asyncio.to_thread(
-                self.submit, jid, entrypoint, args, conf, restart, restart_strategy
+                self.submit, jid, entrypoint, args, conf, restart, restart_strategy, config
             )
-        name, spec = self._plan(jid, entrypoint, args, conf, restart_strategy)
-        job, created = await asyncio.wrap_future(self._batcher.create(name, name, spec, {}))
+        name, spec, start = self._plan(jid, entrypoint, args, conf, restart_strategy, None)
+        job, created = await asyncio.wrap_future(self._batcher.create(name, name, spec, start))
         if not created and job.state.terminal and restart:
             return await asyncio.to_thread(self._settle, name, spec, job, created, restart)
         return self._settle(name, spec, job, created, restart)
@@ -83,19 +87,31 @@ class JobManager:
         args: list[str] | None,
         conf: dict[str, str] | None,
         restart_strategy: dict[str, Any] | None,
-    ) -> tuple[JobId, dict[str, Any]]:
-        """The job's id and spec, every field checked; nothing is written."""
+        config: dict[str, Any] | None,
+    ) -> tuple[JobId, dict[str, Any], dict[str, Any]]:
+        """The job's id, spec and starting config, every field checked; nothing is written.
+
+        The starting config (version 0) is the pipeline's declared defaults with the submitted
+        ``config`` on top; the manager learns the defaults only when it reads the app (an id
+        omitted, or a config given), otherwise the driver declares them.
+        """
         sub = validate_submission(
             entrypoint, list(args or []), dict(conf or {}), restart_strategy, self.allowed_dirs
         )
-        name = job_id(jid) if jid is not None else job_id(_pipeline_name(sub.entrypoint))
+        start: dict[str, Any] = {}
+        if jid is None or config:
+            found, start = _inspect_app(sub.entrypoint, dict(config or {}))
+            name = job_id(jid) if jid is not None else job_id(found)
+            sub = replace(sub, config=dict(config or {}))
+        else:
+            name = job_id(jid)
         spec = sub.spec()
         # The job's folder (Spark checkpoint, sink state) is chosen once, by the manager that
         # creates the job, and kept in the store: every attempt runs in it, whichever manager
         # leads when the attempt starts. A folder per launching manager would start a job that
         # failed over from an empty checkpoint.
         spec[ASSIGNED_STATE_DIR] = str(self.jobs_dir / name)
-        return name, spec
+        return name, spec, start
 
     def _settle(
         self, name: JobId, spec: dict[str, Any], job: JobRecord, created: bool, restart: bool
@@ -165,22 +181,42 @@ class JobManager:
             return fh.read().decode("utf-8", errors="replace")
 
 
-def _pipeline_name(entrypoint: Path) -> JobId:
-    """The name of the Pipeline the file defines at module level, found in a child process
-    (user code never runs inside the manager)."""
+def _inspect_app(entrypoint: Path, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The name of the Pipeline the file runs and its starting config (declared defaults with
+    ``config`` on top, checked), found in a child process: user code never runs inside the
+    manager. A refusal is :class:`InvalidInput` naming the field once."""
     code = (
-        "import sys\n"
-        "from stoker.runtime.appfile import check_app_path, pipeline_name_of\n"
-        "print(pipeline_name_of(check_app_path(sys.argv[1])))\n"
+        "import json, sys\n"
+        "from stoker.errors import InvalidInput\n"
+        "from stoker.runtime.appfile import check_app_path, inspect_app\n"
+        "try:\n"
+        "    name, config = inspect_app(check_app_path(sys.argv[1]), json.loads(sys.argv[2]))\n"
+        "except InvalidInput as e:\n"
+        "    print(json.dumps({'field': e.field, 'message': e.message}))\n"
+        "    sys.exit(2)\n"
+        "print(json.dumps({'name': name, 'config': config}))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(entrypoint)],
+        [sys.executable, "-c", code, str(entrypoint), json.dumps(config)],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=str(entrypoint.parent),
+        env=child_env(),  # user code: not the manager's tokens
     )
-    if proc.returncode != 0:
+    answer: dict[str, Any] = {}
+    lines = proc.stdout.strip().splitlines()
+    if lines:
+        try:
+            answer = json.loads(lines[-1])
+        except ValueError:
+            answer = {}
+    if proc.returncode == 2 and "field" in answer:
+        field = str(answer["field"])
+        if not field.startswith("config"):
+            field = "job_id" if field == "job_id" else "entrypoint"
+        raise InvalidInput(field, str(answer["message"]))
+    if proc.returncode != 0 or "name" not in answer:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise InvalidInput("job_id", f"not given, and the entrypoint's pipeline name: {last}")
-    return job_id(proc.stdout.strip().splitlines()[-1])
+        raise InvalidInput("entrypoint", f"reading the app's pipeline failed: {last}")
+    return str(answer["name"]), dict(answer["config"])

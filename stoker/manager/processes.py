@@ -1,16 +1,45 @@
-"""Driver processes: started in their own process group, with a log file per attempt."""
+"""Driver processes: started in their own process group, with a log file per attempt.
+
+Secrets stay off command lines (``/proc/<pid>/cmdline`` is readable by every user of the
+host): the store URL and secret-looking conf values reach the driver through its environment
+(:data:`STORE_URL_ENV`, :data:`SECRETS_ENV`); its argv carries them redacted, as labels. No
+child inherits the manager's API tokens.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from stoker.runtime.attempt import owner_is_dead
+from stoker.procs import owner_is_dead
+from stoker.redact import MASK, is_secret_key, redact_url
 from stoker.store import Owner
+
+# Where a driver finds the store URL and the secret conf values (a JSON object).
+STORE_URL_ENV = "STOKER_STORE_URL"
+SECRETS_ENV = "STOKER_DRIVER_SECRETS"
+# The manager's own credentials: never handed to a process it starts.
+_SCRUBBED = ("STOKER_TOKEN", "STOKER_READ_TOKEN", STORE_URL_ENV, SECRETS_ENV)
+
+
+class DriverArgv(list[str]):
+    """A driver's argv, and the environment entries that carry what its argv must not."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        super().__init__(argv)
+        self.env = env
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a process the manager starts: its own, minus its tokens."""
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    env.update(extra or {})
+    return env
 
 
 def driver_argv(
@@ -22,8 +51,11 @@ def driver_argv(
     args: list[str],
     conf: dict[str, str],
     lease_ttl: float,
-) -> list[str]:
-    """argv of a driver for one attempt. A list, never a shell string: no user input is parsed."""
+) -> DriverArgv:
+    """argv of a driver for one attempt. A list, never a shell string: no user input is parsed.
+
+    ``--store`` and secret ``-D`` values appear redacted; the real ones travel in ``.env``.
+    """
     argv = [
         sys.executable,
         "-m",
@@ -33,19 +65,53 @@ def driver_argv(
         "--attempt",
         str(attempt),
         "--store",
-        store,
+        redact_url(store),
         "--state-dir",
         str(state_dir),
         "--lease-ttl",
         repr(float(lease_ttl)),
     ]
+    return _app_argv(argv, store, entrypoint, args, conf)
+
+
+def cleanup_argv(job: str, store: str, state_dir: Path) -> DriverArgv:
+    """argv of the cleanup process of an ended job (``stoker.runtime.cleanup``): it rebuilds
+    the job's sinks from the descriptors in the store and resolves them; no application file
+    is loaded. The real store URL travels in the environment, as for a driver."""
+    argv = [
+        sys.executable,
+        "-m",
+        "stoker.runtime.cleanup",
+        "--job",
+        job,
+        "--store",
+        redact_url(store),
+        "--state-dir",
+        str(state_dir),
+    ]
+    return DriverArgv(argv, {STORE_URL_ENV: store})
+
+
+def _app_argv(
+    argv: list[str], store: str, entrypoint: Path, args: list[str], conf: dict[str, str]
+) -> DriverArgv:
+    """``argv`` + the ``-D`` pairs (secrets masked) + ``-- app args``; the real store URL and
+    secrets in ``.env``."""
+    secrets = {k: v for k, v in conf.items() if is_secret_key(k)}
     for k, v in sorted(conf.items()):
-        argv += ["-D", f"{k}={v}"]
-    return [*argv, "--", str(entrypoint), *args]
+        argv += ["-D", f"{k}={MASK if k in secrets else v}"]
+    env = {STORE_URL_ENV: store}
+    if secrets:
+        env[SECRETS_ENV] = json.dumps(secrets)
+    return DriverArgv([*argv, "--", str(entrypoint), *args], env)
 
 
 def spawn(argv: list[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    """Start a driver as the leader of a new process group (its JVM and workers join it)."""
+    """Start a driver as the leader of a new process group (its JVM and workers join it).
+
+    Its environment is the manager's without the API tokens, plus ``argv.env`` when ``argv``
+    is a :class:`DriverArgv`.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen(
@@ -55,7 +121,7 @@ def spawn(argv: list[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]
             stderr=subprocess.STDOUT,
             cwd=str(cwd),
             start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=child_env({**getattr(argv, "env", {}), "PYTHONUNBUFFERED": "1"}),
         )
 
 

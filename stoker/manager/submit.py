@@ -8,7 +8,7 @@ from typing import Any
 
 from stoker.errors import InvalidInput
 from stoker.manager.restart import parse_strategy
-from stoker.runtime.appfile import check_app_path
+from stoker.paths import check_app_path
 from stoker.settings import Settings
 
 
@@ -20,16 +20,20 @@ class Submission:
     args: list[str] = field(default_factory=list)
     conf: dict[str, str] = field(default_factory=dict)
     restart_strategy: dict[str, Any] | None = None
+    config: dict[str, Any] = field(default_factory=dict)  # pipeline config, checked already
 
     def spec(self) -> dict[str, Any]:
         """The job's spec as stored; two submissions are the same job iff their specs match."""
-        return {
+        out: dict[str, Any] = {
             "kind": "app",
             "entrypoint": str(self.entrypoint),
             "args": list(self.args),
             "conf": dict(sorted(self.conf.items())),
             "restart_strategy": parse_strategy(self.restart_strategy).to_dict(),
         }
+        if self.config:  # absent when none was given: specs stored before it stay equal
+            out["config"] = dict(sorted(self.config.items()))
+        return out
 
 
 def validate_submission(

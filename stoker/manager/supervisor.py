@@ -16,15 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stoker.errors import DuplicateJob, JobTerminal, NotLeader, StokerError
-from stoker.manager import processes
-from stoker.manager.restart import parse_strategy
+from stoker.manager import janitor, processes, retention
+from stoker.manager.restart import Failure, parse_strategy
 from stoker.manager.submit import ASSIGNED_STATE_DIR
-from stoker.store import AttemptRecord, JobRecord, Owner, Store
+from stoker.store import AttemptRecord, JobRecord, Owner, RetentionPolicy, Store
 from stoker.types import AttemptNo, AttemptState, JobId, JobState
 
 log = logging.getLogger("stoker.supervisor")
 
 _LIVE_ATTEMPT = (AttemptState.STARTING, AttemptState.RUNNING)
+# The error of an attempt replaced because its manager died before starting its driver: the
+# manager's failure, not the job's, so no restart strategy counts it.
+_NEVER_LAUNCHED = "its manager died before starting the driver"
 
 
 @dataclass
@@ -40,6 +43,9 @@ class SupervisorConfig:
     startup_ttl: float = 120.0  # a STARTING attempt's lease: Spark takes a while to come up
     launch_grace: float = 10.0  # an attempt with no driver pid after this was never launched
     cancel_timeout: float = 60.0  # graceful cancel, then the process group is killed
+    # Ended jobs' epoch records: what the leader keeps (default: all), looked at this often.
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    retention_every: float = 60.0
     holder: str = field(default_factory=lambda: f"manager-{uuid.uuid4().hex[:12]}")
 
 
@@ -84,6 +90,8 @@ class Supervisor:
         self._reap()
         if not self._lead():
             return
+        retention.sweep(self)  # ended jobs' old epoch records (stoker server --retention-*)
+        janitor.sweep(self)  # ended jobs: their sinks resolved (docs/architecture.md)
         now = self.store.clock.now()
         for job in self.store.list_jobs():
             if job.state.terminal:
@@ -123,6 +131,12 @@ class Supervisor:
             if job.next_attempt_at is None or job.next_attempt_at <= now:
                 self._launch(job)
             return
+        if job.state == JobState.SUSPENDED:
+            # Its driver was stopped by a signal (host shutdown, container stop) and let its
+            # last epoch commit: resume at once. A suspension is no failure: no restart is
+            # used up (Flink does not count one either).
+            self._launch(job)
+            return
         attempt = (
             self.store.get_attempt(job.job_id, job.current_attempt) if job.current_attempt else None
         )
@@ -134,11 +148,7 @@ class Supervisor:
                 # within the grace time). A driver it did start cannot claim the attempt once a
                 # newer one exists, so replace it at once, without using up a restart.
                 self.store.attempt_failed(
-                    job.job_id,
-                    attempt.attempt,
-                    "its manager died before starting the driver",
-                    now,
-                    count=False,
+                    job.job_id, attempt.attempt, _NEVER_LAUNCHED, now, count=False
                 )
                 return
             why = self._dead_because(attempt, now)
@@ -148,7 +158,35 @@ class Supervisor:
                 self._enforce_cancel(job, attempt, now)
         elif attempt.state == AttemptState.FAILED:
             self._failed(job, attempt, attempt.error or "the driver failed")
-        # FINISHED / CANCELED attempts set their job's state themselves.
+        else:
+            self._repair(job, attempt)
+
+    def _repair(self, job: JobRecord, attempt: AttemptRecord) -> None:
+        """A live job whose current attempt has ended otherwise than FAILED.
+
+        A driver ends its attempt and moves its job in one transaction (``finish_attempt``);
+        this state is left by an older version that did it in two, killed in between. The job
+        goes where the attempt's end says; a suspended attempt under a job being canceled
+        ends the job CANCELED (the cancel was asked for explicitly).
+        """
+        target = {
+            AttemptState.FINISHED: JobState.FINISHED,
+            AttemptState.CANCELED: JobState.CANCELED,
+            AttemptState.SUSPENDED: JobState.SUSPENDED,
+        }.get(attempt.state)
+        if target is None:
+            return  # SUPERSEDED is never current: the newer attempt is
+        if target == JobState.SUSPENDED and job.state == JobState.CANCELING:
+            target = JobState.CANCELED
+        after = self.store.finish_attempt(job.job_id, attempt.attempt, attempt.state, target)
+        log.warning(
+            "job %s: attempt %d had ended %s under a %s job; job is now %s",
+            job.job_id,
+            attempt.attempt,
+            attempt.state,
+            job.state,
+            after.state,
+        )
 
     # starting ------------------------------------------------------------------------------
     def _launch(self, job: JobRecord) -> None:
@@ -156,6 +194,8 @@ class Supervisor:
         spec = job.spec
         if spec.get("kind") != "app":
             return  # a job run in-process by `stoker run` without a server: not ours to start
+        if janitor.busy(self, job.job_id):
+            return  # its cleanup still runs (a restart right after the end): wait for it
         log_dir = self.cfg.state_dir / "logs" / job.job_id
         nxt = job.current_attempt + 1
         log_path = log_dir / f"attempt-{nxt}.log"
@@ -193,7 +233,7 @@ class Supervisor:
             self._failed(job, attempt, f"cannot start the driver: {e}")
             return
         self._children[(job.job_id, attempt.attempt)] = proc
-        from stoker.runtime.attempt import process_start_marker
+        from stoker.procs import process_start_marker
 
         self.store.set_attempt_owner(
             job.job_id,
@@ -228,10 +268,17 @@ class Supervisor:
 
     def _failed(self, job: JobRecord, attempt: AttemptRecord, why: str) -> None:
         strategy = parse_strategy(job.spec.get("restart_strategy"))
-        delay = strategy.delay(job.failures + 1)
         now = self.store.clock.now()
+        decision = strategy.decide(self._failure(job, attempt, now))
+        delay = decision.delay
+        # attempt_failed counts the failure only if this call moves the job on: a second
+        # manager that briefly also thinks it leads counts nothing again.
         after = self.store.attempt_failed(
-            job.job_id, attempt.attempt, why, None if delay is None else now + delay
+            job.job_id,
+            attempt.attempt,
+            why,
+            None if delay is None else now + delay,
+            reset=decision.reset,
         )
         log.warning(
             "job %s: attempt %d failed (%s); job is now %s",
@@ -242,6 +289,27 @@ class Supervisor:
         )
         if after.state.terminal:
             self._kill(attempt)  # nothing of a failed or canceled job may keep running
+
+    def _failure(self, job: JobRecord, attempt: AttemptRecord, now: float) -> Failure:
+        """What the restart strategy needs to know about this failure, from the store.
+
+        The times of earlier failures are the ends of the job's FAILED attempts (the ones
+        counted: not those the manager replaced, and none from before the job's counter was
+        last set back by an explicit restart or a reset).
+        """
+        earlier: list[float] = []
+        if job.failures:
+            ended = [
+                a.ended_at
+                for a in self.store.list_attempts(job.job_id)
+                if a.state == AttemptState.FAILED
+                and a.attempt != attempt.attempt
+                and a.ended_at is not None
+                and a.error != _NEVER_LAUNCHED
+            ]
+            earlier = sorted(ended)[-job.failures :]
+        ran_for = (attempt.ended_at or now) - attempt.started_at
+        return Failure(job.failures, max(0.0, ran_for), now, tuple(earlier))
 
     def _enforce_cancel(self, job: JobRecord, attempt: AttemptRecord, now: float) -> None:
         asked = job.cancel_requested_at or now

@@ -6,10 +6,12 @@ import hmac
 import time
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from stoker.errors import (
     DuplicateJob,
@@ -22,8 +24,21 @@ from stoker.errors import (
     StoreError,
 )
 from stoker.manager import JobManager, Supervisor
+from stoker.redact import redact_answer, redact_text
+from stoker.server.docs import (
+    DOCS_URL,
+    JOB_ID_HELP,
+    JOB_ID_MAX,
+    JOB_ID_PATTERN,
+    OPENAPI_URL,
+    STATIC_URL,
+    errors,
+    install_docs,
+    install_openapi,
+)
 from stoker.server.metrics import Histogram, counter, gauge
 from stoker.types import JobState
+from stoker.types import job_id as check_job_id
 
 # The one place where errors become HTTP statuses.
 HTTP_STATUS: dict[type[StokerError], int] = {
@@ -49,39 +64,124 @@ class SubmitBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    job_id: str | None = Field(None, description="Default: the name of the app's Pipeline.")
-    entrypoint: str = Field(..., description="The application file (.py) on the manager's host.")
+    job_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=JOB_ID_MAX,
+        pattern=JOB_ID_PATTERN,
+        description=f"Default: the name of the app's Pipeline. {JOB_ID_HELP}.",
+    )
+    entrypoint: str = Field(
+        ...,
+        min_length=1,
+        description="The application file (.py) on the manager's host, under an --allow-dir.",
+    )
     args: list[str] = Field(default_factory=list)
     conf: dict[str, str] = Field(default_factory=dict, description="spark.* and stoker.* keys.")
     restart: bool = Field(False, description="Run an ended job again from its checkpoint.")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Pipeline config: declared keys only, each of its default's type.",
+    )
     restart_strategy: dict[str, Any] | None = Field(
         None, description='e.g. {"strategy": "fixed-delay", "attempts": 3, "delay": 1}'
     )
 
 
+# Open without a token: liveness (load balancers and orchestrators probe it) and the API's
+# description (a browser cannot send a bearer token with the page it opens): the docs page,
+# its assets and the schema, which hold no job, log or setting. The calls the page makes go
+# with the token typed into its "Authorize" dialog.
+OPEN_PATHS = frozenset({"/healthz", DOCS_URL, OPENAPI_URL})
+_OPEN_PREFIX = STATIC_URL + "/"
+# A refusal names the REST fix (the header); the CLI adds its own (--token, STOKER_TOKEN).
+_READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+_BIGINT = 2**63 - 1  # the store's attempt numbers
+
+
+def _given_token(request: Request) -> str | None:
+    auth = request.headers.get("authorization")
+    if auth and auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return request.headers.get("x-stoker-token")
+
+
+def _same(given: str, expected: str | None) -> bool:
+    # Constant time: the answer's timing does not tell how much of a token matched.
+    return expected is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+
 def create_app(
-    manager: JobManager, supervisor: Supervisor | None = None, token: str | None = None
+    manager: JobManager,
+    supervisor: Supervisor | None = None,
+    token: str | None = None,
+    read_token: str | None = None,
 ) -> FastAPI:
-    """The API over ``manager``; mutating calls need ``token`` when one is given."""
-    app = FastAPI(title="stoker job manager", version="1")
+    """The API over ``manager``.
+
+    With ``token`` every call but ``/healthz`` needs a token: ``token`` for anything,
+    ``read_token`` (optional) for reads only. Answers show secrets redacted
+    (:mod:`stoker.redact`).
+    """
+    if read_token is not None and token is None:
+        raise InvalidInput("--read-token", "needs a token for mutating calls too (--token)")
+    if token is not None and token == read_token:
+        raise InvalidInput("--read-token", "must differ from --token")
+    app = FastAPI(
+        title="stoker job manager",
+        version="1",
+        docs_url=None,  # served by install_docs, from the package
+        redoc_url=None,
+        openapi_url=OPENAPI_URL,
+    )
+    install_docs(app)
+    install_openapi(app, token=token is not None, open_paths=OPEN_PATHS)
     submit_latency = Histogram()
+    # The answers each kind of call can give besides its success (one error model for all).
+    guarded_ = (401,) if token is not None else ()
+    writes = (*guarded_, 403) if read_token is not None else guarded_
+    job_path = Path(
+        ..., min_length=1, max_length=JOB_ID_MAX, pattern=JOB_ID_PATTERN, description=JOB_ID_HELP
+    )
 
     @app.middleware("http")
     async def authorized(request: Request, call_next: Any) -> Any:
         # Before routing and body parsing: an unauthenticated call learns nothing else, not
         # even whether its body was well-formed.
-        if token is not None and request.method not in ("GET", "HEAD", "OPTIONS"):
-            given = request.headers.get("x-stoker-token")
-            auth = request.headers.get("authorization")
-            if auth and auth.lower().startswith("bearer "):
-                given = auth[7:].strip()
+        path = request.url.path
+        if token is not None and path not in OPEN_PATHS and not path.startswith(_OPEN_PREFIX):
+            given = _given_token(request)
             if not given:
                 return JSONResponse(
-                    {"error": "missing token: send 'Authorization: Bearer <token>'"},
+                    {
+                        "error": "missing token: send 'Authorization: Bearer <token>'",
+                        "type": "Unauthorized",
+                    },
                     status_code=401,
+                    headers=_CHALLENGE,
                 )
-            if not hmac.compare_digest(given.encode(), token.encode()):
-                return JSONResponse({"error": "wrong token"}, status_code=403)
+            full, read_only = _same(given, token), _same(given, read_token)
+            if not (full or read_only):
+                return JSONResponse(
+                    {
+                        "error": "wrong token: send 'Authorization: Bearer <token>' with the "
+                        "token the manager was started with",
+                        "type": "Unauthorized",
+                    },
+                    status_code=401,
+                    headers=_CHALLENGE,
+                )
+            if not full and request.method not in _READ_METHODS:
+                return JSONResponse(
+                    {
+                        "error": "the token is read-only: this call changes state and needs the "
+                        "token the manager was given with --token, as 'Authorization: Bearer "
+                        "<token>'",
+                        "type": "Forbidden",
+                    },
+                    status_code=403,
+                )
         return await call_next(request)
 
     @app.exception_handler(StokerError)
@@ -96,7 +196,7 @@ def create_app(
             body["state"] = err.state
         if isinstance(err, JobConflict):
             body["difference"] = err.difference
-        return JSONResponse(body, status_code=_status(err))
+        return JSONResponse(redact_answer(body), status_code=_status(err))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -106,11 +206,64 @@ def create_app(
         msg = first.get("msg", "invalid request")
         if first.get("type") == "json_invalid":
             field, msg = "body", "malformed JSON"
+        elif field == "job_id" or field.endswith(".job_id"):
+            # The same words as the store's own check of a job id.
+            try:
+                check_job_id(first.get("input"))  # type: ignore[arg-type]
+            except InvalidInput as e:
+                field, msg = "job_id", e.message
         return JSONResponse(
             {"error": f"{field}: {msg}", "field": field, "type": "InvalidInput"}, status_code=422
         )
 
-    @app.get("/healthz")
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, err: Exception) -> JSONResponse:
+        # A bug: the one error shape still, the details in the manager's log (uvicorn logs it).
+        return JSONResponse(
+            {
+                "error": f"internal error ({type(err).__name__}): see the job manager's log",
+                "type": "InternalError",
+            },
+            status_code=500,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        # The framework's own refusals, in the one error shape.
+        if err.status_code == 400:  # a body that is not even text (FastAPI's "error parsing")
+            return JSONResponse(
+                {"error": "body: malformed JSON", "field": "body", "type": "InvalidInput"},
+                status_code=422,
+            )
+        if err.status_code == 405:
+            # Allow lists every method of every route of this path (Starlette names only the
+            # first route's), OPTIONS included in none: it is not served.
+            allowed: set[str] = set()
+            for route in app.router.routes:
+                match, _ = route.matches(request.scope)
+                if match is not Match.NONE:
+                    allowed |= set(getattr(route, "methods", None) or ())
+            allow = ", ".join(sorted(allowed))
+            return JSONResponse(
+                {
+                    "error": f"{request.method} is not allowed on {request.url.path}: use {allow}",
+                    "type": "MethodNotAllowed",
+                },
+                status_code=405,
+                headers={"Allow": allow},
+            )
+        if err.status_code == 404:
+            return JSONResponse(
+                {"error": f"no such path: {request.url.path} (see {DOCS_URL})", "type": "NotFound"},
+                status_code=404,
+            )
+        return JSONResponse(
+            {"error": str(err.detail), "type": "HTTPError"},
+            status_code=err.status_code,
+            headers=getattr(err, "headers", None),
+        )
+
+    @app.get("/healthz", responses=errors(503))
     def healthz() -> dict[str, Any]:
         """Liveness, and whether this manager is the leader."""
         leader = manager.store.get_leader()
@@ -120,7 +273,7 @@ def create_app(
             "leader_address": leader.address if leader else None,
         }
 
-    @app.get("/metrics", response_class=PlainTextResponse)
+    @app.get("/metrics", response_class=PlainTextResponse, responses=errors(*guarded_, 503))
     def metrics() -> str:
         """Prometheus metrics: jobs by state, attempts, epochs committed, submit latency."""
         by_state = {str(s): 0.0 for s in JobState}
@@ -147,7 +300,14 @@ def create_app(
         )
         return "\n".join(lines) + "\n"
 
-    @app.post("/v1/jobs")
+    @app.post(
+        "/v1/jobs",
+        status_code=201,
+        responses={
+            200: {"description": "Live with the same spec (`duplicate`), or `restarted`."},
+            **errors(*writes, 409, 422, 503),
+        },
+    )
     async def submit(body: SubmitBody) -> JSONResponse:
         """Submit a job. 201 created; 200 with ``duplicate`` when live with the same spec,
         or ``restarted`` for an ended job submitted with ``restart``; 409 otherwise."""
@@ -160,40 +320,59 @@ def create_app(
                 body.conf,
                 body.restart,
                 body.restart_strategy,
+                config=body.config,
             )
         finally:
             submit_latency.observe(time.perf_counter() - t0)
         out = res.job.to_dict()
         out["duplicate"] = res.outcome == "duplicate"
         out["restarted"] = res.outcome == "restarted"
-        return JSONResponse(out, status_code=201 if res.outcome == "created" else 200)
+        return JSONResponse(
+            redact_answer(out), status_code=201 if res.outcome == "created" else 200
+        )
 
-    @app.get("/v1/jobs")
+    @app.get("/v1/jobs", responses=errors(*guarded_, 422, 503))
     def list_jobs(state: JobState | None = Query(None)) -> list[dict[str, Any]]:
         """All jobs (from the store: complete even while a new leader recovers)."""
-        return [j.to_dict() for j in manager.list_jobs(state)]
+        return [redact_answer(j.to_dict()) for j in manager.list_jobs(state)]
 
-    @app.get("/v1/jobs/{job_id}")
-    def get_job(job_id: str) -> dict[str, Any]:
+    reads = errors(*guarded_, 404, 422, 503)
+
+    @app.get("/v1/jobs/{job_id}", responses=reads)
+    def get_job(job_id: str = job_path) -> dict[str, Any]:
         """State, current attempt (pid, host, lease expiry), last epoch, timings."""
-        return manager.view(job_id)
+        return dict(redact_answer(manager.view(job_id)))
 
-    @app.get("/v1/jobs/{job_id}/attempts")
-    def attempts(job_id: str) -> list[dict[str, Any]]:
-        return [a.to_dict() for a in manager.attempts(job_id)]
+    @app.get("/v1/jobs/{job_id}/attempts", responses=reads)
+    def attempts(job_id: str = job_path) -> list[dict[str, Any]]:
+        """Every attempt of the job, oldest first."""
+        return [redact_answer(a.to_dict()) for a in manager.attempts(job_id)]
 
-    @app.get("/v1/jobs/{job_id}/attempts/{attempt}/log", response_class=PlainTextResponse)
-    def attempt_log(job_id: str, attempt: int, tail: int | None = Query(None, ge=1)) -> str:
-        """The driver's log of one attempt."""
-        return manager.attempt_log(job_id, attempt, tail)
+    @app.get(
+        "/v1/jobs/{job_id}/attempts/{attempt}/log",
+        response_class=PlainTextResponse,
+        responses=reads,
+    )
+    def attempt_log(
+        job_id: str = job_path,
+        attempt: int = Path(..., ge=1, le=_BIGINT, description="The attempt's number (from 1)."),
+        tail: int | None = Query(None, ge=1, description="Only the last this many bytes."),
+    ) -> str:
+        """The driver's log of one attempt (422 for an attempt no job manager started)."""
+        return redact_text(manager.attempt_log(job_id, attempt, tail))
 
-    @app.get("/v1/jobs/{job_id}/epochs")
-    def epochs(job_id: str, limit: int = Query(100, ge=1, le=100_000)) -> list[dict[str, Any]]:
-        return [e.to_dict() for e in manager.epochs(job_id, limit)]
+    @app.get("/v1/jobs/{job_id}/epochs", responses=reads)
+    def epochs(
+        job_id: str = job_path, limit: int = Query(100, ge=1, le=100_000)
+    ) -> list[dict[str, Any]]:
+        """The job's epochs, newest first (those retention kept)."""
+        return [redact_answer(e.to_dict()) for e in manager.epochs(job_id, limit)]
 
-    @app.post("/v1/jobs/{job_id}/cancel", status_code=202)
-    def cancel(job_id: str) -> dict[str, Any]:
+    @app.post(
+        "/v1/jobs/{job_id}/cancel", status_code=202, responses=errors(*writes, 404, 409, 422, 503)
+    )
+    def cancel(job_id: str = job_path) -> dict[str, Any]:
         """Graceful: the current epoch completes and commits, then the driver stops."""
-        return manager.cancel(job_id).to_dict()
+        return dict(redact_answer(manager.cancel(job_id).to_dict()))
 
     return app

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import gc
 import logging
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from stoker.manager import JobManager, Supervisor, SupervisorConfig
+from stoker.redact import redact_logs, redact_url
 from stoker.server.app import create_app
-from stoker.store import open_store
+from stoker.store import RetentionPolicy, open_store
 
 
 def serve(
@@ -19,18 +22,25 @@ def serve(
     port: int,
     state_dir: Path,
     token: str | None,
+    read_token: str | None = None,
     allow_dirs: list[Path],
     leader_ttl: float = 3.0,
     lease_ttl: float = 10.0,
     cancel_timeout: float = 60.0,
     supervise: bool = True,
+    retention: RetentionPolicy | None = None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM. Drivers started here keep running after the manager stops."""
+    """Serve until SIGINT/SIGTERM. Drivers started here keep running after the manager stops.
+
+    ``token`` guards every call but ``/healthz``; ``read_token`` (optional) allows reads only.
+    ``retention``: what the leader keeps of ended jobs' epoch records (default: all).
+    """
     import uvicorn
 
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s"
     )
+    redact_logs()  # a store URL's password or a secret conf value never reaches the log
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     url = store or f"sqlite:///{state_dir / 'store.db'}"
@@ -44,20 +54,49 @@ def serve(
         leader_ttl=leader_ttl,
         lease_ttl=lease_ttl,
         cancel_timeout=cancel_timeout,
+        retention=retention or RetentionPolicy(),
     )
     supervisor = Supervisor(sup_store, cfg) if supervise else None
     manager = JobManager(api_store, state_dir, allow_dirs)
-    app = create_app(manager, supervisor, token)
+    app = create_app(manager, supervisor, token, read_token)
     if supervisor is not None:
         supervisor.start()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    server = uvicorn.Server(config)
+    role = "API only, never leads" if supervisor is None else "leader candidate"
+
+    class Server(uvicorn.Server):
+        listening: str | None = None
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.should_exit or not self.servers:
+                return  # could not bind: uvicorn has said why
+            bound = self.servers[0].sockets[0].getsockname()  # the real port, also for 0
+            self.listening = f"http://{_url_host(host)}:{bound[1]}"
+            say(f"stoker server: listening on {self.listening} ({role}); store {redact_url(url)}")
+            say(f"stoker server: API docs at {self.listening}/docs")
+
+    server = Server(config)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        redact_logs(logging.getLogger(name).handlers)
     config.load()  # imports the event loop and HTTP parser before the heap is frozen
     # Everything loaded so far lives as long as the process: keep it out of the collector's
     # full passes, which otherwise scan it all and stall every request in flight (measured
     # 30-50 ms at 64 concurrent submissions; see docs/benchmarks.md).
     gc.collect()
     gc.freeze()
+    # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again with the handler
+    # it found: this one, so that the clean-up below runs (the default SIGTERM action would
+    # kill the process before the supervisor resigns its lease).
+    stopped_by: list[str] = []
+
+    def _stop(signum: int, frame: Any) -> None:
+        if not stopped_by:
+            stopped_by.append(signal.Signals(signum).name)
+        server.should_exit = True  # also when it comes before uvicorn listens for it
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
     try:
         server.run()
     finally:
@@ -66,3 +105,18 @@ def serve(
         manager.close()
         api_store.close()
         sup_store.close()
+        if server.listening is not None:
+            why = f" ({stopped_by[0]})" if stopped_by else ""
+            say(
+                f"stoker server: stopped{why}, no longer listening on {server.listening}; "
+                "the drivers it started keep running"
+            )
+
+
+def say(line: str) -> None:
+    """A line for the person who started the server (stdout, at once)."""
+    print(line, flush=True)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host  # an IPv6 address in a URL

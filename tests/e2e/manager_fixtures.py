@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from stoker.redact import redact_url
 from tests.support import REPO, stoker_cmd
 
 MANAGER_START = 90.0  # a `stoker server` importing FastAPI on a loaded machine
@@ -137,8 +138,11 @@ class Manager:
         log: Path,
         *,
         token: str | None = None,
+        read_token: str | None = None,
+        env: dict[str, str] | None = None,
         lease_ttl: float = 5.0,
         leader_ttl: float = 2.0,
+        extra_args: list[str] | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -160,9 +164,13 @@ class Manager:
         )
         for d in allow_dirs:
             argv += ["--allow-dir", str(d)]
+        argv += extra_args or []
         if token is not None:
             argv += ["--token", token]
-        env = {k: v for k, v in os.environ.items() if k not in ("STOKER_TOKEN", "STOKER_SERVER")}
+        if read_token is not None:
+            argv += ["--read-token", read_token]
+        scrub = ("STOKER_TOKEN", "STOKER_READ_TOKEN", "STOKER_SERVER")
+        env = {**{k: v for k, v in os.environ.items() if k not in scrub}, **(env or {})}
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
                 argv,
@@ -222,7 +230,11 @@ def stop_all(managers: Iterable[Manager]) -> None:
 
 
 def _drivers_of(store: str) -> set[Proc]:
-    """Driver processes (and their groups and descendants) started for ``store``."""
+    """Driver processes (and their groups and descendants) started for ``store``.
+
+    A manager's driver shows the store URL on its command line with the password redacted.
+    """
+    store = redact_url(store)
     out: set[Proc] = set()
     for p in processes():
         argv = p.argv

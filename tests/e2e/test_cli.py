@@ -71,6 +71,7 @@ class _Ran:
         self.proc = _stoker(
             "run",
             str(self.app),
+            "--json",
             "-D",
             f"stoker.state_dir={self.state}",
             "-D",
@@ -99,8 +100,31 @@ def test_run_of_a_bounded_app_exits_0_and_prints_its_result(ran: _Ran) -> None:
         "last_epoch": 2,
     }
     assert file_sink_ids(ran.out) == Counter(range(300))
-    assert "job cli-job: attempt 1 started" in ran.proc.stderr  # progress goes to stderr
     assert _error_lines(ran.proc) == []
+
+
+def test_run_shows_progress_in_order_from_before_spark_starts(ran: _Ran) -> None:
+    # Not a terminal here: one plain line per step, on stderr.
+    lines = ran.proc.stderr.splitlines()
+
+    def at(part: str) -> int:
+        found = [i for i, line in enumerate(lines) if part in line]
+        assert found, f"no {part!r} in:\n{ran.proc.stderr[-3000:]}"
+        return found[0]
+
+    steps = [
+        at(f"job {JOB}: starting Spark (local[*])"),
+        at(f"job {JOB}: attempt 1 started"),
+        at(f"job {JOB}: query started, first epoch on its way"),
+        at("epoch 0 committed: 100 rows"),
+        at("epoch 1 committed: 100 rows"),
+        at("epoch 2 committed: 100 rows"),
+    ]
+    assert steps == sorted(steps)
+    assert steps[0] == 0  # the very first line, before anything of Spark's
+    assert lines[steps[-1]].endswith("(final)")
+    for noise in ("InterruptedException", "Received command", "Using Spark's default log4j"):
+        assert noise not in ran.proc.stderr
 
 
 def test_status_shows_the_finished_job(ran: _Ran) -> None:
@@ -112,7 +136,9 @@ def test_status_shows_the_finished_job(ran: _Ran) -> None:
     assert lines[2].startswith("attempt    1 FINISHED pid ")
     assert lines[3].startswith("last epoch 2 COMMITTED rows 100 at ")
     assert lines[4] == "config v0"
-    assert len(lines) == 5
+    assert lines[5] == "trigger    0.1s"  # what the attempt ran with
+    assert lines[6].startswith("conf       ") and "stoker.trigger=100ms" in lines[6]
+    assert len(lines) == 7
 
     proc = _stoker("status", JOB, *ran.dir_args(), "--json", cwd=ran.root)
     assert proc.returncode == 0, proc.stderr
@@ -156,7 +182,9 @@ def test_a_second_run_of_an_ended_job_exits_5_with_one_line(ran: _Ran) -> None:
     proc = _stoker("run", str(ran.app), "-D", f"stoker.state_dir={ran.state}", cwd=ran.root)
     assert proc.returncode == 5
     assert proc.stderr.strip().splitlines() == [
-        f"stoker: error: job '{JOB}' has ended in state FINISHED; ask for a restart to run it again"
+        f"stoker: error: job '{JOB}' has ended in state FINISHED; to run it again from its "
+        'checkpoint ask for a restart: --restart (stoker run), "restart": true (REST), '
+        "restart=True (stoker.run)"
     ]
     assert proc.stdout == ""
 
@@ -174,6 +202,7 @@ def test_restart_runs_the_ended_job_again_without_rereading(ran: _Ran, tmp_path:
         "run",
         str(app),
         "--restart",
+        "--json",
         "-D",
         f"stoker.state_dir={state}",
         cwd=tmp_path,
@@ -232,7 +261,8 @@ def test_an_unknown_setting_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert _error_lines(proc) == [
         "stoker: error: stoker.nope: unknown stoker setting; known: "
-        "trigger, state_dir, store, master, lease_ttl"
+        "trigger, state_dir, store, master, lease_ttl, retention.epochs, retention.time, "
+        "retention.interval"
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py"]
 

@@ -29,7 +29,6 @@ from typing import Any
 import httpx
 import pytest
 
-from stoker.testing_pg import ThrowawayPostgres
 from tests.e2e.manager_fixtures import (
     Manager,
     Proc,
@@ -39,6 +38,7 @@ from tests.e2e.manager_fixtures import (
     stop_all,
     wait_for,
 )
+from tests.pg import ThrowawayPostgres
 from tests.support import REPO, exactly_once, file_sink_ids, stoker_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -53,6 +53,9 @@ CONF = {
     "spark.driver.extraJavaOptions": "-Xss16m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 TOKEN = "t0ken-for-tests"
+WRONG_TOKEN = (
+    "wrong token: send 'Authorization: Bearer <token>' with the token the manager was started with"
+)
 CLIENTS = 64
 # Spark gives a Python worker a fixed 10 s to connect back to the JVM; on an overloaded machine
 # that fails now and then and the supervisor restarts the attempt (its restart strategy). Such
@@ -415,7 +418,7 @@ def _refused(m: Manager, payload: Any, status: int, fld: str) -> dict[str, Any]:
     else:
         r = m.http.post("/v1/jobs", json=payload, headers=headers)
     assert (r.status_code, r.json().get("field")) == (status, fld), r.text
-    assert get(m, "/v1/jobs") == []
+    assert m.http.get("/v1/jobs", headers=headers).json() == []
     return dict(r.json())
 
 
@@ -458,7 +461,8 @@ def test_bad_submissions_are_422_naming_the_field_and_create_nothing(
         "restart_strategy.strategy",
     )
     assert err["error"] == (
-        "restart_strategy.strategy: 'sometimes' is not one of none, fixed-delay, exponential-delay"
+        "restart_strategy.strategy: 'sometimes' is not one of none, fixed-delay, "
+        "exponential-delay, failure-rate"
     )
     _refused(
         m,
@@ -475,26 +479,33 @@ def test_bad_submissions_are_422_naming_the_field_and_create_nothing(
     assert not (world.root / "out" / "never").exists()
 
 
-def test_the_token_guards_mutating_calls_only(world: World, token_manager: Manager) -> None:
+def test_the_token_guards_every_call_but_healthz(world: World, token_manager: Manager) -> None:
     m = token_manager
     app, _ = world.app("never", "total=10")
-    for path in ("/v1/jobs", "/v1/jobs/never/cancel"):
-        payload = body("never", app) if path == "/v1/jobs" else None
-        r = m.http.post(path, json=payload)
+    calls = [("POST", "/v1/jobs"), ("POST", "/v1/jobs/never/cancel")]
+    calls += [("GET", "/v1/jobs"), ("GET", "/v1/jobs/never"), ("GET", "/metrics")]
+    for method, path in calls:
+        payload = body("never", app) if path == "/v1/jobs" and method == "POST" else None
+        r = m.http.request(method, path, json=payload)
         assert (r.status_code, r.json()) == (
             401,
-            {"error": "missing token: send 'Authorization: Bearer <token>'"},
+            {
+                "error": "missing token: send 'Authorization: Bearer <token>'",
+                "type": "Unauthorized",
+            },
         )
-        r = m.http.post(path, json=payload, headers={"Authorization": "Bearer wrong"})
-        assert (r.status_code, r.json()) == (403, {"error": "wrong token"})
-        r = m.http.post(path, json=payload, headers={"X-Stoker-Token": "wrong"})
-        assert r.status_code == 403
-    # The right token gets through to the job lookup.
-    r = m.http.post("/v1/jobs/never/cancel", headers={"Authorization": f"Bearer {TOKEN}"})
+        r = m.http.request(method, path, json=payload, headers={"Authorization": "Bearer wrong"})
+        assert (r.status_code, r.json()) == (401, {"error": WRONG_TOKEN, "type": "Unauthorized"})
+        r = m.http.request(method, path, json=payload, headers={"X-Stoker-Token": "wrong"})
+        assert r.status_code == 401
+    # The right token gets through to the job lookup, for writes and reads.
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = m.http.post("/v1/jobs/never/cancel", headers=auth)
     assert (r.status_code, r.json()["type"]) == (404, "JobNotFound")
-    # Reads need no token.
-    assert get(m, "/v1/jobs") == []
-    assert m.http.get("/v1/jobs/never").status_code == 404
+    assert m.http.get("/v1/jobs", headers=auth).json() == []
+    assert m.http.get("/v1/jobs/never", headers=auth).status_code == 404
+    assert m.http.get("/metrics", headers={"X-Stoker-Token": TOKEN}).status_code == 200
+    # Liveness stays open.
     assert m.http.get("/healthz").status_code == 200
 
 
@@ -880,10 +891,15 @@ def test_cli_list_status_logs_with_flags_and_environment(
     p = stoker("cancel", "nosuch", env=env)
     assert (p.returncode, p.stderr) == (
         11,
-        "stoker: error: missing token: send 'Authorization: Bearer <token>'\n",
+        "stoker: error: missing token: send 'Authorization: Bearer <token>'"
+        " (the CLI sends the token given with --token or STOKER_TOKEN)\n",
     )
     p = stoker("cancel", "nosuch", env={**env, "STOKER_TOKEN": "wrong"})
-    assert (p.returncode, p.stderr) == (11, "stoker: error: wrong token\n")
+    assert (p.returncode, p.stderr) == (
+        11,
+        f"stoker: error: {WRONG_TOKEN} (the CLI sends the token given with --token or "
+        "STOKER_TOKEN)\n",
+    )
     p = stoker("cancel", "nosuch", env={**env, "STOKER_TOKEN": TOKEN})
     assert (p.returncode, p.stderr) == (3, "stoker: error: job 'nosuch' not found\n")
     p = stoker("cancel", "nosuch", "--token", TOKEN, env=env)
@@ -901,14 +917,16 @@ def test_cli_exit_codes_for_unknown_ended_and_bad_jobs(
     p = stoker("run", str(race.app), "--job-id", race.job, "--server", m.url, *defines())
     assert (p.returncode, p.stdout) == (5, "")
     assert p.stderr == (
-        f"stoker: error: job '{race.job}' has ended in state FINISHED; "
-        "ask for a restart to run it again\n"
+        f"stoker: error: job '{race.job}' has ended in state FINISHED; to run it again from "
+        'its checkpoint ask for a restart: --restart (stoker run), "restart": true (REST), '
+        "restart=True (stoker.run)\n"
     )
     p = stoker("run", str(race.app), "--server", m.url, "-D", "nope.x=1")
     assert (p.returncode, p.stderr) == (
         2,
         "stoker: error: conf.nope.x: unknown setting: use spark.<conf> or stoker.<key> with key "
-        "one of trigger, state_dir, store, master, lease_ttl\n",
+        "one of trigger, state_dir, store, master, lease_ttl, retention.epochs, retention.time, "
+        "retention.interval\n",
     )
     p = stoker("status", "x", "--server", "http://127.0.0.1:1")
     assert p.returncode == 12

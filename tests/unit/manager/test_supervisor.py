@@ -1,16 +1,18 @@
-"""The supervisor's decisions that need no driver process: real SQLite store, manual clock."""
+"""The supervisor's decisions that need no driver process: real SQLite (and PostgreSQL) store,
+manual clock. Restart strategies alone are in test_restart.py."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from stoker.clock import ManualClock
-from stoker.errors import InvalidInput
-from stoker.manager import Supervisor, SupervisorConfig
-from stoker.manager.restart import ExponentialDelay, FixedDelay, NoRestart, parse_strategy
-from stoker.store import Owner, open_store
+from stoker.errors import JobTerminal
+from stoker.manager import JobManager, Supervisor, SupervisorConfig
+from stoker.store import Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, JobState, job_id
 
 SPEC = {"kind": "app", "entrypoint": "/nonexistent/app.py", "args": [], "conf": {}}
@@ -88,23 +90,174 @@ def test_only_one_supervisor_leads_and_the_token_grows_on_takeover(tmp_path: Pat
     assert b.is_leader and b.token is not None and first is not None and b.token > first
 
 
-def test_restart_strategies() -> None:
-    assert parse_strategy(None) == FixedDelay(3, 1.0)
-    assert parse_strategy({"strategy": "none"}).delay(1) is None
-    assert isinstance(parse_strategy({"strategy": "none"}), NoRestart)
-    fixed = parse_strategy({"strategy": "fixed-delay", "attempts": 2, "delay": 0.5})
-    assert [fixed.delay(n) for n in (1, 2, 3)] == [0.5, 0.5, None]
-    exp = parse_strategy(
-        {"strategy": "exponential-delay", "initial": 1, "max": 5, "multiplier": 2, "attempts": 5}
-    )
-    assert exp == ExponentialDelay(1.0, 5.0, 2.0, 5)
-    assert [exp.delay(n) for n in range(1, 7)] == [1.0, 2.0, 4.0, 5.0, 5.0, None]
-    for bad, field in [
-        ({"strategy": "sometimes"}, "restart_strategy.strategy"),
-        ({"strategy": "fixed-delay", "tries": 2}, "restart_strategy"),
-        ({"strategy": "fixed-delay", "delay": -1}, "restart_strategy.delay"),
-        ({"strategy": "exponential-delay", "multiplier": 0.5}, "restart_strategy.multiplier"),
-    ]:
-        with pytest.raises(InvalidInput) as info:
-            parse_strategy(bad)
-        assert info.value.field == field
+# Ended attempts under live jobs (issue 7, item 7) ---------------------------------------------
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return str(request.getfixturevalue("pg_dsn"))
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def sup(store_url: str, clock: ManualClock, tmp_path: Path) -> Iterator[Supervisor]:
+    s = Supervisor(open_store(store_url, clock), SupervisorConfig(tmp_path, store_url))
+    yield s
+    for proc in s._children.values():  # a driver it launched (it fails fast: no such app)
+        proc.wait(timeout=120)
+    s.store.close()
+
+
+def _running(store: Store, jid: str, spec: dict[str, Any] | None = None) -> None:
+    store.create_job(job_id(jid), jid, spec or SPEC, {})
+    store.start_attempt(job_id(jid), Owner("elsewhere", 4242, "x"), 10.0, AttemptNo(0))
+
+
+@pytest.mark.parametrize(
+    ("ended", "job_state", "expected"),
+    [
+        (AttemptState.FINISHED, JobState.RUNNING, JobState.FINISHED),
+        (AttemptState.CANCELED, JobState.RUNNING, JobState.CANCELED),
+        (AttemptState.CANCELED, JobState.CANCELING, JobState.CANCELED),
+        (AttemptState.FINISHED, JobState.CANCELING, JobState.FINISHED),
+        (AttemptState.SUSPENDED, JobState.RUNNING, JobState.SUSPENDED),
+        (AttemptState.SUSPENDED, JobState.CANCELING, JobState.CANCELED),  # the cancel wins
+    ],
+)
+def test_an_ended_attempt_under_a_live_job_is_repaired(
+    sup: Supervisor, ended: AttemptState, job_state: JobState, expected: JobState
+) -> None:
+    store, jid = sup.store, job_id("half-ended")
+    # A job run in-process (not the manager's to launch), as an older version left it: the
+    # attempt's end committed, the driver killed before its second transaction set the job.
+    _running(store, jid, {"kind": "pipeline"})
+    if job_state == JobState.CANCELING:
+        store.request_cancel(jid)
+    store.end_attempt(jid, AttemptNo(1), ended)
+    assert store.get_job(jid).state == job_state
+
+    sup.step()
+
+    job = store.get_job(jid)
+    assert (job.state, job.current_attempt, job.failures) == (expected, 1, 0)
+    att = store.get_attempt(jid, AttemptNo(1))
+    assert att is not None and att.state == ended
+    sup.step()  # stays put; an in-process job is resumed by running it again, not by the leader
+    assert store.get_job(jid).state == expected
+
+
+def test_a_repaired_job_is_no_longer_a_duplicate_to_resubmit(
+    sup: Supervisor, tmp_path: Path
+) -> None:
+    app = tmp_path / "apps" / "app.py"
+    app.parent.mkdir()
+    app.write_text("print('never run here')\n")
+    manager = JobManager(open_store(sup.store.url, sup.store.clock), tmp_path, [app.parent])
+    try:
+        jid = manager.submit("stuck", str(app)).job.job_id
+        store = sup.store
+        store.start_attempt(jid, Owner("elsewhere", 4242, "x"), 10.0, AttemptNo(0))
+        store.end_attempt(jid, AttemptNo(1), AttemptState.FINISHED)
+        assert manager.submit("stuck", str(app)).outcome == "duplicate"  # the bug
+
+        sup.step()
+
+        assert store.get_job(jid).state == JobState.FINISHED
+        with pytest.raises(JobTerminal):
+            manager.submit("stuck", str(app))
+        assert manager.submit("stuck", str(app), restart=True).outcome == "restarted"
+    finally:
+        manager.close()
+        manager.store.close()
+
+
+# SUSPENDED (item 8) and restart budgets (item 9) -------------------------------------------
+def test_a_suspended_app_job_gets_a_new_attempt_without_using_up_a_restart(
+    sup: Supervisor, tmp_path: Path
+) -> None:
+    store, jid = sup.store, job_id("suspended")
+    app = tmp_path / "app.py"
+    app.write_text("")  # its driver starts and soon fails (no pipeline): not awaited here
+    spec = {
+        **SPEC,
+        "entrypoint": str(app),
+        "restart_strategy": {"strategy": "none"},  # no restart at all is allowed
+    }
+    _running(store, jid, spec)
+    store.finish_attempt(jid, AttemptNo(1), AttemptState.SUSPENDED, JobState.SUSPENDED)
+
+    sup.step()
+
+    job = store.get_job(jid)
+    assert (job.state, job.current_attempt, job.failures) == (JobState.RUNNING, 2, 0)
+    assert sup.started_attempts == 1
+
+
+def test_two_leaders_failing_one_attempt_count_one_failure(
+    store_url: str, clock: ManualClock, tmp_path: Path
+) -> None:
+    a = Supervisor(open_store(store_url, clock), SupervisorConfig(tmp_path, store_url))
+    b = Supervisor(open_store(store_url, clock), SupervisorConfig(tmp_path, store_url))
+    try:
+        jid = job_id("contested")
+        _running(a.store, jid)
+        a.step()
+        assert a.is_leader
+        # b was deposed a moment ago and has not noticed yet: it still acts as the leader.
+        b.token, b._renewed = a.token, float("inf")
+        clock.advance(11)  # the attempt's lease lapsed
+        seen = a.store.get_job(jid)  # both listed the jobs before either acted
+        a._tend(seen, clock.now())
+        b._tend(seen, clock.now())
+        job = a.store.get_job(jid)
+        assert (job.state, job.failures) == (JobState.RESTARTING, 1)
+    finally:
+        a.store.close()
+        b.store.close()
+
+
+def test_a_failure_after_a_healthy_run_is_forgiven(sup: Supervisor, clock: ManualClock) -> None:
+    store, jid = sup.store, job_id("long-lived")
+    spec = {**SPEC, "restart_strategy": {"strategy": "fixed-delay", "attempts": 1}}
+    _running(store, jid, spec)
+    clock.advance(11)
+    sup.step()  # a quick failure: the one restart allowed
+    assert store.get_job(jid).failures == 1
+    for n in range(2, 6):  # each later attempt runs past reset_after (600 s), then lapses
+        store.start_attempt(jid, Owner("elsewhere", 4242, "x"), 700.0, AttemptNo(n - 1))
+        clock.advance(699)
+        sup.step()  # still alive
+        clock.advance(2)
+        sup.step()
+        job = store.get_job(jid)
+        assert (job.state, job.failures) == (JobState.RESTARTING, 1)
+    store.start_attempt(jid, Owner("elsewhere", 4242, "x"), 10.0, AttemptNo(5))
+    clock.advance(11)  # a quick failure again: past the budget
+    sup.step()
+    assert store.get_job(jid).state == JobState.FAILED
+
+
+def test_failure_rate_reads_the_failure_times_from_the_attempts(
+    sup: Supervisor, clock: ManualClock
+) -> None:
+    store, jid = sup.store, job_id("rated")
+    strategy = {"strategy": "failure-rate", "max_failures": 2, "interval": 60, "delay": 0}
+    _running(store, jid, {**SPEC, "restart_strategy": strategy})
+    for n in range(1, 6):  # a failure every 40 s: never more than two within a minute
+        if n > 1:
+            clock.advance(29)
+            store.start_attempt(jid, Owner("elsewhere", 4242, "x"), 10.0, AttemptNo(n - 1))
+        clock.advance(9)
+        sup.step()  # lease still valid
+        clock.advance(2)
+        sup.step()
+        job = store.get_job(jid)
+        assert (job.state, job.failures) == (JobState.RESTARTING, n)
+    store.start_attempt(jid, Owner("elsewhere", 4242, "x"), 10.0, AttemptNo(5))
+    clock.advance(11)  # the third failure within 60 s (51 s after the fourth)
+    sup.step()
+    assert store.get_job(jid).state == JobState.FAILED

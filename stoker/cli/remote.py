@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -24,17 +25,15 @@ def submit_and_follow(
     detached: bool,
     quiet: bool,
     poll: float = 0.5,
+    config: dict[str, Any] | None = None,
 ) -> int:
     """Submit; unless ``detached``, print state changes and committed epochs until the job
     ends. Ctrl-C detaches: the job keeps running under the manager."""
     c = Client(server, token)
-    body = {"entrypoint": str(path), "args": args, "conf": conf, "restart": restart}
-    if job_id is not None:
-        body["job_id"] = job_id
-    status, job = c.submit(body)
-    jid = job["job_id"]
-    what = "submitted" if status == 201 else "restarted" if job.get("restarted") else "already live"
-    click.echo(f"job {jid}: {what} ({job['state']})", err=True)
+    sub = c.submit(str(path), job_id=job_id, args=args, conf=conf, restart=restart, config=config)
+    jid = sub.job_id
+    what = {"created": "submitted", "restarted": "restarted"}.get(sub.outcome, "already live")
+    click.echo(f"job {jid}: {what} ({sub.job['state']})", err=True)
     if detached:
         click.echo(jid)
         return 0

@@ -1,0 +1,35 @@
+"""The ``stoker`` command line.
+
+``stoker run app.py`` runs a pipeline file in this process on the embedded defaults (or, with
+``--server``, submits it to a job manager); ``stoker status JOB``, ``epochs``, ``list``,
+``cancel`` and ``logs`` read or change a job through its store or a job manager;
+``stoker server`` runs a job manager.
+
+Modules: :mod:`.run` (the run command), :mod:`.jobs` (commands on existing jobs),
+:mod:`.remote` (submit to a server and follow the job), :mod:`.server` (the server command).
+"""
+
+from __future__ import annotations
+
+import click
+
+from stoker.cli import jobs, run, server
+from stoker.cli._common import debug_option
+
+
+@click.group()
+@click.version_option(package_name="stoker")
+def main() -> None:
+    """stoker: run PySpark pipelines as supervised, exactly-once jobs."""
+
+
+main.add_command(run.run_cmd)
+for _cmd in (jobs.status_cmd, jobs.epochs_cmd, jobs.list_cmd, jobs.cancel_cmd, jobs.logs_cmd):
+    main.add_command(_cmd)
+main.add_command(server.server_cmd)
+# --debug (full tracebacks) on the group and on every command: `stoker run app.py --debug`.
+main.params.append(debug_option())
+for _cmd in main.commands.values():
+    _cmd.params.append(debug_option())
+
+__all__ = ["main"]

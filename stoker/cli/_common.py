@@ -1,0 +1,103 @@
+"""What every ``stoker`` command shares: error mapping, ``--debug``, the server options, a REST
+client."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from stoker.errors import StokerError, Unauthorized, exit_code
+
+# A message longer than this (a Java stack trace folded into an error) is cut on the one line.
+_MAX_LINE = 400
+_debug = [False]
+
+
+def debug_enabled() -> bool:
+    """``--debug`` was given, or ``STOKER_DEBUG`` is set to something other than 0/empty."""
+    return _debug[0] or os.environ.get("STOKER_DEBUG", "") not in ("", "0", "false", "no")
+
+
+def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        _debug[0] = True
+
+
+def debug_option() -> click.Option:
+    """``--debug``: every command takes it (the group adds it to each)."""
+    return click.Option(
+        ["--debug"],
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_debug,
+        help="Show the full traceback of an error (also STOKER_DEBUG=1).",
+    )
+
+
+def one_line(text: str) -> str:
+    """The first non-empty line of ``text``, cut to a readable length."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first if len(first) <= _MAX_LINE else first[: _MAX_LINE - 3] + "..."
+
+
+def _hint(err: BaseException) -> str:
+    if isinstance(err, Unauthorized):
+        return " (the CLI sends the token given with --token or STOKER_TOKEN)"
+    return ""
+
+
+def _fail(err: BaseException) -> None:
+    if debug_enabled():
+        traceback.print_exception(err, file=sys.stderr)
+    if isinstance(err, StokerError):
+        msg = one_line(str(err)) + _hint(err)
+    else:
+        # Not one of stoker's own errors: name its type, keep the one line, say how to see more.
+        msg = f"{type(err).__name__}: {one_line(str(err))}"
+        if not debug_enabled():
+            msg += " (run with --debug or STOKER_DEBUG=1 for the traceback)"
+    click.echo(f"stoker: error: {msg}", err=True)
+    sys.exit(exit_code(err))
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Map every error to a one-line message and the exit code of its class (1 for an error
+    stoker did not expect); ``--debug`` adds the traceback."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except StokerError as e:
+            _fail(e)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise  # click's own ways out keep their messages and codes
+        except Exception as e:
+            _fail(e)
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def server_opts(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option(
+        "--token", envvar="STOKER_TOKEN", default=None, help="Token (env STOKER_TOKEN)."
+    )(fn)
+    return click.option(
+        "--server",
+        envvar="STOKER_SERVER",
+        default=None,
+        help="Job manager URL, e.g. http://127.0.0.1:8081 (env STOKER_SERVER).",
+    )(fn)
+
+
+def client(server: str, token: str | None) -> Any:
+    from stoker.client import Client
+
+    return Client(server, token)

@@ -1,0 +1,227 @@
+"""Commands on existing jobs: ``status``, ``epochs``, ``list``, ``cancel``, ``logs``.
+
+Each reads or changes the job through its store (``--store`` / ``--state-dir``) or through a
+job manager (``--server``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from stoker.cli._common import client, guarded, server_opts
+from stoker.errors import InvalidInput, JobNotFound
+from stoker.redact import redact_answer
+from stoker.types import job_id as _job_id
+
+
+def _open(job: str, store: str | None, state_dir: str | None) -> Any:
+    from stoker.store import open_store
+
+    jid = _job_id(job)
+    if store is None:
+        store = os.environ.get("STOKER_STORE")
+    if store is None:
+        base = Path(state_dir) if state_dir else Path(".stoker") / jid
+        db = base / "store.db"
+        if not db.exists():
+            err = JobNotFound(jid)
+            # The hint after the quoted id, not inside it: "job 'x' not found (no store at ...)".
+            err.args = (f"{err} (no store at {db}; give --store or --state-dir)",)
+            raise err
+        store = str(db)
+    return jid, open_store(store)
+
+
+_store_opt = click.option(
+    "--store", default=None, help="Store URL (default: ./.stoker/JOB/store.db)."
+)
+_dir_opt = click.option("--state-dir", default=None, help="The job's state folder.")
+
+
+def _ts(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _view(st: Any, jid: Any) -> dict[str, Any]:
+    rec = st.get_job(jid)
+    attempt = st.get_attempt(jid, rec.current_attempt) if rec.current_attempt else None
+    last = st.list_epochs(jid, limit=1)
+    out: dict[str, Any] = rec.to_dict()
+    out["attempt"] = attempt.to_dict() if attempt else None
+    out["last_epoch"] = last[0].to_dict() if last else None
+    return out
+
+
+@click.command("status")
+@click.argument("job")
+@_store_opt
+@_dir_opt
+@server_opts
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@guarded
+def status_cmd(
+    job: str,
+    store: str | None,
+    state_dir: str | None,
+    server: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """Show a job's state, its current attempt and its last epoch."""
+    if server:
+        out = client(server, token).job(_job_id(job))
+    else:
+        jid, st = _open(job, store, state_dir)
+        try:
+            out = redact_answer(_view(st, jid))  # as the API shows it: no secrets
+        finally:
+            st.close()
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    err = f"  ({out['last_error']})" if out.get("last_error") else ""
+    click.echo(f"job        {out['job_id']}")
+    click.echo(f"state      {out['state']}{err}")
+    a = out.get("attempt")
+    if a:
+        click.echo(
+            f"attempt    {a['attempt']} {a['state']} pid {a['pid']} on {a['host']}, "
+            f"started {_ts(a['started_at'])}, lease until {_ts(a['lease_expires_at'])}"
+        )
+        if a.get("error"):
+            click.echo(f"  error    {a['error']}")
+    e = out.get("last_epoch")
+    if e:
+        click.echo(
+            f"last epoch {e['epoch']} {e['state']} rows {e['rows']} at {_ts(e['committed_at'])}"
+        )
+    click.echo(f"config v{out['control_version']}")
+    spec = out.get("spec") or {}
+    if spec.get("trigger_s") is not None:
+        click.echo(f"trigger    {spec['trigger_s']}s")
+    if spec.get("conf"):  # what the current attempt runs with (-D / "conf"), secrets hidden
+        click.echo("conf       " + " ".join(f"{k}={v}" for k, v in sorted(spec["conf"].items())))
+    # Pipeline config given at submission: a job manager's spec has it as "config" (a local
+    # job's "config" is the file's declared defaults).
+    given = spec.get("config") if spec.get("kind") == "app" else spec.get("submitted_config")
+    if given:
+        click.echo("config set " + json.dumps(given, sort_keys=True))
+
+
+@click.command("epochs")
+@click.argument("job")
+@_store_opt
+@_dir_opt
+@server_opts
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
+@guarded
+def epochs_cmd(
+    job: str,
+    store: str | None,
+    state_dir: str | None,
+    server: str | None,
+    token: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List a job's most recent epochs, newest first."""
+    if server:
+        epochs = client(server, token).epochs(_job_id(job), limit)
+    else:
+        jid, st = _open(job, store, state_dir)
+        try:
+            st.get_job(jid)
+            epochs = [e.to_dict() for e in st.list_epochs(jid, limit=limit)]
+        finally:
+            st.close()
+    if as_json:
+        for e in epochs:
+            click.echo(json.dumps(e))
+        return
+    click.echo(f"{'epoch':>7} {'state':<10} {'rows':>9} {'ctl':>4} {'by':>3}  committed")
+    for e in epochs:
+        rows = "-" if e["rows"] is None else str(e["rows"])
+        flag = " final" if e["final"] else ""
+        click.echo(
+            f"{e['epoch']:>7} {e['state']:<10} {rows:>9} {e['control_version']:>4} "
+            f"{e['decided_by'] or '-':>3}  {_ts(e['committed_at'])}{flag}"
+        )
+
+
+@click.command("list")
+@server_opts
+@click.option("--store", default=None, help="Read a store directly instead of a server.")
+@click.option("--state", default=None, help="Only jobs in this state.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
+@guarded
+def list_cmd(
+    server: str | None, token: str | None, store: str | None, state: str | None, as_json: bool
+) -> None:
+    """List jobs with their states."""
+    from stoker.types import JobState
+
+    if state is not None and state not in {str(s) for s in JobState}:
+        raise InvalidInput("--state", f"{state!r} is not one of {', '.join(map(str, JobState))}")
+    if server:
+        jobs = client(server, token).jobs(state)
+    elif store or os.environ.get("STOKER_STORE"):
+        from stoker.store import open_store
+
+        st = open_store(store or os.environ["STOKER_STORE"])
+        try:
+            listed = st.list_jobs(JobState(state) if state else None)
+            jobs = [redact_answer(j.to_dict()) for j in listed]
+        finally:
+            st.close()
+    else:
+        raise InvalidInput("--server", "give --server (or STOKER_SERVER) or --store")
+    for j in jobs:
+        if as_json:
+            click.echo(json.dumps(j))
+        else:
+            click.echo(f"{j['job_id']:<30} {j['state']:<11} attempt {j['current_attempt']}")
+
+
+@click.command("cancel")
+@click.argument("job")
+@_store_opt
+@_dir_opt
+@server_opts
+@guarded
+def cancel_cmd(
+    job: str, store: str | None, state_dir: str | None, server: str | None, token: str | None
+) -> None:
+    """Cancel a job gracefully: its current epoch completes and commits, then it stops."""
+    if server:
+        out = client(server, token).cancel(_job_id(job))
+    else:
+        jid, st = _open(job, store, state_dir)
+        try:
+            out = st.request_cancel(jid).to_dict()
+        finally:
+            st.close()
+    click.echo(f"{out['job_id']}: {out['state']}")
+
+
+@click.command("logs")
+@click.argument("job")
+@server_opts
+@click.option("--attempt", type=int, default=None, help="Default: the current attempt.")
+@click.option("--tail", type=click.IntRange(1), default=None, help="Only the last N bytes.")
+@guarded
+def logs_cmd(
+    job: str, server: str | None, token: str | None, attempt: int | None, tail: int | None
+) -> None:
+    """Print the driver log of a job's attempt (from the job manager)."""
+    if not server:
+        raise InvalidInput("--server", "logs are kept by the job manager: give --server")
+    c = client(server, token)
+    n = attempt if attempt is not None else int(c.job(_job_id(job))["current_attempt"])
+    click.echo(c.log(_job_id(job), n, tail), nl=False)

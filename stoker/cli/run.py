@@ -1,0 +1,214 @@
+"""``stoker run APP``: run a pipeline file in this process, or submit it to a job manager."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import signal
+import sys
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from stoker.cli._common import guarded, server_opts
+from stoker.errors import InvalidInput, JobSuspended
+from stoker.paths import check_app_path
+from stoker.redact import redact_answer, redact_url
+from stoker.settings import parse_pairs
+from stoker.types import JobState
+from stoker.types import job_id as _job_id
+
+if TYPE_CHECKING:
+    from stoker.runtime.runner import JobResult
+
+
+@click.command("run")
+@click.argument("app", type=click.Path())  # completes file names
+@click.option("--job-id", default=None, help="Job id (default: the pipeline's name).")
+@click.option(
+    "--restart", is_flag=True, help="Run a job that has ended again, from its checkpoint."
+)
+@click.option(
+    "-D",
+    "defines",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="spark.<conf> or stoker.<trigger|state_dir|store|master|lease_ttl>.",
+)
+@click.option(
+    "--config",
+    "config_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A declared pipeline config key (repeatable); the value is JSON if it parses, "
+    "else a string, and must have its default's type.",
+)
+@click.option(
+    "--pipeline",
+    "pipeline_name",
+    default=None,
+    help="Which Pipeline of the file to run when it defines several.",
+)
+@click.option("--quiet", is_flag=True, help="Do not print epoch progress.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the result as JSON (one line per job)."
+)
+@click.option("--detached", is_flag=True, help="With --server: submit and return at once.")
+@click.option("--arg", "app_args", multiple=True, help="An argument for the app (repeatable).")
+@server_opts
+@guarded
+def run_cmd(
+    app: str,
+    job_id: str | None,
+    restart: bool,
+    defines: tuple[str, ...],
+    config_pairs: tuple[str, ...],
+    pipeline_name: str | None,
+    quiet: bool,
+    as_json: bool,
+    detached: bool,
+    app_args: tuple[str, ...],
+    server: str | None,
+    token: str | None,
+) -> None:
+    """Run the pipeline file APP in this process until the job ends.
+
+    APP either calls ``stoker.run(pipeline)`` itself or defines a Pipeline at module level.
+    Ctrl-C or SIGTERM stops the job gracefully (the epoch in flight commits) and leaves it
+    SUSPENDED, exit code 13: the same command again resumes it from its checkpoint.
+    """
+    path = check_app_path(app)
+    overrides = parse_pairs(list(defines))
+    config = parse_config_pairs(list(config_pairs))
+    if job_id is not None:
+        _job_id(job_id)
+    if server:
+        from stoker.cli.remote import submit_and_follow
+
+        sys.exit(
+            submit_and_follow(
+                server,
+                token,
+                path,
+                job_id,
+                list(app_args),
+                overrides,
+                restart,
+                detached,
+                quiet,
+                config=config,
+            )
+        )
+    # The one place the command line reaches the runtime (and so Spark): a local run.
+    from stoker.runtime import launch
+    from stoker.runtime.appfile import run_app
+    from stoker.runtime.runner import describe
+
+    launch.set_launch(overrides, job_id, restart)
+    launch.set_config(config)
+    _setup_logging(quiet)
+
+    # SIGTERM before the job runs (while the app is imported) stops this process the way
+    # Ctrl-C does; while it runs, stoker.run's own handlers stop it gracefully.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        results = run_app(path, list(app_args), pipeline_name)
+    except KeyboardInterrupt:
+        raise JobSuspended(
+            "stopped by a signal while starting, before any epoch ran; to go on, run the same "
+            f"command again: {_this_command()}"
+        ) from None
+    for r in results:
+        if as_json:
+            click.echo(json.dumps(redact_answer(describe(r))))  # a store URL's password: hidden
+        else:
+            click.echo(summary(r))
+    suspended = [r for r in results if r.state == JobState.SUSPENDED]
+    if suspended:
+        done = ", ".join(
+            f"{r.job_id} after epoch {r.last_epoch}" if r.last_epoch is not None else r.job_id
+            for r in suspended
+        )
+        raise JobSuspended(
+            f"stopped by a signal: job {done} is SUSPENDED (the epoch in flight committed); "
+            f"to resume it, run the same command again (no --restart): {_this_command()}"
+        )
+
+
+def summary(r: JobResult) -> str:
+    """A finished run in a few lines: the job, how it ended, where its output and state are."""
+    last = "" if r.last_epoch is None else f", last epoch {r.last_epoch}"
+    lines = [
+        f"job {r.job_id} {r.state} (attempt {r.attempt}): {r.epochs} epochs, {r.rows} rows{last}"
+    ]
+    lines += [f"  output  {o}" for o in r.outputs]
+    store = redact_url(str(r.store_url))
+    in_state_dir = store.removeprefix("sqlite:///") == str(r.state_dir / "store.db")
+    lines.append(f"  state   {r.state_dir}" + ("" if in_state_dir else f" (store {store})"))
+    where = f"--state-dir {shlex.quote(str(r.state_dir))}" if in_state_dir else "--store ..."
+    lines.append(f"  status  stoker status {r.job_id} {where}")
+    return "\n".join(lines)
+
+
+# The command line as given (run_app replaces sys.argv with the app's own).
+_ARGV = tuple(sys.argv[1:])
+
+
+def _this_command() -> str:
+    return shlex.join(["stoker", *_ARGV])
+
+
+def parse_config_pairs(pairs: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs (``--config``): a value is JSON when it parses as JSON, else a string."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInput("config", f"expected key=value, got {pair!r}")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+class _Progress(logging.StreamHandler):
+    """Progress on stderr: a line per step (starting Spark, attempt N, recovering, each epoch).
+
+    On a terminal the epoch lines rewrite one status line in place; any other line (and
+    anything not on a terminal, such as a log file or a test) gets plain lines.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self.tty = sys.stderr.isatty()
+        self._open = False  # a status line is on screen without its newline
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = self.format(record)
+            live = self.tty and record.name == "stoker.epoch" and record.levelno == logging.INFO
+            if live:
+                self.stream.write("\r\x1b[K" + msg)
+            else:
+                self.stream.write(("\n" if self._open else "") + msg + "\n")
+            self._open = live
+            self.flush()
+        except Exception:
+            self.handleError(record)
+
+
+def _setup_logging(quiet: bool) -> None:
+    level = logging.WARNING if quiet else logging.INFO
+    handler = _Progress()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    root = logging.getLogger("stoker")
+    root.setLevel(level)
+    root.addHandler(handler)

@@ -1,0 +1,101 @@
+"""``stoker server``: run a job manager (REST API, dispatcher, supervisor)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stoker.cli._common import guarded
+from stoker.errors import InvalidInput
+
+
+@click.command("server")
+@click.option("--store", default=None, help="sqlite:///path (default) or postgresql://...")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8081, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--state-dir", default=".stoker-server", show_default=True)
+@click.option(
+    "--token",
+    envvar="STOKER_TOKEN",
+    default=None,
+    help="Require it for every call but /healthz (env STOKER_TOKEN).",
+)
+@click.option(
+    "--read-token",
+    envvar="STOKER_READ_TOKEN",
+    default=None,
+    help="A second token that may only read (env STOKER_READ_TOKEN); needs --token.",
+)
+@click.option(
+    "--allow-dir",
+    "allow_dirs",
+    multiple=True,
+    help="Folder entrypoints may come from (repeatable; default: the current folder).",
+)
+@click.option("--leader-ttl", default=3.0, show_default=True, type=click.FloatRange(0.5))
+@click.option("--lease-ttl", default=10.0, show_default=True, type=click.FloatRange(1.0))
+@click.option("--cancel-timeout", default=60.0, show_default=True, type=click.FloatRange(0))
+@click.option(
+    "--retention-epochs",
+    type=click.IntRange(1),
+    default=None,
+    help="Keep the last N epoch records of each ended job (default: all); the leader prunes.",
+)
+@click.option(
+    "--retention-time",
+    default=None,
+    help="Keep ended jobs' epoch records committed within this window (7d, 12h, 30m).",
+)
+@click.option(
+    "--api-only",
+    is_flag=True,
+    help="Serve the API and take submissions, never lead (no supervisor on this node).",
+)
+@guarded
+def server_cmd(
+    store: str | None,
+    host: str,
+    port: int,
+    state_dir: str,
+    token: str | None,
+    read_token: str | None,
+    allow_dirs: tuple[str, ...],
+    leader_ttl: float,
+    lease_ttl: float,
+    cancel_timeout: float,
+    api_only: bool,
+    retention_epochs: int | None,
+    retention_time: str | None,
+) -> None:
+    """Run a job manager: REST API (docs at /docs), dispatcher and supervisor."""
+    from stoker.server.main import serve
+    from stoker.settings import parse_window
+    from stoker.store import RetentionPolicy
+
+    # Checked before anything is created (the state folder, the store).
+    if read_token is not None and token is None:
+        raise InvalidInput("--read-token", "needs --token too (the token that may change state)")
+    if token is not None and token == read_token:
+        raise InvalidInput("--read-token", "must differ from --token")
+    retention = RetentionPolicy(
+        epochs=retention_epochs,
+        seconds=None
+        if retention_time is None
+        else parse_window(retention_time, "--retention-time"),
+    )
+
+    serve(
+        store=store,
+        host=host,
+        port=port,
+        state_dir=Path(state_dir),
+        token=token,
+        read_token=read_token,
+        allow_dirs=[Path(d) for d in allow_dirs] or [Path.cwd()],
+        leader_ttl=leader_ttl,
+        lease_ttl=lease_ttl,
+        cancel_timeout=cancel_timeout,
+        supervise=not api_only,
+        retention=retention,
+    )

@@ -1,0 +1,211 @@
+"""The leader's janitor: the sinks of every ended job are resolved, and resolved again once
+whatever still ran for the job is gone.
+
+A job that ends leaves nothing prepared. Its driver resolves its sinks itself on every way out
+(``runtime/runner.py``), but a driver killed by the manager (the cancel timeout, a job FAILED
+after its restarts ran out) cannot, and a fenced zombie attempt may prepare parts after the
+healthy attempt's recovery ran. The store says what is owed: ``resolved_at`` is NULL for an
+ended job whose sinks nobody resolved since it ended. For such a job the janitor starts a
+cleanup process (``python -m stoker.runtime.cleanup``, the runtime layer: the manager imports
+neither Spark nor the user's sinks), which rebuilds the job's sinks from the descriptors its
+last attempt recorded in the store (no application file is loaded, no user code runs), runs
+recovery and sets ``resolved_at``.
+
+When (``settle`` is the grace period, default 60 s):
+- **owed** (``resolved_at`` NULL): as soon as no process of the job's attempts can still be
+  running: each is provably gone (same host), never launched, or its lease has expired;
+- **again**: a job resolved less than ``settle`` after it ended (a zombie might have prepared
+  since) is resolved once more when every process of its attempts is provably gone, or else
+  at ``settle`` after the end. A job resolved at or after ``settle`` is settled for good
+  (store-computable, so a new leader agrees); one resolved by this janitor once every process
+  was gone is settled too (remembered here: a new leader may run it once more, which is
+  harmless).
+
+One cleanup per job at a time, at most ``parallel`` at once; a failed one is retried after
+``retry`` seconds, doubling up to ``retry_max``; one that runs longer than ``timeout`` is
+killed. Logs go to ``<state dir>/logs/<job>/cleanup.log``. Jobs run in-process without a
+manager (spec kind other than ``app``) are not the janitor's: their runner resolves them at
+its end, and the next run's recovery does it again if that failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stoker.manager import processes
+from stoker.manager.submit import ASSIGNED_STATE_DIR
+from stoker.store import AttemptRecord, JobRecord, Store
+from stoker.types import JobId
+
+if TYPE_CHECKING:
+    from stoker.manager.supervisor import Supervisor
+
+log = logging.getLogger("stoker.janitor")
+
+
+@dataclass(frozen=True)
+class JanitorConfig:
+    """How often and how patiently ended jobs are cleaned."""
+
+    every: float = 1.0  # seconds between looks at the store
+    settle: float = 60.0  # after a job's end: resolve once more (a zombie's late parts)
+    retry: float = 10.0  # first delay after a failed cleanup; doubles
+    retry_max: float = 600.0
+    timeout: float = 300.0  # a cleanup running longer is killed (and retried)
+    parallel: int = 2  # cleanup processes at once
+
+
+@dataclass
+class _Running:
+    proc: subprocess.Popen[bytes]
+    started: float  # time.monotonic()
+    final: bool  # every process of the job's attempts was gone when it started
+    ended_at: float  # the job's updated_at when it started: which end it resolves
+
+
+@dataclass
+class _Backoff:
+    delay: float
+    next_at: float  # time.monotonic()
+
+
+@dataclass
+class Janitor:
+    """Starts and watches the cleanup processes of ended jobs; leader only."""
+
+    store: Store
+    state_dir: Path
+    store_url: str
+    config: JanitorConfig = field(default_factory=JanitorConfig)
+    _running: dict[JobId, _Running] = field(default_factory=dict)
+    _backoff: dict[JobId, _Backoff] = field(default_factory=dict)
+    _final: set[tuple[JobId, float]] = field(default_factory=set)
+    _last: float = float("-inf")
+
+    def step(self) -> None:
+        """Reap finished cleanups; every ``config.every`` seconds start the ones now due."""
+        self._reap()
+        mono = time.monotonic()
+        if mono - self._last < self.config.every:
+            return
+        self._last = mono
+        now = self.store.clock.now()
+        for job in self.store.list_jobs():
+            if len(self._running) >= self.config.parallel:
+                return
+            if not job.state.terminal or job.spec.get("kind") != "app":
+                continue
+            if job.job_id in self._running or self._settled(job):
+                continue
+            backoff = self._backoff.get(job.job_id)
+            if backoff is not None and backoff.next_at > mono:
+                continue
+            attempts = self.store.list_attempts(job.job_id)
+            if all(a.owner.pid == 0 for a in attempts):
+                # No driver ever ran for it, so nothing can be prepared: no process needed.
+                self.store.set_resolved(job.job_id)
+                self._final.add((job.job_id, job.updated_at))
+                continue
+            due = self._due(job, attempts, now)
+            if due is not None:
+                self._start(job, final=due)
+
+    def busy(self, job_id: JobId) -> bool:
+        """Whether a cleanup of ``job_id`` is running now."""
+        return job_id in self._running
+
+    # when ----------------------------------------------------------------------------------
+    def _settled(self, job: JobRecord) -> bool:
+        if job.resolved_at is None:
+            return False
+        return (
+            job.resolved_at >= job.updated_at + self.config.settle
+            or (job.job_id, job.updated_at) in self._final
+        )
+
+    def _due(self, job: JobRecord, attempts: list[AttemptRecord], now: float) -> bool | None:
+        """None: not yet. Otherwise start a cleanup; True if it is the job's last one."""
+        if all(_gone(a) for a in attempts):
+            return True
+        if now >= job.updated_at + self.config.settle:
+            return True  # resolved_at lands past the grace: settled by the store's rule
+        if job.resolved_at is None and all(a.lease_expires_at <= now for a in attempts):
+            return False  # owed now; a process we cannot see may still run: again later
+        return None
+
+    # processes -----------------------------------------------------------------------------
+    def _start(self, job: JobRecord, final: bool) -> None:
+        spec = job.spec
+        job_dir = spec.get(ASSIGNED_STATE_DIR) or self.state_dir / "jobs" / job.job_id
+        argv = processes.cleanup_argv(job.job_id, self.store_url, Path(job_dir))
+        log_path = self.state_dir / "logs" / job.job_id / "cleanup.log"
+        try:
+            proc = processes.spawn(argv, log_path, cwd=self.state_dir)
+        except OSError as e:
+            log.warning("job %s: cannot start its cleanup: %s", job.job_id, e)
+            self._failed(job.job_id)
+            return
+        self._running[job.job_id] = _Running(proc, time.monotonic(), final, job.updated_at)
+        log.info("job %s (%s): cleanup started as pid %d", job.job_id, job.state, proc.pid)
+
+    def _reap(self) -> None:
+        mono = time.monotonic()
+        for jid, run in list(self._running.items()):
+            code = run.proc.poll()
+            if code is None:
+                if mono - run.started <= self.config.timeout:
+                    continue
+                log.warning("job %s: cleanup ran over %.0f s; killed", jid, self.config.timeout)
+                processes.kill_group(run.proc.pid)
+                code = run.proc.wait()
+            del self._running[jid]
+            if code == 0:
+                self._backoff.pop(jid, None)
+                if run.final:
+                    self._final.add((jid, run.ended_at))
+                log.info("job %s: cleanup done", jid)
+            else:
+                log.warning("job %s: cleanup exited with code %s", jid, code)
+                self._failed(jid)
+
+    def _failed(self, jid: JobId) -> None:
+        prev = self._backoff.get(jid)
+        delay = self.config.retry if prev is None else min(prev.delay * 2, self.config.retry_max)
+        self._backoff[jid] = _Backoff(delay, time.monotonic() + delay)
+
+
+def _gone(attempt: AttemptRecord) -> bool:
+    """No process of this attempt can run: never launched, or provably gone (same host)."""
+    return attempt.owner.pid == 0 or processes.is_dead(attempt.owner)
+
+
+_JANITORS: weakref.WeakKeyDictionary[Supervisor, Janitor] = weakref.WeakKeyDictionary()
+
+
+def busy(supervisor: Supervisor, job_id: JobId) -> bool:
+    """Whether the supervisor's janitor is cleaning ``job_id`` now: no attempt may start beside
+    it (recovery aborts every undecided part, a new attempt's too)."""
+    jan = _JANITORS.get(supervisor)
+    return jan is not None and jan.busy(job_id)
+
+
+def sweep(supervisor: Supervisor) -> None:
+    """One janitor step for a leading supervisor (its janitor is made on first use).
+
+    Never raises: a janitor failure must not stop the supervisor from tending live jobs.
+    """
+    jan = _JANITORS.get(supervisor)
+    if jan is None:
+        cfg = supervisor.cfg
+        jan = Janitor(supervisor.store, cfg.state_dir, cfg.store_url)
+        _JANITORS[supervisor] = jan
+    try:
+        jan.step()
+    except Exception:
+        log.exception("janitor step failed")

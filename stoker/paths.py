@@ -1,0 +1,26 @@
+"""Checks of an application file's path, shared by the CLI, the job manager and the driver.
+
+No Spark here: the manager and the CLI import it before any pipeline code runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from stoker.errors import InvalidInput
+
+
+def check_app_path(path: str | Path, field: str = "app") -> Path:
+    """The resolved path of a readable ``.py`` file, or :class:`InvalidInput` naming why not."""
+    p = Path(path)
+    if not p.exists():
+        raise InvalidInput(field, f"{str(path)!r} does not exist")
+    if not p.is_file() or p.suffix != ".py":
+        raise InvalidInput(field, f"{str(path)!r} is not a Python file (.py)")
+    if not os.access(p, os.R_OK):
+        raise InvalidInput(field, f"{str(path)!r} is not readable")
+    return p.resolve()
+
+
+__all__ = ["check_app_path"]

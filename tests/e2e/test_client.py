@@ -1,0 +1,100 @@
+"""stoker.client.Client against a real ``stoker server``: every REST call, every refusal.
+
+The application's main raises before Spark starts, so an attempt (with a driver log) exists
+within seconds and the job ends FAILED (restart strategy ``none``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stoker.client import Client, Submitted
+from stoker.errors import InvalidInput, JobNotFound, JobTerminal, Unauthorized
+from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+TOKEN = "client-t0ken"
+READ_TOKEN = "client-read-t0ken"
+ENDS = 180.0  # a driver that imports stoker and fails, on a loaded machine
+
+APP = """\
+from stoker import Pipeline, sinks, sources
+
+pipeline = Pipeline("raiser").source(sources.generator(total=10)).sink(sinks.files({out!r}))
+
+if __name__ == "__main__":
+    raise RuntimeError("boom: main gave up")
+"""
+
+
+@pytest.fixture(scope="module")
+def manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Manager, Path]]:
+    root = tmp_path_factory.mktemp("client")
+    apps = root / "apps"
+    apps.mkdir()
+    app = apps / "raiser.py"
+    app.write_text(APP.format(out=str(root / "out")))
+    m = Manager(
+        "client",
+        f"sqlite:///{root / 'store.db'}",
+        root / "state",
+        [apps],
+        root / "manager.log",
+        token=TOKEN,
+        read_token=READ_TOKEN,
+    )
+    try:
+        m.wait_up()
+        yield m, app
+    finally:
+        stop_all([m])
+
+
+def test_every_call(manager: tuple[Manager, Path]) -> None:
+    m, app = manager
+    with Client(m.url, TOKEN) as c:
+        assert c.health()["ok"] is True
+        sub = c.submit(str(app), restart_strategy={"strategy": "none"})
+        assert isinstance(sub, Submitted)
+        assert (sub.outcome, sub.job_id, sub.job["state"]) == ("created", "raiser", "CREATED")
+        again = c.submit(str(app), job_id="raiser", restart_strategy={"strategy": "none"})
+        assert (again.outcome, again.job_id) == ("duplicate", "raiser")
+
+        wait_for("the job to fail", lambda: c.job("raiser")["state"] == "FAILED", ENDS)
+        view = c.job("raiser")
+        assert view["attempt"]["attempt"] == view["current_attempt"] == 1
+        assert [j["job_id"] for j in c.jobs()] == ["raiser"]
+        assert c.jobs("FAILED") == c.jobs()
+        assert c.jobs("RUNNING") == []
+        assert [a["attempt"] for a in c.attempts("raiser")] == [1]
+        assert "RuntimeError: boom: main gave up" in c.log("raiser", 1)
+        assert c.log("raiser", 1, tail=20) == c.log("raiser", 1)[-20:]
+        assert c.epochs("raiser") == []
+        assert "stoker_jobs" in c.metrics()
+
+        with pytest.raises(JobTerminal):
+            c.submit(str(app), job_id="raiser")
+        assert c.submit(str(app), job_id="raiser", restart=True).outcome == "restarted"
+        assert c.cancel("raiser")["job_id"] == "raiser"
+
+
+def test_refusals_become_stoker_errors(manager: tuple[Manager, Path]) -> None:
+    m, app = manager
+    with Client(m.url, TOKEN) as c:
+        with pytest.raises(JobNotFound):
+            c.job("nosuch")
+        with pytest.raises(InvalidInput) as bad:
+            c.submit(str(app.parent / "missing.py"), job_id="x")
+        assert bad.value.field == "entrypoint"
+    with Client(m.url, READ_TOKEN) as c:
+        assert c.jobs() is not None
+        with pytest.raises(Unauthorized, match="read-only"):
+            c.cancel("raiser")
+    with Client(m.url) as c:
+        assert c.health()["ok"] is True
+        with pytest.raises(Unauthorized, match="missing token"):
+            c.jobs()

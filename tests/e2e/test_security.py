@@ -1,0 +1,277 @@
+"""Security of a job manager, end to end: tokens, redaction, what its children see.
+
+One real ``stoker server`` on a PostgreSQL store whose URL holds a password, its two tokens in
+its environment (``STOKER_TOKEN``, ``STOKER_READ_TOKEN``), and one real driver it starts. The
+application never starts Spark: its main records what the driver received and sleeps, so the
+driver's ``/proc/<pid>/cmdline`` and ``/proc/<pid>/environ`` can be read while it lives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stoker.types import JobState
+from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
+from tests.pg import ThrowawayPostgres
+from tests.support import REPO, stoker_cmd
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+TOKEN = "full-t0ken"
+READ_TOKEN = "read-0nly-t0ken"
+PASSWORD = "pw-Zq81x"  # the store's (trust auth: PostgreSQL ignores it, stoker must hide it)
+SECRET_KEY = "spark.hadoop.fs.s3a.secret.key"
+SECRET = "s3cr3t-VALUE-77"
+JOB = "secret-job"
+DRIVER_UP = 180.0  # a driver importing pyspark's Python side on a loaded machine
+
+# Records what the helper (pipeline name) and the driver received, then (driver) sleeps.
+APP = """\
+import json, os, sys, time
+from stoker import Pipeline, sinks, sources
+
+pipeline = Pipeline({job!r}).source(sources.generator(total=10)).sink(sinks.files({out!r}))
+
+def _record(path, what):
+    with open(path + ".tmp", "w") as fh:
+        json.dump(what, fh)
+    os.replace(path + ".tmp", path)
+
+if __name__ == "stoker_inspect":
+    _record({helper!r}, {{"env": sorted(os.environ)}})
+
+if __name__ == "__main__":
+    from stoker.runtime import launch
+    from stoker.store import open_store
+
+    overrides = launch.overrides()
+    store = open_store(overrides["stoker.store"])
+    state = str(store.get_job({job!r}).state)
+    store.close()
+    _record({driver!r}, {{"overrides": overrides, "env": sorted(os.environ), "state": state}})
+    time.sleep(600)
+"""
+
+
+@dataclass
+class Setup:
+    manager: Manager
+    dsn: str  # with the password
+    app: Path
+    helper_file: Path
+    driver_file: Path
+    submitted: dict[str, Any]
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="module")
+def setup(
+    tmp_path_factory: pytest.TempPathFactory, pg_server: ThrowawayPostgres
+) -> Iterator[Setup]:
+    root = tmp_path_factory.mktemp("security")
+    apps = root / "apps"
+    apps.mkdir()
+    name = f"security_{os.getpid()}"
+    plain = pg_server.create_database(name)
+    scheme, rest = plain.split("://", 1)
+    user, host = rest.split("@", 1)
+    dsn = f"{scheme}://{user}:{PASSWORD}@{host}"
+    helper_file, driver_file = root / "helper.json", root / "driver.json"
+    app = apps / "secret_app.py"
+    app.write_text(
+        APP.format(job=JOB, out=str(root / "out"), helper=str(helper_file), driver=str(driver_file))
+    )
+    m = Manager(
+        "sec",
+        dsn,
+        root / "state",
+        [apps],
+        root / "manager.log",
+        env={"STOKER_TOKEN": TOKEN, "STOKER_READ_TOKEN": READ_TOKEN},
+        lease_ttl=600.0,  # the app never claims its attempt: keep it alive while we look
+    )
+    try:
+        m.wait_up()
+        # No job id: the manager asks a helper process for the pipeline's name.
+        r = m.http.post(
+            "/v1/jobs",
+            json={"entrypoint": str(app), "conf": {SECRET_KEY: SECRET, "stoker.trigger": "1s"}},
+            headers=_auth(TOKEN),
+        )
+        assert r.status_code == 201, r.text
+        yield Setup(m, dsn, app, helper_file, driver_file, r.json())
+    finally:
+        stop_all([m])
+        pg_server.drop_database(name)
+
+
+def _driver(s: Setup) -> tuple[int, dict[str, Any]]:
+    """The live driver's pid and what it recorded, once it runs the app's main."""
+    wait_for("the driver to run the app", s.driver_file.exists, DRIVER_UP, every=0.5)
+    view = s.manager.http.get(f"/v1/jobs/{JOB}", headers=_auth(READ_TOKEN)).json()
+    return int(view["attempt"]["pid"]), json.loads(s.driver_file.read_text())
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().rstrip(b"\0").split(b"\0")
+    return dict(e.decode(errors="replace").partition("=")[::2] for e in raw)
+
+
+# tokens ------------------------------------------------------------------------------------------
+def test_reads_need_a_token_and_healthz_stays_open(setup: Setup) -> None:
+    http = setup.manager.http
+    for path in ("/v1/jobs", f"/v1/jobs/{JOB}", f"/v1/jobs/{JOB}/attempts", "/metrics"):
+        r = http.get(path)
+        assert (r.status_code, r.json()["error"]) == (
+            401,
+            "missing token: send 'Authorization: Bearer <token>'",
+        )
+        r = http.get(path, headers=_auth("nope"))
+        assert (r.status_code, r.json()) == (
+            401,
+            {
+                "error": "wrong token: send 'Authorization: Bearer <token>' with the token the "
+                "manager was started with",
+                "type": "Unauthorized",
+            },
+        )
+        assert http.get(path, headers=_auth(READ_TOKEN)).status_code == 200
+        assert http.get(path, headers=_auth(TOKEN)).status_code == 200
+    assert http.get("/healthz").status_code == 200
+
+
+def test_the_read_only_token_cannot_change_anything(setup: Setup) -> None:
+    http = setup.manager.http
+    body = {"job_id": "other", "entrypoint": str(setup.app)}
+    for path, payload in (("/v1/jobs", body), (f"/v1/jobs/{JOB}/cancel", None)):
+        r = http.post(path, json=payload, headers=_auth(READ_TOKEN))
+        assert r.status_code == 403, r.text
+        assert "read-only" in r.json()["error"]
+    jobs = http.get("/v1/jobs", headers=_auth(READ_TOKEN)).json()
+    assert [(j["job_id"], j["state"]) for j in jobs] == [(JOB, jobs[0]["state"])]
+    assert jobs[0]["cancel_requested_at"] is None
+
+
+def test_the_cli_sends_its_token_for_reads(setup: Setup) -> None:
+    env = {**os.environ, "STOKER_SERVER": setup.manager.url}
+    env.pop("STOKER_TOKEN", None)
+
+    def stoker(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            stoker_cmd(*args), cwd=REPO, env={**env, **extra}, capture_output=True, text=True
+        )
+
+    p = stoker("list")
+    assert (p.returncode, p.stderr) == (
+        11,
+        "stoker: error: missing token: send 'Authorization: Bearer <token>'"
+        " (the CLI sends the token given with --token or STOKER_TOKEN)\n",
+    )
+    p = stoker("list", "--json", STOKER_TOKEN=READ_TOKEN)
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(line)["job_id"] for line in p.stdout.splitlines()] == [JOB]
+    p = stoker("status", JOB, "--token", TOKEN)
+    assert p.returncode == 0, p.stderr
+    p = stoker("cancel", JOB, STOKER_TOKEN=READ_TOKEN)
+    assert p.returncode == 11
+    assert "read-only" in p.stderr and "--token or STOKER_TOKEN" in p.stderr
+
+
+# secrets ---------------------------------------------------------------------------------------
+def test_api_answers_show_secret_conf_and_the_store_password_redacted(setup: Setup) -> None:
+    _driver(setup)  # an attempt exists, with its owner and log
+    http = setup.manager.http
+    assert setup.submitted["spec"]["conf"] == {SECRET_KEY: "***", "stoker.trigger": "1s"}
+    answers = [json.dumps(setup.submitted)]
+    for path in ("/v1/jobs", f"/v1/jobs/{JOB}", f"/v1/jobs/{JOB}/attempts", "/metrics"):
+        r = http.get(path, headers=_auth(READ_TOKEN))
+        assert r.status_code == 200, r.text
+        answers.append(r.text)
+    view = http.get(f"/v1/jobs/{JOB}", headers=_auth(READ_TOKEN)).json()
+    assert view["spec"]["conf"][SECRET_KEY] == "***"
+    r = http.get(f"/v1/jobs/{JOB}/attempts/1/log", headers=_auth(READ_TOKEN))
+    assert r.status_code == 200, r.text
+    answers.append(r.text)
+    # A resubmission with another secret: the 409 names the field, not the values.
+    r = http.post(
+        "/v1/jobs",
+        json={"job_id": JOB, "entrypoint": str(setup.app), "conf": {SECRET_KEY: "other-1"}},
+        headers=_auth(TOKEN),
+    )
+    assert r.status_code == 409, r.text
+    assert "conf" in r.json()["difference"]
+    answers.append(r.text)
+    for text in answers:
+        assert SECRET not in text
+        assert "other-1" not in text
+        assert PASSWORD not in text
+    assert PASSWORD not in setup.manager.log_tail(1_000_000)
+    assert SECRET not in setup.manager.log_tail(1_000_000)
+
+
+def test_the_driver_gets_the_real_values_off_its_command_line(setup: Setup) -> None:
+    pid, seen = _driver(setup)
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    assert "stoker.runtime.driver" in cmdline
+    assert PASSWORD not in cmdline
+    assert SECRET not in cmdline
+    # ... yet the driver has them: the store URL opened the store, the secret reaches Spark.
+    assert seen["overrides"]["stoker.store"] == setup.dsn
+    assert seen["overrides"][SECRET_KEY] == SECRET
+    assert seen["state"] in {str(s) for s in JobState}
+    # ... and the application's code does not find them in its environment.
+    assert "STOKER_STORE_URL" not in seen["env"]
+    assert "STOKER_DRIVER_SECRETS" not in seen["env"]
+
+
+def test_children_do_not_inherit_the_managers_tokens(setup: Setup) -> None:
+    pid, seen = _driver(setup)
+    manager_env = _environ(setup.manager.proc.pid)
+    assert (manager_env["STOKER_TOKEN"], manager_env["STOKER_READ_TOKEN"]) == (TOKEN, READ_TOKEN)
+    driver_env = _environ(pid)
+    assert "STOKER_TOKEN" not in driver_env
+    assert "STOKER_READ_TOKEN" not in driver_env
+    assert TOKEN not in "".join(driver_env.values())
+    assert READ_TOKEN not in "".join(driver_env.values())
+    # The helper that read the pipeline's name at submit time (it has exited by now).
+    helper_env = json.loads(setup.helper_file.read_text())["env"]
+    assert "STOKER_TOKEN" not in helper_env
+    assert "STOKER_READ_TOKEN" not in helper_env
+    assert "STOKER_TOKEN" not in seen["env"]
+
+
+def test_the_cli_reading_a_store_directly_shows_secrets_redacted(tmp_path: Path) -> None:
+    from stoker.store import open_store
+    from stoker.types import job_id
+
+    db = tmp_path / "store.db"
+    store = open_store(f"sqlite:///{db}")
+    try:
+        spec = {"kind": "app", "conf": {SECRET_KEY: SECRET, "spark.ui.enabled": "false"}}
+        store.create_job(job_id("local"), "local", spec, {})
+    finally:
+        store.close()
+    env = {k: v for k, v in os.environ.items() if k not in ("STOKER_SERVER", "STOKER_STORE")}
+    for args in (("status", "local", "--json"), ("list", "--json")):
+        p = subprocess.run(
+            stoker_cmd(*args, "--store", f"sqlite:///{db}"),
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert p.returncode == 0, p.stderr
+        job = json.loads(p.stdout)
+        assert job["spec"]["conf"] == {SECRET_KEY: "***", "spark.ui.enabled": "false"}
+        assert SECRET not in p.stdout

@@ -1,0 +1,84 @@
+"""stoker.redact: what counts as a secret, and how it is hidden."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from stoker.redact import (
+    RedactingFilter,
+    is_secret_key,
+    redact_answer,
+    redact_conf,
+    redact_text,
+    redact_url,
+)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.jdbc.password",
+        "spark.hadoop.fs.s3a.secret.key",
+        "spark.hadoop.fs.s3a.access.KEY",
+        "my.Token",
+        "gcp.credentials.file",
+    ],
+)
+def test_secret_looking_keys(key: str) -> None:
+    assert is_secret_key(key)
+
+
+@pytest.mark.parametrize("key", ["spark.sql.shuffle.partitions", "stoker.trigger", "spark.ui"])
+def test_ordinary_keys(key: str) -> None:
+    assert not is_secret_key(key)
+
+
+def test_a_url_keeps_everything_but_its_password() -> None:
+    assert redact_url("postgresql://bob:pa55@db:5432/x?sslmode=off") == (
+        "postgresql://bob:***@db:5432/x?sslmode=off"
+    )
+    assert redact_url("postgresql://bob@db/x") == "postgresql://bob@db/x"
+    assert redact_url("sqlite:///var/x.db") == "sqlite:///var/x.db"
+
+
+def test_text_hides_urls_pairs_and_reprs() -> None:
+    assert redact_text("cannot open postgresql://u:pw@h/d: refused") == (
+        "cannot open postgresql://u:***@h/d: refused"
+    )
+    assert redact_text("host=h password=pw dbname=d") == "host=h password=*** dbname=d"
+    assert redact_text("-D spark.x.secret=abc -D spark.y=2") == "-D spark.x.secret=*** -D spark.y=2"
+    assert redact_text("{'spark.x.token': 'abc', 'a': 'b'}") == "{'spark.x.token': '***', 'a': 'b'}"
+
+
+def test_conf_and_answers() -> None:
+    assert redact_conf({"spark.jdbc.password": "pw", "spark.ui": "1"}) == {
+        "spark.jdbc.password": "***",
+        "spark.ui": "1",
+    }
+    answer = {
+        "spec": {"conf": {"a.password": "pw"}, "args": ["--url=postgresql://u:pw@h/d"]},
+        "n": 3,
+        "none": None,
+    }
+    assert redact_answer(answer) == {
+        "spec": {"conf": {"a.password": "***"}, "args": ["--url=postgresql://u:***@h/d"]},
+        "n": 3,
+        "none": None,
+    }
+    assert answer["spec"]["conf"] == {"a.password": "pw"}  # a copy: the original is untouched
+
+
+def test_the_log_filter_hides_secrets_in_messages_and_arguments() -> None:
+    record = logging.LogRecord(
+        "stoker",
+        logging.INFO,
+        __file__,
+        1,
+        "store %s unreachable",
+        ("postgresql://u:pw@h/d",),
+        None,
+    )
+    assert RedactingFilter().filter(record)
+    assert record.getMessage() == "store postgresql://u:***@h/d unreachable"
