@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 REPO = Path(__file__).resolve().parent.parent
+# The throwaway PostgreSQL helper lives with the tests (tests/pg.py), not in the package.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 
 def session(app_name: str, master: str = "local[2]") -> SparkSession:

@@ -214,7 +214,7 @@ def main() -> None:
     ap = arg_parser(__doc__ or "")
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    from stoker.testing_pg import ThrowawayPostgres
+    from tests.pg import ThrowawayPostgres
 
     fo, dk = [], []
     with tempfile.TemporaryDirectory() as tmp, ThrowawayPostgres() as pg:

@@ -24,8 +24,22 @@ same write into a staging folder, by stoker's ``FilesSink.prepare`` (footer row 
 the former prepare (an ``Observation`` counting rows), in rotating order; then
 ``FilesSink.commit`` is timed.
 
+Two more comparisons (issue 7):
+
+* **PostgreSQL sink** (``--pg-rounds``, on a throwaway server from ``tests/pg.py`` with fsync,
+  synchronous_commit and full_page_writes on): the same pipeline into ``sinks.postgres``
+  (COPY and PREPARE TRANSACTION per Spark task, the parts recorded, COMMIT PREPARED after the
+  decision) against a ``foreachBatch`` that collects the epoch to the driver (``toArrow``) and
+  COPYs it in one plain transaction. Alternating rounds as above; every run checks that each
+  kept id is in its table once.
+* **The SQLite store, synchronous=FULL vs NORMAL** (``--store-epochs``): the store calls of one
+  epoch (get_job, pin, record_txn PREPARED, decide, record_txn COMMITTED, mark committed) on
+  two store files that differ only in the pragma, blocks of 25 epochs alternating, each call
+  timed; run first, before any Spark job.
+
 Run: ``python benchmarks/overhead.py [--rounds 6] [--total 200000] [--per-epoch 10000]
-[--paired-epochs 43] [--paired-per-epoch 2000] [--json out.json]``.
+[--paired-epochs 43] [--paired-per-epoch 2000] [--pg-rounds 4] [--store-epochs 400]
+[--store-dir DIR] [--json out.json]`` (``--rounds 0`` etc. skips a part).
 """
 
 from __future__ import annotations
@@ -53,6 +67,7 @@ from stoker import sinks, sources
 from stoker.runtime import epoch as _epoch
 from stoker.runtime.attempt import LeaseKeeper
 from stoker.sinks.files import FilesSink
+from stoker.sinks.postgres import PostgresSink
 from stoker.sources.generator import FORMAT
 from stoker.store._sqlstore import SqlStore
 
@@ -125,7 +140,12 @@ _SUBSTEPS: list[tuple[Any, str, str, str]] = [
     (_files, "_footer_rows", "  row count from the parquet footers", _STEPS[6][2]),
     (os, "fsync", "  os.fsync, all (manifest file + output folder)", _STEPS[9][2]),
     (os, "rename", "  os.rename staging -> final", _STEPS[9][2]),
-    (_files, "_fsync_dir", "    of which: fsync of the output folder", _STEPS[9][2]),
+    (_files, "fsync_dir", "    of which: fsync of the output folder", _STEPS[9][2]),
+]
+# The PostgreSQL sink's own steps (runs with the PostgreSQL sink only).
+_PG_STEPS: list[tuple[Any, str, str]] = [
+    (PostgresSink, "prepare", "sink.prepare (COPY + PREPARE TRANSACTION per task)"),
+    (PostgresSink, "commit", "sink.commit (COMMIT PREPARED)"),
 ]
 
 
@@ -138,8 +158,10 @@ class _StepTimer:
         self._saved: list[tuple[Any, str, Any]] = []
 
     def install(self) -> None:
-        for owner, attr, label, *_ in [*_STEPS, *_SUBSTEPS]:
-            orig = getattr(owner, attr)
+        for owner, attr, label, *_ in [*_STEPS, *_SUBSTEPS, *_PG_STEPS]:
+            orig = getattr(owner, attr, None)
+            if orig is None:  # the code measured no longer has it: not timed
+                continue
             self._saved.append((owner, attr, orig))
             setattr(owner, attr, self._wrap(orig, label))
         orig_run = _epoch.EpochProcessor._run
@@ -253,6 +275,229 @@ def run_baseline(spark: Any, work: Path, tag: str, total: int, per_epoch: int) -
 
 
 # --------------------------------------------------------------------------------------------
+# The PostgreSQL sink path: stoker's exactly-once sink against one plain transaction per epoch.
+
+
+def _pg_table(side: str, tag: str) -> str:
+    return f"bench_{side}_{tag}".replace("-", "_")
+
+
+def _pg_expect(dsn: str, table: str, total: int) -> None:
+    """Every kept id once: a run that lost or doubled rows measured nothing."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(f"SELECT count(*), count(DISTINCT id) FROM {table}").fetchone()
+    want = len(range(0, total, 3))
+    if row is None or tuple(row) != (want, want):
+        raise RuntimeError(f"{table}: {row} rows (all, distinct), expected {want}")
+
+
+def run_pg_stoker(
+    spark: Any, work: Path, tag: str, total: int, per_epoch: int, dsn: str
+) -> tuple[str, float]:
+    job = f"bench-pg-{tag}"
+    table = _pg_table("stoker", tag)
+    p = stoker.Pipeline(job)
+    p.source(sources.generator(total=total, max_rows_per_epoch=per_epoch))
+    p.transform(lambda df, ctx: _keep(df))
+    p.sink(sinks.postgres(dsn, table=table))
+    t0 = time.perf_counter()
+    res = stoker.run(p, spark=spark, trigger=0, state_dir=work / "state")
+    wall = time.perf_counter() - t0
+    if str(res.state) != "FINISHED":
+        raise RuntimeError(f"stoker job ended {res.state}")
+    _pg_expect(dsn, table, total)
+    return f"stoker_{job}".replace("-", "_"), wall
+
+
+def run_pg_baseline(
+    spark: Any, work: Path, tag: str, total: int, per_epoch: int, dsn: str
+) -> tuple[str, float]:
+    """What a user writes by hand: each epoch's rows COPYed in one plain transaction, from the
+    driver (no exactly-once: a crash between the COMMIT and Spark's commit log duplicates)."""
+    import psycopg
+
+    name = f"pgbaseline_{tag}".replace("-", "_")
+    table = _pg_table("base", tag)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint)")
+
+    def batch(df: Any, batch_id: int) -> None:
+        t0 = time.perf_counter()
+        kept = _keep(df)
+        t1 = time.perf_counter()
+        ids = kept.toArrow().column("id").to_pylist()
+        t2 = time.perf_counter()
+        # One transaction, committed when the connection's block ends.
+        with (
+            psycopg.connect(dsn) as conn,
+            conn.cursor() as cur,
+            cur.copy(f"COPY {table} (id) FROM STDIN") as cp,
+        ):
+            for v in ids:
+                cp.write_row((v,))
+        t3 = time.perf_counter()
+        _BASELINE_EPOCHS.append(
+            {
+                "transform (df.filter)": (t1 - t0) * 1000,
+                "the Spark job (toArrow to the driver)": (t2 - t1) * 1000,
+                "COPY + COMMIT (one transaction)": (t3 - t2) * 1000,
+                _TOTAL: (t3 - t0) * 1000,
+            }
+        )
+
+    t0 = time.perf_counter()
+    stream = (
+        spark.readStream.format(FORMAT)
+        .options(sid="s0", total=str(total), max_rows_per_epoch=str(per_epoch), partitions="2")
+        .load()
+    )
+    q = (
+        stream.writeStream.foreachBatch(batch)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .queryName(name)
+        .trigger(processingTime="0 milliseconds")
+        .start()
+    )
+    q.processAllAvailable()
+    q.stop()
+    wall = time.perf_counter() - t0
+    if q.exception() is not None:
+        raise RuntimeError(f"baseline failed: {q.exception()}")
+    _pg_expect(dsn, table, total)
+    return name, wall
+
+
+# --------------------------------------------------------------------------------------------
+# The SQLite store's cost per epoch, synchronous=FULL against NORMAL (issue 7 item 5).
+
+_STORE_CALLS = (
+    "get_job",
+    "pin_epoch",
+    "record_txn PREPARED",
+    "decide_epoch",
+    "record_txn COMMITTED",
+    "mark_epoch_committed",
+)
+
+
+def _store_epoch(st: Any, jid: Any, e: Any, att: Any) -> dict[str, float]:
+    """The store calls of one epoch of the protocol, each timed (ms)."""
+    from stoker.types import TxnState
+
+    took: dict[str, float] = {}
+    t_all = time.perf_counter()
+
+    def timed(label: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            took[label] = (time.perf_counter() - t0) * 1000
+
+    job = timed("get_job", lambda: st.get_job(jid))
+    timed("pin_epoch", lambda: st.pin_epoch(jid, e, att, job.control_version))
+    detail = {"staged": "x"}
+    timed(
+        "record_txn PREPARED",
+        lambda: st.record_txn(jid, e, "files:x", att, TxnState.PREPARED, detail),
+    )
+    timed("decide_epoch", lambda: st.decide_epoch(jid, e, att, 100, False))
+    timed(
+        "record_txn COMMITTED",
+        lambda: st.record_txn(jid, e, "files:x", att, TxnState.COMMITTED, {}),
+    )
+    timed("mark_epoch_committed", lambda: st.mark_epoch_committed(jid, e))
+    took["epoch: all store calls"] = (time.perf_counter() - t_all) * 1000
+    return took
+
+
+def run_store_sync(root: Path, epochs: int, block: int = 25) -> dict[str, Any]:
+    """The store calls of one epoch, in the epoch protocol's order, on two SQLite stores that
+    differ only in ``PRAGMA synchronous``; blocks of ``block`` epochs alternate (A B, B A, ...).
+
+    The files live in ``root`` (ext4 here, not tmpfs, so an fsync is real)."""
+    from stoker.procs import this_owner
+    from stoker.store.sqlite import SqliteStore
+    from stoker.types import AttemptNo, Epoch, JobId
+
+    def with_sync(mode: str) -> type[SqliteStore]:
+        class _Store(SqliteStore):
+            seen: Any = None
+
+            def _connect(self) -> Any:
+                conn = super()._connect()
+                conn.execute(f"PRAGMA synchronous={mode}")
+                self.seen = conn.execute("PRAGMA synchronous").fetchone()[0]
+                return conn
+
+        return _Store
+
+    jid = JobId("bench-store")
+    stores = {m: with_sync(m)(root / f"{m.lower()}.db") for m in ("FULL", "NORMAL")}
+    attempts = {}
+    for m, st in stores.items():
+        st.create_job(jid, "bench-store", {}, {})
+        attempts[m] = st.start_attempt(jid, this_owner(), 3600.0, AttemptNo(0)).attempt
+    times: dict[str, dict[str, list[float]]] = {m: defaultdict(list) for m in stores}
+    next_epoch = dict.fromkeys(stores, 0)
+    order = list(stores)
+    for b in range(-(-epochs // block) + 1):  # block 0: warm-up, not kept
+        for m in order if b % 2 == 0 else order[::-1]:
+            st, att = stores[m], attempts[m]
+            for _ in range(block):
+                e = Epoch(next_epoch[m])
+                next_epoch[m] += 1
+                took = _store_epoch(st, jid, e, att)
+                if b:
+                    for label, ms in took.items():
+                        times[m][label].append(ms)
+    out: dict[str, Any] = {
+        "epochs_per_setting": len(times["FULL"]["epoch: all store calls"]),
+        "pragma_synchronous_seen": {
+            m: getattr(st, "seen", None) for m, st in stores.items()
+        },  # 2 FULL, 1 NORMAL
+        "loadavg_1m": os.getloadavg()[0],
+        "calls": {},
+    }
+    for label in (*_STORE_CALLS, "epoch: all store calls"):
+        f, n = times["FULL"][label], times["NORMAL"][label]
+        out["calls"][label] = {
+            "full_median_ms": C.median(f),
+            "normal_median_ms": C.median(n),
+            "full_p90_ms": _quantile(f, 0.9),
+            "normal_p90_ms": _quantile(n, 0.9),
+        }
+    for st in stores.values():
+        st.close()
+    return out
+
+
+def _print_store_sync(r: dict[str, Any]) -> None:
+    print()
+    print(
+        f"SQLite store, the store calls of one epoch, synchronous=FULL vs NORMAL "
+        f"({r['epochs_per_setting']} epochs each, alternating blocks; PRAGMA read back: "
+        f"{r['pragma_synchronous_seen']}; load {r['loadavg_1m']:.1f}):"
+    )
+    rows = [
+        [
+            label,
+            C.fmt(d["normal_median_ms"], 2),
+            C.fmt(d["full_median_ms"], 2),
+            f"{d['full_median_ms'] - d['normal_median_ms']:+.2f}",
+            C.fmt(d["normal_p90_ms"], 2),
+            C.fmt(d["full_p90_ms"], 2),
+        ]
+        for label, d in r["calls"].items()
+    ]
+    print(
+        C.table(["call", "NORMAL med", "FULL med", "FULL - NORMAL", "NORMAL p90", "FULL p90"], rows)
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # Paired, inside one epoch: the baseline's write against stoker's sink on the same DataFrame.
 
 _SINK_VARIANTS = (
@@ -271,10 +516,11 @@ def run_paired_sink(spark: Any, work: Path, epochs: int, per_epoch: int) -> dict
     cancels in the per-epoch differences. The last variant is how ``FilesSink.prepare``
     counted rows before it read them from the parquet footers: an ``Observation`` on the write.
     """
+    from stoker.sinks.base import SinkOwner
     from stoker.types import AttemptNo, Epoch, JobId
 
     sink = FilesSink(path=str(work / "stoker"))
-    sink.open(JobId("paired"), work)
+    sink.open(SinkOwner(JobId("paired"), "bench"), work)
     times: dict[str, list[float]] = defaultdict(list)
 
     def batch(df: Any, batch_id: int) -> None:
@@ -358,6 +604,24 @@ def main() -> int:
         default=2_000,
         help="rows per epoch of the paired sink comparison (default 2000)",
     )
+    ap.add_argument(
+        "--pg-rounds",
+        type=int,
+        default=4,
+        help="rounds of the PostgreSQL sink comparison, 0 to skip (default 4)",
+    )
+    ap.add_argument(
+        "--store-epochs",
+        type=int,
+        default=400,
+        help="epochs per setting of the SQLite synchronous=FULL/NORMAL comparison, 0 to skip "
+        "(default 400)",
+    )
+    ap.add_argument(
+        "--store-dir",
+        default=None,
+        help="where the SQLite comparison's files go (default: the temp folder; not tmpfs!)",
+    )
     args = ap.parse_args()
     epochs = -(-args.total // args.per_epoch)
 
@@ -379,57 +643,47 @@ def main() -> int:
         "baseline": run_baseline,
         "stoker": run_stoker,
     }
-    results: dict[str, list[dict[str, Any]]] = {"baseline": [], "stoker": []}
-    steps: list[dict[str, float]] = []
-    baseline_steps: list[dict[str, float]] = []
+    store_sync: dict[str, Any] = {}
+    pg: dict[str, Any] = {}
     try:
-        for rnd in range(args.rounds + 1):
-            order = ["baseline", "stoker"] if rnd % 2 == 0 else ["stoker", "baseline"]
-            for side in order:
-                wall, batches, epoch_steps = _attempts(
-                    lambda tag, side=side: sides[side](
-                        spark, root / f"{side}-{tag}", tag, args.total, args.per_epoch
-                    ),
-                    listener,
-                    timer,
-                    rnd,
-                    epochs,
-                )
-                for d in root.glob(f"{side}-*"):
-                    shutil.rmtree(d, ignore_errors=True)
-                if rnd == 0:
-                    print(f"  warm-up {side}: {wall:.2f} s")
-                    continue
-                trig = [b["trigger_ms"] for b in batches]
-                add = [b["add_batch_ms"] for b in batches]
-                results[side].append(
-                    {
-                        "round": rnd,
-                        "wall_s": wall,
-                        "rows": int(sum(b["rows"] for b in batches)),
-                        "trigger_ms": trig,
-                        "add_batch_ms": add,
-                        "loadavg_1m": os.getloadavg()[0],
-                    }
-                )
-                (steps if side == "stoker" else baseline_steps).extend(epoch_steps)
-                print(
-                    f"  round {rnd} {side:<8}: {wall:6.2f} s wall, epoch median "
-                    f"{C.median(trig):6.1f} ms (foreachBatch {C.median(add):6.1f} ms), "
-                    f"load {os.getloadavg()[0]:.1f}"
-                )
-                C.flush()
+        if args.store_epochs > 0:
+            # First, while no Spark job runs in this process: no Spark thread competes.
+            sync_dir = Path(tempfile.mkdtemp(prefix="stoker-bench-sync-", dir=args.store_dir))
+            try:
+                store_sync = run_store_sync(sync_dir, args.store_epochs)
+            finally:
+                shutil.rmtree(sync_dir, ignore_errors=True)
+            _print_store_sync(store_sync)
+            C.flush()
+        results, steps, baseline_steps = (
+            _alternate(
+                sides, spark, root, listener, timer, args.rounds, args.total, args.per_epoch, epochs
+            )
+            if args.rounds > 0
+            else ({}, [], [])
+        )
+        if args.pg_rounds > 0:
+            pg = _run_pg(spark, root, listener, timer, args, epochs)
     finally:
         timer.uninstall()
         spark.streams.removeListener(listener)
         shutil.rmtree(root, ignore_errors=True)
 
-    summary = _summarize(results, args.total, epochs)
-    breakdown = _breakdown(steps)
-    base_breakdown = {
-        k: C.median(e[k] for e in baseline_steps) for k in (baseline_steps or [{}])[0]
-    }
-    _print(summary, breakdown, base_breakdown, args.rounds, epochs)
+    summary: dict[str, Any] = {}
+    breakdown: dict[str, float] = {}
+    base_breakdown: dict[str, float] = {}
+    if results:
+        summary = _summarize(results, args.total, epochs)
+        breakdown = _breakdown(steps)
+        base_breakdown = {
+            k: C.median(e[k] for e in baseline_steps) for k in (baseline_steps or [{}])[0]
+        }
+        _print(summary, breakdown, base_breakdown, args.rounds, epochs)
+    if pg:
+        _print(pg["summary"], {}, {}, args.pg_rounds, epochs, "PostgreSQL sink")
+        _print_pg_steps(pg)
+    if store_sync:
+        _print_store_sync(store_sync)  # again, beside the rest
     paired: dict[str, Any] = {}
     if args.paired_epochs > 0:
         work = Path(tempfile.mkdtemp(prefix="stoker-bench-paired-"))
@@ -456,10 +710,117 @@ def main() -> int:
             "baseline_epoch_breakdown_ms": base_breakdown,
             "paired_sink_ms": paired,
             "runs": results,
+            "postgres": pg,
+            "sqlite_synchronous_full_vs_normal": store_sync,
         },
     )
     spark.stop()
     return 0
+
+
+def _alternate(
+    sides: dict[str, Callable[..., tuple[str, float]]],
+    spark: Any,
+    root: Path,
+    listener: _Progress,
+    timer: _StepTimer,
+    rounds: int,
+    total: int,
+    per_epoch: int,
+    epochs: int,
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, float]], list[dict[str, float]]]:
+    """One warm-up run per side, then ``rounds`` rounds A B / B A / ...: per-run results and
+    the step timings of every measured epoch (stoker's, the baseline's)."""
+    results: dict[str, list[dict[str, Any]]] = {"baseline": [], "stoker": []}
+    steps: list[dict[str, float]] = []
+    baseline_steps: list[dict[str, float]] = []
+    for rnd in range(rounds + 1):
+        order = ["baseline", "stoker"] if rnd % 2 == 0 else ["stoker", "baseline"]
+        for side in order:
+            wall, batches, epoch_steps = _attempts(
+                lambda tag, side=side: sides[side](
+                    spark, root / f"{side}-{tag}", f"{side}-{tag}", total, per_epoch
+                ),
+                listener,
+                timer,
+                rnd,
+                epochs,
+            )
+            for d in root.glob(f"{side}-*"):
+                shutil.rmtree(d, ignore_errors=True)
+            if rnd == 0:
+                print(f"  warm-up {side}: {wall:.2f} s")
+                continue
+            trig = [b["trigger_ms"] for b in batches]
+            add = [b["add_batch_ms"] for b in batches]
+            results[side].append(
+                {
+                    "round": rnd,
+                    "wall_s": wall,
+                    "rows": int(sum(b["rows"] for b in batches)),
+                    "trigger_ms": trig,
+                    "add_batch_ms": add,
+                    "loadavg_1m": os.getloadavg()[0],
+                }
+            )
+            (steps if side == "stoker" else baseline_steps).extend(epoch_steps)
+            print(
+                f"  round {rnd} {side:<8}: {wall:6.2f} s wall, epoch median "
+                f"{C.median(trig):6.1f} ms (foreachBatch {C.median(add):6.1f} ms), "
+                f"load {os.getloadavg()[0]:.1f}"
+            )
+            C.flush()
+    return results, steps, baseline_steps
+
+
+def _run_pg(
+    spark: Any, root: Path, listener: _Progress, timer: _StepTimer, args: Any, epochs: int
+) -> dict[str, Any]:
+    """The PostgreSQL sink path on a throwaway server with durable settings (fsync on)."""
+    from tests.pg import ThrowawayPostgres
+
+    durable = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+    print()
+    print(
+        f"PostgreSQL sink: stoker's exactly-once sink vs one plain COPY transaction per epoch "
+        f"(from the driver); {args.pg_rounds} rounds + 1 warm-up; a throwaway server with "
+        "fsync, synchronous_commit and full_page_writes on"
+    )
+    with ThrowawayPostgres(settings=durable) as server:
+        dsn = server.dsn
+
+        def stoker_side(spark: Any, work: Path, tag: str, total: int, n: int) -> tuple[str, float]:
+            return run_pg_stoker(spark, work, tag.replace("stoker-", ""), total, n, dsn)
+
+        def base_side(spark: Any, work: Path, tag: str, total: int, n: int) -> tuple[str, float]:
+            return run_pg_baseline(spark, work, tag.replace("baseline-", ""), total, n, dsn)
+
+        results, steps, baseline_steps = _alternate(
+            {"baseline": base_side, "stoker": stoker_side},
+            spark,
+            root / "pg",
+            listener,
+            timer,
+            args.pg_rounds,
+            args.total,
+            args.per_epoch,
+            epochs,
+        )
+    summary = _summarize(results, args.total, epochs)
+    return {
+        "summary": summary,
+        "stoker_epoch_breakdown_ms": _medians(steps),
+        "baseline_epoch_breakdown_ms": _medians(baseline_steps),
+        "runs": results,
+    }
+
+
+def _medians(epochs: list[dict[str, float]]) -> dict[str, float]:
+    """Median per label over the epochs that have it (labels in first-seen order)."""
+    labels: list[str] = []
+    for e in epochs:
+        labels += [k for k in e if k not in labels]
+    return {k: C.median(e[k] for e in epochs if k in e) for k in labels}
 
 
 def _attempts(
@@ -560,10 +921,11 @@ def _print(
     base: dict[str, float],
     rounds: int,
     epochs: int,
+    title: str = "files sink (parquet)",
 ) -> None:
     b, st = s["baseline"], s["stoker"]
     print()
-    print(f"Overhead: {rounds} rounds, {epochs} epochs per job, medians")
+    print(f"Overhead, {title}: {rounds} rounds, {epochs} epochs per job, medians")
     rows = [
         [
             "wall time per job (s)",
@@ -645,6 +1007,14 @@ def _print(
             if st in breakdown and b in base
         ]
         print(C.table(["part", "baseline", "stoker", "stoker - baseline"], rows))
+
+
+def _print_pg_steps(pg: dict[str, Any]) -> None:
+    print()
+    print("PostgreSQL sink, foreachBatch body step by step (median ms per epoch):")
+    for side in ("stoker", "baseline"):
+        d = pg[f"{side}_epoch_breakdown_ms"]
+        print(C.table([f"{side} step", "ms"], [[k, C.fmt(v, 2)] for k, v in d.items() if v]))
 
 
 def _print_paired(p: dict[str, Any]) -> None:

@@ -191,7 +191,7 @@ def main() -> None:
                 shoot,
             )
         if args.store in ("postgres", "both"):
-            from stoker.testing_pg import ThrowawayPostgres
+            from tests.pg import ThrowawayPostgres
 
             with ThrowawayPostgres() as pg:
                 rows += measure(pg.dsn, "postgres", args.rounds, args.clients, work / "pg", shoot)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stoker.testing_pg import ThrowawayPostgres
+from tests.pg import ThrowawayPostgres
 
 # PostgreSQL ------------------------------------------------------------------------------------
 _db_numbers = itertools.count(1)
