@@ -69,6 +69,36 @@ class JobTerminal(StokerError):
         self.state = state
 
 
+class ControlNotFound(StokerError):
+    """No control event (or savepoint) with that id exists for the job."""
+
+    def __init__(self, job_id: str, control_id: str) -> None:
+        super().__init__(f"job {job_id!r} has no control event {control_id!r}")
+        self.job_id = job_id
+        self.control_id = control_id
+
+
+class ControlConflict(StokerError):
+    """A control event that cannot be taken in the job's present control state (pause of a
+    paused job, a request_id reused with another body). Nothing was stored."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id!r}: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+class TooManyRequests(StokerError):
+    """Control traffic to one job beyond its rate limit; retry after ``retry_after`` seconds."""
+
+    def __init__(self, job_id: str, retry_after: float, limit: str) -> None:
+        super().__init__(
+            f"job {job_id!r}: too many control events ({limit}); retry in {retry_after:.1f} s"
+        )
+        self.job_id = job_id
+        self.retry_after = retry_after
+
+
 class StaleAttempt(StokerError):
     """This attempt no longer owns its job (a newer attempt exists or its lease lapsed)."""
 
@@ -115,6 +145,9 @@ EXIT_CODES: dict[type[StokerError], int] = {
     Unauthorized: 11,
     ManagerUnavailable: 12,
     JobSuspended: 13,
+    ControlNotFound: 3,
+    ControlConflict: 9,
+    TooManyRequests: 14,
 }
 
 

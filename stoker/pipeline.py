@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stoker.errors import InvalidInput, InvalidPipeline
+from stoker.control.events import check_with_schema, merge_config
+from stoker.errors import InvalidPipeline
 from stoker.sinks.base import TwoPhaseSink
 from stoker.sources.base import MapFn, Source
 from stoker.types import JobId, job_id
@@ -37,13 +38,22 @@ class Pipeline:
     defaults; the transform sees them as ``ctx.config`` (pinned per epoch).
     """
 
-    def __init__(self, name: str, config: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, name: str, config: Mapping[str, Any] | type | None = None) -> None:
         self.name = name
-        self.config: dict[str, Any] = dict(config or {})
+        # A pydantic model class declares the config with types and constraints: its fields'
+        # defaults are the defaults, and every value (at submit and by control) is checked
+        # against its JSON schema, also by a job manager that never imports this file.
+        self.config_schema: dict[str, Any] | None = None
+        if isinstance(config, type):
+            self.config, self.config_schema = _from_model(config)
+        else:
+            self.config = dict(config or {})
         self.inputs: list[_Input] = []
         self.sinks: list[TwoPhaseSink] = []
         self._transform: Transform = _identity
         self._transform_arity = 2
+        # Handlers of custom control events, by event name (see on_control).
+        self.handlers: dict[str, Callable[..., Any]] = {}
 
     def source(self, source: Source, map: MapFn | None = None) -> Pipeline:
         """Add an input. ``map`` (df -> df) shapes this source before the sources are unioned."""
@@ -57,6 +67,33 @@ class Pipeline:
         self._transform = fn
         self._transform_arity = _arity(fn)
         return self
+
+    def on_control(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a handler of custom control events named ``name``::
+
+            @p.on_control("reload_rules")
+            def reload(event, ctx): ...
+
+        It is called on the driver at the boundary of the epoch the event applies at (again in
+        a replay of that epoch), before the transform, with the event (``name``, ``payload``)
+        and the epoch's context; the transform sees the event in ``ctx.events``. A handler that
+        raises rejects the event (its status says why); the epoch goes on without it. Only
+        registered names are accepted by ``POST /v1/jobs/{id}/control``.
+        """
+        from stoker.control.events import _EVENT_NAME
+
+        if not isinstance(name, str) or not _EVENT_NAME.match(name):
+            raise InvalidPipeline(
+                "on_control", f"{name!r} is not an event name like 'reload_rules'"
+            )
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if not callable(fn):
+                raise InvalidPipeline(f"on_control({name!r})", "the handler must be callable")
+            self.handlers[name] = fn
+            return fn
+
+        return register
 
     def sink(self, sink: TwoPhaseSink) -> Pipeline:
         """Add an output. Several sinks commit together or not at all."""
@@ -114,6 +151,8 @@ class Pipeline:
         int is a float too; a default of None takes anything), is :class:`InvalidInput`
         naming ``config.<key>``, the declared keys and the type expected. Nothing is changed.
         """
+        if self.config_schema is not None:
+            return check_with_schema(self.config_schema, self.config, values)
         return merge_config(self.config, values)
 
     def spec(self) -> dict[str, Any]:
@@ -123,43 +162,29 @@ class Pipeline:
             "sources": [i.source.describe() for i in self.inputs],
             "sinks": [s.describe() for s in self.sinks],
             "config": self.config,
+            "events": sorted(self.handlers),
+            **({"config_schema": self.config_schema} if self.config_schema else {}),
         }
 
 
-def _type_name(value: Any) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string"}.get(
-        type(value),
-        "list"
-        if isinstance(value, list)
-        else "object"
-        if isinstance(value, dict)
-        else type(value).__name__,
-    )
-
-
-def merge_config(defaults: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
-    """See :meth:`Pipeline.check_config`."""
-    allowed = ", ".join(sorted(defaults)) or "none: the pipeline declares no config"
-    out = dict(defaults)
-    for key, value in values.items():
-        if key not in defaults:
-            raise InvalidInput(
-                f"config.{key}", f"is not a declared config key (declared: {allowed})"
+def _from_model(model: type) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Defaults and JSON schema of a pydantic model class declaring a pipeline's config."""
+    fields = getattr(model, "model_fields", None)
+    schema_of = getattr(model, "model_json_schema", None)
+    if not isinstance(fields, dict) or not callable(schema_of):
+        raise InvalidPipeline(
+            "config", f"expects a dict of defaults or a pydantic model class, got {model!r}"
+        )
+    defaults: dict[str, Any] = {}
+    for name, info in fields.items():
+        if info.is_required():
+            raise InvalidPipeline(
+                f"config.{name}", "every config field needs a default (the job starts with it)"
             )
-        default = defaults[key]
-        if default is not None:
-            want = _type_name(default)
-            ok = _type_name(value) == want or (want == "number" and _type_name(value) == "integer")
-            if not ok:
-                raise InvalidInput(
-                    f"config.{key}",
-                    f"expects {want} (like its default {default!r}), got {_type_name(value)} "
-                    f"{value!r} (declared keys: {allowed})",
-                )
-            if want == "number":
-                value = float(value)
-        out[key] = value
-    return out
+        defaults[name] = info.get_default(call_default_factory=True)
+    schema = schema_of()
+    check_with_schema(schema, {}, defaults)
+    return defaults, schema
 
 
 def _arity(fn: Callable[..., Any]) -> int:

@@ -176,3 +176,47 @@ def check_txn_transition(current: TxnState | None, target: TxnState) -> None:
         raise InvalidTransition(
             f"sink transaction {current or 'without a record'} cannot become {target}"
         )
+
+
+class ControlKind(enum.StrEnum):
+    """What a control event changes (see :mod:`stoker.control.events`)."""
+
+    CONFIG = "config"
+    RATE_LIMIT = "rate_limit"
+    LOG_LEVEL = "log_level"
+    TRIGGER = "trigger"
+    PAUSE = "pause"
+    RESUME = "resume"
+    CHECKPOINT = "checkpoint"
+    EVENT = "event"
+    SAVEPOINT = "savepoint"
+
+
+class ControlStatus(enum.StrEnum):
+    """Lifecycle of a control event: PENDING -> APPLIED (epoch N) -> COMMITTED, or REJECTED."""
+
+    PENDING = "PENDING"
+    APPLIED = "APPLIED"
+    COMMITTED = "COMMITTED"
+    REJECTED = "REJECTED"
+
+    @property
+    def ended(self) -> bool:
+        return self in (ControlStatus.COMMITTED, ControlStatus.REJECTED)
+
+
+CONTROL_TRANSITIONS: dict[ControlStatus | None, frozenset[ControlStatus]] = {
+    None: frozenset({ControlStatus.PENDING}),
+    ControlStatus.PENDING: frozenset({ControlStatus.APPLIED, ControlStatus.REJECTED}),
+    ControlStatus.APPLIED: frozenset({ControlStatus.COMMITTED, ControlStatus.REJECTED}),
+    ControlStatus.COMMITTED: frozenset(),
+    ControlStatus.REJECTED: frozenset(),
+}
+
+
+def check_control_transition(current: ControlStatus | None, target: ControlStatus) -> None:
+    """Raise :class:`InvalidTransition` unless a control event may go ``current -> target``."""
+    if target not in CONTROL_TRANSITIONS[current]:
+        raise InvalidTransition(
+            f"control event {current or 'without a record'} cannot become {target}"
+        )

@@ -10,6 +10,7 @@ from stoker.store._retention import PruneResult, RetentionPolicy
 from stoker.store.base import Store
 from stoker.store.records import (
     AttemptRecord,
+    ControlEvent,
     ControlSnapshot,
     EpochRecord,
     JobRecord,
@@ -21,6 +22,7 @@ from stoker.store.records import (
 
 __all__ = [
     "AttemptRecord",
+    "ControlEvent",
     "ControlSnapshot",
     "EpochRecord",
     "JobRecord",

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from stoker.store._retention import PruneResult, RetentionPolicy
 from stoker.store.records import (
     AttemptRecord,
+    ControlEvent,
     ControlSnapshot,
     EpochRecord,
     JobRecord,
@@ -19,6 +20,8 @@ from stoker.store.records import (
 from stoker.types import (
     AttemptNo,
     AttemptState,
+    ControlKind,
+    ControlStatus,
     ControlVersion,
     Epoch,
     JobId,
@@ -184,7 +187,12 @@ class EpochStore(Protocol):
     def pin_epoch(
         self, job_id: JobId, epoch: Epoch, attempt: AttemptNo, control_version: ControlVersion
     ) -> EpochRecord:
-        """Insert the epoch record if absent; either way return the record now stored."""
+        """Insert the epoch record if absent; either way return the record now stored.
+
+        In the same transaction, every PENDING control event (except savepoints, which the
+        runtime performs itself) with a version at or below the record's control version
+        becomes APPLIED at this epoch. A replay finds the record and its events as they were.
+        """
         ...
 
     def decide_epoch(
@@ -196,7 +204,8 @@ class EpochStore(Protocol):
 
     def mark_epoch_committed(self, job_id: JobId, epoch: Epoch) -> None:
         """DECIDED -> COMMITTED. Again, or for an epoch pruned since, nothing changes; a PINNED
-        epoch is :class:`~stoker.errors.InvalidTransition` (``EPOCH_TRANSITIONS``)."""
+        epoch is :class:`~stoker.errors.InvalidTransition` (``EPOCH_TRANSITIONS``). In the same
+        transaction the control events APPLIED at this epoch become COMMITTED."""
         ...
 
     def get_epoch(self, job_id: JobId, epoch: Epoch) -> EpochRecord | None: ...
@@ -238,8 +247,76 @@ class ControlStore(Protocol):
         """The config at ``version`` (default: the latest)."""
         ...
 
-    def declare_defaults(self, job_id: JobId, defaults: dict[str, Any]) -> ControlSnapshot:
-        """Record the pipeline's declared config; a new version only if it changed."""
+    def declare_defaults(
+        self,
+        job_id: JobId,
+        defaults: dict[str, Any],
+        pipeline: dict[str, Any] | None = None,
+    ) -> ControlSnapshot:
+        """Record the pipeline's declared config (a new attempt's defaults with the submitted
+        values on top). The config becomes ``defaults`` with the keys control has set kept on
+        top (:func:`stoker.control.events.declare`); overrides of keys no longer declared are
+        dropped. ``pipeline`` (the pipeline's description: declared config, sources,
+        registered event names) is kept as ``state["pipeline"]``, what control requests are
+        checked against. A new version only if the config or the state changed."""
+        ...
+
+    def add_control(
+        self,
+        job_id: JobId,
+        kind: ControlKind,
+        body: dict[str, Any],
+        *,
+        sender: str,
+        origin: str | None = None,
+        request_id: str | None = None,
+    ) -> tuple[ControlEvent, bool]:
+        """Store one validated control event as a new control version, in one transaction.
+
+        The new version's (config, state) is :func:`stoker.control.events.apply` of the latest
+        one. Returns (event, created). The same ``request_id`` with the same kind and body
+        returns the stored event (created False); with another body it raises
+        :class:`ControlConflict`. A job that has ended raises :class:`JobTerminal`; an event the
+        state refuses (pause of a paused job) raises :class:`ControlConflict`. Nothing is stored
+        when it raises. Savepoint events make a version too (they change no state).
+        """
+        ...
+
+    def get_control(self, job_id: JobId, control_id: str) -> ControlEvent:
+        """One event; :class:`ControlNotFound` (or :class:`JobNotFound`) if there is none."""
+        ...
+
+    def list_controls(
+        self,
+        job_id: JobId,
+        limit: int = 50,
+        before_version: ControlVersion | None = None,
+        kind: ControlKind | None = None,
+        status: ControlStatus | None = None,
+    ) -> list[ControlEvent]:
+        """Newest first; ``before_version`` pages on (versions below it)."""
+        ...
+
+    def applied_controls(self, job_id: JobId, epoch: Epoch) -> list[ControlEvent]:
+        """The events applied at ``epoch`` (APPLIED or COMMITTED, not REJECTED), oldest first:
+        what a replay of that epoch applies again."""
+        ...
+
+    def reject_control(self, job_id: JobId, control_id: str, reason: str) -> ControlEvent:
+        """PENDING or APPLIED -> REJECTED with ``reason``; an ended event is left as it is."""
+        ...
+
+    def finish_control(
+        self,
+        job_id: JobId,
+        control_id: str,
+        status: ControlStatus,
+        epoch: Epoch | None = None,
+        result: dict[str, Any] | None = None,
+    ) -> ControlEvent:
+        """Move an event the runtime handles itself (a savepoint) to APPLIED or COMMITTED,
+        with the epoch it happened at and its result. Follows CONTROL_TRANSITIONS; moving to
+        the status it has already only updates ``result``."""
         ...
 
 

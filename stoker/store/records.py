@@ -9,6 +9,8 @@ from typing import Any
 from stoker.types import (
     AttemptNo,
     AttemptState,
+    ControlKind,
+    ControlStatus,
     ControlVersion,
     Epoch,
     EpochState,
@@ -206,10 +208,55 @@ class SinkTxn:
 
 @dataclass(frozen=True)
 class ControlSnapshot:
-    """The user config as of one control version."""
+    """A job's control state as of one control version: the user config the transform sees,
+    and the rest (rate limit, log levels, trigger, paused; see :mod:`stoker.control.events`)."""
 
     version: ControlVersion
     config: dict[str, Any]
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.state.get("paused"))
+
+    @property
+    def trigger_s(self) -> float | None:
+        t = self.state.get("trigger_s")
+        return None if t is None else float(t)
+
+    @property
+    def rate_limit(self) -> dict[str, Any]:
+        return dict(self.state.get("rate_limit") or {})
+
+    @property
+    def log_level(self) -> dict[str, Any]:
+        return dict(self.state.get("log_level") or {})
+
+
+@dataclass(frozen=True)
+class ControlEvent:
+    """One control event: what was asked (kind, body), by whom, and how far it got.
+
+    ``version`` is the control version the event made; an epoch that pins a version at or
+    above it applies the event (``applied_epoch``), and its commit makes it COMMITTED.
+    ``result`` holds what the event produced (a savepoint's path, a checkpoint's epoch).
+    """
+
+    job_id: JobId
+    control_id: str
+    version: ControlVersion
+    kind: ControlKind
+    body: dict[str, Any]
+    status: ControlStatus
+    sender: str
+    created_at: float
+    request_id: str | None = None
+    origin: str | None = None
+    applied_epoch: Epoch | None = None
+    reason: str | None = None
+    result: dict[str, Any] | None = None
+    applied_at: float | None = None
+    ended_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from stoker.errors import DuplicateJob, InvalidTransition, JobTerminal, NotLeader, StaleAttempt
 from stoker.store._sqlbase import SqlBase
 from stoker.store.records import AttemptRecord, JobRecord, Owner
+from stoker.store.sql_control import end_controls_in
 from stoker.types import (
     AttemptNo,
     AttemptState,
@@ -199,6 +200,7 @@ class AttemptsMixin(SqlBase):
                     error=error,
                     now=now,
                 )
+                end_controls_in(self, cur, job_id, target, now)
             row = self._x(cur, "get_job", job_id=job_id).fetchone()
         return JobRecord.from_row(row)
 
@@ -229,6 +231,7 @@ class AttemptsMixin(SqlBase):
                 self._x(
                     cur, "set_job_state", job_id=job_id, state=str(job_state), error=error, now=now
                 )
+                end_controls_in(self, cur, job_id, job_state, now)
             row = self._x(cur, "get_job", job_id=job_id).fetchone()
         return JobRecord.from_row(row)
 

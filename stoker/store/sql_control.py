@@ -1,18 +1,111 @@
-"""Config and control versions of a job in SQL."""
+"""Control versions and control events of a job in SQL.
+
+A control version is a job's whole control state (config and the rest, see
+:mod:`stoker.control.events`); a control event makes one new version, in the transaction that
+stores the event. Epochs move events on: the pin of an epoch applies the PENDING events up to
+its version, the epoch's commit commits them (``sql_epochs.py``), the job's end rejects what
+is left (:func:`end_controls_in`, called wherever the store ends a job).
+"""
 
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
-from stoker.errors import JobNotFound
+from stoker.control import events
+from stoker.errors import ControlConflict, ControlNotFound, InvalidInput, JobNotFound, JobTerminal
 from stoker.store._sqlbase import SqlBase
-from stoker.store.records import ControlSnapshot
-from stoker.types import ControlVersion, JobId
+from stoker.store.records import ControlEvent, ControlSnapshot
+from stoker.types import (
+    ControlKind,
+    ControlStatus,
+    ControlVersion,
+    Epoch,
+    JobId,
+    JobState,
+    check_control_transition,
+)
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _without_pipeline(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in state.items() if k != "pipeline"}
+
+
+def _event(row: Any) -> ControlEvent:
+    """The event of a row of the control_events queries (their shared column order)."""
+    return ControlEvent(
+        job_id=JobId(row[0]),
+        control_id=str(row[1]),
+        version=ControlVersion(int(row[2])),
+        kind=ControlKind(row[3]),
+        body=json.loads(row[4]),
+        status=ControlStatus(row[5]),
+        applied_epoch=None if row[6] is None else Epoch(int(row[6])),
+        reason=row[7],
+        result=None if row[8] is None else json.loads(row[8]),
+        request_id=row[9],
+        sender=str(row[10]),
+        origin=row[11],
+        created_at=float(row[12]),
+        applied_at=None if row[13] is None else float(row[13]),
+        ended_at=None if row[14] is None else float(row[14]),
+    )
+
+
+def end_controls_in(store: SqlBase, cur: Any, job_id: JobId, state: JobState, now: float) -> None:
+    """The job has just become ``state`` (terminal) in ``cur``'s transaction: its control
+    events that can no longer take effect become REJECTED.
+
+    PENDING events: no epoch will apply them. APPLIED events whose epoch has not reached its
+    commit point (PINNED, or gone): that epoch's output will never be committed as it was.
+    Events applied at a DECIDED epoch stay APPLIED: recovery commits the epoch, and them.
+    Both moves are allowed by ``CONTROL_TRANSITIONS``; the statements name their from-state.
+    """
+    if not state.terminal:
+        return
+    reason = f"the job ended ({state}) before the event applied"
+    store._x(cur, "reject_pending_controls", job_id=job_id, reason=reason, now=now)
+    store._x(cur, "reject_unfinished_controls", job_id=job_id, now=now)
 
 
 class ControlMixin(SqlBase):
     """Implements :class:`stoker.store.protocols.ControlStore`."""
+
+    # versions -------------------------------------------------------------------------------
+    def _version_in(
+        self, cur: Any, job_id: JobId, version: int
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        row = self._x(cur, "get_control_version", job_id=job_id, version=version).fetchone()
+        if row is None:
+            raise JobNotFound(f"{job_id} (control version {version})")
+        return json.loads(row[1]), json.loads(row[2])
+
+    def _new_version_in(
+        self,
+        cur: Any,
+        job_id: JobId,
+        version: int,
+        config: dict[str, Any],
+        state: dict[str, Any],
+        reason: str,
+        now: float,
+    ) -> None:
+        self._x(
+            cur,
+            "insert_control_version",
+            job_id=job_id,
+            version=version,
+            config=_dump(config),
+            state=_dump(state),
+            reason=reason,
+            now=now,
+        )
+        self._x(cur, "set_control_version", job_id=job_id, version=version, now=now)
 
     def control_snapshot(
         self, job_id: JobId, version: ControlVersion | None = None
@@ -23,28 +116,196 @@ class ControlMixin(SqlBase):
                 if row is None:
                     raise JobNotFound(job_id)
                 version = ControlVersion(int(row[5]))
-            crow = self._x(cur, "get_control_version", job_id=job_id, version=version).fetchone()
-        if crow is None:
-            raise JobNotFound(f"{job_id} (control version {version})")
-        return ControlSnapshot(ControlVersion(int(crow[0])), json.loads(crow[1]))
+            config, state = self._version_in(cur, job_id, version)
+        return ControlSnapshot(version, config, state)
 
-    def declare_defaults(self, job_id: JobId, defaults: dict[str, Any]) -> ControlSnapshot:
+    def declare_defaults(
+        self,
+        job_id: JobId,
+        defaults: dict[str, Any],
+        pipeline: dict[str, Any] | None = None,
+    ) -> ControlSnapshot:
         now = self.clock.now()
         with self._tx() as cur:
             version = int(self._locked_job(cur, job_id).control_version)
-            crow = self._x(cur, "get_control_version", job_id=job_id, version=version).fetchone()
-            current = json.loads(crow[1])
-            if current == defaults:
-                return ControlSnapshot(ControlVersion(version), current)
-            new = version + 1
+            config, state = self._version_in(cur, job_id, version)
+            new_config, new_state = events.declare(config, state, defaults)
+            if pipeline is not None:
+                new_state["pipeline"] = pipeline
+            # Compared as they read back (a tuple comes back a list): no version for nothing.
+            new_config, new_state = json.loads(_dump(new_config)), json.loads(_dump(new_state))
+            if (new_config, new_state) == (config, state):
+                return ControlSnapshot(ControlVersion(version), config, state)
+            if new_config == config and _without_pipeline(new_state) == _without_pipeline(state):
+                # Only the description (what a manager validates control with) changed: it is
+                # no part of what an epoch applies, so the version keeps its number.
+                self._x(
+                    cur,
+                    "set_control_state",
+                    job_id=job_id,
+                    version=version,
+                    state=_dump(new_state),
+                )
+                return ControlSnapshot(ControlVersion(version), new_config, new_state)
+            version += 1
+            self._new_version_in(
+                cur, job_id, version, new_config, new_state, "declared defaults changed", now
+            )
+        return ControlSnapshot(ControlVersion(version), new_config, new_state)
+
+    # events ---------------------------------------------------------------------------------
+    def add_control(
+        self,
+        job_id: JobId,
+        kind: ControlKind,
+        body: dict[str, Any],
+        *,
+        sender: str,
+        origin: str | None = None,
+        request_id: str | None = None,
+    ) -> tuple[ControlEvent, bool]:
+        try:
+            kind = ControlKind(kind)
+        except ValueError:
+            allowed = ", ".join(k.value for k in ControlKind)
+            raise InvalidInput(
+                "kind", f"unknown control kind {kind!r} (allowed: {allowed})"
+            ) from None
+        now = self.clock.now()
+        with self._tx() as cur:
+            # The job's row lock orders the writers of one job's versions (and its end).
+            job = self._locked_job(cur, job_id)
+            if request_id is not None:
+                row = self._x(
+                    cur, "get_control_by_request", job_id=job_id, request_id=request_id
+                ).fetchone()
+                if row is not None:
+                    seen = _event(row)
+                    if events.same_request(kind, body, seen.kind, seen.body):
+                        return seen, False
+                    raise ControlConflict(
+                        job_id,
+                        f"request_id {request_id!r} was used for another event "
+                        f"({seen.kind} {seen.control_id}, version {seen.version})",
+                    )
+            if job.state.terminal:
+                raise JobTerminal(job_id, str(job.state))
+            latest = int(job.control_version)
+            config, state = self._version_in(cur, job_id, latest)
+            # ControlConflict (pause of a paused job) leaves here before anything is written.
+            config, state = events.apply(job_id, config, state, kind, body)
+            control_id = uuid.uuid4().hex[:16]
+            version = latest + 1
+            self._new_version_in(
+                cur, job_id, version, config, state, f"control {kind} {control_id}", now
+            )
             self._x(
                 cur,
-                "insert_control_version",
+                "insert_control_event",
                 job_id=job_id,
-                version=new,
-                config=json.dumps(defaults, sort_keys=True),
-                reason="declared defaults changed",
+                control_id=control_id,
+                version=version,
+                kind=str(kind),
+                body=_dump(body),
+                request_id=request_id,
+                sender=sender,
+                origin=origin,
                 now=now,
             )
-            self._x(cur, "set_control_version", job_id=job_id, version=new, now=now)
-        return ControlSnapshot(ControlVersion(new), dict(defaults))
+            row = self._x(cur, "get_control_event", job_id=job_id, control_id=control_id).fetchone()
+        return _event(row), True
+
+    def get_control(self, job_id: JobId, control_id: str) -> ControlEvent:
+        with self._tx(write=False) as cur:
+            row = self._x(cur, "get_control_event", job_id=job_id, control_id=control_id).fetchone()
+            if row is None:
+                self._require_job(cur, job_id)
+                raise ControlNotFound(job_id, control_id)
+        return _event(row)
+
+    def list_controls(
+        self,
+        job_id: JobId,
+        limit: int = 50,
+        before_version: ControlVersion | None = None,
+        kind: ControlKind | None = None,
+        status: ControlStatus | None = None,
+    ) -> list[ControlEvent]:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInput("limit", f"must be a whole number >= 1, got {limit!r}")
+        with self._tx(write=False) as cur:
+            rows = self._x(
+                cur,
+                "list_controls",
+                job_id=job_id,
+                limit=limit,
+                before=None if before_version is None else int(before_version),
+                kind=None if kind is None else str(ControlKind(kind)),
+                status=None if status is None else str(ControlStatus(status)),
+            ).fetchall()
+            if not rows:
+                self._require_job(cur, job_id)
+        return [_event(r) for r in rows]
+
+    def applied_controls(self, job_id: JobId, epoch: Epoch) -> list[ControlEvent]:
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "applied_controls", job_id=job_id, epoch=epoch).fetchall()
+        return [_event(r) for r in rows]
+
+    def reject_control(self, job_id: JobId, control_id: str, reason: str) -> ControlEvent:
+        with self._tx() as cur:
+            current = self._locked_event(cur, job_id, control_id)
+            if not current.status.ended:
+                check_control_transition(current.status, ControlStatus.REJECTED)
+                self._x(
+                    cur,
+                    "reject_control",
+                    job_id=job_id,
+                    control_id=control_id,
+                    reason=reason,
+                    now=self.clock.now(),
+                    from_state=str(current.status),
+                )
+            row = self._x(cur, "get_control_event", job_id=job_id, control_id=control_id).fetchone()
+        return _event(row)
+
+    def finish_control(
+        self,
+        job_id: JobId,
+        control_id: str,
+        status: ControlStatus,
+        epoch: Epoch | None = None,
+        result: dict[str, Any] | None = None,
+    ) -> ControlEvent:
+        if status not in (ControlStatus.APPLIED, ControlStatus.COMMITTED):
+            raise InvalidInput("status", f"expects APPLIED or COMMITTED, got {status!r}")
+        with self._tx() as cur:
+            current = self._locked_event(cur, job_id, control_id).status
+            if current != status:
+                check_control_transition(current, status)
+            self._x(
+                cur,
+                "finish_control",
+                job_id=job_id,
+                control_id=control_id,
+                status=str(status),
+                from_state=str(current),
+                epoch=None if epoch is None else int(epoch),
+                result=None if result is None else _dump(result),
+                now=self.clock.now(),
+            )
+            row = self._x(cur, "get_control_event", job_id=job_id, control_id=control_id).fetchone()
+        return _event(row)
+
+    # helpers --------------------------------------------------------------------------------
+    def _locked_event(self, cur: Any, job_id: JobId, control_id: str) -> ControlEvent:
+        """The event's row, locked for this transaction (FOR UPDATE on PostgreSQL)."""
+        row = self._x(cur, "lock_control_event", job_id=job_id, control_id=control_id).fetchone()
+        if row is None:
+            self._require_job(cur, job_id)
+            raise ControlNotFound(job_id, control_id)
+        return _event(row)
+
+    def _require_job(self, cur: Any, job_id: JobId) -> None:
+        if self._x(cur, "get_job", job_id=job_id).fetchone() is None:
+            raise JobNotFound(job_id)

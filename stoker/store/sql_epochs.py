@@ -21,6 +21,7 @@ class EpochsMixin(SqlBase):
     def pin_epoch(
         self, job_id: JobId, epoch: Epoch, attempt: AttemptNo, control_version: ControlVersion
     ) -> EpochRecord:
+        now = self.clock.now()
         with self._tx() as cur:
             self._x(
                 cur,
@@ -29,10 +30,23 @@ class EpochsMixin(SqlBase):
                 epoch=epoch,
                 attempt=attempt,
                 control_version=control_version,
-                now=self.clock.now(),
+                now=now,
             )
-            row = self._x(cur, "get_epoch", job_id=job_id, epoch=epoch).fetchone()
-        return EpochRecord.from_row(row)
+            rec = EpochRecord.from_row(
+                self._x(cur, "get_epoch", job_id=job_id, epoch=epoch).fetchone()
+            )
+            # The events up to the version the record holds (the first pin's, on a replay)
+            # apply at this epoch. On a replay they did so at the first pin, in its
+            # transaction: none is PENDING any more, and the epoch's set stays as it was.
+            self._x(
+                cur,
+                "apply_controls",
+                job_id=job_id,
+                epoch=epoch,
+                version=int(rec.control_version),
+                now=now,
+            )
+        return rec
 
     def decide_epoch(
         self, job_id: JobId, epoch: Epoch, attempt: AttemptNo, rows_in: int, final: bool
@@ -72,6 +86,7 @@ class EpochsMixin(SqlBase):
         ) from refused
 
     def mark_epoch_committed(self, job_id: JobId, epoch: Epoch) -> None:
+        now = self.clock.now()
         with self._tx() as cur:
             row = self._x(cur, "get_epoch", job_id=job_id, epoch=epoch).fetchone()
             if row is None:
@@ -88,12 +103,14 @@ class EpochsMixin(SqlBase):
                 "commit_epoch",
                 job_id=job_id,
                 epoch=epoch,
-                now=self.clock.now(),
+                now=now,
                 from_state=str(current),
             ).rowcount
             if n:
                 # Same transaction as the change: the total is exact and pruning never lowers it.
                 self._x(cur, "bump_counter", name="epochs_committed", n=n)
+                # The control events applied at this epoch are committed with it.
+                self._x(cur, "commit_controls", job_id=job_id, epoch=epoch, now=now)
 
     def get_epoch(self, job_id: JobId, epoch: Epoch) -> EpochRecord | None:
         with self._tx(write=False) as cur:

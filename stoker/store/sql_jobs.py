@@ -10,6 +10,7 @@ from typing import Any
 from stoker.errors import JobNotFound, JobTerminal
 from stoker.store._sqlbase import SqlBase
 from stoker.store.records import JobRecord, NewJob
+from stoker.store.sql_control import end_controls_in
 from stoker.types import AttemptState, JobId, JobState, check_transition
 
 
@@ -64,6 +65,8 @@ class JobsMixin(SqlBase):
                 job_id=job_id,
                 version=0,
                 config=json.dumps(config, sort_keys=True),
+                # The declared config is the base control's overrides go on top of.
+                state=json.dumps({"base": config}, sort_keys=True),
                 reason="declared defaults",
                 now=now,
             )
@@ -84,16 +87,11 @@ class JobsMixin(SqlBase):
         return [j for j in jobs if state is None or j.state == state]
 
     def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
+        now = self.clock.now()
         with self._tx() as cur:
             check_transition(self._locked_job(cur, job_id).state, state)
-            self._x(
-                cur,
-                "set_job_state",
-                job_id=job_id,
-                state=str(state),
-                error=error,
-                now=self.clock.now(),
-            )
+            self._x(cur, "set_job_state", job_id=job_id, state=str(state), error=error, now=now)
+            end_controls_in(self, cur, job_id, state, now)
             row = self._x(cur, "get_job", job_id=job_id).fetchone()
         return JobRecord.from_row(row)
 
@@ -123,6 +121,7 @@ class JobsMixin(SqlBase):
                     self._end_attempt_in(
                         cur, job_id, job.current_attempt, AttemptState.CANCELED, None, now
                     )
+                end_controls_in(self, cur, job_id, target, now)
             row = self._x(cur, "get_job", job_id=job_id).fetchone()
         return JobRecord.from_row(row)
 

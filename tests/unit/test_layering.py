@@ -37,18 +37,21 @@ ALLOWED: dict[str, frozenset[str]] = {
     "paths": frozenset(),
     "redact": frozenset(),
     "testing": frozenset(),
-    "store": frozenset(),
+    "control": frozenset(),
+    "store": frozenset({"control"}),
     "procs": frozenset({"store"}),
     "client": frozenset(),
-    "manager": frozenset({"store", "procs", "paths"}),
-    "server": frozenset({"manager", "store", "procs", "paths"}),
-    "cli": frozenset({"server", "manager", "store", "client", "procs", "paths"}),
+    "manager": frozenset({"store", "procs", "paths", "control"}),
+    "server": frozenset({"manager", "store", "procs", "paths", "control"}),
+    "cli": frozenset({"server", "manager", "store", "client", "procs", "paths", "control"}),
     # Sources and sinks sit between the runtime and the store (a source may check its fence);
     # their Spark tasks have fault points too.
     "sinks": frozenset({"store", "procs", "testing"}),
     "sources": frozenset({"store", "procs", "testing"}),
-    "pipeline": frozenset({"sinks", "sources"}),
-    "runtime": frozenset({"store", "sinks", "sources", "pipeline", "procs", "paths", "testing"}),
+    "pipeline": frozenset({"sinks", "sources", "control"}),
+    "runtime": frozenset(
+        {"store", "sinks", "sources", "pipeline", "procs", "paths", "testing", "control"}
+    ),
 }
 
 # (module, component) imports allowed only inside a function: the CLI's local run.

@@ -65,6 +65,7 @@ def test_spec_describes_sources_sinks_and_config(tmp_path: Path) -> None:
         "sources": ["generator(total=10, rows_per_second=None, max_rows_per_epoch=5)"],
         "sinks": [f"files({str(out)!r}, format='json')"],
         "config": {"k": "v"},
+        "events": [],
     }
 
 

@@ -26,3 +26,9 @@ WHERE job_id = :job_id AND epoch = :epoch AND state = :from_state
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
        log_path
 FROM attempts WHERE job_id = :job_id AND attempt = :attempt FOR UPDATE;
+
+-- name: lock_control_event
+-- Row lock: the event's status is read, checked against CONTROL_TRANSITIONS, then changed.
+SELECT job_id, control_id, version, kind, body, status, applied_epoch, reason, result, request_id,
+       sender, origin, created_at, applied_at, ended_at
+FROM control_events WHERE job_id = :job_id AND control_id = :control_id FOR UPDATE;

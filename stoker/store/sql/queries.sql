@@ -82,14 +82,18 @@ UPDATE attempts SET state = :state, error = :error, ended_at = :now, lease_expir
 WHERE job_id = :job_id AND attempt = :attempt AND state = :from_state;
 
 -- name: insert_control_version
-INSERT INTO control_versions (job_id, version, config, reason, created_at)
-VALUES (:job_id, :version, :config, :reason, :now);
+INSERT INTO control_versions (job_id, version, config, state, reason, created_at)
+VALUES (:job_id, :version, :config, :state, :reason, :now);
 
 -- name: set_control_version
 UPDATE jobs SET control_version = :version, updated_at = :now WHERE job_id = :job_id;
 
+-- name: set_control_state
+-- Only the pipeline's description changes in place: no epoch reads it.
+UPDATE control_versions SET state = :state WHERE job_id = :job_id AND version = :version;
+
 -- name: get_control_version
-SELECT version, config FROM control_versions WHERE job_id = :job_id AND version = :version;
+SELECT version, config, state FROM control_versions WHERE job_id = :job_id AND version = :version;
 
 -- name: pin_epoch
 INSERT INTO epochs (job_id, epoch, control_version, state, pinned_by, pinned_at)
@@ -253,3 +257,111 @@ DELETE FROM sink_txns
 WHERE job_id = :job_id AND state = 'ABORTED' AND epoch <= :upto
   AND NOT EXISTS (SELECT 1 FROM epochs e
                   WHERE e.job_id = sink_txns.job_id AND e.epoch = sink_txns.epoch);
+
+-- Control events (migration 0006, sql_control.py). Moves follow CONTROL_TRANSITIONS (types.py):
+-- a statement that moves many events at once names the states the table lets it move from.
+
+-- name: insert_control_event
+INSERT INTO control_events (job_id, control_id, version, kind, body, status, request_id, sender,
+                            origin, created_at)
+VALUES (:job_id, :control_id, :version, :kind, :body, 'PENDING', :request_id, :sender, :origin,
+        :now);
+
+-- name: get_control_event
+SELECT job_id, control_id, version, kind, body, status, applied_epoch, reason, result, request_id,
+       sender, origin, created_at, applied_at, ended_at
+FROM control_events WHERE job_id = :job_id AND control_id = :control_id;
+
+-- name: lock_control_event
+SELECT job_id, control_id, version, kind, body, status, applied_epoch, reason, result, request_id,
+       sender, origin, created_at, applied_at, ended_at
+FROM control_events WHERE job_id = :job_id AND control_id = :control_id;
+
+-- name: get_control_by_request
+SELECT job_id, control_id, version, kind, body, status, applied_epoch, reason, result, request_id,
+       sender, origin, created_at, applied_at, ended_at
+FROM control_events WHERE job_id = :job_id AND request_id = :request_id;
+
+-- name: list_controls
+-- Filters given as NULL match everything (the CASTs give PostgreSQL the parameters' types).
+SELECT job_id, control_id, version, kind, body, status, applied_epoch, reason, result, request_id,
+       sender, origin, created_at, applied_at, ended_at
+FROM control_events
+WHERE job_id = :job_id
+  AND (CAST(:before AS BIGINT) IS NULL OR version < CAST(:before AS BIGINT))
+  AND (CAST(:kind AS TEXT) IS NULL OR kind = CAST(:kind AS TEXT))
+  AND (CAST(:status AS TEXT) IS NULL OR status = CAST(:status AS TEXT))
+ORDER BY version DESC LIMIT :limit;
+
+-- name: applied_controls
+SELECT job_id, control_id, version, kind, body, status, applied_epoch, reason, result, request_id,
+       sender, origin, created_at, applied_at, ended_at
+FROM control_events
+WHERE job_id = :job_id AND applied_epoch = :epoch AND status IN ('APPLIED', 'COMMITTED')
+ORDER BY version;
+
+-- name: apply_controls
+-- Run by every pin, in its transaction (PENDING -> APPLIED): through the (job_id, status) index
+-- it finds nothing on almost every epoch. Savepoints are the runtime's to apply.
+UPDATE control_events SET status = 'APPLIED', applied_epoch = :epoch, applied_at = :now
+WHERE job_id = :job_id AND status = 'PENDING' AND version <= :version AND kind <> 'savepoint';
+
+-- name: commit_controls
+-- Run by the epoch's commit, in its transaction (APPLIED -> COMMITTED).
+UPDATE control_events SET status = 'COMMITTED', ended_at = :now
+WHERE job_id = :job_id AND status = 'APPLIED' AND applied_epoch = :epoch;
+
+-- name: reject_pending_controls
+-- The job ended (PENDING -> REJECTED): nothing will apply them any more.
+UPDATE control_events SET status = 'REJECTED', reason = :reason, ended_at = :now
+WHERE job_id = :job_id AND status = 'PENDING';
+
+-- name: reject_unfinished_controls
+-- The job ended (APPLIED -> REJECTED) with the epoch they applied at short of its commit point.
+-- Those applied at a DECIDED epoch stay: recovery commits that epoch and, with it, them.
+UPDATE control_events SET status = 'REJECTED', ended_at = :now,
+    reason = CASE WHEN applied_epoch IS NULL THEN 'the job ended before the event committed'
+                  ELSE 'the job ended before epoch ' || CAST(applied_epoch AS TEXT)
+                       || ' committed' END
+WHERE job_id = :job_id AND status = 'APPLIED'
+  AND NOT EXISTS (SELECT 1 FROM epochs e
+                  WHERE e.job_id = control_events.job_id AND e.epoch = control_events.applied_epoch
+                    AND e.state IN ('DECIDED', 'COMMITTED'));
+
+-- name: reject_control
+UPDATE control_events SET status = 'REJECTED', reason = :reason, ended_at = :now
+WHERE job_id = :job_id AND control_id = :control_id AND status = :from_state;
+
+-- name: finish_control
+-- :from_state was read (locked) and the move checked against CONTROL_TRANSITIONS. A NULL
+-- epoch or result keeps what is recorded; ended_at is set on COMMITTED.
+UPDATE control_events
+SET status = :status,
+    applied_epoch = COALESCE(CAST(:epoch AS BIGINT), applied_epoch),
+    applied_at = CASE WHEN :status = 'APPLIED' AND :from_state <> 'APPLIED' THEN :now
+                      ELSE applied_at END,
+    ended_at = CASE WHEN :status = 'COMMITTED' AND :from_state <> 'COMMITTED' THEN :now
+                    ELSE ended_at END,
+    result = COALESCE(CAST(:result AS TEXT), result)
+WHERE job_id = :job_id AND control_id = :control_id AND status = :from_state;
+
+-- Retention of ended control events (_retention.py): the newest :keep ended events of a job
+-- stay, and so do the events applied at its latest epoch (a replay of it reads them).
+
+-- name: control_cutoff
+SELECT version FROM control_events
+WHERE job_id = :job_id AND status IN ('COMMITTED', 'REJECTED')
+ORDER BY version DESC LIMIT 1 OFFSET :keep;
+
+-- name: prunable_controls
+SELECT version FROM control_events
+WHERE job_id = :job_id AND version > :after AND version <= :cutoff
+  AND status IN ('COMMITTED', 'REJECTED')
+  AND NOT (status = 'COMMITTED' AND applied_epoch IS NOT NULL AND applied_epoch >= :latest)
+ORDER BY version LIMIT :limit;
+
+-- name: prune_controls
+DELETE FROM control_events
+WHERE job_id = :job_id AND version >= :lo AND version <= :hi AND version <= :cutoff
+  AND status IN ('COMMITTED', 'REJECTED')
+  AND NOT (status = 'COMMITTED' AND applied_epoch IS NOT NULL AND applied_epoch >= :latest);

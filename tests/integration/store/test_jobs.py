@@ -45,7 +45,9 @@ def test_create_job_returns_the_new_record(store: Store) -> None:
     )
     assert len(rec.uid) == 32  # a random uid of this job record
     assert store.get_job(JOB) == rec
-    assert store.control_snapshot(JOB) == ControlSnapshot(ControlVersion(0), CONFIG)
+    assert store.control_snapshot(JOB) == ControlSnapshot(
+        ControlVersion(0), CONFIG, {"base": CONFIG}
+    )
 
 
 def test_create_job_twice_returns_the_first_record(store: Store, clock: ManualClock) -> None:
@@ -56,7 +58,9 @@ def test_create_job_twice_returns_the_first_record(store: Store, clock: ManualCl
 
     assert created is False
     assert again == first
-    assert store.control_snapshot(JOB) == ControlSnapshot(ControlVersion(0), CONFIG)
+    assert store.control_snapshot(JOB) == ControlSnapshot(
+        ControlVersion(0), CONFIG, {"base": CONFIG}
+    )
     assert store.list_jobs() == [first]
 
 
@@ -75,7 +79,9 @@ def test_concurrent_create_job_creates_exactly_once(open_new: OpenStore) -> None
     assert expected.name == f"name-{w}"
     assert expected.spec == {"i": w}
     assert [rec for rec, _ in outcomes] == [expected] * 32
-    assert stores[0].control_snapshot(JOB) == ControlSnapshot(ControlVersion(0), {"i": w})
+    assert stores[0].control_snapshot(JOB) == ControlSnapshot(
+        ControlVersion(0), {"i": w}, {"base": {"i": w}}
+    )
 
 
 def test_create_jobs_is_create_job_for_each_in_one_transaction(store: Store) -> None:
@@ -95,7 +101,9 @@ def test_create_jobs_is_create_job_for_each_in_one_transaction(store: Store) -> 
     assert results[0][0] == existing
     assert results[1][0] == results[2][0] == store.get_job(OTHER)
     assert store.get_job(OTHER).name == "b"
-    assert store.control_snapshot(third) == ControlSnapshot(ControlVersion(0), {"k": 1})
+    assert store.control_snapshot(third) == ControlSnapshot(
+        ControlVersion(0), {"k": 1}, {"base": {"k": 1}}
+    )
     assert store.create_jobs([]) == []
 
 
