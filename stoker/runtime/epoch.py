@@ -6,6 +6,7 @@ The numbered steps of :meth:`EpochProcessor.__call__` are the protocol of
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -16,7 +17,9 @@ from typing import TYPE_CHECKING
 from stoker.errors import StaleAttempt
 from stoker.runtime.attempt import LeaseKeeper
 from stoker.runtime.context import EpochContext
+from stoker.runtime.control import EpochControl
 from stoker.runtime.pending import PendingEpoch
+from stoker.sources._control import CV
 from stoker.sources.base import FINISHED, parse_offset_line
 from stoker.testing import fault_point
 from stoker.types import ControlVersion, Epoch, EpochState, JobState
@@ -35,12 +38,27 @@ def all_sources_finished(checkpoint: Path, epoch: int) -> bool:
 
     Only stoker sources carry the flag; any other source (or a missing line) is unbounded.
     """
+    return offsets_of(checkpoint, epoch)[0]
+
+
+def offsets_of(checkpoint: Path, epoch: int) -> tuple[bool, ControlVersion | None]:
+    """From Spark's offset log for ``epoch``: (every source finished, the control version the
+    epoch was planned under).
+
+    The version is the lowest ``cv`` among the stoker sources still reading (each reader
+    planned its range under the version it read; every event up to the lowest one is in force
+    for all of them). None when no source carries one: the epoch pins the job's latest.
+    """
     try:
         lines = (checkpoint / "offsets" / str(epoch)).read_text().splitlines()
     except OSError:
-        return False
+        return False, None
     offsets = [parse_offset_line(line) for line in lines[2:]]
-    return bool(offsets) and all(o is not None and o[FINISHED] is True for o in offsets)
+    finished = bool(offsets) and all(o is not None and o[FINISHED] is True for o in offsets)
+    versions = [
+        int(o[CV]) for o in offsets if o is not None and CV in o and o[FINISHED] is not True
+    ]
+    return finished, (ControlVersion(min(versions)) if versions else None)
 
 
 class Stopping(Exception):
@@ -75,16 +93,13 @@ class EpochProcessor:
         self.final_event = threading.Event()
         self.error: BaseException | None = None
         self.timings: list[EpochTiming] = []
-        self._snapshots: dict[int, dict[str, object]] = {}
         # Graceful stop: once set, no new epoch starts; the one in flight (holding the lock)
         # completes and commits first.
         self.stopping = threading.Event()
         self.epoch_lock = threading.Lock()
-
-    def _config(self, version: ControlVersion) -> dict[str, object]:
-        if version not in self._snapshots:
-            self._snapshots[version] = self.store.control_snapshot(self.job, version).config
-        return self._snapshots[version]
+        self.control = EpochControl(store, self.job, pipeline)
+        # The control version and epoch of the last epoch run (the supervisor's reference).
+        self.last_version: ControlVersion | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         with self.epoch_lock:
@@ -98,11 +113,13 @@ class EpochProcessor:
             except BaseException as e:
                 self.error = e
                 raise
+            finally:
+                self.control.end()
 
     def _run(self, df: DataFrame, epoch: Epoch) -> None:
         t0 = time.perf_counter()
         job, attempt, store, sinks = self.job, self.attempt, self.store, self.pipeline.sinks
-        final = all_sources_finished(self.checkpoint, epoch)
+        final, planned = offsets_of(self.checkpoint, epoch)
 
         # 1. Fence. A stale attempt stops here and writes nothing; so does a canceled job.
         self.lease.check()
@@ -111,10 +128,13 @@ class EpochProcessor:
             self.stopping.set()
             raise Stopping(f"epoch {epoch} not started: the job is being canceled")
 
-        # 2. Pin: insert-if-absent, with the latest control version. A replay finds the record
-        #    and gets the version it had the first time. Crash after: a PINNED record, no
-        #    output; the replay reuses the pin.
-        rec = store.pin_epoch(job, epoch, attempt, current.control_version)
+        # 2. Pin: insert-if-absent, with the control version the sources planned the epoch's
+        #    offsets under (else the latest), applying the control events up to it. A replay
+        #    finds the record and gets the version and events it had the first time. Crash
+        #    after: a PINNED record, no output; the replay reuses the pin.
+        version = current.control_version if planned is None else planned
+        rec = store.pin_epoch(job, epoch, attempt, min(version, current.control_version))
+        self.last_version = rec.control_version
         fault_point("after_pin", epoch)
 
         if rec.state != EpochState.PINNED:
@@ -130,15 +150,19 @@ class EpochProcessor:
             return
         pending = PendingEpoch(store, job, epoch, attempt, rec.control_version)
 
-        # 3. Transform, with the config of the pinned version.
+        # 3. Transform, with the control state of the pinned version: config, custom events
+        #    (their handlers run first), log levels; tasks see it through control.current().
         ctx = EpochContext(
             job_id=job,
             epoch=epoch,
             attempt=attempt,
             control_version=rec.control_version,
-            config=EpochContext.frozen(self._config(rec.control_version)),
+            config=EpochContext.frozen(self.control.snapshot(rec.control_version).config),
             spark=df.sparkSession,
         )
+        events = self.control.begin(df.sparkSession, epoch, rec.control_version, ctx)
+        if events:
+            ctx = dataclasses.replace(ctx, events=events)
         out = self.pipeline.apply(df, ctx)
         fault_point("after_transform", epoch)
 

@@ -8,7 +8,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -25,23 +25,24 @@ from stoker.errors import (
     StokerError,
 )
 from stoker.redact import redact_conf
-from stoker.runtime import launch
+from stoker.runtime import launch, savepoint
 from stoker.runtime.attempt import LeaseKeeper, start_attempt, this_owner
-from stoker.runtime.epoch import EpochProcessor, all_sources_finished
+from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.recovery import recover
 from stoker.runtime.retention import Pruner, policy_of
 from stoker.runtime.session import get_session
+from stoker.runtime.supervise import ControlWatch, QueryHandle, Savepointer, brief, supervise
 from stoker.settings import Settings, parse_duration
 from stoker.sinks import descriptor_of
 from stoker.sinks.base import SinkOwner, TwoPhaseSink
 from stoker.sources.base import SourceContext
 from stoker.store import JobRecord, Store, open_store
-from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobState
+from stoker.store.records import ControlEvent
+from stoker.types import AttemptNo, AttemptState, Epoch, EpochState, JobId, JobState
 from stoker.types import job_id as _job_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
     from stoker.pipeline import Pipeline
 
@@ -320,7 +321,7 @@ def _run_job(
     sinks_open = False
     try:
         # The defaults may have changed in the file; the submitted values stay on top of them.
-        store.declare_defaults(jid, pipeline.check_config(given))
+        store.declare_defaults(jid, pipeline.check_config(given), pipeline=pipeline.spec())
         for sink in pipeline.sinks:
             sink.open(owner, root)
         store.set_job_sinks(jid, [descriptor_of(s) for s in pipeline.sinks])  # for the janitor
@@ -332,11 +333,21 @@ def _run_job(
         if _final_committed(store, jid):
             result_state = JobState.FINISHED
         else:
-            signals.deferred = True  # from here a signal is seen by _supervise, between epochs
-            query = _start_query(stream, proc, checkpoint, settings, jid)
+            signals.deferred = True  # from here a signal is seen by supervise, between epochs
+            # A trigger interval set by control outlives the attempt that applied it.
+            trigger = store.control_snapshot(jid).trigger_s
+            handle = QueryHandle(
+                stream, proc, checkpoint, jid, settings.trigger if trigger is None else trigger
+            )
+            handle.start()
             log.info("job %s: query started, first epoch on its way", jid)
-            result_state = _supervise(
-                query, proc, lease, checkpoint, _stop_check(store, jid), signals
+            result_state = supervise(
+                handle,
+                lease,
+                ControlWatch(store, jid),
+                stoker_sources_only=_stoker_sources_only(pipeline),
+                savepoint=_savepointer(store, jid, root, pipeline, owner),
+                signalled=lambda: signals.received is not None,
             )
     except KeyboardInterrupt:
         # A signal before the query ran (Spark starting, recovery): nothing was decided by
@@ -347,12 +358,12 @@ def _run_job(
         raise  # a newer attempt owns the job: its state is not ours to touch
     except BaseException as e:
         err = proc.error if isinstance(proc.error, StokerError) else e
-        _end(store, jid, attempt.attempt, AttemptState.FAILED, JobState.FAILED, _brief(err))
+        _end(store, jid, attempt.attempt, AttemptState.FAILED, JobState.FAILED, brief(err))
         if isinstance(err, StokerError):
             if err is e:
                 raise  # not `raise e from e`: an exception must not be its own cause
             raise err from e
-        raise JobFailed(f"job {jid!r} failed: {_brief(err)}") from e
+        raise JobFailed(f"job {jid!r} failed: {brief(err)}") from e
     finally:
         pruner.stop()
         lease.stop()
@@ -430,6 +441,22 @@ def _final_committed(store: Store, jid: JobId) -> bool:
     return bool(last) and last[0].final and last[0].state == EpochState.COMMITTED
 
 
+def _stoker_sources_only(pipeline: Pipeline) -> bool:
+    """Whether every source is one of stoker's own (they pause and rate-limit themselves)."""
+    from stoker.sources.spark import SparkSource
+
+    return not any(isinstance(i.source, SparkSource) for i in pipeline.inputs)
+
+
+def _savepointer(
+    store: Store, jid: JobId, root: Path, pipeline: Pipeline, owner: SinkOwner
+) -> Savepointer:
+    def take(event: ControlEvent, epoch: Epoch | None) -> dict[str, object]:
+        return savepoint.take(store, jid, root, pipeline, owner, event, epoch)
+
+    return take
+
+
 def _open_sources(
     spark: SparkSession, pipeline: Pipeline, root: Path, context: SourceContext
 ) -> DataFrame:
@@ -444,154 +471,6 @@ def _open_sources(
         return functools.reduce(lambda a, b: a.unionByName(b), frames)
     except Exception as e:  # AnalysisException: sources of different schemas
         raise InvalidPipeline("sources", f"sources must share one schema to be unioned: {e}") from e
-
-
-def _start_query(
-    stream: DataFrame,
-    proc: EpochProcessor,
-    checkpoint: Path,
-    settings: Settings,
-    jid: JobId,
-) -> StreamingQuery:
-    writer = (
-        stream.writeStream.foreachBatch(proc)
-        .option("checkpointLocation", str(checkpoint))
-        .queryName(f"stoker_{jid}".replace("-", "_").replace(".", "_"))
-    )
-    ms = max(0, int(settings.trigger * 1000))
-    writer = writer.trigger(processingTime=f"{ms} milliseconds")
-    return writer.start()
-
-
-def _stop_check(store: Store, jid: JobId, every: float = 0.5) -> Callable[[], bool]:
-    """A cheap poll of the store: has someone asked this job to stop (cancel)?"""
-    last = [0.0]
-
-    def requested() -> bool:
-        now = time.monotonic()
-        if now - last[0] < every:
-            return False
-        last[0] = now
-        return store.get_job(jid).state == JobState.CANCELING
-
-    return requested
-
-
-def _supervise(
-    query: StreamingQuery,
-    proc: EpochProcessor,
-    lease: LeaseKeeper,
-    checkpoint: Path,
-    stop_requested: Callable[[], bool] = lambda: False,
-    signals: _StopSignals | None = None,
-) -> JobState:
-    """Wait for the query to end: final epoch committed, stop asked for, fenced, or failed.
-
-    A cancel stops the query gracefully and ends CANCELED; a signal likewise, SUSPENDED.
-    """
-    try:
-        while True:
-            # Sleep on the final-epoch event: no busy polling of the JVM while epochs run.
-            # The job ends once Spark has written its commit log for the final epoch, so that
-            # a later restart finds nothing to replay.
-            if proc.final_event.wait(timeout=0.1) and _await_commit_log(
-                query, checkpoint, proc.final_epoch, timeout=None
-            ):
-                _await_idle(query)
-                query.stop()
-                return JobState.FINISHED
-            if lease.fenced is not None:
-                query.stop()
-                raise StaleAttempt(lease.fenced)
-            if not query.isActive:
-                # Stopped from outside mid-epoch: Spark interrupted the batch, but its Python
-                # side may still be in foreachBatch. Wait for it before ending the attempt.
-                with proc.epoch_lock:
-                    pass
-                if proc.stopping.is_set() and proc.error is None:
-                    return JobState.CANCELED
-                exc = query.exception()
-                if proc.error is not None:
-                    raise proc.error
-                if exc is not None:
-                    raise JobFailed(_brief(exc))
-                # Stopped from outside without an error: the final check decides.
-                last = _last(checkpoint)
-                if proc.final_epoch is not None or all_sources_finished(checkpoint, last):
-                    return JobState.FINISHED
-                return JobState.CANCELED
-            if signals is not None and signals.received is not None:
-                return _graceful_stop(query, proc, checkpoint, JobState.SUSPENDED)
-            if proc.stopping.is_set() or stop_requested():
-                return _graceful_stop(query, proc, checkpoint)
-    except KeyboardInterrupt:  # not through _StopSignals (run() off the main thread)
-        return _graceful_stop(query, proc, checkpoint, JobState.SUSPENDED)
-
-
-def _graceful_stop(
-    query: StreamingQuery,
-    proc: EpochProcessor,
-    checkpoint: Path,
-    stopped: JobState = JobState.CANCELED,
-) -> JobState:
-    """Let the epoch in flight complete and commit, then stop the query. No new epoch starts.
-
-    FINISHED if that epoch was the final one, else ``stopped``.
-    """
-    proc.stopping.set()
-    with proc.epoch_lock:  # waits for the epoch in flight, if any
-        last = proc.timings[-1].epoch if proc.timings else None
-    if _await_commit_log(query, checkpoint, last, timeout=10.0):
-        _await_idle(query)
-    query.stop()
-    if proc.final_epoch is not None and (checkpoint / "commits" / str(proc.final_epoch)).exists():
-        return JobState.FINISHED
-    return stopped
-
-
-def _await_commit_log(
-    query: StreamingQuery, checkpoint: Path, epoch: int | None, timeout: float | None
-) -> bool:
-    """Wait until Spark has written ``commits/<epoch>``; False if the query ended first."""
-    if epoch is None:
-        return False
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while query.isActive:
-        if (checkpoint / "commits" / str(epoch)).exists():
-            return True
-        if deadline is not None and time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return (checkpoint / "commits" / str(epoch)).exists()
-
-
-def _brief(err: BaseException) -> str:
-    """An error as recorded and shown: PySpark's message without the JVM stack trace it
-    carries (kilobytes of Java frames; ``--debug`` shows the whole exception)."""
-    text = str(err)
-    cut = text.find("JVM stacktrace:")
-    return (text[:cut] if cut >= 0 else text).strip()
-
-
-def _await_idle(query: StreamingQuery, timeout: float = 5.0) -> None:
-    """Wait until the query's trigger has finished (its commit log write included: Spark
-    renames the log's checksum file after the log itself), so that the stop that follows
-    interrupts an idle query, not a file system call."""
-    deadline = time.monotonic() + timeout
-    try:
-        while query.isActive and query.status.get("isTriggerActive"):
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.005)
-    except Exception:  # the query ended meanwhile: nothing to wait for
-        log.debug("reading the query's status failed", exc_info=True)
-
-
-def _last(checkpoint: Path) -> int:
-    try:
-        return max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    except (OSError, ValueError):
-        return -1
 
 
 def describe(result: JobResult) -> dict[str, Any]:

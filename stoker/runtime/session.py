@@ -43,6 +43,9 @@ DEFAULT_CONF = {
     # The Python data source runners connect back to the JVM; on a loaded machine the default
     # socket timeout was seen to expire.
     "spark.python.authenticate.socketTimeout": "120s",
+    # A log_level control event calls setLogLevel on the driver; with this, Spark passes the
+    # level on to the executors' JVMs too (off by default: they would stay at INFO).
+    "spark.executor.syncLogLevel.enabled": "true",
 }
 
 

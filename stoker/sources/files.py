@@ -22,6 +22,7 @@ from pyspark.sql.types import StructType
 
 from stoker.errors import SourceError
 from stoker.procs import this_owner
+from stoker.sources._control import CV, ReaderControl, limit_of
 from stoker.sources._fence import AttemptFence, owner_from_json, owner_to_json
 from stoker.sources._filelog import Entry, FileLog, FolderScan, list_folder
 from stoker.sources.base import FINISHED, SID, SourceContext, parse_offset_line
@@ -70,6 +71,7 @@ class _FilesReader(DataSourceStreamReader):
             self.fence = AttemptFence(
                 options["store_url"], options["job_id"], owner_from_json(options["driver"])
             )
+        self.control = ReaderControl(options.get("store_url"), options.get("job_id"))
         self._commits = -2  # newest batch seen in Spark's commit log; -2: not looked yet
         self._late_checked = False  # bounded: files added after the snapshot were named once
 
@@ -96,11 +98,22 @@ class _FilesReader(DataSourceStreamReader):
             self._discover()
         elif not self._late_checked and self.log.sealed:
             self._warn_late_files()
+        if start.get(FINISHED):
+            return start  # a finished source never reads again, whatever control says
+        plan = self.control.plan(start)
+        if plan.hold:
+            return start
         seq = int(start["seq"])
+        if plan.empty:
+            return {**start, CV: plan.version}
         end = self.log.next_seq
-        if isinstance(limit, ReadMaxFiles):
-            end = min(end, seq + limit.max_files)
-        return self._offset(max(seq, end))
+        max_files = limit_of(plan, "max_files_per_epoch", self.max_files or None)
+        if max_files:
+            end = min(end, seq + int(max_files))
+        offset = self._offset(max(seq, end))
+        if plan.version is not None:
+            offset[CV] = plan.version
+        return offset
 
     def _discover(self) -> None:
         found = self.scan.scan()

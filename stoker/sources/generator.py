@@ -15,6 +15,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from stoker.errors import SourceError
+from stoker.sources._control import CV, ReaderControl, limit_of
 from stoker.sources.base import FINISHED, SID, SourceContext
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ class _GeneratorReader(DataSourceStreamReader):
         )
         self.parts = max(1, int(options.get("partitions", "2")))
         self._clock: float | None = None  # rate budget: rows are produced since this instant
+        self._rate_in_force: float | None = None
+        self.control = ReaderControl(options.get("store_url"), options.get("job_id"))
 
     def initialOffset(self) -> dict[str, Any]:
         # Not finished even for total=0: the flip to finished is itself an offset change, so
@@ -52,21 +55,37 @@ class _GeneratorReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if start.get(FINISHED):
+            return start  # a finished source never reads again, whatever control says
         nxt = int(start["next"])
+        plan = self.control.plan(start)
+        if plan.hold:
+            return start
+        if plan.empty:
+            return {**start, CV: plan.version}
         end = self.total if self.total is not None else nxt + 10_000_000
-        if self.rate is not None:
+        rate = limit_of(plan, "rows_per_second", self.rate)
+        if rate != self._rate_in_force:
+            self._rate_in_force, self._clock = rate, None  # a new rate counts from now
+        if rate is not None:
             now = time.monotonic()
             if self._clock is None:
                 self._clock = now
-            produced = int((now - self._clock) * self.rate)
+            produced = int((now - self._clock) * rate)
             end = min(end, nxt + produced)
-        if isinstance(limit, ReadMaxRows):
+        max_rows = limit_of(plan, "max_rows_per_epoch", self.max_rows or None)
+        if max_rows:
+            end = min(end, nxt + int(max_rows))
+        elif isinstance(limit, ReadMaxRows) and "max_rows_per_epoch" not in plan.limits:
             end = min(end, nxt + limit.max_rows)
         end = max(end, nxt)
-        if self.rate is not None and self._clock is not None and end > nxt:
-            self._clock += (end - nxt) / self.rate
+        if rate is not None and self._clock is not None and end > nxt:
+            self._clock += (end - nxt) / rate
         finished = self.total is not None and end >= self.total
-        return {SID: self.sid, "next": end, FINISHED: finished}
+        offset: dict[str, Any] = {SID: self.sid, "next": end, FINISHED: finished}
+        if plan.version is not None:
+            offset[CV] = plan.version
+        return offset
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         a, b = int(start["next"]), int(end["next"])
@@ -154,4 +173,8 @@ class GeneratorSource:
             opts["rows_per_second"] = repr(float(self.rows_per_second))
         if self.max_rows_per_epoch:
             opts["max_rows_per_epoch"] = str(self.max_rows_per_epoch)
+        if context is not None:
+            # Control (rate limit, pause) is read from the job's store at each trigger.
+            opts["job_id"] = context.job_id
+            opts["store_url"] = context.store_url
         return spark.readStream.format(FORMAT).options(**opts).load()

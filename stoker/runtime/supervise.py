@@ -1,0 +1,324 @@
+"""The driver's loop while a job's query runs: end, stop, fence, and control that needs the
+query itself (a new trigger interval, an epoch now, pause of sources stoker does not own, a
+savepoint).
+
+Spark cannot change a running query's trigger and has no pause: the loop stops the query
+between epochs (the epoch in flight completes and commits first, Spark writes its commit log)
+and starts it again in the same SparkSession from the same checkpoint. Nothing is read twice:
+the next epoch starts where the last committed one ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stoker.errors import JobFailed, StaleAttempt
+from stoker.runtime.epoch import EpochProcessor, all_sources_finished
+from stoker.store.records import ControlEvent, ControlSnapshot
+from stoker.types import ControlKind, ControlStatus, Epoch, JobId, JobState
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming import StreamingQuery
+
+    from stoker.runtime.attempt import LeaseKeeper
+    from stoker.store import Store
+
+log = logging.getLogger("stoker.runner")
+
+# A checkpoint event waits for the next trigger when it comes this soon anyway; with a longer
+# interval the query is restarted, which runs an epoch at once.
+RESTART_FOR_CHECKPOINT_S = 1.0
+POLL_S = 0.1
+
+
+def start_query(
+    stream: DataFrame, proc: EpochProcessor, checkpoint: Path, trigger_s: float, jid: JobId
+) -> StreamingQuery:
+    writer = (
+        stream.writeStream.foreachBatch(proc)
+        .option("checkpointLocation", str(checkpoint))
+        .queryName(f"stoker_{jid}".replace("-", "_").replace(".", "_"))
+    )
+    ms = max(0, int(trigger_s * 1000))
+    writer = writer.trigger(processingTime=f"{ms} milliseconds")
+    return writer.start()
+
+
+@dataclass
+class QueryHandle:
+    """The attempt's running query; stopped and started again in place for control."""
+
+    stream: DataFrame
+    proc: EpochProcessor
+    checkpoint: Path
+    jid: JobId
+    trigger_s: float
+    query: StreamingQuery = field(init=False)
+    held: bool = False  # stopped for a pause (sources stoker does not own)
+    restarts: int = 0
+
+    def start(self) -> None:
+        self.proc.stopping.clear()
+        self.query = start_query(self.stream, self.proc, self.checkpoint, self.trigger_s, self.jid)
+        self.held = False
+
+    def stop_between_epochs(self) -> None:
+        """The epoch in flight completes and commits (with Spark's commit log); then stop."""
+        graceful_stop(self.query, self.proc, self.checkpoint)
+
+    def restart(self, trigger_s: float | None = None, why: str = "") -> None:
+        t0 = time.monotonic()
+        self.stop_between_epochs()
+        if trigger_s is not None:
+            self.trigger_s = trigger_s
+        self.start()
+        self.restarts += 1
+        log.info(
+            "job %s: query restarted in %.0f ms (%s), trigger %.3g s",
+            self.jid,
+            (time.monotonic() - t0) * 1000,
+            why,
+            self.trigger_s,
+        )
+
+
+class ControlWatch:
+    """A cheap poll of the job's record: cancel asked for, or a new control version."""
+
+    def __init__(self, store: Store, jid: JobId, every: float = POLL_S) -> None:
+        self.store = store
+        self.jid = jid
+        self.every = every
+        self._last = 0.0
+        self.version: int | None = None
+        self.canceling = False
+
+    def poll(self) -> ControlSnapshot | None:
+        """The latest control snapshot when the version moved since the last call."""
+        now = time.monotonic()
+        if now - self._last < self.every:
+            return None
+        self._last = now
+        job = self.store.get_job(self.jid)
+        self.canceling = job.state == JobState.CANCELING
+        if job.control_version == self.version:
+            return None
+        self.version = int(job.control_version)
+        return self.store.control_snapshot(self.jid)
+
+    def pending(self, kind: ControlKind) -> list[ControlEvent]:
+        events = self.store.list_controls(
+            self.jid, limit=100, kind=kind, status=ControlStatus.PENDING
+        )
+        return sorted(events, key=lambda e: e.version)
+
+
+Savepointer = Callable[[ControlEvent, Epoch | None], dict[str, object]]
+
+
+def supervise(
+    handle: QueryHandle,
+    lease: LeaseKeeper,
+    watch: ControlWatch | None,
+    *,
+    stoker_sources_only: bool,
+    savepoint: Savepointer | None = None,
+    signalled: Callable[[], bool] = lambda: False,
+) -> JobState:
+    """Wait for the query to end: final epoch committed, stop asked for, fenced, or failed.
+
+    A cancel stops the query gracefully and ends CANCELED; a signal likewise, SUSPENDED; a
+    savepoint with stop, FINISHED.
+    """
+    proc, checkpoint = handle.proc, handle.checkpoint
+    try:
+        while True:
+            query = handle.query
+            # Sleep on the final-epoch event: no busy polling of the JVM while epochs run.
+            # The job ends once Spark has written its commit log for the final epoch, so that
+            # a later restart finds nothing to replay.
+            if proc.final_event.wait(timeout=POLL_S / 2) and await_commit_log(
+                query, checkpoint, proc.final_epoch, timeout=None
+            ):
+                await_idle(query)
+                query.stop()
+                return JobState.FINISHED
+            if lease.fenced is not None:
+                query.stop()
+                raise StaleAttempt(lease.fenced)
+            if not handle.held and not query.isActive:
+                return _ended(query, proc, checkpoint)
+            if signalled():
+                return _stop(handle, JobState.SUSPENDED)
+            if proc.stopping.is_set():
+                return _stop(handle, JobState.CANCELED)
+            if watch is None:
+                continue
+            snap = watch.poll()
+            if watch.canceling:
+                return _stop(handle, JobState.CANCELED)
+            if snap is None:
+                continue
+            ended = _control(handle, watch, snap, stoker_sources_only, savepoint)
+            if ended is not None:
+                return ended
+    except KeyboardInterrupt:  # not through _StopSignals (run() off the main thread)
+        return _stop(handle, JobState.SUSPENDED)
+
+
+def _control(
+    handle: QueryHandle,
+    watch: ControlWatch,
+    snap: ControlSnapshot,
+    stoker_sources_only: bool,
+    savepoint: Savepointer | None,
+) -> JobState | None:
+    """Act on a new control version where the query itself must change. The job's state
+    when a savepoint stopped it, else None."""
+    if savepoint is not None:
+        for ev in watch.pending(ControlKind.SAVEPOINT):
+            if not handle.held:
+                handle.stop_between_epochs()
+            last = _last_epoch(handle.checkpoint)
+            try:
+                savepoint(ev, last)
+            except Exception as e:
+                log.exception("job %s: savepoint %s failed", handle.jid, ev.control_id)
+                watch.store.reject_control(handle.jid, ev.control_id, f"savepoint failed: {e}")
+                if not handle.held:
+                    handle.start()
+                continue
+            if ev.body.get("stop"):
+                return JobState.FINISHED
+            if not handle.held:
+                handle.start()
+    if not stoker_sources_only:
+        # A source stoker does not own cannot hold its offsets: pause stops the query.
+        if snap.paused and not handle.held:
+            handle.stop_between_epochs()
+            handle.held = True
+            _applied_now(watch, handle, ControlKind.PAUSE)
+            log.info("job %s: paused (query stopped between epochs)", handle.jid)
+            return None
+        if not snap.paused and handle.held:
+            handle.start()
+            log.info("job %s: resumed", handle.jid)
+    if handle.held:
+        return None
+    wanted = snap.trigger_s
+    if wanted is not None and abs(wanted - handle.trigger_s) > 1e-9:
+        handle.restart(wanted, "trigger interval changed by control")
+    elif handle.trigger_s > RESTART_FOR_CHECKPOINT_S and watch.pending(ControlKind.CHECKPOINT):
+        handle.restart(None, "checkpoint asked for")
+    return None
+
+
+def _applied_now(watch: ControlWatch, handle: QueryHandle, kind: ControlKind) -> None:
+    """A pause taken by stopping the query applies after the last committed epoch."""
+    last = _last_epoch(handle.checkpoint)
+    for ev in watch.pending(kind):
+        watch.store.finish_control(handle.jid, ev.control_id, ControlStatus.APPLIED, last)
+        watch.store.finish_control(handle.jid, ev.control_id, ControlStatus.COMMITTED, last)
+
+
+def _last_epoch(checkpoint: Path) -> Epoch | None:
+    last = last_commit(checkpoint)
+    return None if last < 0 else Epoch(last)
+
+
+def _stop(handle: QueryHandle, stopped: JobState) -> JobState:
+    if handle.held:
+        return stopped
+    return graceful_stop(handle.query, handle.proc, handle.checkpoint, stopped)
+
+
+def _ended(query: StreamingQuery, proc: EpochProcessor, checkpoint: Path) -> JobState:
+    """The query stopped by itself or from outside."""
+    # Stopped from outside mid-epoch: Spark interrupted the batch, but its Python side may
+    # still be in foreachBatch. Wait for it before ending the attempt.
+    with proc.epoch_lock:
+        pass
+    if proc.stopping.is_set() and proc.error is None:
+        return JobState.CANCELED
+    exc = query.exception()
+    if proc.error is not None:
+        raise proc.error
+    if exc is not None:
+        raise JobFailed(brief(exc))
+    # Stopped from outside without an error: the final check decides.
+    last = last_commit(checkpoint)
+    if proc.final_epoch is not None or all_sources_finished(checkpoint, last):
+        return JobState.FINISHED
+    return JobState.CANCELED
+
+
+def graceful_stop(
+    query: StreamingQuery,
+    proc: EpochProcessor,
+    checkpoint: Path,
+    stopped: JobState = JobState.CANCELED,
+) -> JobState:
+    """Let the epoch in flight complete and commit, then stop the query. No new epoch starts.
+
+    FINISHED if that epoch was the final one, else ``stopped``.
+    """
+    proc.stopping.set()
+    with proc.epoch_lock:  # waits for the epoch in flight, if any
+        last = proc.timings[-1].epoch if proc.timings else None
+    if await_commit_log(query, checkpoint, last, timeout=10.0):
+        await_idle(query)
+    query.stop()
+    if proc.final_epoch is not None and (checkpoint / "commits" / str(proc.final_epoch)).exists():
+        return JobState.FINISHED
+    return stopped
+
+
+def await_commit_log(
+    query: StreamingQuery, checkpoint: Path, epoch: int | None, timeout: float | None
+) -> bool:
+    """Wait until Spark has written ``commits/<epoch>``; False if the query ended first."""
+    if epoch is None:
+        return False
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while query.isActive:
+        if (checkpoint / "commits" / str(epoch)).exists():
+            return True
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return (checkpoint / "commits" / str(epoch)).exists()
+
+
+def await_idle(query: StreamingQuery, timeout: float = 5.0) -> None:
+    """Wait until the query's trigger has finished (its commit log write included: Spark
+    renames the log's checksum file after the log itself), so that the stop that follows
+    interrupts an idle query, not a file system call."""
+    deadline = time.monotonic() + timeout
+    try:
+        while query.isActive and query.status.get("isTriggerActive"):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
+    except Exception:  # the query ended meanwhile: nothing to wait for
+        log.debug("reading the query's status failed", exc_info=True)
+
+
+def last_commit(checkpoint: Path) -> int:
+    try:
+        return max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    except (OSError, ValueError):
+        return -1
+
+
+def brief(err: BaseException) -> str:
+    """An error as recorded and shown: PySpark's message without the JVM stack trace it
+    carries (kilobytes of Java frames; ``--debug`` shows the whole exception)."""
+    text = str(err)
+    cut = text.find("JVM stacktrace:")
+    return (text[:cut] if cut >= 0 else text).strip()
