@@ -13,7 +13,8 @@ A job's control state at version v is two JSON values kept in ``control_versions
   ``overrides``   config keys set by control, kept on top of ``base`` when a new attempt
                   declares its defaults again (a REST change survives a restart)
   ``rate_limit``  ``{"rows_per_second": x, "max_rows_per_epoch": n, "max_files_per_epoch": n}``
-                  a key present overrides the source's own setting; ``None`` means no limit
+                  a key present overrides the source's own setting; an event's ``null``
+                  removes control's limit, so the source's own setting (or none) applies
   ``log_level``   ``{"root": "DEBUG", "loggers": {"name": "WARN"}}``
   ``trigger_s``   the trigger interval in seconds (absent: the job's own setting)
   ``paused``      True while paused
@@ -343,7 +344,11 @@ def apply(
         state["overrides"] = overrides
     elif kind == ControlKind.RATE_LIMIT:
         limits = dict(state.get("rate_limit") or {})
-        limits.update(body)
+        for key, value in body.items():
+            if value is None:
+                limits.pop(key, None)  # control's limit goes: the source's own applies again
+            else:
+                limits[key] = value
         state["rate_limit"] = limits
     elif kind == ControlKind.LOG_LEVEL:
         levels = dict(state.get("log_level") or {})

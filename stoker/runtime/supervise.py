@@ -250,7 +250,7 @@ def _ended(query: StreamingQuery, proc: EpochProcessor, checkpoint: Path) -> Job
     if proc.error is not None:
         raise proc.error
     if exc is not None:
-        raise JobFailed(brief(exc))
+        raise JobFailed(brief(exc)) from exc
     # Stopped from outside without an error: the final check decides.
     last = last_commit(checkpoint)
     if proc.final_epoch is not None or all_sources_finished(checkpoint, last):

@@ -32,7 +32,7 @@ class Plan:
     version: int | None  # the control version planned with; None: the job has no store
     hold: bool  # paused (and the start already was): return ``start`` unchanged
     empty: bool  # paused just now: return the start position under the new version
-    limits: dict[str, Any]  # rate limits set by control (a key with None: no limit)
+    limits: dict[str, Any]  # rate limits set by control (absent: the source's own setting)
 
 
 _FREE = Plan(None, False, False, {})
@@ -87,7 +87,7 @@ class ReaderControl:
 
 
 def limit_of(plan: Plan, key: str, declared: float | int | None) -> float | int | None:
-    """The limit in force: control's (None removes it) or else the source's own."""
+    """The limit in force: control's, or else the source's own."""
     if key in plan.limits:
         value: float | int | None = plan.limits[key]
         return value

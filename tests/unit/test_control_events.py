@@ -105,8 +105,9 @@ def test_pause_resume_checkpoint_conflicts_and_the_rest_of_the_state() -> None:
     with pytest.raises(ControlConflict):
         apply("j", config, s, ControlKind.RESUME, {})
     _, s = apply("j", config, s, ControlKind.RATE_LIMIT, {"rows_per_second": 5.0})
+    _, s = apply("j", config, s, ControlKind.RATE_LIMIT, {"max_rows_per_epoch": 7})
     _, s = apply("j", config, s, ControlKind.RATE_LIMIT, {"max_rows_per_epoch": None})
-    assert s["rate_limit"] == {"rows_per_second": 5.0, "max_rows_per_epoch": None}
+    assert s["rate_limit"] == {"rows_per_second": 5.0}  # null: back to the source's own
     _, s = apply("j", config, s, ControlKind.LOG_LEVEL, {"level": "DEBUG"})
     _, s = apply("j", config, s, ControlKind.LOG_LEVEL, {"level": "WARN", "logger": "x"})
     assert s["log_level"] == {"root": "DEBUG", "loggers": {"x": "WARN"}}
