@@ -356,14 +356,16 @@ def _run_job(
     except StaleAttempt:
         lease.stop()
         raise  # a newer attempt owns the job: its state is not ours to touch
+    except Exception as e:
+        if signals.received is None:
+            _fail(store, jid, attempt.attempt, proc, e)
+        # A stop signal came first: what broke after it is the shutdown's doing (on a host
+        # shutdown every process gets SIGTERM, Spark's Python workers too, failing the tasks
+        # in flight). Nothing undecided is kept; the job resumes like any suspended one.
+        log.warning("job %s: stopping after a signal, the query failed: %s", jid, brief(e))
+        result_state = JobState.SUSPENDED
     except BaseException as e:
-        err = proc.error if isinstance(proc.error, StokerError) else e
-        _end(store, jid, attempt.attempt, AttemptState.FAILED, JobState.FAILED, brief(err))
-        if isinstance(err, StokerError):
-            if err is e:
-                raise  # not `raise e from e`: an exception must not be its own cause
-            raise err from e
-        raise JobFailed(f"job {jid!r} failed: {brief(err)}") from e
+        _fail(store, jid, attempt.attempt, proc, e)
     finally:
         pruner.stop()
         lease.stop()
@@ -391,6 +393,17 @@ def _run_job(
     )
     launch.report(result)
     return result
+
+
+def _fail(store: Store, jid: JobId, attempt: int, proc: EpochProcessor, e: BaseException) -> None:
+    """End the attempt FAILED with the error that ended it, and raise that error."""
+    err = proc.error if isinstance(proc.error, StokerError) else e
+    _end(store, jid, attempt, AttemptState.FAILED, JobState.FAILED, brief(err))
+    if isinstance(err, StokerError):
+        if err is e:
+            raise e
+        raise err from e
+    raise JobFailed(f"job {jid!r} failed: {brief(err)}") from e
 
 
 def _end(

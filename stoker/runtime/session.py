@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import signal
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidInput
 from stoker.settings import Settings
@@ -77,7 +80,8 @@ def get_session(settings: Settings, app_name: str) -> SparkSession:
     for k, v in spark_conf(settings).items():
         builder = builder.config(k, v)
     try:
-        spark = builder.getOrCreate()
+        with _jvm_ignores_sigterm():
+            spark = builder.getOrCreate()
         register_sources(spark)  # the first use of the session state: bad SQL settings fail here
     except Exception as e:
         bad = _refused_setting(e)
@@ -90,6 +94,47 @@ def get_session(settings: Settings, app_name: str) -> SparkSession:
 
 
 _started: list[SparkSession] = []
+
+
+@contextlib.contextmanager
+def _jvm_ignores_sigterm() -> Iterator[None]:
+    """Start the driver's JVM with SIGTERM ignored.
+
+    A host shutdown (systemd's default KillMode) or a ``kill`` of the process group sends
+    SIGTERM to every process at once. The JVM would run its shutdown hooks and stop the
+    SparkContext under the driver, which is at that moment letting the epoch in flight commit
+    (a stop signal ends a job SUSPENDED, gracefully). Ignored at exec, SIGTERM stays ignored
+    in the JVM (HotSpot installs no handler for a signal the process ignores; bash's
+    spark-submit keeps it ignored too). The JVM still ends with the driver: it exits when its
+    stdin, a pipe from the driver, closes, and the driver stops it after the graceful stop.
+    Only the child is changed (in its preexec function), never this process.
+    """
+    try:
+        import pyspark.java_gateway as gateway
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    real = getattr(gateway, "Popen", None)
+    if real is None:  # another PySpark layout: leave it as it is
+        yield
+        return
+
+    def popen(*args: Any, **kwargs: Any) -> Any:
+        inner = kwargs.get("preexec_fn")
+
+        def preexec() -> None:
+            if inner is not None:
+                inner()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+        kwargs["preexec_fn"] = preexec
+        return real(*args, **kwargs)
+
+    setattr(gateway, "Popen", popen)  # noqa: B010 - the name PySpark's launch_gateway calls
+    try:
+        yield
+    finally:
+        setattr(gateway, "Popen", real)  # noqa: B010
 
 
 def _reuse(spark: SparkSession, settings: Settings) -> SparkSession:
