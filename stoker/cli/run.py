@@ -31,6 +31,15 @@ if TYPE_CHECKING:
     "--restart", is_flag=True, help="Run a job that has ended again, from its checkpoint."
 )
 @click.option(
+    "--from-savepoint",
+    "from_savepoint",
+    default=None,
+    type=click.Path(),
+    metavar="DIR",
+    help="Start the job from a savepoint folder (stoker savepoint JOB [--stop]): a new job id "
+    "(or one without a checkpoint) going on from the savepoint's epoch, exactly once.",
+)
+@click.option(
     "-D",
     "defines",
     multiple=True,
@@ -63,6 +72,7 @@ def run_cmd(
     app: str,
     job_id: str | None,
     restart: bool,
+    from_savepoint: str | None,
     defines: tuple[str, ...],
     config_pairs: tuple[str, ...],
     pipeline_name: str | None,
@@ -84,6 +94,12 @@ def run_cmd(
     config = parse_config_pairs(list(config_pairs))
     if job_id is not None:
         _job_id(job_id)
+    if server and from_savepoint is not None:
+        raise InvalidInput(
+            "--from-savepoint",
+            'is for a local run; with --server, submit the job with "from_savepoint" '
+            "(POST /v1/jobs)",
+        )
     if server:
         from stoker.cli.remote import submit_and_follow
 
@@ -108,6 +124,7 @@ def run_cmd(
 
     launch.set_launch(overrides, job_id, restart)
     launch.set_config(config)
+    launch.set_from_savepoint(from_savepoint)
     _setup_logging(quiet)
 
     # SIGTERM before the job runs (while the app is imported) stops this process the way

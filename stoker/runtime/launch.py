@@ -7,6 +7,7 @@ In *collect* mode (a job manager's cleanup process) ``stoker.run(p)`` runs nothi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -100,6 +101,25 @@ def set_wanted_pipeline(name: str | None) -> None:
 
 def wanted_pipeline() -> str | None:
     return _wanted
+
+
+# A job manager's driver (or any launcher in another process) passes the savepoint folder in
+# this environment variable; the CLI and in-process launchers call set_from_savepoint.
+FROM_SAVEPOINT_ENV = "STOKER_FROM_SAVEPOINT"
+_from_savepoint: str | None = None
+
+
+def set_from_savepoint(folder: str | None) -> None:
+    """``stoker run --from-savepoint DIR``: ``stoker.run`` starts the job from that savepoint."""
+    global _from_savepoint
+    _from_savepoint = str(folder) if folder else None
+
+
+def from_savepoint() -> str | None:
+    """The savepoint folder the launcher asked the job to start from (``--from-savepoint``,
+    or ``STOKER_FROM_SAVEPOINT`` in the environment); None for none. A job already restored
+    from it resumes as it is, so every attempt of a job may be given the same folder."""
+    return _from_savepoint or os.environ.get(FROM_SAVEPOINT_ENV) or None
 
 
 def on_result(fn: Callable[[Any], None]) -> None:

@@ -25,7 +25,7 @@ from stoker.errors import (
     StokerError,
 )
 from stoker.redact import redact_conf
-from stoker.runtime import launch, savepoint
+from stoker.runtime import launch, restore, savepoint
 from stoker.runtime.attempt import LeaseKeeper, start_attempt, this_owner
 from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.recovery import recover
@@ -102,6 +102,7 @@ def run(
     restart: bool = False,
     lease_ttl: float | None = None,
     spark: SparkSession | None = None,
+    from_savepoint: str | Path | None = None,
 ) -> JobResult:
     """Run ``pipeline`` as a job until it ends; blocking.
 
@@ -115,6 +116,13 @@ def run(
     runs: the epoch in flight commits, no new one starts, and the job ends SUSPENDED (not an
     end: running it again resumes it, no ``restart`` needed). Only an explicit cancel makes a
     job CANCELED.
+
+    ``from_savepoint`` (a folder a savepoint wrote) starts the job from that savepoint: its
+    state folder must have no checkpoint yet, the pipeline's sources and sinks must be the
+    savepoint's (the transform may change), and the savepoint's job must have ended (or be
+    this job). The job goes on from the savepoint's epoch with its control state, and takes
+    its outputs over: exactly once across the switch. Run again after a crash or a stop, the
+    same call resumes the job.
     """
     if launch.collecting():
         raise launch.Collected(pipeline)  # a cleanup process wants the sinks, not a run
@@ -147,9 +155,17 @@ def run(
     ended = existing is not None and existing.state.terminal
     if ended and existing is not None and launch.attempt() is None and not restart:
         raise JobTerminal(jid, str(existing.state))  # before Spark starts: fast
-    owner = SinkOwner(jid, (existing.uid if existing else None) or uuid.uuid4().hex)
+    from_savepoint = from_savepoint if from_savepoint is not None else launch.from_savepoint()
+    restoring = None
+    if from_savepoint is not None:
+        # Not a savepoint, another shape, its job still live: refused before Spark starts.
+        restoring = restore.check(from_savepoint, root, jid, pipeline, store_url, existing)
+        owner = restoring.owner
+    else:
+        owner = SinkOwner(jid, (existing.uid if existing else None) or uuid.uuid4().hex)
     for sink in pipeline.sinks:
-        sink.validate(owner)
+        # Restoring: an output still names the savepoint's job until the restore hands it over.
+        sink.validate(restoring.owner_for(sink) if restoring is not None else owner)
 
     with _StopSignals() as signals:
         # Spark before the store: a Spark setting Spark refuses leaves no store behind.
@@ -164,7 +180,13 @@ def run(
             # Spark analyses the union of the sources here: a schema mismatch is bad input and
             # must fail before the job is recorded.
             stream = _open_sources(session, pipeline, root, SourceContext(jid, st.url))
-            return _run_job(pipeline, owner, settings, root, st, restart, stream, signals)
+            restored = None
+            if from_savepoint is not None:
+                # Before the query starts (and before the sinks open): the checkpoint, the
+                # source logs and the outputs become this job's.
+                restored = restore.restore(from_savepoint, root, st, jid, pipeline)
+                owner = restored.owner
+            return _run_job(pipeline, owner, settings, root, st, restart, stream, signals, restored)
         finally:
             st.close()
 
@@ -279,6 +301,7 @@ def _run_job(
     restart: bool,
     stream: DataFrame,
     signals: _StopSignals | None = None,
+    restored: restore.Restored | None = None,
 ) -> JobResult:
     jid = owner.job_id
     signals = signals or _StopSignals()
@@ -288,6 +311,13 @@ def _run_job(
     given = launch.config()
     if given:
         spec["submitted_config"] = given
+    if restored is not None:
+        plan = restored.plan
+        spec["from_savepoint"] = {
+            "path": str(plan.folder),
+            "job_id": plan.previous.job_id,
+            "epoch": plan.epoch,
+        }
     # Version 0 of the job's config: the declared defaults with the submitted values on top.
     merged = pipeline.check_config(given)
     job, _created = store.create_job(jid, pipeline.name, spec, merged, uid=owner.uid)
@@ -299,6 +329,8 @@ def _run_job(
         # A local resume or --restart: the job's spec is what this attempt runs with (its
         # trigger, -D settings, config), not what the first attempt ran with.
         spec = {**spec, "submitted_config": given} if given else spec
+        if "from_savepoint" in job.spec and "from_savepoint" not in spec:
+            spec["from_savepoint"] = job.spec["from_savepoint"]  # where the job came from
         store.set_job_spec(jid, spec)
     if job.uid and job.uid != owner.uid:
         # Made meanwhile by someone else (a job manager): the sinks work for that record.
@@ -322,6 +354,10 @@ def _run_job(
     try:
         # The defaults may have changed in the file; the submitted values stay on top of them.
         store.declare_defaults(jid, pipeline.check_config(given), pipeline=pipeline.spec())
+        if restored is not None:
+            # The savepoint's control state (overrides, limits, levels, trigger): events that
+            # apply at this job's first epoch; retry-safe when the job resumes.
+            restore.carry_control(store, jid, restored, pipeline)
         for sink in pipeline.sinks:
             sink.open(owner, root)
         store.set_job_sinks(jid, [descriptor_of(s) for s in pipeline.sinks])  # for the janitor

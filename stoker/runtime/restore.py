@@ -1,0 +1,541 @@
+"""Starting a job from a savepoint (:mod:`stoker.runtime.savepoint`): the same id or a new one,
+e.g. an upgraded version of the code, exactly once across the switch.
+
+:func:`check` refuses, before Spark starts and before anything is written:
+
+- a folder that is not a savepoint; a state folder that has a checkpoint already (unless it
+  was restored from this very savepoint: then the job resumes, see below);
+- a pipeline whose sources (count and kind, in order) or sinks (names and kinds) are not the
+  savepoint's (a change of a stateful query that Spark refuses is Spark's error when the query
+  starts);
+- a savepoint whose job has not ended (``savepoint --stop`` ends it), unless it is this job;
+- a files sink that already holds epochs after the savepoint's (its job went on after it).
+
+:func:`restore` then copies the checkpoint and the source logs into the state folder, and hands
+the old job's outputs over: the new job adopts the savepoint's uid, and the owner markers of
+its files sinks name the new job. :func:`carry_control` gives the new job the savepoint's
+control state (config overrides, rate limits, log levels, trigger; not a pause) as control
+events of its own, applied at its first epoch. The first epoch is the savepoint's + 1: Spark's
+batch ids go on from the copied checkpoint.
+
+Nothing in the copy names the old state folder: Spark's checkpoint holds no path (stoker's
+sources are Python data sources whose offsets are their own JSON; Spark's own sources keep
+input paths, not state paths, under ``checkpoint/sources``), and the source logs are found by
+the options the new job gives its sources. What is fixed up: the offsets lose the old job's
+control versions (``cv``), the query gets an id of its own, and a file source's log is
+rewritten when the pipeline now reads its files from another folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stoker.control import events
+from stoker.errors import ControlConflict, InvalidInput, JobNotFound
+from stoker.redact import redact_url
+from stoker.runtime.savepoint import (
+    FIELD,
+    batch_files,
+    drop_log_file,
+    fsync_tree,
+    input_shape,
+    read_manifest,
+    sink_shape,
+    source_kind,
+    trim_checkpoint,
+)
+from stoker.sinks import descriptor_of
+from stoker.sinks._files_owner import MARKER, Claim, fsync_dir, read_claim
+from stoker.sinks.base import SinkOwner
+from stoker.sources._control import CV
+from stoker.sources.base import parse_offset_line
+from stoker.types import Epoch, JobId
+
+if TYPE_CHECKING:
+    from stoker.pipeline import Pipeline
+    from stoker.sinks.base import TwoPhaseSink
+    from stoker.store import JobRecord, Store
+
+log = logging.getLogger("stoker.savepoint")
+
+# In a state folder restored from a savepoint: which one (written before the checkpoint is
+# put in place, so a checkpoint next to it is that savepoint's, and a rerun resumes it).
+RESTORED = "_restored_from.json"
+_EPOCH_DIR = re.compile(r"^epoch=(\d+)$")
+
+
+@dataclass(frozen=True)
+class Restore:
+    """A checked plan to start job ``owner.job_id`` from the savepoint in ``folder``."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    owner: SinkOwner  # whom the new job's sinks write for
+    previous: SinkOwner  # the savepoint's job: whose the outputs are until restored
+    done: bool  # restored into this state folder before: the job resumes, nothing is copied
+
+    @property
+    def epoch(self) -> Epoch | None:
+        e = self.manifest.get("epoch")
+        return None if e is None else Epoch(int(e))
+
+    def owner_for(self, sink: TwoPhaseSink) -> SinkOwner:
+        """Whom ``sink`` is validated for before the restore: the savepoint's job where the
+        output still names it (a files sink's marker), else the new job."""
+        folder = _files_folder(sink)
+        if folder is not None:
+            claim = read_claim(folder)
+            if claim is not None and claim.owned_by(self.previous):
+                return self.previous
+        return self.owner
+
+
+def check(
+    folder: str | Path,
+    root: Path,
+    jid: JobId,
+    pipeline: Pipeline,
+    store_url: str | Path,
+    existing: JobRecord | None,
+) -> Restore:
+    """Everything that can refuse a restore, before Spark starts and before anything is
+    written: :class:`InvalidInput` naming ``from_savepoint`` and the problem."""
+    return _plan(Path(folder), root, jid, pipeline, str(store_url), existing)
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What :func:`restore` did: the plan it followed (owner, manifest) and what it copied."""
+
+    plan: Restore
+    copied: bool
+
+    @property
+    def owner(self) -> SinkOwner:
+        return self.plan.owner
+
+
+def restore(
+    folder: str | Path, root: Path, store: Store, jid: JobId, pipeline: Pipeline
+) -> Restored:
+    """Restore the savepoint in ``folder`` into job ``jid``'s state folder ``root``.
+
+    Checks again (as :func:`check`, against the open store), then: the checkpoint (cut at the
+    savepoint's epoch, without the old job's control versions in its offsets, with a query
+    id of its own) and the source logs are copied into ``root``, and the outputs the old job
+    owned are handed over to the new one. A state folder restored from this savepoint before
+    is resumed as it is.
+    """
+    try:
+        existing: JobRecord | None = store.get_job(jid)
+    except JobNotFound:
+        existing = None
+    plan = _plan(Path(folder), root, jid, pipeline, store.url, existing)
+    copied = False
+    if not plan.done:
+        _install(plan, root, pipeline)
+        copied = True
+        log.info(
+            "job %s: restored from savepoint %s (job %s, epoch %s)",
+            jid,
+            plan.folder,
+            plan.previous.job_id,
+            plan.epoch,
+        )
+    _hand_over_outputs(plan, pipeline)
+    return Restored(plan, copied)
+
+
+def _plan(
+    folder: Path,
+    root: Path,
+    jid: JobId,
+    pipeline: Pipeline,
+    store_url: str,
+    existing: JobRecord | None,
+) -> Restore:
+    folder = folder.resolve()
+    manifest = read_manifest(folder)
+    previous = SinkOwner(JobId(str(manifest["job_id"])), str(manifest["uid"]))
+    uid = existing.uid if existing is not None and existing.uid else previous.uid
+    owner = SinkOwner(jid, uid)
+    checkpoint = root / "checkpoint"
+    if checkpoint.exists():
+        done = _restored_from(root)
+        if done is not None and done.get("path") == str(folder):
+            if existing is None and done.get("uid"):
+                owner = SinkOwner(jid, str(done["uid"]))
+            return Restore(folder, manifest, owner, previous, done=True)
+        raise InvalidInput(
+            FIELD,
+            f"job {jid!r} has a checkpoint already ({str(checkpoint)!r}): a savepoint is "
+            f"restored only into a job without one; to start from {str(folder)!r} give "
+            "another job id (or state folder), or resume the job without --from-savepoint",
+        )
+    problems = shape_difference(manifest, pipeline)
+    if problems:
+        raise InvalidInput(
+            FIELD,
+            f"the pipeline does not fit the savepoint {str(folder)!r}: " + "; ".join(problems),
+        )
+    if previous.job_id != jid:
+        _refuse_live(previous, manifest, store_url)
+    _refuse_outputs_ahead(manifest, folder, pipeline, previous)
+    return Restore(folder, manifest, owner, previous, done=False)
+
+
+def shape_difference(manifest: dict[str, Any], pipeline: Pipeline) -> list[str]:
+    """How ``pipeline``'s sources and sinks differ from the savepoint's: one line each."""
+    out: list[str] = []
+    old_sources = [str(s) for s in (manifest.get("pipeline") or {}).get("sources") or []]
+    new_sources = [i.source.describe() for i in pipeline.inputs]
+    if len(old_sources) != len(new_sources):
+        out.append(
+            f"the savepoint has {len(old_sources)} source(s) ({', '.join(old_sources) or '-'}), "
+            f"the pipeline {len(new_sources)} ({', '.join(new_sources) or '-'})"
+        )
+    for i, (old, new) in enumerate(zip(old_sources, new_sources, strict=False)):
+        if source_kind(old) != source_kind(new):
+            out.append(f"source {i + 1} was {old}, now {new}")
+    old_sinks = {str(s.get("name")): s.get("kind") for s in manifest.get("sinks") or []}
+    new_sinks = {s["name"]: s.get("kind") for s in sink_shape(pipeline)}
+    for name, kind in new_sinks.items():
+        if name not in old_sinks:
+            out.append(f"sink {name!r} is new (the savepoint's sinks: {', '.join(old_sinks)})")
+        elif old_sinks[name] != kind:
+            out.append(f"sink {name!r} was {old_sinks[name]}, now {kind}")
+    for name in old_sinks:
+        if name not in new_sinks:
+            out.append(f"sink {name!r} of the savepoint is gone")
+    return out
+
+
+def _refuse_live(previous: SinkOwner, manifest: dict[str, Any], store_url: str) -> None:
+    """The savepoint's job must have ended before another job takes its outputs over: two
+    jobs writing them would each commit what the other did not read."""
+    urls = [store_url]
+    old = manifest.get("store")
+    if isinstance(old, str) and old and redact_url(old) != redact_url(store_url):
+        urls.append(old)
+    for url in urls:
+        job = _job_at(url, previous.job_id)
+        if job is None or (job.uid and job.uid != previous.uid):
+            continue  # not there, or another job of that id (the savepoint's store is gone)
+        if not job.state.terminal:
+            raise InvalidInput(
+                FIELD,
+                f"the savepoint's job {previous.job_id!r} is still {job.state} (not ended): stop "
+                f"it first (stoker savepoint {previous.job_id} --stop, or cancel it), then start "
+                "the new job from a savepoint",
+            )
+
+
+def _job_at(url: str, jid: JobId) -> JobRecord | None:
+    """Job ``jid`` of the store at ``url``; None if it has no such job, or if the URL is an
+    SQLite file that does not exist (not created here) or a URL with a hidden password."""
+    from stoker.store import open_store
+
+    if "***" in url:
+        return None
+    if not url.startswith(("postgresql://", "postgres://")):
+        path = Path(url[len("sqlite:///") :] if url.startswith("sqlite:///") else url)
+        if not path.is_file():
+            return None
+    st = open_store(url)
+    try:
+        return st.get_job(jid)
+    except JobNotFound:
+        return None
+    finally:
+        st.close()
+
+
+def _files_folder(sink: TwoPhaseSink) -> Path | None:
+    d = descriptor_of(sink)
+    if d.get("kind") != "files" or not isinstance(d.get("path"), str):
+        return None
+    return Path(str(d["path"])).resolve()
+
+
+def _refuse_outputs_ahead(
+    manifest: dict[str, Any], folder: Path, pipeline: Pipeline, previous: SinkOwner
+) -> None:
+    """A files sink already holding epochs after the savepoint's (its job went on after it):
+    the new job would write those epochs again."""
+    epoch = manifest.get("epoch")
+    for sink in pipeline.sinks:
+        out = _files_folder(sink)
+        if out is None or not out.is_dir():
+            continue
+        claim = read_claim(out)
+        if claim is not None and not claim.owned_by(previous):
+            continue  # another job's folder: the sink's validate names its owner
+        ahead = sorted(
+            int(m.group(1))
+            for p in out.iterdir()
+            if (m := _EPOCH_DIR.match(p.name)) and (epoch is None or int(m.group(1)) > epoch)
+        )
+        if ahead:
+            raise InvalidInput(
+                FIELD,
+                f"output folder {str(out)!r} holds epochs {ahead[0]}..{ahead[-1]}, after the "
+                f"savepoint's epoch {epoch} (job {previous.job_id!r} went on after "
+                f"{str(folder)!r} was taken): the new job would write them again; start from "
+                "a later savepoint, or write to another folder",
+            )
+
+
+def _restored_from(root: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((root / RESTORED).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _install(plan: Restore, root: Path, pipeline: Pipeline) -> None:
+    """Copy the savepoint into ``root``; the checkpoint's rename is the last step (a crash
+    before it leaves no checkpoint, and the next run restores again)."""
+    root.mkdir(parents=True, exist_ok=True)
+    tag = uuid.uuid4().hex[:8]
+    tmp_cp = root / f".checkpoint.restore-{tag}"
+    tmp_src = root / f".sources.restore-{tag}"
+    try:
+        shutil.copytree(plan.folder / "checkpoint", tmp_cp, symlinks=True)
+        trim_checkpoint(tmp_cp, plan.epoch)
+        _forget_versions(tmp_cp)
+        _new_query_id(tmp_cp)
+        sources = root / "sources"
+        if sources.exists():
+            shutil.rmtree(sources)  # a restore that crashed before its checkpoint was in place
+        if (plan.folder / "sources").is_dir():
+            shutil.copytree(
+                plan.folder / "sources",
+                tmp_src,
+                symlinks=True,
+                ignore=shutil.ignore_patterns("*.lock"),
+            )
+            _move_file_logs(plan.manifest, pipeline, tmp_src)
+            fsync_tree(tmp_src)
+            os.rename(tmp_src, sources)
+        fsync_tree(tmp_cp)
+        note = {
+            "path": str(plan.folder),
+            "job_id": plan.previous.job_id,
+            "uid": plan.owner.uid,
+            "epoch": plan.epoch,
+            "control_id": plan.manifest.get("control_id"),
+            "restored_at": time.time(),
+        }
+        _write_atomic(root / RESTORED, json.dumps(note, indent=2, sort_keys=True).encode())
+        os.rename(tmp_cp, root / "checkpoint")  # the restore's commit point
+        fsync_dir(root)
+    finally:
+        shutil.rmtree(tmp_cp, ignore_errors=True)
+        shutil.rmtree(tmp_src, ignore_errors=True)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _forget_versions(checkpoint: Path) -> None:
+    """Take the old job's control versions (``cv``) out of the copied offsets.
+
+    They number another job's versions: a source reader of the new job would look them up in
+    its own (a pause planned from such a start). An offset without one is what a source
+    without a store writes; the new job's first epoch plans its offsets under its own.
+    Committed epochs are never run again, so nothing else reads these values.
+    """
+    for f in batch_files(checkpoint / "offsets"):
+        lines = f.read_text().splitlines()
+        changed = False
+        for i in range(2, len(lines)):
+            off = parse_offset_line(lines[i])
+            if off is not None and CV in off:
+                del off[CV]
+                lines[i] = json.dumps(off)
+                changed = True
+        if changed:
+            drop_log_file(f)
+            f.write_text("\n".join(lines))
+
+
+def _new_query_id(checkpoint: Path) -> None:
+    """The new job's query gets an id of its own (Spark refuses two active queries of one id
+    in a session; listeners and the UI tell the jobs apart)."""
+    meta = checkpoint / "metadata"
+    if not meta.exists():
+        return
+    try:
+        data = json.loads(meta.read_text())
+    except ValueError:
+        return  # not what this Spark writes: leave it to Spark
+    data["id"] = str(uuid.uuid4())
+    drop_log_file(meta)
+    meta.write_text(json.dumps(data, separators=(",", ":")))
+
+
+def _move_file_logs(manifest: dict[str, Any], pipeline: Pipeline, sources: Path) -> None:
+    """A file source that now reads another folder: its log's entries (files discovered and
+    not yet read, and those kept against duplicates) are rewritten to the same names there."""
+    old = {i.get("sid"): i.get("folder") for i in manifest.get("inputs") or []}
+    for item in input_shape(pipeline):
+        was, now = old.get(item["sid"]), item.get("folder")
+        if not was or not now or was == now:
+            continue
+        path = sources / f"{item['sid']}.files.jsonl"
+        if path.exists():
+            n = rewrite_log_folder(path, str(was), str(now))
+            log.info(
+                "source %s: input folder %s -> %s: %d entries of its log rewritten",
+                item["sid"],
+                was,
+                now,
+                n,
+            )
+
+
+def rewrite_log_folder(path: Path, was: str, now: str) -> int:
+    """Entries of the file log at ``path`` under folder ``was`` move to ``now``; how many.
+
+    A torn last line (no newline: never acknowledged) is kept as it is.
+    """
+    data = path.read_bytes()
+    body, sep, tail = data.rpartition(b"\n")
+    lines = body.split(b"\n") if sep else []
+    tail = tail if sep else data
+    prefix = was.rstrip("/") + "/"
+    n = 0
+    out = []
+    for line in lines:
+        try:
+            rec = json.loads(line) if line.strip() else None
+        except ValueError:
+            rec = None
+        p = rec.get("path") if isinstance(rec, dict) else None
+        if isinstance(rec, dict) and isinstance(p, str) and p.startswith(prefix):
+            rec["path"] = now.rstrip("/") + "/" + p[len(prefix) :]
+            line = json.dumps(rec).encode()
+            n += 1
+        out.append(line)
+    text = b"".join(line + b"\n" for line in out) + tail
+    _write_atomic(path, text)
+    return n
+
+
+def _hand_over_outputs(plan: Restore, pipeline: Pipeline) -> None:
+    """Files sinks whose owner marker names the savepoint's job now name the new job (same
+    uid, the new id). Idempotent: a marker that names the new job already is left alone."""
+    if plan.previous == plan.owner:
+        return
+    for sink in pipeline.sinks:
+        out = _files_folder(sink)
+        if out is None:
+            continue
+        claim = read_claim(out)
+        if claim is None or not claim.owned_by(plan.previous):
+            continue  # none yet (the sink claims it at open) or the new job's already
+        mine = Claim(
+            job_id=plan.owner.job_id,
+            uid=plan.owner.uid,
+            claimed_at=time.time(),
+            host=claim.host,
+            pid=os.getpid(),
+        )
+        _write_atomic(out / MARKER, json.dumps(mine.to_json(), sort_keys=True).encode())
+        log.info(
+            "%s: output folder handed over from job %s to job %s",
+            sink.name,
+            plan.previous.job_id,
+            plan.owner.job_id,
+        )
+
+
+# control state --------------------------------------------------------------------------------
+def carry_control(store: Store, jid: JobId, restored: Restored, pipeline: Pipeline) -> list[str]:
+    """Give job ``jid`` the savepoint's control state: its config overrides, rate limits, log
+    levels and trigger interval (a pause is not carried), as control events sent by
+    ``savepoint`` that apply at the job's first epoch. Retry-safe (request ids); what the new
+    pipeline no longer takes (a config key it does not declare, a rate limit no source obeys)
+    is left out with a warning. Returns the control ids."""
+    m = restored.plan.manifest
+    state = dict(m.get("state") or {})
+    spec = pipeline.spec()
+    tag = str(m.get("control_id") or restored.plan.folder.name)
+    wanted: list[tuple[str, dict[str, Any]]] = []
+    overrides = {
+        k: v
+        for k, v in (state.get("overrides") or {}).items()
+        if _takes(spec, {"kind": "config", "set": {k: v}}, f"config.{k}")
+    }
+    if overrides:
+        wanted.append(("config", {"kind": "config", "set": overrides}))
+    limits = {
+        k: v
+        for k, v in (state.get("rate_limit") or {}).items()
+        if v is not None and _takes(spec, {"kind": "rate_limit", k: v}, k)
+    }
+    if limits:
+        wanted.append(("rate_limit", {"kind": "rate_limit", **limits}))
+    levels = state.get("log_level") or {}
+    if levels.get("root"):
+        wanted.append(("log_level", {"kind": "log_level", "level": levels["root"]}))
+    for name, level in sorted((levels.get("loggers") or {}).items()):
+        body = {"kind": "log_level", "level": level, "logger": name}
+        wanted.append((f"log_level:{name}", body))
+    if state.get("trigger_s") is not None:
+        wanted.append(("trigger", {"kind": "trigger", "interval": float(state["trigger_s"])}))
+    ids = []
+    for what, body in wanted:
+        kind, norm = events.validate(body, spec)
+        try:
+            ev, _new = store.add_control(
+                jid,
+                kind,
+                norm,
+                sender="savepoint",
+                origin=str(restored.plan.folder),
+                request_id=f"savepoint:{tag}:{what}",
+            )
+        except ControlConflict as e:  # an earlier run of this restore sent another body
+            log.warning("job %s: savepoint control %s not carried again: %s", jid, what, e)
+            continue
+        ids.append(ev.control_id)
+    return ids
+
+
+def _takes(spec: dict[str, Any], body: dict[str, Any], what: str) -> bool:
+    try:
+        events.validate(body, spec)
+    except InvalidInput as e:
+        log.warning("savepoint's %s is not carried over: %s", what, e)
+        return False
+    return True
+
+
+__all__ = [
+    "RESTORED",
+    "Restore",
+    "Restored",
+    "carry_control",
+    "check",
+    "restore",
+    "rewrite_log_folder",
+    "shape_difference",
+]
