@@ -12,12 +12,22 @@ Every method is one REST call. Answers are the JSON the server sends (dicts with
 README's API table lists); refusals become the matching :class:`~stoker.errors.StokerError`:
 :class:`~stoker.errors.InvalidInput` (422, naming the field), :class:`~stoker.errors.JobNotFound`
 (404), :class:`~stoker.errors.JobConflict` / :class:`~stoker.errors.JobTerminal` (409),
+:class:`~stoker.errors.ControlNotFound` (404), :class:`~stoker.errors.ControlConflict` (409),
+:class:`~stoker.errors.TooManyRequests` (429, with ``retry_after``),
 :class:`~stoker.errors.Unauthorized` (401, 403), :class:`~stoker.errors.ManagerUnavailable`
 (the server cannot be reached). The token, when given, is sent with every call (reads too).
+
+Control (see the README, "Changing a running job")::
+
+    ev = c.control("clicks", {"kind": "config", "set": {"min_amount": 20.0}})
+    c.wait_control("clicks", ev["control_id"], until="committed")
+    c.pause("clicks"); c.resume("clicks")
+    print(c.wait_control("clicks", c.checkpoint("clicks")["control_id"])["applied_epoch"])
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -26,14 +36,20 @@ from typing import Any
 import httpx
 
 from stoker.errors import (
+    ControlConflict,
+    ControlNotFound,
     InvalidInput,
     JobConflict,
     JobNotFound,
     JobTerminal,
     ManagerUnavailable,
     StokerError,
+    TooManyRequests,
     Unauthorized,
 )
+
+# How far a control event can get, in order: wait_control's ``until``.
+_REACHED = {"applied": ("APPLIED", "COMMITTED"), "committed": ("COMMITTED",)}
 
 __all__ = ["Client", "Submitted"]
 
@@ -92,8 +108,17 @@ class Client:
         job = str(body.get("job_id", path))
         if resp.status_code in (401, 403):
             raise Unauthorized(msg)
+        if kind == "ControlNotFound":
+            raise ControlNotFound(job, str(body.get("control_id")))
         if resp.status_code == 404:
             raise JobNotFound(job)
+        if resp.status_code == 429:
+            wait = resp.headers.get("retry-after") or body.get("retry_after") or 1
+            err = TooManyRequests(job, float(body.get("retry_after") or wait), "")
+            err.args = (msg,)  # the server's words, with its limit
+            raise err
+        if kind == "ControlConflict":
+            raise ControlConflict(job, str(body.get("reason", msg)))
         if resp.status_code == 422:
             field = str(body.get("field", "request"))
             raise InvalidInput(field, msg.removeprefix(f"{field}: "))  # the message names it
@@ -169,6 +194,106 @@ class Client:
     def cancel(self, job_id: str) -> dict[str, Any]:
         """``POST /v1/jobs/{id}/cancel``: stop gracefully (the epoch in flight commits)."""
         return dict(self._call("POST", f"/v1/jobs/{job_id}/cancel").json())
+
+    # control -------------------------------------------------------------------------------
+    def control(
+        self, job_id: str, body: Mapping[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
+        """``POST /v1/jobs/{id}/control``: send one control event, e.g. ``{"kind": "config",
+        "set": {"min_amount": 20.0}}``. Answers the stored event (``status`` PENDING) once it is
+        durable; with ``request_id``, a retry of the same event answers the stored one."""
+        payload = dict(body)
+        if request_id is not None:
+            payload["request_id"] = request_id
+        return dict(self._call("POST", f"/v1/jobs/{job_id}/control", json=payload).json())
+
+    def control_status(self, job_id: str, control_id: str) -> dict[str, Any]:
+        """``GET /v1/jobs/{id}/control/{control_id}``: one event and how far it got."""
+        return dict(self._call("GET", f"/v1/jobs/{job_id}/control/{control_id}").json())
+
+    def control_history(
+        self,
+        job_id: str,
+        limit: int = 50,
+        before: int | None = None,
+        kind: str | None = None,
+        status: str | None = None,
+    ) -> dict[str, Any]:
+        """``GET /v1/jobs/{id}/control``: ``{"events": [...newest first], "next": ...}``; pass
+        ``next`` as ``before`` for the next page."""
+        params: dict[str, Any] = {"limit": limit}
+        for key, value in (("before", before), ("kind", kind), ("status", status)):
+            if value is not None:
+                params[key] = value
+        return dict(self._call("GET", f"/v1/jobs/{job_id}/control", params=params).json())
+
+    def config(self, job_id: str) -> dict[str, Any]:
+        """``GET /v1/jobs/{id}/config``: the effective config and control state, its version."""
+        return dict(self._call("GET", f"/v1/jobs/{job_id}/config").json())
+
+    def pause(self, job_id: str, request_id: str | None = None) -> dict[str, Any]:
+        """No epoch commits until :meth:`resume`; the job stays live."""
+        return self.control(job_id, {"kind": "pause"}, request_id)
+
+    def resume(self, job_id: str, request_id: str | None = None) -> dict[str, Any]:
+        """Go on from where the pause stopped."""
+        return self.control(job_id, {"kind": "resume"}, request_id)
+
+    def checkpoint(self, job_id: str, request_id: str | None = None) -> dict[str, Any]:
+        """Run an epoch now; :meth:`wait_control` until committed gives its ``applied_epoch``."""
+        return self.control(job_id, {"kind": "checkpoint"}, request_id)
+
+    def savepoint(
+        self,
+        job_id: str,
+        stop: bool = False,
+        dir: str | None = None,
+        request_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``POST /v1/jobs/{id}/savepoints``: write the job's consistent state to ``dir`` (an
+        absolute folder on the manager's host; default: in the job's state folder) at the next
+        epoch boundary, then stop the job if ``stop``. The folder is in ``result["path"]``
+        once the event is COMMITTED."""
+        body: dict[str, Any] = {"stop": stop, "dir": dir}
+        if request_id is not None:
+            body["request_id"] = request_id
+        return dict(self._call("POST", f"/v1/jobs/{job_id}/savepoints", json=body).json())
+
+    def savepoints(self, job_id: str, limit: int = 50) -> dict[str, Any]:
+        """``GET /v1/jobs/{id}/savepoints``: the job's savepoints, newest first."""
+        path = f"/v1/jobs/{job_id}/savepoints"
+        return dict(self._call("GET", path, params={"limit": limit}).json())
+
+    def wait_control(
+        self,
+        job_id: str,
+        control_id: str,
+        until: str = "applied",
+        timeout: float = 60.0,
+        interval: float = 0.1,
+    ) -> dict[str, Any]:
+        """Poll the event until it is APPLIED (``until="applied"``; COMMITTED counts too) or
+        COMMITTED; the event's view. A REJECTED event raises
+        :class:`~stoker.errors.ControlConflict` with its reason; ``timeout`` seconds without
+        getting there raise :class:`TimeoutError` naming the status it has."""
+        if until not in _REACHED:
+            raise InvalidInput("until", f"expects applied or committed, got {until!r}")
+        deadline = time.monotonic() + timeout
+        while True:
+            ev = self.control_status(job_id, control_id)
+            if ev["status"] in _REACHED[until]:
+                return ev
+            if ev["status"] == "REJECTED":
+                raise ControlConflict(
+                    job_id,
+                    f"control event {control_id} ({ev['kind']}) was rejected: {ev['reason']}",
+                )
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"control event {control_id} of job {job_id!r} is still {ev['status']} "
+                    f"after {timeout:g} s (waiting until {until})"
+                )
+            time.sleep(interval)
 
     # the manager ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:

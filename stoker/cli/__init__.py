@@ -3,17 +3,20 @@
 ``stoker run app.py`` runs a pipeline file in this process on the embedded defaults (or, with
 ``--server``, submits it to a job manager); ``stoker status JOB``, ``epochs``, ``list``,
 ``cancel`` and ``logs`` read or change a job through its store or a job manager;
+``stoker control``, ``pause``, ``resume``, ``checkpoint``, ``savepoint`` and ``config`` change
+a running job or show its control state (through a job manager or the job's store);
 ``stoker server`` runs a job manager.
 
 Modules: :mod:`.run` (the run command), :mod:`.jobs` (commands on existing jobs),
-:mod:`.remote` (submit to a server and follow the job), :mod:`.server` (the server command).
+:mod:`.control` (control of a running job), :mod:`.remote` (submit to a server and follow the
+job), :mod:`.server` (the server command).
 """
 
 from __future__ import annotations
 
 import click
 
-from stoker.cli import jobs, run, server
+from stoker.cli import control, jobs, run, server
 from stoker.cli._common import debug_option
 
 
@@ -25,6 +28,8 @@ def main() -> None:
 
 main.add_command(run.run_cmd)
 for _cmd in (jobs.status_cmd, jobs.epochs_cmd, jobs.list_cmd, jobs.cancel_cmd, jobs.logs_cmd):
+    main.add_command(_cmd)
+for _cmd in control.COMMANDS:
     main.add_command(_cmd)
 main.add_command(server.server_cmd)
 # --debug (full tracebacks) on the group and on every command: `stoker run app.py --debug`.

@@ -7,11 +7,13 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
-from stoker.errors import StokerError, Unauthorized, exit_code
+from stoker.errors import JobNotFound, StokerError, Unauthorized, exit_code
+from stoker.types import job_id as _job_id
 
 # A message longer than this (a Java stack trace folded into an error) is cut on the one line.
 _MAX_LINE = 400
@@ -101,3 +103,29 @@ def client(server: str, token: str | None) -> Any:
     from stoker.client import Client
 
     return Client(server, token)
+
+
+def open_job_store(job: str, store: str | None, state_dir: str | None) -> Any:
+    """(job id, store) of a local job: ``--store`` (or STOKER_STORE), else the store in
+    ``--state-dir`` (default ``./.stoker/JOB``); :class:`JobNotFound` naming where it looked."""
+    from stoker.store import open_store
+
+    jid = _job_id(job)
+    if store is None:
+        store = os.environ.get("STOKER_STORE")
+    if store is None:
+        base = Path(state_dir) if state_dir else Path(".stoker") / jid
+        db = base / "store.db"
+        if not db.exists():
+            err = JobNotFound(jid)
+            # The hint after the quoted id, not inside it: "job 'x' not found (no store at ...)".
+            err.args = (f"{err} (no store at {db}; give --store or --state-dir)",)
+            raise err
+        store = str(db)
+    return jid, open_store(store)
+
+
+store_opt = click.option(
+    "--store", default=None, help="Store URL (default: ./.stoker/JOB/store.db)."
+)
+state_dir_opt = click.option("--state-dir", default=None, help="The job's state folder.")

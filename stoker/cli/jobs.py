@@ -9,39 +9,25 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import click
 
-from stoker.cli._common import client, guarded, server_opts
-from stoker.errors import InvalidInput, JobNotFound
+from stoker.cli._common import (
+    client,
+    guarded,
+    open_job_store,
+    server_opts,
+    state_dir_opt,
+    store_opt,
+)
+from stoker.errors import InvalidInput
 from stoker.redact import redact_answer
 from stoker.types import job_id as _job_id
 
-
-def _open(job: str, store: str | None, state_dir: str | None) -> Any:
-    from stoker.store import open_store
-
-    jid = _job_id(job)
-    if store is None:
-        store = os.environ.get("STOKER_STORE")
-    if store is None:
-        base = Path(state_dir) if state_dir else Path(".stoker") / jid
-        db = base / "store.db"
-        if not db.exists():
-            err = JobNotFound(jid)
-            # The hint after the quoted id, not inside it: "job 'x' not found (no store at ...)".
-            err.args = (f"{err} (no store at {db}; give --store or --state-dir)",)
-            raise err
-        store = str(db)
-    return jid, open_store(store)
-
-
-_store_opt = click.option(
-    "--store", default=None, help="Store URL (default: ./.stoker/JOB/store.db)."
-)
-_dir_opt = click.option("--state-dir", default=None, help="The job's state folder.")
+_open = open_job_store
+_store_opt = store_opt
+_dir_opt = state_dir_opt
 
 
 def _ts(t: float | None) -> str:
@@ -49,10 +35,13 @@ def _ts(t: float | None) -> str:
 
 
 def _view(st: Any, jid: Any) -> dict[str, Any]:
+    from stoker.manager.control import display_state
+
     rec = st.get_job(jid)
     attempt = st.get_attempt(jid, rec.current_attempt) if rec.current_attempt else None
     last = st.list_epochs(jid, limit=1)
     out: dict[str, Any] = rec.to_dict()
+    out["state"], out["paused"] = display_state(st, rec)  # PAUSED, as the API shows it
     out["attempt"] = attempt.to_dict() if attempt else None
     out["last_epoch"] = last[0].to_dict() if last else None
     return out

@@ -48,6 +48,14 @@ from stoker.errors import InvalidInput
     help="Keep ended jobs' epoch records committed within this window (7d, 12h, 30m).",
 )
 @click.option(
+    "--control-rate",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Control events per second per job, bursts of twice that (0: no limit); beyond it "
+    "POST .../control and .../savepoints answer 429 with Retry-After.",
+)
+@click.option(
     "--api-only",
     is_flag=True,
     help="Serve the API and take submissions, never lead (no supervisor on this node).",
@@ -67,6 +75,7 @@ def server_cmd(
     api_only: bool,
     retention_epochs: int | None,
     retention_time: str | None,
+    control_rate: float,
 ) -> None:
     """Run a job manager: REST API (docs at /docs), dispatcher and supervisor."""
     from stoker.server.main import serve
@@ -98,4 +107,5 @@ def server_cmd(
         cancel_timeout=cancel_timeout,
         supervise=not api_only,
         retention=retention,
+        control_rate=control_rate,
     )

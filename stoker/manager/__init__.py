@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
+from stoker.manager.control import ControlRateLimiter
 from stoker.manager.manager import JobManager, SubmitResult
 from stoker.manager.supervisor import Supervisor, SupervisorConfig
 
-__all__ = ["JobManager", "SubmitResult", "Supervisor", "SupervisorConfig"]
+__all__ = ["ControlRateLimiter", "JobManager", "SubmitResult", "Supervisor", "SupervisorConfig"]

@@ -7,16 +7,19 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from stoker.errors import InvalidInput, JobConflict, JobNotFound, JobTerminal
+from stoker.manager import control
 from stoker.manager.batch import CreateBatcher
 from stoker.manager.processes import child_env
 from stoker.manager.submit import ASSIGNED_STATE_DIR, spec_difference, validate_submission
-from stoker.store import AttemptRecord, EpochRecord, JobRecord, Store
-from stoker.types import AttemptNo, JobId, JobState, job_id
+from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
+from stoker.types import AttemptNo, ControlKind, ControlStatus, JobId, JobState, job_id
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,10 @@ class JobManager:
         self.allowed_dirs = [d.resolve() for d in allowed_dirs]
         self.jobs_dir = (state_dir / "jobs").resolve()
         self._batcher = CreateBatcher(store)
+        # Pipeline descriptions read from application files, by (path, mtime): a child
+        # process each, for control requests that come before a driver declared its own.
+        self._described: dict[tuple[str, int], dict[str, Any]] = {}
+        self._described_lock = threading.Lock()
 
     def submit(
         self,
@@ -100,7 +107,7 @@ class JobManager:
         )
         start: dict[str, Any] = {}
         if jid is None or config:
-            found, start = _inspect_app(sub.entrypoint, dict(config or {}))
+            found, start, _spec = _inspect_app(sub.entrypoint, dict(config or {}))
             name = job_id(jid) if jid is not None else job_id(found)
             sub = replace(sub, config=dict(config or {}))
         else:
@@ -139,10 +146,23 @@ class JobManager:
     def list_jobs(self, state: JobState | None = None) -> list[JobRecord]:
         return self.store.list_jobs(state)
 
-    def view(self, jid: str) -> dict[str, Any]:
-        """Everything about one job: state, attempt (pid, host, lease), last epoch, timings."""
-        job = self.store.get_job(job_id(jid))
+    def list_views(self, state: JobState | None = None) -> list[dict[str, Any]]:
+        """Every job (only those in ``state``) as the API lists it: a paused one shows
+        ``"state": "PAUSED"`` and ``"paused": true``."""
+        return [self._job_dict(j) for j in self.store.list_jobs(state)]
+
+    def _job_dict(self, job: JobRecord) -> dict[str, Any]:
         out = job.to_dict()
+        out["state"], out["paused"] = control.display_state(self.store, job)
+        return out
+
+    def view(self, jid: str) -> dict[str, Any]:
+        """Everything about one job: state, attempt (pid, host, lease), last epoch, timings.
+
+        A RUNNING job whose control paused it shows ``"state": "PAUSED"``, ``"paused": true``.
+        """
+        job = self.store.get_job(job_id(jid))
+        out = self._job_dict(job)
         att = (
             self.store.get_attempt(job.job_id, job.current_attempt) if job.current_attempt else None
         )
@@ -163,6 +183,74 @@ class JobManager:
         """Ask the job to stop after its current epoch; the leader enforces a timeout."""
         return self.store.request_cancel(job_id(jid))
 
+    # control -------------------------------------------------------------------------------
+    def submit_control(
+        self,
+        jid: str,
+        body: Mapping[str, Any],
+        *,
+        sender: str,
+        origin: str | None = None,
+        request_id: str | None = None,
+    ) -> tuple[ControlEvent, bool]:
+        """Store one control event (:func:`stoker.manager.control.submit_control`); a
+        savepoint's ``dir`` must lie under the manager's allowed folders."""
+        return control.submit_control(
+            self.store,
+            jid,
+            body,
+            sender=sender,
+            origin=origin,
+            request_id=request_id,
+            describe=lambda: self.describe_pipeline(jid),
+            savepoint_dirs=self.allowed_dirs,
+        )
+
+    def control_event(
+        self, jid: str, control_id: str, kind: ControlKind | None = None
+    ) -> ControlEvent:
+        """One control event of the job (of ``kind``, when given)."""
+        return control.get_control(self.store, jid, control_id, kind)
+
+    def control_history(
+        self,
+        jid: str,
+        limit: int = 50,
+        before: int | None = None,
+        kind: ControlKind | None = None,
+        status: ControlStatus | None = None,
+    ) -> dict[str, Any]:
+        """A page of the job's control events, newest first, and where the next page starts."""
+        return control.control_history(self.store, jid, limit, before, kind, status)
+
+    def config_view(self, jid: str) -> dict[str, Any]:
+        """The job's config and control state now (:func:`stoker.manager.control.config_view`)."""
+        return control.config_view(self.store, jid)
+
+    def describe_pipeline(self, jid: str) -> dict[str, Any]:
+        """The pipeline description of a job no driver has declared yet, read from its
+        application file in a child process (user code never runs inside the manager)."""
+        job = self.store.get_job(job_id(jid))
+        entry = job.spec.get("entrypoint")
+        if not isinstance(entry, str):
+            return {}
+        path = Path(entry)
+        try:
+            key = (str(path), path.stat().st_mtime_ns)
+        except OSError:
+            raise InvalidInput(
+                "entrypoint", f"the job's application file {entry!r} cannot be read"
+            ) from None
+        with self._described_lock:
+            found = self._described.get(key)
+        if found is None:
+            found = _inspect_app(path, {})[2]
+            with self._described_lock:
+                if len(self._described) > 256:
+                    self._described.clear()
+                self._described[key] = found
+        return found
+
     def attempt_log(self, jid: str, attempt: int, tail: int | None = None) -> str:
         """The driver log of one attempt (the last ``tail`` bytes if given)."""
         job = self.store.get_job(job_id(jid))
@@ -181,21 +269,45 @@ class JobManager:
             return fh.read().decode("utf-8", errors="replace")
 
 
-def _inspect_app(entrypoint: Path, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The name of the Pipeline the file runs and its starting config (declared defaults with
-    ``config`` on top, checked), found in a child process: user code never runs inside the
-    manager. A refusal is :class:`InvalidInput` naming the field once."""
-    code = (
-        "import json, sys\n"
-        "from stoker.errors import InvalidInput\n"
-        "from stoker.runtime.appfile import check_app_path, inspect_app\n"
-        "try:\n"
-        "    name, config = inspect_app(check_app_path(sys.argv[1]), json.loads(sys.argv[2]))\n"
-        "except InvalidInput as e:\n"
-        "    print(json.dumps({'field': e.field, 'message': e.message}))\n"
-        "    sys.exit(2)\n"
-        "print(json.dumps({'name': name, 'config': config}))\n"
-    )
+# What stoker.runtime.appfile.inspect_app does, keeping the Pipeline for its spec().
+_INSPECT = """\
+import json, runpy, sys
+from stoker.errors import InvalidInput
+from stoker.pipeline import Pipeline
+from stoker.runtime.appfile import check_app_path, collect_pipeline
+
+def inspect(app, config):
+    sys.path.insert(0, str(app.parent))
+    try:
+        namespace = runpy.run_path(str(app), run_name="stoker_inspect")
+    finally:
+        sys.path.remove(str(app.parent))
+    found = [v for v in namespace.values() if isinstance(v, Pipeline)]
+    if len(found) > 1:
+        raise InvalidInput(
+            "job_id",
+            f"{app} defines {len(found)} module-level pipelines; give the job id explicitly",
+        )
+    pipeline = found[0] if found else collect_pipeline(app)
+    return pipeline.name, pipeline.check_config(config), pipeline.spec()
+
+try:
+    name, config, spec = inspect(check_app_path(sys.argv[1]), json.loads(sys.argv[2]))
+except InvalidInput as e:
+    print(json.dumps({"field": e.field, "message": e.message}))
+    sys.exit(2)
+print(json.dumps({"name": name, "config": config, "spec": spec}))
+"""
+
+
+def _inspect_app(
+    entrypoint: Path, config: dict[str, Any]
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The name of the Pipeline the file runs, its starting config (declared defaults with
+    ``config`` on top, checked) and its description (``Pipeline.spec()``: declared config,
+    sources, registered control events), found in a child process: user code never runs
+    inside the manager. A refusal is :class:`InvalidInput` naming the field once."""
+    code = _INSPECT
     proc = subprocess.run(
         [sys.executable, "-c", code, str(entrypoint), json.dumps(config)],
         capture_output=True,
@@ -219,4 +331,4 @@ def _inspect_app(entrypoint: Path, config: dict[str, Any]) -> tuple[str, dict[st
     if proc.returncode != 0 or "name" not in answer:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise InvalidInput("entrypoint", f"reading the app's pipeline failed: {last}")
-    return str(answer["name"]), dict(answer["config"])
+    return str(answer["name"]), dict(answer["config"]), dict(answer["spec"])

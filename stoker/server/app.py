@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hmac
+import json
+import math
 import time
 from typing import Any
 
 from fastapi import FastAPI, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,6 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from stoker.errors import (
+    ControlConflict,
+    ControlNotFound,
     DuplicateJob,
     InvalidInput,
     JobConflict,
@@ -22,22 +27,31 @@ from stoker.errors import (
     NotLeader,
     StokerError,
     StoreError,
+    TooManyRequests,
 )
-from stoker.manager import JobManager, Supervisor
+from stoker.manager import ControlRateLimiter, JobManager, Supervisor
+from stoker.manager.control import HISTORY_MAX, control_view
 from stoker.redact import redact_answer, redact_text
 from stoker.server.docs import (
+    CONTROL_BODY,
     DOCS_URL,
     JOB_ID_HELP,
     JOB_ID_MAX,
     JOB_ID_PATTERN,
     OPENAPI_URL,
+    SAVEPOINT_BODY,
     STATIC_URL,
+    ConfigView,
+    ControlEventView,
+    ControlHistory,
     errors,
     install_docs,
     install_openapi,
+    json_body,
 )
 from stoker.server.metrics import Histogram, counter, gauge
-from stoker.types import JobState
+from stoker.store import ControlEvent
+from stoker.types import ControlKind, ControlStatus, JobState
 from stoker.types import job_id as check_job_id
 
 # The one place where errors become HTTP statuses.
@@ -47,6 +61,9 @@ HTTP_STATUS: dict[type[StokerError], int] = {
     JobConflict: 409,
     JobTerminal: 409,
     DuplicateJob: 409,
+    ControlNotFound: 404,
+    ControlConflict: 409,
+    TooManyRequests: 429,
     NotLeader: 503,
     StoreError: 503,
 }
@@ -98,6 +115,7 @@ _OPEN_PREFIX = STATIC_URL + "/"
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 _BIGINT = 2**63 - 1  # the store's attempt numbers
+_CONTROL_ID = r"^[A-Za-z0-9_-]{1,64}$"
 
 
 def _given_token(request: Request) -> str | None:
@@ -112,17 +130,38 @@ def _same(given: str, expected: str | None) -> bool:
     return expected is not None and hmac.compare_digest(given.encode(), expected.encode())
 
 
+def _retry_after(err: TooManyRequests) -> str:
+    """``Retry-After``: whole seconds, at least 1."""
+    return str(max(1, math.ceil(err.retry_after)))
+
+
+async def _json_object(request: Request, empty: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The request's body as a JSON object (``empty`` for no body at all, when given)."""
+    raw = await request.body()
+    if not raw.strip() and empty is not None:
+        return dict(empty)
+    try:
+        body = json.loads(raw)
+    except ValueError:  # UnicodeDecodeError is one
+        raise InvalidInput("body", "malformed JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidInput("body", f"expects a JSON object, got {type(body).__name__}")
+    return body
+
+
 def create_app(
     manager: JobManager,
     supervisor: Supervisor | None = None,
     token: str | None = None,
     read_token: str | None = None,
+    control_rate: float = 20.0,
 ) -> FastAPI:
     """The API over ``manager``.
 
     With ``token`` every call but ``/healthz`` needs a token: ``token`` for anything,
     ``read_token`` (optional) for reads only. Answers show secrets redacted
-    (:mod:`stoker.redact`).
+    (:mod:`stoker.redact`). ``control_rate``: control events per second per job (bursts of
+    twice that); 0 turns the limit off.
     """
     if read_token is not None and token is None:
         raise InvalidInput("--read-token", "needs a token for mutating calls too (--token)")
@@ -138,6 +177,7 @@ def create_app(
     install_docs(app)
     install_openapi(app, token=token is not None, open_paths=OPEN_PATHS)
     submit_latency = Histogram()
+    limiter = ControlRateLimiter(control_rate)
     # The answers each kind of call can give besides its success (one error model for all).
     guarded_ = (401,) if token is not None else ()
     writes = (*guarded_, 403) if read_token is not None else guarded_
@@ -196,7 +236,15 @@ def create_app(
             body["state"] = err.state
         if isinstance(err, JobConflict):
             body["difference"] = err.difference
-        return JSONResponse(redact_answer(body), status_code=_status(err))
+        if isinstance(err, ControlNotFound):
+            body["control_id"] = err.control_id
+        if isinstance(err, ControlConflict):
+            body["reason"] = err.reason
+        headers = None
+        if isinstance(err, TooManyRequests):
+            body["retry_after"] = round(err.retry_after, 3)
+            headers = {"Retry-After": _retry_after(err)}
+        return JSONResponse(redact_answer(body), status_code=_status(err), headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -333,14 +381,16 @@ def create_app(
 
     @app.get("/v1/jobs", responses=errors(*guarded_, 422, 503))
     def list_jobs(state: JobState | None = Query(None)) -> list[dict[str, Any]]:
-        """All jobs (from the store: complete even while a new leader recovers)."""
-        return [redact_answer(j.to_dict()) for j in manager.list_jobs(state)]
+        """All jobs (from the store: complete even while a new leader recovers). A RUNNING job
+        that control paused shows ``"state": "PAUSED"``."""
+        return [redact_answer(j) for j in manager.list_views(state)]
 
     reads = errors(*guarded_, 404, 422, 503)
 
     @app.get("/v1/jobs/{job_id}", responses=reads)
     def get_job(job_id: str = job_path) -> dict[str, Any]:
-        """State, current attempt (pid, host, lease expiry), last epoch, timings."""
+        """State, current attempt (pid, host, lease expiry), last epoch, timings. A RUNNING job
+        that control paused shows ``"state": "PAUSED"`` and ``"paused": true``."""
         return dict(redact_answer(manager.view(job_id)))
 
     @app.get("/v1/jobs/{job_id}/attempts", responses=reads)
@@ -374,5 +424,113 @@ def create_app(
     def cancel(job_id: str = job_path) -> dict[str, Any]:
         """Graceful: the current epoch completes and commits, then the driver stops."""
         return dict(redact_answer(manager.cancel(job_id).to_dict()))
+
+    # control -------------------------------------------------------------------------------
+    control_path = Path(
+        ..., pattern=_CONTROL_ID, description="A control event's id (`control_id`)."
+    )
+    control_writes = {
+        202: {"model": ControlEventView, "description": "Stored, PENDING: the event is durable."},
+        200: {
+            "model": ControlEventView,
+            "description": "A retry: this request_id and event were stored before.",
+        },
+        **errors(*writes, 404, 409, 422, 429, 503),
+    }
+
+    def _sender(request: Request) -> str:
+        given = _given_token(request)
+        return "operator" if token is not None and given and _same(given, token) else "anonymous"
+
+    def _event_answer(ev: ControlEvent, created: bool = False) -> JSONResponse:
+        return JSONResponse(redact_answer(control_view(ev)), status_code=202 if created else 200)
+
+    async def _submit(request: Request, job_id: str, body: dict[str, Any]) -> JSONResponse:
+        ev, created = await run_in_threadpool(
+            lambda: manager.submit_control(
+                job_id,
+                body,
+                sender=_sender(request),
+                origin=request.client.host if request.client else None,
+            )
+        )
+        return _event_answer(ev, created)
+
+    @app.post(
+        "/v1/jobs/{job_id}/control",
+        status_code=202,
+        response_model=None,
+        responses=control_writes,
+        openapi_extra=json_body(CONTROL_BODY),
+    )
+    async def post_control(request: Request, job_id: str = job_path) -> JSONResponse:
+        """Send a control event to a job: 202 once it is stored (PENDING); it applies at the
+        job's next epoch boundary. A retry with the same ``request_id`` and event answers the
+        stored event (200); with another event, 409. Rate limited per job (429)."""
+        limiter.take(job_id)
+        return await _submit(request, job_id, await _json_object(request))
+
+    @app.get(
+        "/v1/jobs/{job_id}/control/{control_id}",
+        response_model=ControlEventView,
+        responses=reads,
+    )
+    def get_control(job_id: str = job_path, control_id: str = control_path) -> JSONResponse:
+        """One control event and how far it got."""
+        return _event_answer(manager.control_event(job_id, control_id))
+
+    @app.get("/v1/jobs/{job_id}/control", response_model=ControlHistory, responses=reads)
+    def control_history(
+        job_id: str = job_path,
+        limit: int = Query(50, ge=1, le=HISTORY_MAX),
+        before: int | None = Query(
+            None, ge=1, le=_BIGINT, description="Only versions below this (the `next` value)."
+        ),
+        kind: ControlKind | None = Query(None),
+        status: ControlStatus | None = Query(None),
+    ) -> JSONResponse:
+        """The job's control events, newest first, a page at a time."""
+        page = manager.control_history(job_id, limit, before, kind, status)
+        return JSONResponse(redact_answer(page))
+
+    @app.get("/v1/jobs/{job_id}/config", response_model=ConfigView, responses=reads)
+    def config(job_id: str = job_path) -> JSONResponse:
+        """The job's effective config and control state now, with their version."""
+        return JSONResponse(redact_answer(manager.config_view(job_id)))
+
+    @app.post(
+        "/v1/jobs/{job_id}/savepoints",
+        status_code=202,
+        response_model=None,
+        responses=control_writes,
+        openapi_extra=json_body(SAVEPOINT_BODY, required=False),
+    )
+    async def post_savepoint(request: Request, job_id: str = job_path) -> JSONResponse:
+        """Take a savepoint at the next epoch boundary (``"stop": true``: then stop the job).
+        Answers like a control event; its ``result`` gets the folder once written."""
+        limiter.take(job_id)
+        body = await _json_object(request, empty={})
+        if body.get("kind", "savepoint") != "savepoint":
+            raise InvalidInput("kind", "a savepoint request takes stop, dir and request_id only")
+        return await _submit(request, job_id, {**body, "kind": str(ControlKind.SAVEPOINT)})
+
+    @app.get("/v1/jobs/{job_id}/savepoints", response_model=ControlHistory, responses=reads)
+    def savepoints(
+        job_id: str = job_path,
+        limit: int = Query(50, ge=1, le=HISTORY_MAX),
+        before: int | None = Query(None, ge=1, le=_BIGINT),
+    ) -> JSONResponse:
+        """The job's savepoints, newest first."""
+        page = manager.control_history(job_id, limit, before, ControlKind.SAVEPOINT)
+        return JSONResponse(redact_answer(page))
+
+    @app.get(
+        "/v1/jobs/{job_id}/savepoints/{control_id}",
+        response_model=ControlEventView,
+        responses=reads,
+    )
+    def savepoint(job_id: str = job_path, control_id: str = control_path) -> JSONResponse:
+        """One savepoint and how far it got (its folder in ``result.path`` once written)."""
+        return _event_answer(manager.control_event(job_id, control_id, ControlKind.SAVEPOINT))
 
     return app

@@ -1,6 +1,6 @@
 """The API's contract and its docs page: the one error model, the answers each call can give,
-the job id pattern, the security schemes, and Swagger UI served from the package (``/docs``
-works without internet)."""
+the job id pattern, the control request bodies and answers, the security schemes, and Swagger
+UI served from the package (``/docs`` works without internet)."""
 
 from __future__ import annotations
 
@@ -38,14 +38,21 @@ class ErrorAnswer(BaseModel):
     type: str | None = Field(
         None,
         description="The error's kind: InvalidInput, JobNotFound, JobConflict, JobTerminal, "
-        "DuplicateJob, Unauthorized, Forbidden, MethodNotAllowed, NotFound, NotLeader, "
-        "StoreError.",
+        "DuplicateJob, ControlNotFound, ControlConflict, TooManyRequests, Unauthorized, "
+        "Forbidden, MethodNotAllowed, NotFound, NotLeader, StoreError.",
     )
     field: str | None = Field(None, description="422: the field at fault (dotted path).")
     job_id: str | None = Field(None, description="The job the error is about.")
     state: str | None = Field(None, description="409 JobTerminal: the state the job ended in.")
     difference: str | None = Field(
         None, description="409 JobConflict: how the live job's spec differs from this one."
+    )
+    control_id: str | None = Field(None, description="404 ControlNotFound: the event asked for.")
+    reason: str | None = Field(
+        None, description="409 ControlConflict: why the event cannot be taken now."
+    )
+    retry_after: float | None = Field(
+        None, description="429 TooManyRequests: seconds until the job takes another event."
     )
 
 
@@ -54,17 +61,187 @@ _WHY = {
     401: "Token missing or wrong: send 'Authorization: Bearer <token>' (stoker CLI: --token "
     "or STOKER_TOKEN).",
     403: "The token is read-only and this call changes state.",
-    404: "No such job (or attempt).",
+    404: "No such job (or attempt, or control event).",
     409: "The job id is live with another spec (`difference`), or the job has ended (`state`; "
-    'submit it with "restart": true to run it again).',
+    'submit it with "restart": true to run it again); for control, the event cannot be taken '
+    "in the job's control state, or its `request_id` was used for another event (`reason`).",
     422: "Bad input: `field` names the field, `error` says what is allowed. Nothing changed.",
+    429: "Too many control events for this job: retry after `Retry-After` seconds.",
     503: "The store is unavailable, or this manager lost the leader lease mid-call.",
+}
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Whole seconds (at least 1) until the job takes another control event.",
+        "schema": {"type": "integer", "minimum": 1},
+    }
 }
 
 
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     """The ``responses=`` of a route: each code with the one error model."""
-    return {code: {"model": ErrorAnswer, "description": _WHY[code]} for code in codes}
+    out: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        out[code] = {"model": ErrorAnswer, "description": _WHY[code]}
+        if code == 429:
+            out[code]["headers"] = _RETRY_AFTER
+    return out
+
+
+# Control ----------------------------------------------------------------------------------------
+class ControlEventView(BaseModel):
+    """One control event: what was asked, by whom, and how far it got."""
+
+    control_id: str = Field(..., description="The event's id.")
+    job_id: str
+    version: int = Field(..., description="The control version the event made.")
+    kind: str = Field(
+        ...,
+        description="config, rate_limit, log_level, trigger, pause, resume, "
+        "checkpoint, event or savepoint.",
+    )
+    status: str = Field(
+        ...,
+        description="PENDING -> APPLIED (at `applied_epoch`) -> COMMITTED (that epoch "
+        "committed), or REJECTED (`reason`).",
+    )
+    applied_epoch: int | None = Field(None, description="The epoch the event applied at.")
+    reason: str | None = Field(None, description="Why it was rejected.")
+    result: dict[str, Any] | None = Field(
+        None, description="What it produced (a savepoint's `path` and `epoch`)."
+    )
+    request_id: str | None = Field(None, description="The caller's retry key, if one was sent.")
+    sender: str = Field(..., description="`operator` (the token), `anonymous` or `local:<user>`.")
+    origin: str | None = Field(None, description="Where the request came from (client address).")
+    created_at: float
+    applied_at: float | None = None
+    ended_at: float | None = None
+    body: dict[str, Any] = Field(..., description="The event's own fields, as checked.")
+
+
+class ControlHistory(BaseModel):
+    """A page of a job's control events, newest first."""
+
+    events: list[ControlEventView]
+    next: int | None = Field(
+        None, description="Pass as `before` for the next (older) page; null on the last page."
+    )
+
+
+class ConfigView(BaseModel):
+    """A job's effective config and control state now."""
+
+    job_id: str
+    version: int = Field(..., description="The latest control version.")
+    config: dict[str, Any] = Field(..., description="What the transform sees as ctx.config.")
+    paused: bool
+    trigger_s: float | None = Field(None, description="Set by control; null: the job's own.")
+    rate_limit: dict[str, Any] = Field(..., description="Limits set by control.")
+    log_level: dict[str, Any] = Field(..., description='{"root": ..., "loggers": {...}}')
+    pending: int = Field(..., description="Events stored and not yet applied.")
+
+
+_REQUEST_ID = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 200,
+    "pattern": r"\S",
+    "description": "Retry key: the same request_id with the same event answers the stored "
+    "event (200); with another event, 409.",
+}
+_NUMBER_OR_NULL = {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "null"}]}
+_COUNT_OR_NULL = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]}
+
+
+def _kind(name: str, fields: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "title": name,
+        "properties": {"kind": {"const": name}, **fields, "request_id": _REQUEST_ID},
+        "required": ["kind", *required],
+        "additionalProperties": False,
+    }
+
+
+_SAVEPOINT_FIELDS = {
+    "stop": {"type": "boolean", "description": "Stop the job after the savepoint."},
+    "dir": {
+        "anyOf": [{"type": "string", "minLength": 1, "pattern": r"^/"}, {"type": "null"}],
+        "description": "An absolute folder under one of the manager's --allow-dir folders "
+        "(default: a folder in the job's state folder).",
+    },
+}
+CONTROL_BODY: dict[str, Any] = {
+    "oneOf": [
+        _kind(
+            "config",
+            {
+                "set": {"type": "object", "description": "Declared config keys and values."},
+                "unset": {"type": "array", "items": {"type": "string"}},
+            },
+        ),
+        _kind(
+            "rate_limit",
+            {
+                "rows_per_second": _NUMBER_OR_NULL,
+                "max_rows_per_epoch": _COUNT_OR_NULL,
+                "max_files_per_epoch": _COUNT_OR_NULL,
+            },
+        ),
+        _kind(
+            "log_level",
+            {
+                "level": {
+                    "type": "string",
+                    "enum": ["ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
+                },
+                "logger": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_.$-]{0,199}$"},
+            },
+            ("level",),
+        ),
+        _kind(
+            "trigger",
+            {
+                "interval": {
+                    "anyOf": [
+                        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h)?\s*$"},
+                        {"type": "number", "minimum": 0, "maximum": 86400},
+                    ],
+                    "description": "e.g. '2s', '500ms', '1m', or seconds; 0 = as fast as possible",
+                }
+            },
+            ("interval",),
+        ),
+        _kind("pause", {}),
+        _kind("resume", {}),
+        _kind("checkpoint", {}),
+        _kind(
+            "event",
+            {
+                "name": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$"},
+                "payload": {"description": "Any JSON (at most 64 KiB)."},
+            },
+            ("name",),
+        ),
+        _kind("savepoint", _SAVEPOINT_FIELDS),
+    ],
+    "description": "One control event. Config keys and value types, event names and the rate "
+    "limits a job's sources obey are checked against the job's pipeline (422 naming the field).",
+}
+SAVEPOINT_BODY: dict[str, Any] = {
+    "type": "object",
+    "properties": {**_SAVEPOINT_FIELDS, "request_id": _REQUEST_ID},
+    "additionalProperties": False,
+}
+
+
+def json_body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    """``openapi_extra`` of a route that parses its JSON body itself."""
+    return {
+        "requestBody": {
+            "required": required,
+            "content": {"application/json": {"schema": schema}},
+        }
+    }
 
 
 def install_docs(app: FastAPI) -> None:

@@ -29,11 +29,13 @@ def serve(
     cancel_timeout: float = 60.0,
     supervise: bool = True,
     retention: RetentionPolicy | None = None,
+    control_rate: float = 20.0,
 ) -> None:
     """Serve until SIGINT/SIGTERM. Drivers started here keep running after the manager stops.
 
     ``token`` guards every call but ``/healthz``; ``read_token`` (optional) allows reads only.
     ``retention``: what the leader keeps of ended jobs' epoch records (default: all).
+    ``control_rate``: control events per second per job (bursts of twice that; 0: no limit).
     """
     import uvicorn
 
@@ -58,7 +60,7 @@ def serve(
     )
     supervisor = Supervisor(sup_store, cfg) if supervise else None
     manager = JobManager(api_store, state_dir, allow_dirs)
-    app = create_app(manager, supervisor, token, read_token)
+    app = create_app(manager, supervisor, token, read_token, control_rate=control_rate)
     if supervisor is not None:
         supervisor.start()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)

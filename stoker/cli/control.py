@@ -1,0 +1,473 @@
+"""Control of a running job from the command line, ``flink``-like:
+
+    stoker control JOB set min_amount=20 [--unset K] [--wait applied|committed]
+    stoker control JOB rate-limit 500 [--per second|epoch|files]     (or: none)
+    stoker control JOB log-level DEBUG [--logger NAME]
+    stoker control JOB trigger 2s
+    stoker control JOB event reload_rules --payload '{"x": 1}'
+    stoker control JOB history [--limit N]
+    stoker control JOB status CONTROL_ID
+    stoker pause JOB / stoker resume JOB / stoker checkpoint JOB [--no-wait]
+    stoker savepoint JOB [--stop] [--dir D] [--wait]
+    stoker config JOB
+
+With ``--server`` (or STOKER_SERVER) each is a REST call; without, the command writes the
+event into the local job's store (``--state-dir`` / ``--store``: the store is the bus) through
+:mod:`stoker.manager.control`, checked the same way, sent by ``local:<user>``. Each prints one
+line per event (id, version, status, applied epoch); ``--json`` prints the event's JSON view.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from stoker.cli._common import (
+    client,
+    debug_option,
+    guarded,
+    open_job_store,
+    server_opts,
+    state_dir_opt,
+    store_opt,
+)
+from stoker.errors import ControlConflict, InvalidInput, StokerError
+from stoker.redact import redact_answer
+from stoker.types import job_id as _job_id
+
+_REACHED = {"applied": ("APPLIED", "COMMITTED"), "committed": ("COMMITTED",)}
+_RATE_KEYS = {
+    "second": "rows_per_second",
+    "epoch": "max_rows_per_epoch",
+    "files": "max_files_per_epoch",
+}
+
+
+class _Target:
+    """Where the events go: a job manager (REST) or the local job's store."""
+
+    def __init__(
+        self, job: str, server: str | None, token: str | None, store: str | None, sd: str | None
+    ) -> None:
+        self.job = str(_job_id(job))
+        self._client: Any = None
+        self._store: Any = None
+        if server:
+            self._client = client(server, token)
+        else:
+            _jid, self._store = open_job_store(job, store, sd)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        if self._store is not None:
+            self._store.close()
+
+    def send(self, body: Mapping[str, Any], request_id: str | None) -> dict[str, Any]:
+        if self._client is not None:
+            if body.get("kind") == "savepoint":
+                return dict(self._client.savepoint(self.job, body["stop"], body["dir"], request_id))
+            return dict(self._client.control(self.job, body, request_id))
+        from stoker.manager.control import control_view, submit_control
+
+        ev, _created = submit_control(
+            self._store,
+            self.job,
+            body,
+            sender=f"local:{_user()}",
+            origin=socket.gethostname(),
+            request_id=request_id,
+        )
+        return dict(redact_answer(control_view(ev)))
+
+    def status(self, control_id: str) -> dict[str, Any]:
+        if self._client is not None:
+            return dict(self._client.control_status(self.job, control_id))
+        from stoker.manager.control import control_view, get_control
+
+        return dict(redact_answer(control_view(get_control(self._store, self.job, control_id))))
+
+    def history(self, limit: int, before: int | None, kind: str | None) -> dict[str, Any]:
+        if self._client is not None:
+            return dict(self._client.control_history(self.job, limit, before, kind))
+        from stoker.manager.control import control_history
+        from stoker.types import ControlKind
+
+        page = control_history(
+            self._store, self.job, limit, before, None if kind is None else ControlKind(kind)
+        )
+        return dict(redact_answer(page))
+
+    def config(self) -> dict[str, Any]:
+        if self._client is not None:
+            return dict(self._client.config(self.job))
+        from stoker.manager.control import config_view
+
+        return dict(redact_answer(config_view(self._store, self.job)))
+
+    def wait(self, control_id: str, until: str, timeout: float) -> dict[str, Any]:
+        """Until the event gets to ``until``; REJECTED and timeouts are errors."""
+        if self._client is not None:
+            try:
+                return dict(self._client.wait_control(self.job, control_id, until, timeout))
+            except TimeoutError as e:
+                raise StokerError(str(e)) from e
+        deadline = time.monotonic() + timeout
+        while True:
+            ev = self.status(control_id)
+            if ev["status"] in _REACHED[until]:
+                return ev
+            if ev["status"] == "REJECTED":
+                raise ControlConflict(
+                    self.job,
+                    f"control event {control_id} ({ev['kind']}) was rejected: {ev['reason']}",
+                )
+            if time.monotonic() >= deadline:
+                raise StokerError(
+                    f"control event {control_id} of job {self.job!r} is still {ev['status']} "
+                    f"after {timeout:g} s (waiting until {until}; is the job's driver running?)"
+                )
+            time.sleep(0.1)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+@contextmanager
+def _target(
+    job: str, server: str | None, token: str | None, store: str | None, state_dir: str | None
+) -> Iterator[_Target]:
+    t = _Target(job, server, token, store, state_dir)
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+def line(v: Mapping[str, Any]) -> str:
+    """One event in one line: job, kind, id, version, status, epoch, reason or result."""
+    out = f"{v['job_id']}: {v['kind']} {v['control_id']} version {v['version']} {v['status']}"
+    if v.get("applied_epoch") is not None:
+        out += f" at epoch {v['applied_epoch']}"
+    if v.get("status") == "REJECTED" and v.get("reason"):
+        out += f": {v['reason']}"
+    path = (v.get("result") or {}).get("path")
+    if path:
+        out += f", savepoint {path}"
+    return out
+
+
+def _print(v: Mapping[str, Any], as_json: bool) -> None:
+    click.echo(json.dumps(v, indent=2, sort_keys=True) if as_json else line(v))
+
+
+# options every event command takes ---------------------------------------------------------------
+def _where(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--json", "as_json", is_flag=True, help="Print the event's JSON view.")(fn)
+    fn = server_opts(fn)
+    fn = state_dir_opt(fn)
+    return store_opt(fn)
+
+
+def _sending(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option(
+        "--timeout",
+        default=60.0,
+        show_default=True,
+        type=click.FloatRange(0),
+        help="Seconds to wait at most (with --wait).",
+    )(fn)
+    fn = click.option(
+        "--request-id", default=None, help="Retry key: the same id and event are stored once."
+    )(fn)
+    return _where(fn)
+
+
+_wait_opt = click.option(
+    "--wait",
+    type=click.Choice(["applied", "committed"]),
+    default=None,
+    help="Wait until the event applied at an epoch, or until that epoch committed.",
+)
+
+
+def _send(
+    job: str,
+    body: dict[str, Any],
+    *,
+    store: str | None,
+    state_dir: str | None,
+    server: str | None,
+    token: str | None,
+    as_json: bool,
+    request_id: str | None,
+    wait: str | None,
+    timeout: float,
+) -> None:
+    with _target(job, server, token, store, state_dir) as t:
+        v = t.send(body, request_id)
+        if wait is not None:
+            if not as_json:
+                click.echo(line(v), err=True)  # stored: the id, in case the wait is cut short
+            v = t.wait(str(v["control_id"]), wait, timeout)
+        _print(v, as_json)
+
+
+def _value(text: str) -> Any:
+    """A value given on the command line: JSON when it parses, else the string itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+# stoker control JOB ... ------------------------------------------------------------------------
+@click.group("control")
+@click.argument("job")
+@click.pass_context
+def control_group(ctx: click.Context, job: str) -> None:
+    """Change a running job without stopping it: config, rate limit, log level, trigger,
+    custom events; its control history. Changes apply at the job's next epoch boundary."""
+    ctx.obj = job
+
+
+def _job(ctx: click.Context) -> str:
+    return str(ctx.obj)
+
+
+@control_group.command("set")
+@click.argument("pairs", nargs=-1, metavar="KEY=VALUE...")
+@click.option("--unset", "unset", multiple=True, metavar="KEY", help="Back to its default.")
+@_wait_opt
+@_sending
+@click.pass_context
+@guarded
+def set_cmd(ctx: click.Context, pairs: tuple[str, ...], unset: tuple[str, ...], **kw: Any) -> None:
+    """Set config keys (values are JSON when they parse, else strings): min_amount=20 tag=x."""
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        if not eq or not key.strip():
+            raise InvalidInput("set", f"expects KEY=VALUE, got {pair!r}")
+        values[key.strip()] = _value(raw)
+    body = {"kind": "config", "set": values, "unset": list(unset)}
+    _send(_job(ctx), body, **kw)
+
+
+@control_group.command("rate-limit")
+@click.argument("limit", metavar="N|none")
+@click.option(
+    "--per",
+    type=click.Choice(sorted(_RATE_KEYS)),
+    default="second",
+    show_default=True,
+    help="rows per second, rows per epoch, or files per epoch.",
+)
+@_wait_opt
+@_sending
+@click.pass_context
+@guarded
+def rate_limit_cmd(ctx: click.Context, limit: str, per: str, **kw: Any) -> None:
+    """Limit what the job's sources read from the next epoch on ('none': their own limit)."""
+    value = None if limit.strip().lower() in ("none", "null") else _value(limit)
+    _send(_job(ctx), {"kind": "rate_limit", _RATE_KEYS[per]: value}, **kw)
+
+
+@control_group.command("log-level")
+@click.argument("level")
+@click.option("--logger", default=None, help="One logger (default: the root level).")
+@_wait_opt
+@_sending
+@click.pass_context
+@guarded
+def log_level_cmd(ctx: click.Context, level: str, logger: str | None, **kw: Any) -> None:
+    """Set the log level of the driver and the executors (DEBUG, INFO, WARN, ERROR, ...)."""
+    body: dict[str, Any] = {"kind": "log_level", "level": level}
+    if logger is not None:
+        body["logger"] = logger
+    _send(_job(ctx), body, **kw)
+
+
+@control_group.command("trigger")
+@click.argument("interval")
+@_wait_opt
+@_sending
+@click.pass_context
+@guarded
+def trigger_cmd(ctx: click.Context, interval: str, **kw: Any) -> None:
+    """Change the trigger interval of the running query: 2s, 500ms, 1m, 0."""
+    _send(_job(ctx), {"kind": "trigger", "interval": interval}, **kw)
+
+
+@control_group.command("event")
+@click.argument("name")
+@click.option("--payload", default=None, help="JSON given to the handler (default: {}).")
+@_wait_opt
+@_sending
+@click.pass_context
+@guarded
+def event_cmd(ctx: click.Context, name: str, payload: str | None, **kw: Any) -> None:
+    """Send a custom event to the handler the pipeline registered (@p.on_control(NAME))."""
+    body: dict[str, Any] = {"kind": "event", "name": name}
+    if payload is not None:
+        try:
+            body["payload"] = json.loads(payload)
+        except ValueError as e:
+            raise InvalidInput("--payload", f"is not JSON: {e}") from None
+    _send(_job(ctx), body, **kw)
+
+
+@control_group.command("history")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--before", default=None, type=click.IntRange(1), help="Versions below this.")
+@click.option("--kind", default=None, help="Only events of this kind.")
+@_where
+@click.pass_context
+@guarded
+def history_cmd(
+    ctx: click.Context,
+    limit: int,
+    before: int | None,
+    kind: str | None,
+    store: str | None,
+    state_dir: str | None,
+    server: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """The job's control events, newest first (one line each; --json: one JSON line each)."""
+    with _target(_job(ctx), server, token, store, state_dir) as t:
+        page = t.history(limit, before, kind)
+    for v in page["events"]:
+        click.echo(json.dumps(v, sort_keys=True) if as_json else line(v))
+    if page.get("next") is not None and not as_json:
+        click.echo(f"(older events: --before {page['next']})", err=True)
+
+
+@control_group.command("status")
+@click.argument("control_id")
+@_where
+@click.pass_context
+@guarded
+def status_cmd(
+    ctx: click.Context,
+    control_id: str,
+    store: str | None,
+    state_dir: str | None,
+    server: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """One control event and how far it got."""
+    with _target(_job(ctx), server, token, store, state_dir) as t:
+        _print(t.status(control_id), as_json)
+
+
+# stoker pause / resume / checkpoint / savepoint / config JOB -------------------------------------
+@click.command("pause")
+@click.argument("job")
+@_wait_opt
+@_sending
+@guarded
+def pause_cmd(job: str, **kw: Any) -> None:
+    """Pause a job: no epoch commits until it is resumed; it stays live (cancel still works)."""
+    _send(job, {"kind": "pause"}, **kw)
+
+
+@click.command("resume")
+@click.argument("job")
+@_wait_opt
+@_sending
+@guarded
+def resume_cmd(job: str, **kw: Any) -> None:
+    """Resume a paused job from where it stopped."""
+    _send(job, {"kind": "resume"}, **kw)
+
+
+@click.command("checkpoint")
+@click.argument("job")
+@click.option(
+    "--wait/--no-wait",
+    "wait",
+    default=True,
+    show_default=True,
+    help="Wait until the epoch committed (and print its number).",
+)
+@_sending
+@guarded
+def checkpoint_cmd(job: str, wait: bool, **kw: Any) -> None:
+    """Run an epoch now, without waiting for the trigger; prints the epoch once committed."""
+    _send(job, {"kind": "checkpoint"}, wait="committed" if wait else None, **kw)
+
+
+@click.command("savepoint")
+@click.argument("job")
+@click.option("--stop", is_flag=True, help="Stop the job after the savepoint.")
+@click.option(
+    "--dir",
+    "folder",
+    default=None,
+    help="Folder to write (with --server: absolute, under one of the manager's --allow-dir; "
+    "default: in the job's state folder).",
+)
+@click.option("--wait", is_flag=True, help="Wait until it is written (and print its folder).")
+@_sending
+@guarded
+def savepoint_cmd(job: str, stop: bool, folder: str | None, wait: bool, **kw: Any) -> None:
+    """Write the job's consistent state at the next epoch boundary (stoker run
+    --from-savepoint starts a job from it)."""
+    if folder is not None and not kw.get("server"):
+        folder = str(Path(folder).resolve())  # the driver runs elsewhere: no relative path
+    body = {"kind": "savepoint", "stop": stop, "dir": folder}
+    _send(job, body, wait="committed" if wait else None, **kw)
+
+
+@click.command("config")
+@click.argument("job")
+@_where
+@guarded
+def config_cmd(
+    job: str,
+    store: str | None,
+    state_dir: str | None,
+    server: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
+    """A job's effective config and control state now (paused, trigger, rate limit, levels)."""
+    with _target(job, server, token, store, state_dir) as t:
+        v = t.config()
+    if as_json:
+        click.echo(json.dumps(v, indent=2, sort_keys=True))
+        return
+    levels = dict(v.get("log_level") or {})
+    named = dict(levels.pop("loggers", None) or {})
+    shown = [f"root={levels['root']}"] if levels.get("root") else []
+    shown += [f"{k}={lv}" for k, lv in sorted(named.items())]
+    rates = v.get("rate_limit") or {}
+    click.echo(f"job        {v['job_id']} (control version {v['version']})")
+    click.echo(f"config     {json.dumps(v['config'], sort_keys=True)}")
+    click.echo(f"paused     {'yes' if v['paused'] else 'no'}")
+    trigger = "-" if v.get("trigger_s") is None else f"{v['trigger_s']:g}s"
+    click.echo(f"trigger    {trigger}")
+    click.echo("rate limit " + (" ".join(f"{k}={x}" for k, x in sorted(rates.items())) or "-"))
+    click.echo("log level  " + (" ".join(shown) or "-"))
+    click.echo(f"pending    {v['pending']}")
+
+
+COMMANDS = [control_group, pause_cmd, resume_cmd, checkpoint_cmd, savepoint_cmd, config_cmd]
+# --debug on the subcommands too (the group adds it to its own commands only).
+for _cmd in control_group.commands.values():
+    _cmd.params.append(debug_option())
