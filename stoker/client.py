@@ -139,6 +139,7 @@ class Client:
         restart: bool = False,
         restart_strategy: Mapping[str, Any] | None = None,
         config: Mapping[str, Any] | None = None,
+        from_savepoint: str | None = None,
     ) -> Submitted:
         """``POST /v1/jobs``: run the application file ``entrypoint`` (a path on the manager's
         host) as a job. ``job_id`` defaults to the name of the Pipeline the file defines.
@@ -158,6 +159,8 @@ class Client:
             body["restart_strategy"] = dict(restart_strategy)
         if config:
             body["config"] = dict(config)
+        if from_savepoint:
+            body["from_savepoint"] = from_savepoint
         resp = self._call("POST", "/v1/jobs", json=body)
         job = dict(resp.json())
         outcome = (

@@ -26,11 +26,20 @@ def submit_and_follow(
     quiet: bool,
     poll: float = 0.5,
     config: dict[str, Any] | None = None,
+    from_savepoint: str | None = None,
 ) -> int:
     """Submit; unless ``detached``, print state changes and committed epochs until the job
     ends. Ctrl-C detaches: the job keeps running under the manager."""
     c = Client(server, token)
-    sub = c.submit(str(path), job_id=job_id, args=args, conf=conf, restart=restart, config=config)
+    sub = c.submit(
+        str(path),
+        job_id=job_id,
+        args=args,
+        conf=conf,
+        restart=restart,
+        config=config,
+        from_savepoint=from_savepoint,
+    )
     jid = sub.job_id
     what = {"created": "submitted", "restarted": "restarted"}.get(sub.outcome, "already live")
     click.echo(f"job {jid}: {what} ({sub.job['state']})", err=True)

@@ -7,6 +7,7 @@ import logging
 import shlex
 import signal
 import sys
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -94,12 +95,6 @@ def run_cmd(
     config = parse_config_pairs(list(config_pairs))
     if job_id is not None:
         _job_id(job_id)
-    if server and from_savepoint is not None:
-        raise InvalidInput(
-            "--from-savepoint",
-            'is for a local run; with --server, submit the job with "from_savepoint" '
-            "(POST /v1/jobs)",
-        )
     if server:
         from stoker.cli.remote import submit_and_follow
 
@@ -115,6 +110,7 @@ def run_cmd(
                 detached,
                 quiet,
                 config=config,
+                from_savepoint=str(Path(from_savepoint).resolve()) if from_savepoint else None,
             )
         )
     # The one place the command line reaches the runtime (and so Spark): a local run.

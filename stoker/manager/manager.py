@@ -17,7 +17,12 @@ from stoker.errors import InvalidInput, JobConflict, JobNotFound, JobTerminal
 from stoker.manager import control
 from stoker.manager.batch import CreateBatcher
 from stoker.manager.processes import child_env
-from stoker.manager.submit import ASSIGNED_STATE_DIR, spec_difference, validate_submission
+from stoker.manager.submit import (
+    ASSIGNED_STATE_DIR,
+    check_savepoint_dir,
+    spec_difference,
+    validate_submission,
+)
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
 from stoker.types import AttemptNo, ControlKind, ControlStatus, JobId, JobState, job_id
 
@@ -52,13 +57,16 @@ class JobManager:
         restart: bool = False,
         restart_strategy: dict[str, Any] | None = None,
         config: dict[str, Any] | None = None,
+        from_savepoint: str | None = None,
     ) -> SubmitResult:
         """Create the job, or return the live one; never a second live instance.
 
         The store's primary key decides between concurrent submissions of one id, whichever
         manager receives them.
         """
-        name, spec, start = self._plan(jid, entrypoint, args, conf, restart_strategy, config)
+        name, spec, start = self._plan(
+            jid, entrypoint, args, conf, restart_strategy, config, from_savepoint
+        )
         job, created = self.store.create_job(name, name, spec, start)
         return self._settle(name, spec, job, created, restart)
 
@@ -71,6 +79,7 @@ class JobManager:
         restart: bool = False,
         restart_strategy: dict[str, Any] | None = None,
         config: dict[str, Any] | None = None,
+        from_savepoint: str | None = None,
     ) -> SubmitResult:
         """:meth:`submit` for an event loop: the insert joins the next group commit.
 
@@ -79,9 +88,19 @@ class JobManager:
         """
         if jid is None or config:  # a child process reads the app's pipeline
             return await asyncio.to_thread(
-                self.submit, jid, entrypoint, args, conf, restart, restart_strategy, config
+                self.submit,
+                jid,
+                entrypoint,
+                args,
+                conf,
+                restart,
+                restart_strategy,
+                config,
+                from_savepoint,
             )
-        name, spec, start = self._plan(jid, entrypoint, args, conf, restart_strategy, None)
+        name, spec, start = self._plan(
+            jid, entrypoint, args, conf, restart_strategy, None, from_savepoint
+        )
         job, created = await asyncio.wrap_future(self._batcher.create(name, name, spec, start))
         if not created and job.state.terminal and restart:
             return await asyncio.to_thread(self._settle, name, spec, job, created, restart)
@@ -95,6 +114,7 @@ class JobManager:
         conf: dict[str, str] | None,
         restart_strategy: dict[str, Any] | None,
         config: dict[str, Any] | None,
+        from_savepoint: str | None = None,
     ) -> tuple[JobId, dict[str, Any], dict[str, Any]]:
         """The job's id, spec and starting config, every field checked; nothing is written.
 
@@ -105,6 +125,10 @@ class JobManager:
         sub = validate_submission(
             entrypoint, list(args or []), dict(conf or {}), restart_strategy, self.allowed_dirs
         )
+        if from_savepoint is not None:
+            sub = replace(
+                sub, from_savepoint=check_savepoint_dir(from_savepoint, self.allowed_dirs)
+            )
         start: dict[str, Any] = {}
         if jid is None or config:
             found, start, _spec = _inspect_app(sub.entrypoint, dict(config or {}))

@@ -42,6 +42,10 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+# stoker.runtime.launch.FROM_SAVEPOINT_ENV (the manager does not import the runtime)
+FROM_SAVEPOINT_ENV = "STOKER_FROM_SAVEPOINT"
+
+
 def driver_argv(
     job: str,
     attempt: int,
@@ -51,10 +55,13 @@ def driver_argv(
     args: list[str],
     conf: dict[str, str],
     lease_ttl: float,
+    from_savepoint: str | None = None,
 ) -> DriverArgv:
     """argv of a driver for one attempt. A list, never a shell string: no user input is parsed.
 
     ``--store`` and secret ``-D`` values appear redacted; the real ones travel in ``.env``.
+    A job submitted with a savepoint gets its folder in ``STOKER_FROM_SAVEPOINT`` on every
+    attempt (a job restored already resumes as it is).
     """
     argv = [
         sys.executable,
@@ -71,7 +78,10 @@ def driver_argv(
         "--lease-ttl",
         repr(float(lease_ttl)),
     ]
-    return _app_argv(argv, store, entrypoint, args, conf)
+    out = _app_argv(argv, store, entrypoint, args, conf)
+    if from_savepoint:
+        out.env[FROM_SAVEPOINT_ENV] = from_savepoint
+    return out
 
 
 def cleanup_argv(job: str, store: str, state_dir: Path) -> DriverArgv:

@@ -21,6 +21,7 @@ class Submission:
     conf: dict[str, str] = field(default_factory=dict)
     restart_strategy: dict[str, Any] | None = None
     config: dict[str, Any] = field(default_factory=dict)  # pipeline config, checked already
+    from_savepoint: str | None = None  # a savepoint folder the job starts from (checked)
 
     def spec(self) -> dict[str, Any]:
         """The job's spec as stored; two submissions are the same job iff their specs match."""
@@ -33,7 +34,43 @@ class Submission:
         }
         if self.config:  # absent when none was given: specs stored before it stay equal
             out["config"] = dict(sorted(self.config.items()))
+        if self.from_savepoint:
+            out["from_savepoint"] = self.from_savepoint
         return out
+
+
+SAVEPOINT_MANIFEST = "_savepoint.json"  # stoker.runtime.savepoint.MANIFEST (no Spark here)
+
+
+def check_savepoint_dir(folder: str, allowed_dirs: list[Path]) -> str:
+    """A savepoint folder given with a submission: absolute, under an allowed folder, and a
+    savepoint (its manifest reads). The driver checks the pipeline's shape against it."""
+    import json
+
+    field_ = "from_savepoint"
+    if not isinstance(folder, str) or not folder.strip() or "\x00" in folder:
+        raise InvalidInput(field_, f"expects a folder path, got {folder!r}")
+    path = Path(folder)
+    if not path.is_absolute():
+        raise InvalidInput(field_, f"{folder!r} must be an absolute path on the manager's host")
+    path = path.resolve()
+    if not any(path.is_relative_to(d) for d in allowed_dirs):
+        raise InvalidInput(
+            field_,
+            f"{folder!r} lies outside the allowed folders "
+            f"({', '.join(str(d) for d in allowed_dirs)})",
+        )
+    try:
+        manifest = json.loads((path / SAVEPOINT_MANIFEST).read_text())
+    except FileNotFoundError:
+        raise InvalidInput(
+            field_, f"{folder!r} is not a savepoint (no {SAVEPOINT_MANIFEST})"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise InvalidInput(field_, f"{folder!r}: its manifest cannot be read: {e}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != 1:
+        raise InvalidInput(field_, f"{folder!r}: not a savepoint of a format this stoker reads")
+    return str(path)
 
 
 def validate_submission(

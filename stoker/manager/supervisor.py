@@ -226,6 +226,7 @@ class Supervisor:
             list(spec.get("args", [])),
             dict(spec.get("conf", {})),
             self.cfg.lease_ttl,
+            from_savepoint=spec.get("from_savepoint"),
         )
         try:
             proc = processes.spawn(argv, log_path, cwd=Path(spec["entrypoint"]).parent)

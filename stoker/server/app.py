@@ -103,6 +103,12 @@ class SubmitBody(BaseModel):
     restart_strategy: dict[str, Any] | None = Field(
         None, description='e.g. {"strategy": "fixed-delay", "attempts": 3, "delay": 1}'
     )
+    from_savepoint: str | None = Field(
+        None,
+        min_length=1,
+        description="A savepoint folder (absolute, under an --allow-dir) the job starts from: "
+        "its checkpoint, source logs, outputs and control state; exactly once across the switch.",
+    )
 
 
 # Open without a token: liveness (load balancers and orchestrators probe it) and the API's
@@ -369,6 +375,7 @@ def create_app(
                 body.restart,
                 body.restart_strategy,
                 config=body.config,
+                from_savepoint=body.from_savepoint,
             )
         finally:
             submit_latency.observe(time.perf_counter() - t0)

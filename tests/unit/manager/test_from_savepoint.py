@@ -1,0 +1,58 @@
+"""A submission that starts from a savepoint: the folder is checked, kept in the spec, and
+handed to every attempt's driver in its environment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stoker.errors import InvalidInput
+from stoker.manager import processes
+from stoker.manager.submit import check_savepoint_dir
+
+
+def _savepoint(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "_savepoint.json").write_text(json.dumps({"format": 1, "job_id": "a", "epoch": 3}))
+    return folder
+
+
+def test_a_savepoint_folder_is_checked_and_resolved(tmp_path: Path) -> None:
+    allowed = [tmp_path.resolve()]
+    sp = _savepoint(tmp_path / "sp")
+    assert check_savepoint_dir(str(sp), allowed) == str(sp.resolve())
+    (tmp_path / "empty").mkdir()
+    outside = _savepoint(tmp_path.parent / f"{tmp_path.name}-outside")
+    cases = {
+        "sp": "must be an absolute path",
+        str(tmp_path / "empty"): "is not a savepoint",
+        str(tmp_path / "missing"): "is not a savepoint",
+        str(outside): "outside the allowed folders",
+        "": "expects a folder path",
+    }
+    for given, said in cases.items():
+        with pytest.raises(InvalidInput) as e:
+            check_savepoint_dir(given, allowed)
+        assert e.value.field == "from_savepoint" and said in str(e.value), str(e.value)
+    (sp / "_savepoint.json").write_text(json.dumps({"format": 99}))
+    with pytest.raises(InvalidInput, match="format"):
+        check_savepoint_dir(str(sp), allowed)
+
+
+def test_every_attempt_of_the_job_gets_the_folder_in_its_environment(tmp_path: Path) -> None:
+    app = tmp_path / "app.py"
+    argv = processes.driver_argv(
+        "j", 2, "sqlite:///x.db", tmp_path, app, [], {}, 10.0, from_savepoint="/srv/sp"
+    )
+    assert argv.env[processes.FROM_SAVEPOINT_ENV] == "/srv/sp"
+    assert "/srv/sp" not in " ".join(argv)  # in the environment, like the store URL
+    plain = processes.driver_argv("j", 1, "sqlite:///x.db", tmp_path, app, [], {}, 10.0)
+    assert processes.FROM_SAVEPOINT_ENV not in plain.env
+
+
+def test_the_runtime_reads_the_same_variable() -> None:
+    from stoker.runtime import launch
+
+    assert launch.FROM_SAVEPOINT_ENV == processes.FROM_SAVEPOINT_ENV
