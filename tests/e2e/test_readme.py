@@ -97,7 +97,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_sh_block_is_one_the_test_knows() -> None:
     kinds = [_kind(line) for block in BLOCKS for line in block]
     assert None not in kinds, [ln for b in BLOCKS for ln in b if _kind(ln) is None]
-    assert {"setup", "pytest", "synopsis", "server", "submit", "read"} <= set(kinds)
+    assert {"setup", "pytest", "synopsis", "server", "submit", "read", "control"} <= set(kinds)
 
 
 def _kind(line: str) -> str | None:
@@ -113,7 +113,27 @@ def _kind(line: str) -> str | None:
         return "submit"
     if re.match(r"stoker (list|status \w+) --server ", line):
         return "read"
+    if re.match(r"stoker (control \w+ [a-z-]+|pause|resume|checkpoint|savepoint)\b", line):
+        return "control"
+    if re.match(r"stoker run \S+ .*--from-savepoint ", line):
+        return "control"
     return None
+
+
+def test_control_block_commands_and_options_exist(work: Path) -> None:
+    """The "Changing a running job" block: every command and option it shows is one the CLI
+    takes (what they do is tested on real jobs in test_control_runtime/_cli/_api)."""
+    lines = [ln for b in BLOCKS for ln in b if _kind(ln) == "control"]
+    assert len(lines) >= 10, lines
+    for line in lines:
+        words = shlex.split(line.replace("[", "").replace("]", "").replace("|", " "))
+        if words[1] == "control":
+            cmd = f"stoker control {words[2]} {words[3]} --help"
+        else:
+            cmd = f"stoker {words[1]} --help"
+        helptext = _check(sh(cmd, work))
+        for opt in re.findall(r"(--[a-z][a-z-]*)\b", line):
+            assert opt in helptext, f"{opt} of `{line}` not in `{cmd}`"
 
 
 def test_setup_block_runs_the_example_locally(work: Path) -> None:
