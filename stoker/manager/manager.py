@@ -293,26 +293,15 @@ class JobManager:
             return fh.read().decode("utf-8", errors="replace")
 
 
-# What stoker.runtime.appfile.inspect_app does, keeping the Pipeline for its spec().
+# In a child process (the manager imports no Spark and no user code): the Pipeline the file
+# runs, its starting config and its description.
 _INSPECT = """\
-import json, runpy, sys
+import json, sys
 from stoker.errors import InvalidInput
-from stoker.pipeline import Pipeline
-from stoker.runtime.appfile import check_app_path, collect_pipeline
+from stoker.runtime.appfile import check_app_path, inspect_pipeline
 
 def inspect(app, config):
-    sys.path.insert(0, str(app.parent))
-    try:
-        namespace = runpy.run_path(str(app), run_name="stoker_inspect")
-    finally:
-        sys.path.remove(str(app.parent))
-    found = [v for v in namespace.values() if isinstance(v, Pipeline)]
-    if len(found) > 1:
-        raise InvalidInput(
-            "job_id",
-            f"{app} defines {len(found)} module-level pipelines; give the job id explicitly",
-        )
-    pipeline = found[0] if found else collect_pipeline(app)
+    pipeline = inspect_pipeline(app)
     return pipeline.name, pipeline.check_config(config), pipeline.spec()
 
 try:

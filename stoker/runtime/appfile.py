@@ -19,6 +19,7 @@ __all__ = [
     "check_app_path",
     "collect_pipeline",
     "inspect_app",
+    "inspect_pipeline",
     "pipeline_name_of",
     "run_app",
 ]
@@ -132,9 +133,8 @@ def pipeline_name_of(app: Path) -> str:
     return inspect_app(app)[0]
 
 
-def inspect_app(app: Path, config: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-    """The name of the Pipeline ``app`` runs and its config: the declared defaults with
-    ``config`` on top (checked: :class:`InvalidInput` names a bad key). Nothing runs.
+def inspect_pipeline(app: Path) -> Pipeline:
+    """The Pipeline ``app`` runs. Nothing runs.
 
     A Pipeline defined at module level is found by importing the file (its main does not run);
     a file that builds its pipeline in its main and calls ``stoker.run(p)`` is run in collect
@@ -153,5 +153,11 @@ def inspect_app(app: Path, config: dict[str, Any] | None = None) -> tuple[str, d
             "job_id",
             f"{app} defines {len(found)} module-level pipelines; give the job id explicitly",
         )
-    pipeline = found[0] if found else collect_pipeline(app)
+    return found[0] if found else collect_pipeline(app)
+
+
+def inspect_app(app: Path, config: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """The name of the Pipeline ``app`` runs and its config: the declared defaults with
+    ``config`` on top (checked: :class:`InvalidInput` names a bad key). Nothing runs."""
+    pipeline = inspect_pipeline(app)
     return pipeline.name, pipeline.check_config(config or {})
