@@ -242,21 +242,11 @@ def _refuse_live(previous: SinkOwner, manifest: dict[str, Any], store_url: str) 
 def _job_at(url: str, jid: JobId) -> JobRecord | None:
     """Job ``jid`` of the store at ``url``; None if it has no such job, or if the URL is an
     SQLite file that does not exist (not created here) or a URL with a hidden password."""
-    from stoker.store import open_store
+    from stoker.runtime.runner import _existing_job
 
     if "***" in url:
         return None
-    if not url.startswith(("postgresql://", "postgres://")):
-        path = Path(url[len("sqlite:///") :] if url.startswith("sqlite:///") else url)
-        if not path.is_file():
-            return None
-    st = open_store(url)
-    try:
-        return st.get_job(jid)
-    except JobNotFound:
-        return None
-    finally:
-        st.close()
+    return _existing_job(url, jid)
 
 
 def _files_folder(sink: TwoPhaseSink) -> Path | None:
