@@ -25,6 +25,7 @@ from typing import Any
 from stoker.clock import Clock
 from stoker.control import events
 from stoker.errors import ControlNotFound, InvalidInput, JobTerminal, TooManyRequests
+from stoker.manager.submit import check_allowed
 from stoker.store import ControlEvent, JobRecord, Store
 from stoker.types import ControlKind, ControlStatus, ControlVersion, JobId, JobState
 from stoker.types import job_id as check_job_id
@@ -103,12 +104,7 @@ def check_savepoint_dir(folder: str, allowed_dirs: Sequence[Path]) -> str:
     if not path.is_absolute():
         raise InvalidInput("dir", f"{folder!r} is not an absolute path")
     resolved = path.resolve()
-    if not any(resolved.is_relative_to(d) for d in allowed_dirs):
-        raise InvalidInput(
-            "dir",
-            f"{folder!r} lies outside the allowed folders "
-            f"({', '.join(str(d) for d in allowed_dirs) or 'none'})",
-        )
+    check_allowed(resolved, folder, allowed_dirs, "dir")
     if resolved.exists() and (not resolved.is_dir() or any(resolved.iterdir())):
         raise InvalidInput("dir", f"{folder!r} exists and is not an empty folder")
     return str(resolved)

@@ -19,7 +19,7 @@ from stoker.manager.batch import CreateBatcher
 from stoker.manager.processes import child_env
 from stoker.manager.submit import (
     ASSIGNED_STATE_DIR,
-    check_savepoint_dir,
+    check_savepoint_source,
     spec_difference,
     validate_submission,
 )
@@ -127,7 +127,7 @@ class JobManager:
         )
         if from_savepoint is not None:
             sub = replace(
-                sub, from_savepoint=check_savepoint_dir(from_savepoint, self.allowed_dirs)
+                sub, from_savepoint=check_savepoint_source(from_savepoint, self.allowed_dirs)
             )
         start: dict[str, Any] = {}
         if jid is None or config:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,18 @@ class Submission:
 SAVEPOINT_MANIFEST = "_savepoint.json"  # stoker.runtime.savepoint.MANIFEST (no Spark here)
 
 
-def check_savepoint_dir(folder: str, allowed_dirs: list[Path]) -> str:
+def check_allowed(path: Path, given: str, allowed_dirs: Sequence[Path], field: str) -> None:
+    """:class:`InvalidInput` on ``field`` unless the resolved ``path`` (the user's ``given``)
+    lies under one of the manager's allowed folders (resolved already)."""
+    if not any(path.is_relative_to(d) for d in allowed_dirs):
+        raise InvalidInput(
+            field,
+            f"{given!r} lies outside the allowed folders "
+            f"({', '.join(str(d) for d in allowed_dirs) or 'none'})",
+        )
+
+
+def check_savepoint_source(folder: str, allowed_dirs: list[Path]) -> str:
     """A savepoint folder given with a submission: absolute, under an allowed folder, and a
     savepoint (its manifest reads). The driver checks the pipeline's shape against it."""
     import json
@@ -54,12 +66,7 @@ def check_savepoint_dir(folder: str, allowed_dirs: list[Path]) -> str:
     if not path.is_absolute():
         raise InvalidInput(field_, f"{folder!r} must be an absolute path on the manager's host")
     path = path.resolve()
-    if not any(path.is_relative_to(d) for d in allowed_dirs):
-        raise InvalidInput(
-            field_,
-            f"{folder!r} lies outside the allowed folders "
-            f"({', '.join(str(d) for d in allowed_dirs)})",
-        )
+    check_allowed(path, folder, allowed_dirs, field_)
     try:
         manifest = json.loads((path / SAVEPOINT_MANIFEST).read_text())
     except FileNotFoundError:
@@ -85,12 +92,7 @@ def validate_submission(
     ``allowed_dirs`` are resolved already (the caller does it once).
     """
     path = check_app_path(entrypoint, "entrypoint")
-    if not any(path.is_relative_to(d) for d in allowed_dirs):
-        raise InvalidInput(
-            "entrypoint",
-            f"{entrypoint!r} lies outside the allowed folders "
-            f"({', '.join(str(d) for d in allowed_dirs)})",
-        )
+    check_allowed(path, entrypoint, allowed_dirs, "entrypoint")
     for i, a in enumerate(args):
         if not isinstance(a, str) or "\x00" in a:
             raise InvalidInput(f"args[{i}]", "must be a string without NUL characters")

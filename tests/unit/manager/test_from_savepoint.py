@@ -10,7 +10,7 @@ import pytest
 
 from stoker.errors import InvalidInput
 from stoker.manager import processes
-from stoker.manager.submit import check_savepoint_dir
+from stoker.manager.submit import check_savepoint_source
 
 
 def _savepoint(folder: Path) -> Path:
@@ -22,7 +22,7 @@ def _savepoint(folder: Path) -> Path:
 def test_a_savepoint_folder_is_checked_and_resolved(tmp_path: Path) -> None:
     allowed = [tmp_path.resolve()]
     sp = _savepoint(tmp_path / "sp")
-    assert check_savepoint_dir(str(sp), allowed) == str(sp.resolve())
+    assert check_savepoint_source(str(sp), allowed) == str(sp.resolve())
     (tmp_path / "empty").mkdir()
     outside = _savepoint(tmp_path.parent / f"{tmp_path.name}-outside")
     cases = {
@@ -34,11 +34,11 @@ def test_a_savepoint_folder_is_checked_and_resolved(tmp_path: Path) -> None:
     }
     for given, said in cases.items():
         with pytest.raises(InvalidInput) as e:
-            check_savepoint_dir(given, allowed)
+            check_savepoint_source(given, allowed)
         assert e.value.field == "from_savepoint" and said in str(e.value), str(e.value)
     (sp / "_savepoint.json").write_text(json.dumps({"format": 99}))
     with pytest.raises(InvalidInput, match="format"):
-        check_savepoint_dir(str(sp), allowed)
+        check_savepoint_source(str(sp), allowed)
 
 
 def test_every_attempt_of_the_job_gets_the_folder_in_its_environment(tmp_path: Path) -> None:
