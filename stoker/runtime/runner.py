@@ -179,7 +179,8 @@ def run(
                 _refuse_if_ended(st, jid)  # ended meanwhile
             # Spark analyses the union of the sources here: a schema mismatch is bad input and
             # must fail before the job is recorded.
-            stream = _open_sources(session, pipeline, root, SourceContext(jid, st.url))
+            paced = settings.trigger if _stoker_sources_only(pipeline) else None
+            stream = _open_sources(session, pipeline, root, SourceContext(jid, st.url, paced))
             restored = None
             if from_savepoint is not None:
                 # Before the query starts (and before the sinks open): the checkpoint, the
@@ -373,7 +374,12 @@ def _run_job(
             # A trigger interval set by control outlives the attempt that applied it.
             trigger = store.control_snapshot(jid).trigger_s
             handle = QueryHandle(
-                stream, proc, checkpoint, jid, settings.trigger if trigger is None else trigger
+                stream,
+                proc,
+                checkpoint,
+                jid,
+                settings.trigger if trigger is None else trigger,
+                paced=_stoker_sources_only(pipeline),
             )
             handle.start()
             log.info("job %s: query started, first epoch on its way", jid)

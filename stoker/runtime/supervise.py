@@ -2,10 +2,13 @@
 query itself (a new trigger interval, an epoch now, pause of sources stoker does not own, a
 savepoint).
 
-Spark cannot change a running query's trigger and has no pause: the loop stops the query
-between epochs (the epoch in flight completes and commits first, Spark writes its commit log)
-and starts it again in the same SparkSession from the same checkpoint. Nothing is read twice:
-the next epoch starts where the last committed one ended.
+Spark cannot change a running query's trigger and has no pause. A job whose sources are all
+stoker's needs neither: its query runs at trigger 0 and the readers pace epochs and hold for a
+pause (``stoker.sources._control``), so a new interval or a checkpoint-now is a control
+version like any other. Otherwise the loop stops the query between epochs (the epoch in flight
+completes and commits first, Spark writes its commit log) and starts it again in the same
+SparkSession from the same checkpoint. Nothing is read twice: the next epoch starts where the
+last committed one ended.
 """
 
 from __future__ import annotations
@@ -59,13 +62,15 @@ class QueryHandle:
     checkpoint: Path
     jid: JobId
     trigger_s: float
+    paced: bool = False  # the readers pace epochs: the query itself runs at trigger 0
     query: StreamingQuery = field(init=False)
     held: bool = False  # stopped for a pause (sources stoker does not own)
     restarts: int = 0
 
     def start(self) -> None:
         self.proc.stopping.clear()
-        self.query = start_query(self.stream, self.proc, self.checkpoint, self.trigger_s, self.jid)
+        trigger = 0.0 if self.paced else self.trigger_s
+        self.query = start_query(self.stream, self.proc, self.checkpoint, trigger, self.jid)
         self.held = False
 
     def stop_between_epochs(self) -> None:
@@ -212,6 +217,10 @@ def _control(
     if handle.held:
         return None
     wanted = snap.trigger_s
+    if handle.paced:
+        if wanted is not None:
+            handle.trigger_s = wanted  # the readers took it; the query needs no restart
+        return None
     if wanted is not None and abs(wanted - handle.trigger_s) > 1e-9:
         handle.restart(wanted, "trigger interval changed by control")
     elif handle.trigger_s > RESTART_FOR_CHECKPOINT_S and watch.pending(ControlKind.CHECKPOINT):

@@ -11,11 +11,21 @@ control applies on an idle stream too.
 Pause: the first offset planned under a paused version is the start position with the new
 ``cv`` (an empty epoch that applies the pause); after that the reader returns ``start``
 itself, and Spark runs no epoch until a version that is not paused arrives.
+
+Pacing (``pace_s`` given): the query runs at trigger 0 and Spark asks for an offset every
+``spark.sql.streaming.pollingDelay`` (10 ms) while no data comes. The reader reads at the first
+call in each slot of the interval in force (slots of wall-clock time, ``floor(now / interval)``,
+as Spark's ProcessingTime trigger aligns its ticks) and holds ``start`` for the rest of the
+slot; every reader of the job uses the same slots, so their epochs coincide. A new control
+version is read at once, whatever the slot: a trigger change or a checkpoint-now applies at the
+next poll without a query restart.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,11 +51,15 @@ _FREE = Plan(None, False, False, {})
 class ReaderControl:
     """The control state as a source reader sees it."""
 
-    def __init__(self, store_url: str | None, job_id: str | None) -> None:
+    def __init__(
+        self, store_url: str | None, job_id: str | None, pace_s: str | float | None = None
+    ) -> None:
         self.store_url = store_url or None
         self.job_id = JobId(job_id) if job_id else None
+        self.pace_s = float(pace_s) if pace_s not in (None, "") else None
         self._store: Any = None
         self._states: dict[int, dict[str, Any]] = {}
+        self._slot: tuple[float, int] | None = None  # the pacing slot last read in
 
     def _state(self, version: int) -> dict[str, Any]:
         if version not in self._states:
@@ -73,12 +87,30 @@ class ReaderControl:
                 self.job_id,
                 exc_info=True,
             )
+            if self._paced_hold({}, same_version=True):
+                return Plan(None, hold=True, empty=False, limits={})  # still at the pace
             return _FREE
         start_v = start.get(CV)
         if state.get("paused"):
             was_paused = start_v is not None and self._state(int(start_v)).get("paused", False)
             return Plan(version, hold=bool(was_paused), empty=not was_paused, limits={})
+        if self._paced_hold(state, same_version=start_v is not None and int(start_v) == version):
+            return Plan(version, hold=True, empty=False, limits={})
         return Plan(version, False, False, dict(state.get("rate_limit") or {}))
+
+    def _paced_hold(self, state: dict[str, Any], same_version: bool) -> bool:
+        """True while this slot of the interval in force was read already (pacing only)."""
+        if self.pace_s is None:
+            return False
+        set_by_control = state.get("trigger_s")
+        interval = float(self.pace_s if set_by_control is None else set_by_control)
+        if interval <= 0:
+            return False
+        slot = (interval, math.floor(time.time() / interval))
+        if same_version and slot == self._slot:
+            return True
+        self._slot = slot  # read now: this slot is used, a new version or not
+        return False
 
     def close(self) -> None:
         if self._store is not None:

@@ -23,10 +23,16 @@ class SourceContext:
 
     A source whose reader writes beside the checkpoint (the file log) uses it to check, from
     the reader's own process, that its driver still owns the job.
+
+    ``pace_s``: when every source of the job is stoker's, the query runs at trigger 0 and the
+    readers pace epochs at the job's interval (this one, or the one control set since), so a
+    new interval is a control version like any other, with no query restart. None: Spark's
+    trigger paces.
     """
 
     job_id: str
     store_url: str
+    pace_s: float | None = None
 
 
 class Source(Protocol):

@@ -71,7 +71,9 @@ class _FilesReader(DataSourceStreamReader):
             self.fence = AttemptFence(
                 options["store_url"], options["job_id"], owner_from_json(options["driver"])
             )
-        self.control = ReaderControl(options.get("store_url"), options.get("job_id"))
+        self.control = ReaderControl(
+            options.get("store_url"), options.get("job_id"), options.get("pace_s")
+        )
         self._commits = -2  # newest batch seen in Spark's commit log; -2: not looked yet
         self._late_checked = False  # bounded: files added after the snapshot were named once
 
@@ -93,16 +95,19 @@ class _FilesReader(DataSourceStreamReader):
         return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        self._follow_commits()
+        self._follow_commits()  # one stat: also while paused or between paced slots
+        if start.get(FINISHED):
+            plan = None
+        else:
+            plan = self.control.plan(start)
+            if plan.hold:
+                return start  # paused, or paced: no folder scan until the next slot
         if not self.bounded:
             self._discover()
         elif not self._late_checked and self.log.sealed:
             self._warn_late_files()
-        if start.get(FINISHED):
+        if plan is None:
             return start  # a finished source never reads again, whatever control says
-        plan = self.control.plan(start)
-        if plan.hold:
-            return start
         seq = int(start["seq"])
         if plan.empty:
             return {**start, CV: plan.version}
@@ -501,6 +506,8 @@ class FilesSource:
             # redacts option values whose key matches "url" in plans and the UI.
             opts["job_id"] = context.job_id
             opts["store_url"] = context.store_url
+            if context.pace_s is not None:
+                opts["pace_s"] = repr(float(context.pace_s))
             opts["driver"] = owner_to_json(this_owner())
         if self.max_files_per_epoch:
             opts["max_files_per_epoch"] = str(self.max_files_per_epoch)

@@ -44,7 +44,9 @@ class _GeneratorReader(DataSourceStreamReader):
         self.parts = max(1, int(options.get("partitions", "2")))
         self._clock: float | None = None  # rate budget: rows are produced since this instant
         self._rate_in_force: float | None = None
-        self.control = ReaderControl(options.get("store_url"), options.get("job_id"))
+        self.control = ReaderControl(
+            options.get("store_url"), options.get("job_id"), options.get("pace_s")
+        )
 
     def initialOffset(self) -> dict[str, Any]:
         # Not finished even for total=0: the flip to finished is itself an offset change, so
@@ -177,4 +179,6 @@ class GeneratorSource:
             # Control (rate limit, pause) is read from the job's store at each trigger.
             opts["job_id"] = context.job_id
             opts["store_url"] = context.store_url
+            if context.pace_s is not None:
+                opts["pace_s"] = repr(float(context.pace_s))
         return spark.readStream.format(FORMAT).options(**opts).load()

@@ -15,6 +15,7 @@ on and not before" is checked per epoch, against the event's ``applied_epoch`` i
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import subprocess
 import time
@@ -30,7 +31,7 @@ import pytest
 from stoker.sources.base import parse_offset_line
 from stoker.store import Store, open_store
 from stoker.store.records import ControlEvent, EpochRecord
-from stoker.types import ControlStatus, Epoch, EpochState, JobState, TxnState, job_id
+from stoker.types import ControlKind, ControlStatus, Epoch, EpochState, JobState, TxnState, job_id
 from tests.support import APPS, REPO, exactly_once, kill_group, start_driver, stoker_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -443,9 +444,17 @@ def test_every_kind_changes_the_output_from_its_epoch_on(tmp_path: Path, jobs: l
     assert len(n) == len(applied), applied
     assert sorted(n.values()) == list(n.values()), applied  # each after the one before
 
-    # Every epoch read under the version it pinned; its rows carry that version.
+    # Every epoch read its offsets under the version it pinned or under an older one that
+    # differs from it by events that leave offsets alone (stored while the epoch was planned:
+    # the pin takes them along); its rows carry the pinned version.
+    with j.store() as st:
+        kinds = {int(ev.version): ev.kind for ev in st.list_controls(j.jid, limit=1000)}
+    offset_kinds = {ControlKind.RATE_LIMIT, ControlKind.PAUSE, ControlKind.RESUME}
     for e in committed:
-        assert reads[e].cv == eps[e].control_version, (e, reads[e], eps[e])
+        planned, pinned = reads[e].cv, int(eps[e].control_version)
+        assert planned is not None and planned <= pinned, (e, reads[e], eps[e])
+        skipped = {kinds.get(v) for v in range(planned + 1, pinned + 1)}
+        assert not skipped & offset_kinds and None not in skipped, (e, planned, pinned, skipped)
         for r in per_epoch.get(e, []):
             assert r["cv"] == eps[e].control_version, r
             # The task saw the same control state as the driver's ctx.
@@ -622,7 +631,14 @@ def test_trigger_change_and_pause_keep_the_session_and_the_state(
     pid = j.proc.pid
 
     trigger = j.apply({"kind": "trigger", "interval": "1s"})
-    j.wait_committed(3, after=trigger.applied_epoch)
+    j.wait_committed(4, after=trigger.applied_epoch)
+    # The new interval paces the epochs after the one that applied it (that one runs at once).
+    # Not a timing goal: an epoch starts at the first poll in its slot of the interval or,
+    # after an overrun, as soon as the last one ends, so the gaps average about 1 s; at the
+    # old 200 ms they would average well under 0.7 s.
+    paced = [e for e in j.epochs() if int(e.epoch) > int(trigger.applied_epoch)][:4]
+    gaps = [b.pinned_at - a.pinned_at for a, b in itertools.pairwise(paced)]
+    assert sum(gaps) / len(gaps) >= 0.7, gaps
     pause = j.apply({"kind": "pause"})
     held = j.committed()
     with j.store() as st:
