@@ -22,7 +22,15 @@ from stoker.runtime.pending import PendingEpoch
 from stoker.sources._control import CV
 from stoker.sources.base import FINISHED, parse_offset_line
 from stoker.testing import fault_point
-from stoker.types import ControlVersion, Epoch, EpochState, JobState
+from stoker.types import (
+    ControlKind,
+    ControlStatus,
+    ControlVersion,
+    Epoch,
+    EpochState,
+    JobId,
+    JobState,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -59,6 +67,44 @@ def offsets_of(checkpoint: Path, epoch: int) -> tuple[bool, ControlVersion | Non
         int(o[CV]) for o in offsets if o is not None and CV in o and o[FINISHED] is not True
     ]
     return finished, (ControlVersion(min(versions)) if versions else None)
+
+
+# Kinds whose event does not change how offsets are planned: an epoch whose sources planned
+# under an older version may still take them (their state is the epoch's own, read after the
+# offsets are fixed). A rate limit, a pause or a resume changes the offsets: never skipped over.
+_EPOCH_LOCAL = frozenset(
+    {
+        ControlKind.CONFIG,
+        ControlKind.LOG_LEVEL,
+        ControlKind.EVENT,
+        ControlKind.CHECKPOINT,
+        ControlKind.TRIGGER,
+        ControlKind.SAVEPOINT,
+    }
+)
+
+
+def pin_forward(
+    store: Store, job: JobId, planned: ControlVersion, latest: ControlVersion
+) -> ControlVersion:
+    """The newest version this epoch may pin when events came after its sources planned.
+
+    Events stored while the epoch's offsets were being planned (after the readers read the
+    version, before the pin) would otherwise wait a whole epoch more. The pin may move past
+    each version made by an event of a kind that leaves offset planning alone, in order, and
+    stops at the first that does not (or at a version no pending event explains): the pinned
+    state then has the planned version's rate limits and pause. The pin is recorded, so a
+    replay uses the version chosen here whatever arrived since.
+    """
+    pending = store.list_controls(job, limit=100, status=ControlStatus.PENDING)
+    by_version = {int(e.version): e for e in pending}
+    v = int(planned)
+    while v < int(latest):
+        ev = by_version.get(v + 1)
+        if ev is None or ev.kind not in _EPOCH_LOCAL:
+            break
+        v += 1
+    return ControlVersion(v)
 
 
 class Stopping(Exception):
@@ -133,6 +179,8 @@ class EpochProcessor:
         #    finds the record and gets the version and events it had the first time. Crash
         #    after: a PINNED record, no output; the replay reuses the pin.
         version = current.control_version if planned is None else planned
+        if version < current.control_version:
+            version = pin_forward(store, job, version, current.control_version)
         rec = store.pin_epoch(job, epoch, attempt, min(version, current.control_version))
         self.last_version = rec.control_version
         fault_point("after_pin", epoch)

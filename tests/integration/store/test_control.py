@@ -359,6 +359,35 @@ def test_events_between_two_epochs_apply_together_in_version_order(store: Store)
     ]
 
 
+def test_pin_forward_takes_epoch_local_events_but_stops_at_a_rate_limit(store: Store) -> None:
+    """Events stored after an epoch's sources planned under version 0: the epoch may take
+    the config and log-level events (they leave offsets alone), never the rate limit, nor
+    what comes after it."""
+    from stoker.runtime.epoch import pin_forward
+
+    running_job(store)
+    _add(store, ControlKind.CONFIG, _set(rate=2.0))
+    _add(store, ControlKind.LOG_LEVEL, {"level": "DEBUG"})
+    _add(store, ControlKind.RATE_LIMIT, {"rows_per_second": 5.0})
+    _add(store, ControlKind.CONFIG, _set(rate=3.0))
+    latest = store.get_job(JOB).control_version
+    assert latest == 4
+
+    assert pin_forward(store, JOB, ControlVersion(0), latest) == 2
+    # Planned under the rate limit's version: the config after it may come along.
+    assert pin_forward(store, JOB, ControlVersion(3), latest) == 4
+    store.pin_epoch(JOB, Epoch(0), AttemptNo(1), ControlVersion(2))
+    assert _statuses(store) == {
+        1: ("APPLIED", 0),
+        2: ("APPLIED", 0),
+        3: ("PENDING", None),
+        4: ("PENDING", None),
+    }
+    # A pause is never skipped over either.
+    _add(store, ControlKind.PAUSE, {})
+    assert pin_forward(store, JOB, ControlVersion(4), store.get_job(JOB).control_version) == 4
+
+
 def test_a_replayed_pin_returns_the_same_applied_set(store: Store, clock: ManualClock) -> None:
     running_job(store)
     first = _add(store, ControlKind.CONFIG, _set(rate=2.0))
