@@ -99,6 +99,37 @@ class TooManyRequests(StokerError):
         self.retry_after = retry_after
 
 
+class ApplicationNotFound(JobNotFound):
+    """No application with that id exists in the store."""
+
+    def __init__(self, app_id: str) -> None:
+        StokerError.__init__(self, f"application {app_id!r} not found")
+        self.job_id = app_id
+        self.app_id = app_id
+
+
+class JobOwnedElsewhere(StokerError):
+    """The id is taken by another kind of record or another application's job: an
+    application's job id is never run by a second application or as a job submitted alone."""
+
+    def __init__(self, job_id: str, owner: str) -> None:
+        super().__init__(f"id {job_id!r} is taken: {owner}")
+        self.job_id = job_id
+        self.owner = owner
+
+
+class ClusterNotFound(StokerError):
+    """No cluster with that name is recorded."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"cluster {name!r} not found")
+        self.name = name
+
+
+class ClusterError(StokerError):
+    """A cluster could not be started, changed or stopped; what is left was torn down."""
+
+
 class StaleAttempt(StokerError):
     """This attempt no longer owns its job (a newer attempt exists or its lease lapsed)."""
 
@@ -148,6 +179,9 @@ EXIT_CODES: dict[type[StokerError], int] = {
     ControlNotFound: 3,
     ControlConflict: 9,
     TooManyRequests: 14,
+    JobOwnedElsewhere: 9,
+    ClusterNotFound: 3,
+    ClusterError: 15,
 }
 
 

@@ -220,3 +220,43 @@ def check_control_transition(current: ControlStatus | None, target: ControlStatu
         raise InvalidTransition(
             f"control event {current or 'without a record'} cannot become {target}"
         )
+
+
+class JobKind(enum.StrEnum):
+    """What a record of the jobs table supervises.
+
+    JOB: one pipeline. APPLICATION: a user program's driver, which runs the jobs that name it
+    as their ``app_id``; its attempts fence theirs. Both share one id space, the job table's
+    states and ``JOB_TRANSITIONS`` (an application goes CREATED -> RUNNING -> FINISHED |
+    FAILED | CANCELED, through CANCELING, RESTARTING and SUSPENDED like a job).
+    """
+
+    JOB = "job"
+    APPLICATION = "application"
+
+
+class ClusterState(enum.StrEnum):
+    """Lifecycle of a Spark standalone cluster stoker started."""
+
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"  # it could not start, or lost its master; its processes still go
+
+
+CLUSTER_TRANSITIONS: dict[ClusterState, frozenset[ClusterState]] = {
+    ClusterState.STARTING: frozenset(
+        {ClusterState.RUNNING, ClusterState.STOPPING, ClusterState.FAILED}
+    ),
+    ClusterState.RUNNING: frozenset({ClusterState.STOPPING, ClusterState.FAILED}),
+    ClusterState.STOPPING: frozenset({ClusterState.STOPPED, ClusterState.FAILED}),
+    ClusterState.FAILED: frozenset({ClusterState.STOPPING, ClusterState.STOPPED}),
+    ClusterState.STOPPED: frozenset(),
+}
+
+
+def check_cluster_transition(current: ClusterState, target: ClusterState) -> None:
+    """Raise :class:`InvalidTransition` unless ``current -> target`` is in the table."""
+    if target != current and target not in CLUSTER_TRANSITIONS[current]:
+        raise InvalidTransition(f"cluster state {current} cannot become {target}")

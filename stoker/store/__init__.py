@@ -10,6 +10,7 @@ from stoker.store._retention import PruneResult, RetentionPolicy
 from stoker.store.base import Store
 from stoker.store.records import (
     AttemptRecord,
+    ClusterRecord,
     ControlEvent,
     ControlSnapshot,
     EpochRecord,
@@ -22,6 +23,7 @@ from stoker.store.records import (
 
 __all__ = [
     "AttemptRecord",
+    "ClusterRecord",
     "ControlEvent",
     "ControlSnapshot",
     "EpochRecord",

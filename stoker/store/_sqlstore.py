@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from stoker.store._retention import RetentionMixin
 from stoker.store.sql_attempts import AttemptsMixin
+from stoker.store.sql_clusters import ClustersMixin
 from stoker.store.sql_control import ControlMixin
 from stoker.store.sql_epochs import EpochsMixin
 from stoker.store.sql_jobs import JobsMixin
@@ -19,11 +20,13 @@ class SqlStore(
     ControlMixin,
     LeaderMixin,
     RetentionMixin,
+    ClustersMixin,
 ):
     """Implements :class:`stoker.store.base.Store` for any DB-API backend.
 
     Each concept's methods live in their own module (``sql_jobs``, ``sql_attempts``,
-    ``sql_epochs``, ``sql_txns``, ``sql_control``, ``sql_leader``, ``_retention``), all on
+    ``sql_epochs``, ``sql_txns``, ``sql_control``, ``sql_leader``, ``_retention``,
+    ``sql_clusters``), all on
     :class:`~stoker.store._sqlbase.SqlBase` (pool, transactions, migrations). A backend
     subclass provides ``_connect()``, ``_begin(cur, write)`` and ``dialect``.
     """

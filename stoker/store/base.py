@@ -12,6 +12,7 @@ from typing import Protocol
 from stoker.clock import Clock
 from stoker.store.protocols import (
     AttemptStore,
+    ClusterStore,
     ControlStore,
     EpochStore,
     JobStore,
@@ -29,9 +30,11 @@ class Store(
     ControlStore,
     LeaderStore,
     RetentionStore,
+    ClusterStore,
     Protocol,
 ):
-    """Durable metadata: jobs, attempts, control versions, epochs, sink transactions."""
+    """Durable metadata: jobs and applications, attempts, control versions, epochs, sink
+    transactions, clusters."""
 
     url: str
     clock: Clock

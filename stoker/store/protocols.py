@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from stoker.store._retention import PruneResult, RetentionPolicy
 from stoker.store.records import (
     AttemptRecord,
+    ClusterRecord,
     ControlEvent,
     ControlSnapshot,
     EpochRecord,
@@ -20,11 +21,13 @@ from stoker.store.records import (
 from stoker.types import (
     AttemptNo,
     AttemptState,
+    ClusterState,
     ControlKind,
     ControlStatus,
     ControlVersion,
     Epoch,
     JobId,
+    JobKind,
     JobState,
     TxnState,
 )
@@ -40,11 +43,17 @@ class JobStore(Protocol):
         spec: dict[str, Any],
         config: dict[str, Any],
         uid: str | None = None,
+        kind: JobKind = JobKind.JOB,
+        app_id: JobId | None = None,
     ) -> tuple[JobRecord, bool]:
-        """Insert the job if its id is free. Returns the job and whether this call created it.
+        """Insert the record if its id is free. Returns it and whether this call created it.
 
         ``uid`` (default: a new random one) identifies this job record; an existing job keeps
-        its own.
+        its own. ``kind`` APPLICATION makes an application (``app_id`` must be None: else
+        :class:`InvalidInput`); a job with ``app_id`` belongs to that application, which must
+        exist (:class:`ApplicationNotFound`). Jobs and applications share one id space: an
+        existing record of another kind or another ``app_id`` is
+        :class:`~stoker.errors.JobOwnedElsewhere` naming its owner, and nothing changes.
         """
         ...
 
@@ -59,7 +68,16 @@ class JobStore(Protocol):
         """The job, or :class:`~stoker.errors.JobNotFound`."""
         ...
 
-    def list_jobs(self, state: JobState | None = None) -> list[JobRecord]: ...
+    def list_jobs(
+        self,
+        state: JobState | None = None,
+        kind: JobKind | None = JobKind.JOB,
+        app_id: JobId | None = None,
+    ) -> list[JobRecord]:
+        """Records oldest first, those in ``state`` of ``kind`` (None: every kind, what the
+        supervisor tends) belonging to ``app_id`` (None: to any application or none).
+        The default lists jobs only (lone ones and applications' jobs), never applications."""
+        ...
 
     def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
         """Move the job to ``state`` if the transition table allows it."""
@@ -91,7 +109,10 @@ class JobStore(Protocol):
         """The recorded sink descriptors; ``[]`` if no attempt ever opened the job's sinks."""
         ...
 
-    def counts(self) -> dict[str, int]: ...
+    def counts(self) -> dict[str, int]:
+        """``{"attempts", "epochs_committed"}``: totals for metrics, of jobs only (an
+        application's driver attempts are not in ``attempts``)."""
+        ...
 
 
 class AttemptStore(Protocol):
@@ -108,6 +129,7 @@ class AttemptStore(Protocol):
         state: AttemptState = AttemptState.RUNNING,
         log_path: str | None = None,
         leader: tuple[str, int] | None = None,
+        app_attempt: AttemptNo | None = None,
     ) -> AttemptRecord:
         """Make a new attempt the owner of the job.
 
@@ -118,6 +140,13 @@ class AttemptStore(Protocol):
         :class:`~stoker.errors.JobTerminal` for an ended job unless ``restart``.
         A job manager makes the attempt ``STARTING`` (its driver claims it) and passes its
         ``leader`` (holder, token): checked in the same transaction, :class:`NotLeader` if lost.
+
+        ``app_attempt``: an application's driver makes the attempt, under its own application
+        attempt. The job must belong to an application (:class:`InvalidInput` otherwise) whose
+        current attempt, read in the same transaction, is ``app_attempt`` and STARTING or
+        RUNNING (:class:`StaleAttempt` otherwise). A live current attempt of the job made under
+        an older application attempt (or by no application) is then ended SUPERSEDED whatever
+        its lease: the newer driver re-adopts the job. ``expected_current`` still applies.
         """
         ...
 
@@ -169,7 +198,8 @@ class AttemptStore(Protocol):
     def list_attempts(self, job_id: JobId) -> list[AttemptRecord]: ...
 
     def renew_lease(self, job_id: JobId, attempt: AttemptNo, lease_ttl: float) -> bool:
-        """Extend the lease; False when the attempt no longer owns the job or its lease lapsed."""
+        """Extend the lease; False when the attempt no longer owns the job or its lease lapsed,
+        or (an attempt with ``app_attempt``) its application attempt is no longer current."""
         ...
 
     def end_attempt(
@@ -199,7 +229,9 @@ class EpochStore(Protocol):
         self, job_id: JobId, epoch: Epoch, attempt: AttemptNo, rows_in: int, final: bool
     ) -> EpochRecord:
         """The commit point (PINNED -> DECIDED): fenced, atomic. The same attempt deciding again
-        gets the record back; otherwise :class:`~stoker.errors.StaleAttempt`."""
+        gets the record back; otherwise :class:`~stoker.errors.StaleAttempt`. An attempt with
+        ``app_attempt`` decides only while that is its application's current attempt (in the
+        same statement)."""
         ...
 
     def mark_epoch_committed(self, job_id: JobId, epoch: Epoch) -> None:
@@ -317,6 +349,47 @@ class ControlStore(Protocol):
         """Move an event the runtime handles itself (a savepoint) to APPLIED or COMMITTED,
         with the epoch it happened at and its result. Follows CONTROL_TRANSITIONS; moving to
         the status it has already only updates ``result``."""
+        ...
+
+
+class ClusterStore(Protocol):
+    """Spark standalone clusters stoker started, and their processes: whichever manager leads
+    can stop them. States move only along ``CLUSTER_TRANSITIONS``."""
+
+    def create_cluster(
+        self, name: str, kind: str, spec: dict[str, Any], owner_app: JobId | None = None
+    ) -> tuple[ClusterRecord, bool]:
+        """Insert the cluster STARTING if the name is free; the record and whether this call
+        created it (an existing one is returned as it is). ``kind`` is 'app' (``owner_app``,
+        an existing application, required) or 'session' (no ``owner_app``): else
+        :class:`InvalidInput` or :class:`ApplicationNotFound`."""
+        ...
+
+    def get_cluster(self, name: str) -> ClusterRecord:
+        """The cluster, or :class:`~stoker.errors.ClusterNotFound`."""
+        ...
+
+    def list_clusters(self, include_stopped: bool = False) -> list[ClusterRecord]:
+        """Clusters oldest first; STOPPED ones only with ``include_stopped``."""
+        ...
+
+    def update_cluster(
+        self,
+        name: str,
+        *,
+        state: ClusterState | None = None,
+        master_url: str | None = None,
+        web_url: str | None = None,
+        processes: list[dict[str, Any]] | None = None,
+        error: str | None = None,
+    ) -> ClusterRecord:
+        """Change what is given (None: unchanged), in one transaction; a new ``state`` is
+        checked with ``check_cluster_transition`` (:class:`InvalidTransition`)."""
+        ...
+
+    def delete_cluster(self, name: str) -> None:
+        """Forget a STOPPED cluster; :class:`InvalidTransition` for any other state (its
+        processes may still run), :class:`ClusterNotFound` for an unknown name."""
         ...
 
 

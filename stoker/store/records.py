@@ -9,12 +9,14 @@ from typing import Any
 from stoker.types import (
     AttemptNo,
     AttemptState,
+    ClusterState,
     ControlKind,
     ControlStatus,
     ControlVersion,
     Epoch,
     EpochState,
     JobId,
+    JobKind,
     JobState,
     TxnState,
 )
@@ -44,6 +46,10 @@ class JobRecord:
     uid: str = ""
     # When the sinks of the ended job were last resolved; None while that is owed.
     resolved_at: float | None = None
+    # A pipeline (JOB) or a user program's driver (APPLICATION): one id space, one lifecycle.
+    kind: JobKind = JobKind.JOB
+    # The application whose driver runs this job; None for a job whose driver is its own.
+    app_id: JobId | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> JobRecord:
@@ -62,6 +68,8 @@ class JobRecord:
             next_attempt_at=None if r[11] is None else float(r[11]),
             uid=r[12] or "",
             resolved_at=None if r[13] is None else float(r[13]),
+            kind=JobKind(r[14]),
+            app_id=None if r[15] is None else JobId(r[15]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,6 +87,8 @@ class JobRecord:
             "failures": self.failures,
             "next_attempt_at": self.next_attempt_at,
             "resolved_at": self.resolved_at,
+            "kind": str(self.kind),
+            "app_id": self.app_id,
         }
 
 
@@ -104,6 +114,9 @@ class AttemptRecord:
     ended_at: float | None
     error: str | None
     log_path: str | None = None
+    # The application attempt whose driver made this attempt (None: the job's own driver).
+    # It holds the job only while that is still the application's current attempt.
+    app_attempt: AttemptNo | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> AttemptRecord:
@@ -117,6 +130,7 @@ class AttemptRecord:
             ended_at=None if r[8] is None else float(r[8]),
             error=r[9],
             log_path=r[10],
+            app_attempt=None if r[11] is None else AttemptNo(int(r[11])),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -131,6 +145,58 @@ class AttemptRecord:
             "ended_at": self.ended_at,
             "error": self.error,
             "pid_started": self.owner.pid_started,
+            "app_attempt": self.app_attempt,
+        }
+
+
+@dataclass(frozen=True)
+class ClusterRecord:
+    """A Spark standalone cluster stoker started: its processes, so that whichever manager
+    leads can tear it down (``stop_processes``) after the one that started it is gone."""
+
+    name: str
+    kind: str  # 'app': started for ``owner_app`` and torn down with it; 'session': outlives apps
+    owner_app: JobId | None
+    spec: dict[str, Any]
+    state: ClusterState
+    master_url: str | None
+    web_url: str | None
+    # Each: {"role": "master"|"worker", "id", "host", "address", "pid", "pid_started", "port",
+    # "web_port", "log", "cores", "memory"}: enough to tell the recorded process from a pid reuse.
+    processes: list[dict[str, Any]]
+    error: str | None
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def from_row(cls, r: Any) -> ClusterRecord:
+        return cls(
+            name=r[0],
+            kind=r[1],
+            owner_app=None if r[2] is None else JobId(r[2]),
+            spec=json.loads(r[3]),
+            state=ClusterState(r[4]),
+            master_url=r[5],
+            web_url=r[6],
+            processes=list(json.loads(r[7])),
+            error=r[8],
+            created_at=float(r[9]),
+            updated_at=float(r[10]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "owner_app": self.owner_app,
+            "spec": self.spec,
+            "state": str(self.state),
+            "master_url": self.master_url,
+            "web_url": self.web_url,
+            "processes": [dict(p) for p in self.processes],
+            "error": self.error,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
         }
 
 

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from stoker.errors import DuplicateJob, InvalidTransition, JobTerminal, NotLeader, StaleAttempt
+from typing import Any
+
+from stoker.errors import (
+    DuplicateJob,
+    InvalidInput,
+    InvalidTransition,
+    JobTerminal,
+    NotLeader,
+    StaleAttempt,
+)
 from stoker.store._sqlbase import SqlBase
 from stoker.store.records import AttemptRecord, JobRecord, Owner
 from stoker.store.sql_control import end_controls_in
@@ -10,6 +19,7 @@ from stoker.types import (
     AttemptNo,
     AttemptState,
     JobId,
+    JobKind,
     JobState,
     check_attempt_transition,
     check_transition,
@@ -30,6 +40,7 @@ class AttemptsMixin(SqlBase):
         state: AttemptState = AttemptState.RUNNING,
         log_path: str | None = None,
         leader: tuple[str, int] | None = None,
+        app_attempt: AttemptNo | None = None,
     ) -> AttemptRecord:
         check_attempt_transition(None, state)  # STARTING or RUNNING; before anything is written
         now = self.clock.now()
@@ -46,6 +57,8 @@ class AttemptsMixin(SqlBase):
                 raise JobTerminal(job_id, str(job.state))
             if job.state == JobState.CANCELING:
                 raise DuplicateJob(job_id, "it is being canceled")
+            if app_attempt is not None:
+                self._check_app_attempt(cur, job, app_attempt)
             if job.current_attempt != expected_current:
                 raise DuplicateJob(job_id, f"attempt {job.current_attempt} started meanwhile")
             if job.current_attempt > 0:
@@ -54,7 +67,12 @@ class AttemptsMixin(SqlBase):
                 ).fetchone()
                 prev = AttemptRecord.from_row(prev_row)
                 running = prev.state in (AttemptState.RUNNING, AttemptState.STARTING)
-                if running and prev.lease_expires_at > now and not previous_dead:
+                # A newer application driver re-adopts the job: the older driver's attempt is
+                # fenced off whatever its lease says (that driver can decide nothing any more).
+                adopted = app_attempt is not None and (
+                    prev.app_attempt is None or prev.app_attempt < app_attempt
+                )
+                if running and prev.lease_expires_at > now and not (previous_dead or adopted):
                     raise DuplicateJob(
                         job_id,
                         f"attempt {prev.attempt} runs as pid {prev.owner.pid} on "
@@ -100,6 +118,7 @@ class AttemptsMixin(SqlBase):
                     lease_expires_at=now + lease_ttl,
                     now=now,
                     log_path=log_path,
+                    app_attempt=app_attempt,
                 )
             except Exception as e:
                 # The attempt number is the fencing token: a row holding it already means
@@ -107,9 +126,35 @@ class AttemptsMixin(SqlBase):
                 if not self._is_unique_violation(e):
                     raise
                 raise DuplicateJob(job_id, f"attempt {new} exists already") from e
-            self._x(cur, "bump_counter", name="attempts", n=1)
+            if job.kind == JobKind.JOB:  # counts() is of jobs (see there)
+                self._x(cur, "bump_counter", name="attempts", n=1)
             arow = self._x(cur, "get_attempt", job_id=job_id, attempt=new).fetchone()
         return AttemptRecord.from_row(arow)
+
+    def _check_app_attempt(self, cur: Any, job: JobRecord, app_attempt: AttemptNo) -> None:
+        """Inside start_attempt's transaction: ``app_attempt`` must be the current, live attempt
+        of ``job``'s application. Its row is held (FOR SHARE on PostgreSQL) until the commit,
+        so no newer driver attempt can start in between."""
+        if job.app_id is None:
+            raise InvalidInput(
+                "app_attempt", f"job {job.job_id!r} belongs to no application: give none"
+            )
+        row = self._x(cur, "share_job", job_id=job.app_id).fetchone()
+        if row is None:
+            raise StaleAttempt(f"application {job.app_id!r} of job {job.job_id!r} is gone")
+        app = JobRecord.from_row(row)
+        arow = self._x(cur, "get_attempt", job_id=app.job_id, attempt=app.current_attempt)
+        current = arow.fetchone()
+        live = current is not None and AttemptRecord.from_row(current).state in (
+            AttemptState.STARTING,
+            AttemptState.RUNNING,
+        )
+        if app.current_attempt != app_attempt or not live:
+            raise StaleAttempt(
+                f"application attempt {app_attempt} of {app.job_id!r} may not start an attempt "
+                f"of job {job.job_id!r}: the application's current attempt is "
+                f"{app.current_attempt}" + ("" if live else ", and it has ended")
+            )
 
     def claim_attempt(
         self, job_id: JobId, attempt: AttemptNo, owner: Owner, lease_ttl: float

@@ -1,4 +1,6 @@
-"""Jobs in SQL: creation (insert-if-absent), states by the transition table, cancel, restart."""
+"""Jobs in SQL: creation (insert-if-absent), states by the transition table, cancel, restart.
+
+Applications are records of the same table (``kind``), so they share all of this."""
 
 from __future__ import annotations
 
@@ -7,11 +9,26 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from stoker.errors import JobNotFound, JobTerminal
+from stoker.errors import (
+    ApplicationNotFound,
+    InvalidInput,
+    JobNotFound,
+    JobOwnedElsewhere,
+    JobTerminal,
+)
 from stoker.store._sqlbase import SqlBase
 from stoker.store.records import JobRecord, NewJob
 from stoker.store.sql_control import end_controls_in
-from stoker.types import AttemptState, JobId, JobState, check_transition
+from stoker.types import AttemptState, JobId, JobKind, JobState, check_transition
+
+
+def _owner(job: JobRecord) -> str:
+    """Who holds ``job``'s id, in the words of :class:`JobOwnedElsewhere`."""
+    if job.kind == JobKind.APPLICATION:
+        return "it is an application"
+    if job.app_id is not None:
+        return f"application {job.app_id!r} owns it"
+    return "it is a job submitted alone"
 
 
 class JobsMixin(SqlBase):
@@ -24,9 +41,11 @@ class JobsMixin(SqlBase):
         spec: dict[str, Any],
         config: dict[str, Any],
         uid: str | None = None,
+        kind: JobKind = JobKind.JOB,
+        app_id: JobId | None = None,
     ) -> tuple[JobRecord, bool]:
         with self._tx() as cur:
-            return self._create_job_in(cur, job_id, name, spec, config, uid)
+            return self._create_job_in(cur, job_id, name, spec, config, uid, kind, app_id)
 
     def create_jobs(self, jobs: Sequence[NewJob]) -> list[tuple[JobRecord, bool]]:
         if not jobs:
@@ -42,7 +61,12 @@ class JobsMixin(SqlBase):
         spec: dict[str, Any],
         config: dict[str, Any],
         uid: str | None = None,
+        kind: JobKind = JobKind.JOB,
+        app_id: JobId | None = None,
     ) -> tuple[JobRecord, bool]:
+        kind = JobKind(kind)
+        if app_id is not None:
+            self._check_application(cur, kind, app_id)
         now = self.clock.now()
         # The primary key decides: of concurrent callers exactly one inserts.
         created = (
@@ -55,6 +79,8 @@ class JobsMixin(SqlBase):
                 spec=json.dumps(spec, sort_keys=True),
                 now=now,
                 uid=uid or uuid.uuid4().hex,
+                kind=str(kind),
+                app_id=app_id,
             ).rowcount
             == 1
         )
@@ -70,8 +96,20 @@ class JobsMixin(SqlBase):
                 reason="declared defaults",
                 now=now,
             )
-        row = self._x(cur, "get_job", job_id=job_id).fetchone()
-        return JobRecord.from_row(row), created
+        job = JobRecord.from_row(self._x(cur, "get_job", job_id=job_id).fetchone())
+        if job.kind != kind or job.app_id != app_id:
+            # One id, one owner: a re-run of an application's main finds its own jobs, never
+            # another application's, a lone job's or an application under that id.
+            raise JobOwnedElsewhere(job_id, _owner(job))
+        return job, created
+
+    def _check_application(self, cur: Any, kind: JobKind, app_id: JobId) -> None:
+        """A job may name as its ``app_id`` only an application that exists."""
+        if kind == JobKind.APPLICATION:
+            raise InvalidInput("app_id", "an application belongs to no application: give none")
+        row = self._x(cur, "get_job", job_id=app_id).fetchone()
+        if row is None or JobRecord.from_row(row).kind != JobKind.APPLICATION:
+            raise ApplicationNotFound(app_id)
 
     def get_job(self, job_id: JobId) -> JobRecord:
         with self._tx(write=False) as cur:
@@ -80,11 +118,21 @@ class JobsMixin(SqlBase):
             raise JobNotFound(job_id)
         return JobRecord.from_row(row)
 
-    def list_jobs(self, state: JobState | None = None) -> list[JobRecord]:
+    def list_jobs(
+        self,
+        state: JobState | None = None,
+        kind: JobKind | None = JobKind.JOB,
+        app_id: JobId | None = None,
+    ) -> list[JobRecord]:
         with self._tx(write=False) as cur:
-            rows = self._x(cur, "list_jobs").fetchall()
-        jobs = [JobRecord.from_row(r) for r in rows]
-        return [j for j in jobs if state is None or j.state == state]
+            rows = self._x(
+                cur,
+                "list_jobs",
+                state=None if state is None else str(JobState(state)),
+                kind=None if kind is None else str(JobKind(kind)),
+                app_id=app_id,
+            ).fetchall()
+        return [JobRecord.from_row(r) for r in rows]
 
     def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
         now = self.clock.now()
@@ -171,7 +219,8 @@ class JobsMixin(SqlBase):
     def counts(self) -> dict[str, int]:
         """Totals for metrics: attempts started, epochs committed. One read of the counters
         table (migration 0004), kept in the transactions that change them: O(1) per scrape,
-        and pruning old epochs does not lower them."""
+        and pruning old epochs does not lower them. Jobs only: an application's driver
+        attempts are not counted (they commit no epoch; its jobs' attempts are)."""
         with self._tx(write=False) as cur:
             rows = self._x(cur, "get_counters").fetchall()
         totals = {str(name): int(value) for name, value in rows}

@@ -3,7 +3,7 @@
 -- name: lock_job
 -- Row lock: two managers starting an attempt for one job serialise here.
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at, uid, resolved_at
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id
 FROM jobs WHERE job_id = :job_id FOR UPDATE;
 
 -- name: decide_epoch
@@ -12,6 +12,10 @@ FROM jobs WHERE job_id = :job_id FOR UPDATE;
 -- land afterwards (say, after waiting on the epoch row), when the new attempt has already seen
 -- the epoch PINNED. The lock makes the decide wait for a takeover in flight, and READ
 -- COMMITTED then re-checks the job row as committed, so the old attempt finds itself fenced.
+-- The application's row is not locked: every job of an application would share-lock that one
+-- row on every epoch. So a decide whose snapshot predates a new driver attempt may still land
+-- just after it; that is safe, because the new driver re-adopts the job through start_attempt,
+-- which takes the job row (FOR UPDATE) and therefore sees such a decide as DECIDED.
 UPDATE epochs SET state = 'DECIDED', decided_by = :attempt, rows_in = :rows_in, final = :final,
                   decided_at = :now
 WHERE job_id = :job_id AND epoch = :epoch AND state = :from_state
@@ -19,12 +23,15 @@ WHERE job_id = :job_id AND epoch = :epoch AND state = :from_state
       SELECT 1 FROM jobs j JOIN attempts a ON a.job_id = j.job_id AND a.attempt = j.current_attempt
       WHERE j.job_id = :job_id AND j.current_attempt = :attempt
         AND a.state = 'RUNNING' AND a.lease_expires_at > :now
+        AND (a.app_attempt IS NULL
+             OR EXISTS (SELECT 1 FROM jobs p
+                        WHERE p.job_id = j.app_id AND p.current_attempt = a.app_attempt))
       FOR SHARE OF j);
 
 -- name: lock_attempt
 -- Row lock: the attempt's state is read, checked against ATTEMPT_TRANSITIONS, then changed.
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
-       log_path
+       log_path, app_attempt
 FROM attempts WHERE job_id = :job_id AND attempt = :attempt FOR UPDATE;
 
 -- name: lock_control_event
@@ -32,3 +39,16 @@ FROM attempts WHERE job_id = :job_id AND attempt = :attempt FOR UPDATE;
 SELECT job_id, control_id, version, kind, body, status, applied_epoch, reason, result, request_id,
        sender, origin, created_at, applied_at, ended_at
 FROM control_events WHERE job_id = :job_id AND control_id = :control_id FOR UPDATE;
+
+-- name: share_job
+-- Shared row lock: the application's current attempt cannot change (a new driver attempt takes
+-- FOR UPDATE) while an attempt of one of its jobs starts under it; its jobs may start together.
+SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id
+FROM jobs WHERE job_id = :job_id FOR SHARE;
+
+-- name: lock_cluster
+-- Row lock: the cluster's state is read, checked against CLUSTER_TRANSITIONS, then changed.
+SELECT name, kind, owner_app, spec, state, master_url, web_url, processes, error, created_at,
+       updated_at
+FROM clusters WHERE name = :name FOR UPDATE;

@@ -3,24 +3,35 @@
 
 -- name: insert_job
 INSERT INTO jobs (job_id, name, state, spec, current_attempt, control_version, created_at, updated_at,
-                  uid)
-VALUES (:job_id, :name, :state, :spec, 0, 0, :now, :now, :uid)
+                  uid, kind, app_id)
+VALUES (:job_id, :name, :state, :spec, 0, 0, :now, :now, :uid, :kind, :app_id)
 ON CONFLICT (job_id) DO NOTHING;
 
 -- name: get_job
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at, uid, resolved_at
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id
 FROM jobs WHERE job_id = :job_id;
 
 -- name: lock_job
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at, uid, resolved_at
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id
+FROM jobs WHERE job_id = :job_id;
+
+-- name: share_job
+-- lock_job for readers that may hold it together (PostgreSQL: FOR SHARE).
+SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id
 FROM jobs WHERE job_id = :job_id;
 
 -- name: list_jobs
+-- Filters given as NULL match everything (the CASTs give PostgreSQL the parameters' types).
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at, uid, resolved_at
-FROM jobs ORDER BY created_at, job_id;
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id
+FROM jobs
+WHERE (CAST(:state AS TEXT) IS NULL OR state = CAST(:state AS TEXT))
+  AND (CAST(:kind AS TEXT) IS NULL OR kind = CAST(:kind AS TEXT))
+  AND (CAST(:app_id AS TEXT) IS NULL OR app_id = CAST(:app_id AS TEXT))
+ORDER BY created_at, job_id;
 
 -- name: set_job_state
 -- Entering a terminal state makes the resolution of the job's sinks owed (resolved_at NULL).
@@ -51,28 +62,34 @@ WHERE job_id = :job_id AND current_attempt = :expected;
 
 -- name: insert_attempt
 INSERT INTO attempts (job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at,
-                      log_path)
-VALUES (:job_id, :attempt, :state, :host, :pid, :pid_started, :lease_expires_at, :now, :log_path);
+                      log_path, app_attempt)
+VALUES (:job_id, :attempt, :state, :host, :pid, :pid_started, :lease_expires_at, :now, :log_path,
+        :app_attempt);
 
 -- name: get_attempt
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
-       log_path
+       log_path, app_attempt
 FROM attempts WHERE job_id = :job_id AND attempt = :attempt;
 
 -- name: list_attempts
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
-       log_path
+       log_path, app_attempt
 FROM attempts WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: renew_lease
+-- An attempt made by an application's driver renews only while that driver's attempt is still
+-- the application's current one: one statement, and no extra read for a job's own driver.
 UPDATE attempts SET lease_expires_at = :lease_expires_at
 WHERE job_id = :job_id AND attempt = :attempt AND state = 'RUNNING'
   AND lease_expires_at > :now
-  AND attempt = (SELECT current_attempt FROM jobs WHERE job_id = :job_id);
+  AND attempt = (SELECT current_attempt FROM jobs WHERE job_id = :job_id)
+  AND (app_attempt IS NULL
+       OR app_attempt = (SELECT p.current_attempt FROM jobs j JOIN jobs p ON p.job_id = j.app_id
+                         WHERE j.job_id = :job_id));
 
 -- name: lock_attempt
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
-       log_path
+       log_path, app_attempt
 FROM attempts WHERE job_id = :job_id AND attempt = :attempt;
 
 -- name: end_attempt
@@ -118,14 +135,18 @@ FROM epochs WHERE job_id = :job_id AND state = :state ORDER BY epoch;
 -- name: decide_epoch
 -- The commit point. The fence is part of the same statement: only the job's current attempt,
 -- with a live lease, turns the epoch (:from_state, read and checked against EPOCH_TRANSITIONS)
--- into DECIDED.
+-- into DECIDED; an attempt made by an application's driver only while that driver's attempt is
+-- the application's current one (the subquery is not reached for a job's own driver).
 UPDATE epochs SET state = 'DECIDED', decided_by = :attempt, rows_in = :rows_in, final = :final,
                   decided_at = :now
 WHERE job_id = :job_id AND epoch = :epoch AND state = :from_state
   AND EXISTS (
       SELECT 1 FROM jobs j JOIN attempts a ON a.job_id = j.job_id AND a.attempt = j.current_attempt
       WHERE j.job_id = :job_id AND j.current_attempt = :attempt
-        AND a.state = 'RUNNING' AND a.lease_expires_at > :now);
+        AND a.state = 'RUNNING' AND a.lease_expires_at > :now
+        AND (a.app_attempt IS NULL
+             OR EXISTS (SELECT 1 FROM jobs p
+                        WHERE p.job_id = j.app_id AND p.current_attempt = a.app_attempt)));
 
 -- name: commit_epoch
 UPDATE epochs SET state = 'COMMITTED', committed_at = :now
@@ -365,3 +386,36 @@ DELETE FROM control_events
 WHERE job_id = :job_id AND version >= :lo AND version <= :hi AND version <= :cutoff
   AND status IN ('COMMITTED', 'REJECTED')
   AND NOT (status = 'COMMITTED' AND applied_epoch IS NOT NULL AND applied_epoch >= :latest);
+
+-- Clusters (migration 0007, sql_clusters.py). Moves follow CLUSTER_TRANSITIONS (types.py).
+
+-- name: insert_cluster
+INSERT INTO clusters (name, kind, owner_app, spec, state, processes, created_at, updated_at)
+VALUES (:name, :kind, :owner_app, :spec, :state, '[]', :now, :now)
+ON CONFLICT (name) DO NOTHING;
+
+-- name: get_cluster
+SELECT name, kind, owner_app, spec, state, master_url, web_url, processes, error, created_at,
+       updated_at
+FROM clusters WHERE name = :name;
+
+-- name: lock_cluster
+SELECT name, kind, owner_app, spec, state, master_url, web_url, processes, error, created_at,
+       updated_at
+FROM clusters WHERE name = :name;
+
+-- name: list_clusters
+SELECT name, kind, owner_app, spec, state, master_url, web_url, processes, error, created_at,
+       updated_at
+FROM clusters WHERE :include_stopped = 1 OR state <> 'STOPPED'
+ORDER BY created_at, name;
+
+-- name: update_cluster
+-- :from_state was read (locked) and the move checked; the caller passes every column, the
+-- unchanged ones as read.
+UPDATE clusters SET state = :state, master_url = :master_url, web_url = :web_url,
+                    processes = :processes, error = :error, updated_at = :now
+WHERE name = :name AND state = :from_state;
+
+-- name: delete_cluster
+DELETE FROM clusters WHERE name = :name AND state = 'STOPPED';

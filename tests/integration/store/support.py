@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from stoker.store import AttemptRecord, Owner, Store
-from stoker.types import AttemptNo, job_id
+from stoker.store import AttemptRecord, JobRecord, Owner, Store
+from stoker.types import AttemptNo, JobId, JobKind, job_id
 
 T = TypeVar("T")
 OpenStore = Callable[[], Store]
@@ -70,3 +70,22 @@ def raw_execute(url: str, statement: str) -> None:
         return
     with psycopg.connect(url) as pconn:
         pconn.execute(statement.encode())
+
+
+# Applications (issue 10): an application record, and jobs its driver runs.
+APP = job_id("app-1")
+APP_B = job_id("app-2")
+APP_JOB = job_id("app-1.orders")
+APP_SPEC = {"kind": "application", "entrypoint": "/apps/main.py", "args": [], "cluster": "local"}
+
+
+def running_app(store: Store, app: JobId = APP, ttl: float = TTL) -> AttemptRecord:
+    """An application with its driver's attempt 1 RUNNING."""
+    store.create_job(app, app, APP_SPEC, {}, kind=JobKind.APPLICATION)
+    return store.start_attempt(app, OWNER, ttl, expected_current=AttemptNo(0))
+
+
+def app_job(store: Store, jid: JobId = APP_JOB, app: JobId = APP) -> JobRecord:
+    """A job of ``app`` (which must exist), not started."""
+    spec = {"kind": "in_app", "app_id": app, **SPEC}
+    return store.create_job(jid, "orders", spec, CONFIG, app_id=app)[0]

@@ -106,6 +106,11 @@ def test_the_migration_seeds_the_counts_from_existing_rows(
         "ALTER TABLE jobs DROP COLUMN sinks",  # migration 5, re-applied with 4
         "DROP TABLE control_events",  # migration 6, likewise
         "ALTER TABLE control_versions DROP COLUMN state",
+        "DROP TABLE clusters",  # migration 7, likewise
+        "DROP INDEX jobs_by_app",
+        "ALTER TABLE jobs DROP COLUMN app_id",
+        "ALTER TABLE jobs DROP COLUMN kind",
+        "ALTER TABLE attempts DROP COLUMN app_attempt",
         "DELETE FROM schema_migrations WHERE version >= 4",
     )
 

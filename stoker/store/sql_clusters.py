@@ -1,0 +1,122 @@
+"""Clusters in SQL: created once per name, states by ``CLUSTER_TRANSITIONS``, their processes.
+
+The record is what outlives the manager that started a cluster: the processes it lists (pid and
+start marker per master and worker) are what the next leader stops.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stoker.errors import ApplicationNotFound, ClusterNotFound, InvalidInput, InvalidTransition
+from stoker.store._sqlbase import SqlBase
+from stoker.store.records import ClusterRecord, JobRecord
+from stoker.types import ClusterState, JobId, JobKind, check_cluster_transition
+
+CLUSTER_KINDS = ("app", "session")
+
+
+class ClustersMixin(SqlBase):
+    """Implements :class:`stoker.store.protocols.ClusterStore`."""
+
+    def create_cluster(
+        self, name: str, kind: str, spec: dict[str, Any], owner_app: JobId | None = None
+    ) -> tuple[ClusterRecord, bool]:
+        _check_new_cluster(name, kind, owner_app)
+        now = self.clock.now()
+        with self._tx() as cur:
+            if owner_app is not None:
+                row = self._x(cur, "get_job", job_id=owner_app).fetchone()
+                if row is None or JobRecord.from_row(row).kind != JobKind.APPLICATION:
+                    raise ApplicationNotFound(owner_app)
+            # The primary key decides between two managers starting one cluster.
+            created = (
+                self._x(
+                    cur,
+                    "insert_cluster",
+                    name=name,
+                    kind=kind,
+                    owner_app=owner_app,
+                    spec=json.dumps(spec, sort_keys=True),
+                    state=str(ClusterState.STARTING),
+                    now=now,
+                ).rowcount
+                == 1
+            )
+            row = self._x(cur, "get_cluster", name=name).fetchone()
+        return ClusterRecord.from_row(row), created
+
+    def get_cluster(self, name: str) -> ClusterRecord:
+        with self._tx(write=False) as cur:
+            row = self._x(cur, "get_cluster", name=name).fetchone()
+        if row is None:
+            raise ClusterNotFound(name)
+        return ClusterRecord.from_row(row)
+
+    def list_clusters(self, include_stopped: bool = False) -> list[ClusterRecord]:
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "list_clusters", include_stopped=int(include_stopped)).fetchall()
+        return [ClusterRecord.from_row(r) for r in rows]
+
+    def update_cluster(
+        self,
+        name: str,
+        *,
+        state: ClusterState | None = None,
+        master_url: str | None = None,
+        web_url: str | None = None,
+        processes: list[dict[str, Any]] | None = None,
+        error: str | None = None,
+    ) -> ClusterRecord:
+        now = self.clock.now()
+        with self._tx() as cur:
+            old = self._locked_cluster(cur, name)
+            target = old.state if state is None else ClusterState(state)
+            try:
+                check_cluster_transition(old.state, target)
+            except InvalidTransition as e:
+                raise InvalidTransition(f"cluster {name!r}: {e}") from None
+            self._x(
+                cur,
+                "update_cluster",
+                name=name,
+                state=str(target),
+                master_url=old.master_url if master_url is None else master_url,
+                web_url=old.web_url if web_url is None else web_url,
+                processes=json.dumps(old.processes if processes is None else processes),
+                error=old.error if error is None else error,
+                now=now,
+                from_state=str(old.state),
+            )
+            row = self._x(cur, "get_cluster", name=name).fetchone()
+        return ClusterRecord.from_row(row)
+
+    def delete_cluster(self, name: str) -> None:
+        with self._tx() as cur:
+            old = self._locked_cluster(cur, name)
+            if old.state != ClusterState.STOPPED:
+                # Its processes may still run: forgetting them would leave them to no one.
+                raise InvalidTransition(
+                    f"cluster {name!r} is {old.state}: only a STOPPED cluster can be deleted"
+                )
+            self._x(cur, "delete_cluster", name=name)
+
+    def _locked_cluster(self, cur: Any, name: str) -> ClusterRecord:
+        """The cluster's row, locked for this transaction (FOR UPDATE on PostgreSQL)."""
+        row = self._x(cur, "lock_cluster", name=name).fetchone()
+        if row is None:
+            raise ClusterNotFound(name)
+        return ClusterRecord.from_row(row)
+
+
+def _check_new_cluster(name: str, kind: str, owner_app: JobId | None) -> None:
+    """Refuse a record no manager could tend: every field named, nothing written."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInput("name", "a cluster needs a name")
+    if kind not in CLUSTER_KINDS:
+        raise InvalidInput("kind", f"{kind!r} is not one of {', '.join(CLUSTER_KINDS)}")
+    if kind == "app" and owner_app is None:
+        raise InvalidInput("owner_app", "an 'app' cluster ends with its application: name it")
+    if kind == "session" and owner_app is not None:
+        raise InvalidInput("owner_app", "a 'session' cluster outlives applications: give none")
