@@ -544,6 +544,26 @@ class Folder:
             steps["first_epoch_done"] = first["t"] - t0
         return steps
 
+    def wait_trigger_applied(
+        self, ctl: Control, ev: Any, before: set[str], driver: Driver | None
+    ) -> float:
+        """Wall time of the progress of the first epoch with rows under the new interval.
+
+        A job of stoker's sources takes a new interval without a query restart: that is the
+        progress of the epoch that applied the event (or a later one with rows); otherwise the
+        first epoch with rows of the query run the restart began."""
+
+        def seen() -> float | None:
+            e = ctl.store.get_control(ctl.jid, ev.control_id)
+            for r in self.data_progress():
+                if r["run"] not in before:
+                    return float(r["t"])
+                if e.applied_epoch is not None and r["batch"] >= int(e.applied_epoch):
+                    return float(r["t"])
+            return None
+
+        return float(_wait("an epoch under the new interval", seen, START_TIMEOUT, driver))
+
     def wait_new_run(self, before: set[str], driver: Driver | None) -> float:
         """Wall time at which a query run not in ``before`` reported an epoch with rows
         (progress comes after the epoch's commit log)."""
@@ -800,24 +820,23 @@ def change_stoker(work: Path, reps: int, per_epoch: int) -> dict[str, Any]:
             else:
                 trigger = _other(trigger)
                 t0 = time.time()
-                ctl.send({"kind": "trigger", "interval": f"{int(trigger * 1000)}ms"})
-                t1 = f.wait_new_run(before, drv)
+                ev = ctl.send({"kind": "trigger", "interval": f"{int(trigger * 1000)}ms"})
+                t1 = f.wait_trigger_applied(ctl, ev, before, drv)
             rec: dict[str, Any] = {"kind": kind, "mode": mode, "seconds": t1 - t0}
-            if kind == "threshold":
-                ev = _wait(
-                    "the event to commit",
-                    lambda ev=ev: (
-                        (e := ctl.store.get_control(ctl.jid, ev.control_id)).ended_at and e
-                    ),
-                    STEP_TIMEOUT,
-                    drv,
-                )
-                rec["applied"] = ev.applied_at - t0
-                rec["committed"] = ev.ended_at - t0
+            if kind == "trigger":
+                rec["restarted"] = bool(set(f.runs()) - before)
+            ev = _wait(
+                "the event to commit",
+                lambda ev=ev: (e := ctl.store.get_control(ctl.jid, ev.control_id)).ended_at and e,
+                STEP_TIMEOUT,
+                drv,
+            )
+            rec["applied"] = ev.applied_at - t0
+            rec["committed"] = ev.ended_at - t0
             out.append(rec)
             print(f"  stoker   {kind:9} {mode:7} {t1 - t0:7.3f} s", flush=True)
             f.wait_steady(2, drv)
-            if kind == "trigger":
+            if kind == "trigger" and rec["restarted"]:
                 rec.update(f.run_steps(before, t0))
         ctl.close()
     finally:
