@@ -2,11 +2,13 @@
 
 Write a :class:`Pipeline` (sources, a per-epoch transform, two-phase sinks) and :func:`run` it:
 every epoch is committed exactly once to every sink, across crashes, and a job whose inputs
-are all bounded ends FINISHED after its final epoch.
+are all bounded ends FINISHED after its final epoch. :func:`submit` starts a job and returns
+its :class:`JobHandle` (``wait()``, ``state``, ``cancel()``), so one program runs several jobs
+at once; run under a job manager (``stoker run --driver``), such a program is an application.
 
-The names that need Spark (``Pipeline``, ``run``, ``EpochContext``, ``JobResult``, ``sinks``,
-``sources``) are imported on first use, so ``import stoker.store`` (or ``manager``, ``server``,
-``cli``, ``client``) does not load pyspark.
+The names that need Spark (``Pipeline``, ``run``, ``submit``, ``JobHandle``, ``EpochContext``,
+``JobResult``, ``sinks``, ``sources``) are imported on first use, so ``import stoker.store``
+(or ``manager``, ``server``, ``cli``, ``client``) does not load pyspark.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from stoker import sinks, sources
     from stoker.pipeline import Pipeline
     from stoker.runtime import EpochContext, JobResult, run
+    from stoker.runtime.application import JobHandle, submit
 
 # Public name -> (module, attribute or None for the module itself), loaded on first access.
 _LAZY: dict[str, tuple[str, str | None]] = {
@@ -39,6 +42,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "EpochContext": ("stoker.runtime", "EpochContext"),
     "JobResult": ("stoker.runtime", "JobResult"),
     "run": ("stoker.runtime", "run"),
+    "submit": ("stoker.runtime.application", "submit"),
+    "JobHandle": ("stoker.runtime.application", "JobHandle"),
     "sinks": ("stoker.sinks", None),
     "sources": ("stoker.sources", None),
 }
@@ -66,6 +71,7 @@ __all__ = [
     "InvalidInput",
     "InvalidPipeline",
     "JobFailed",
+    "JobHandle",
     "JobNotFound",
     "JobResult",
     "JobState",
@@ -78,6 +84,7 @@ __all__ = [
     "run",
     "sinks",
     "sources",
+    "submit",
 ]
 
 __version__ = "0.1.0"

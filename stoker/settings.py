@@ -63,6 +63,10 @@ class Settings:
     retention_epochs: int | None = None
     retention_time: float | None = None
     retention_interval: float = 10.0
+    # Jobs of stoker's sources only: the readers pace epochs at the trigger interval while the
+    # query runs at trigger 0, so control changes the interval without a query restart. False:
+    # Spark's ProcessingTime trigger paces (a change of interval restarts the query).
+    paced_trigger: bool = True
 
     KEYS = (
         "trigger",
@@ -73,6 +77,7 @@ class Settings:
         "retention.epochs",
         "retention.time",
         "retention.interval",
+        "paced_trigger",
     )
 
     def with_overrides(self, overrides: dict[str, str]) -> Settings:
@@ -120,6 +125,11 @@ class Settings:
             if every <= 0:
                 raise InvalidInput("stoker.retention.interval", "must be a positive duration")
             return replace(self, retention_interval=every)
+        if key == "paced_trigger":
+            text = str(value).strip().lower()
+            if text not in ("true", "false", "1", "0"):
+                raise InvalidInput("stoker.paced_trigger", f"must be true or false, got {value!r}")
+            return replace(self, paced_trigger=text in ("true", "1"))
         raise InvalidInput(
             f"stoker.{key}", "unknown stoker setting; known: " + ", ".join(self.KEYS)
         )

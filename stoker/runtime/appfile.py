@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import runpy
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +17,8 @@ if TYPE_CHECKING:
     from stoker.pipeline import Pipeline
     from stoker.runtime.runner import JobResult
 
+log = logging.getLogger("stoker.appfile")
+
 __all__ = [
     "check_app_path",
     "collect_pipeline",
@@ -22,6 +26,7 @@ __all__ = [
     "inspect_pipeline",
     "pipeline_name_of",
     "run_app",
+    "run_program",
 ]
 
 
@@ -74,6 +79,43 @@ def run_app(
         found = {k: v for k, v in namespace.items() if isinstance(v, Pipeline)}
         run_pipeline(_pick(found, app, pipeline_name))  # reports its result to `results`
     return results
+
+
+def run_program(app: Path, argv: list[str], submitted: Callable[[], int], name: str) -> None:
+    """Run an application's program: ``app`` as ``__main__`` (``sys.argv = [app, *argv]``);
+    then, if its top level submitted no job, its ``main()`` if it defines one, else the one
+    Pipeline it defines at module level (submitted and waited for).
+
+    ``submitted`` counts the jobs submitted so far; ``name`` names the Spark application
+    should the file need a session while it is imported. A syntax error is
+    :class:`InvalidInput` naming file and line; any other error of the program propagates.
+    """
+    from stoker.pipeline import Pipeline
+
+    sys.path.insert(0, str(app.parent))
+    sys.argv = [str(app), *argv]
+    try:
+        namespace = _run_main(app)
+    except Exception as e:
+        if submitted() or not _needs_session(e):
+            raise
+        from stoker.runtime.runner import start_session_for_import
+
+        start_session_for_import(app, name)  # as run_app does: a module-level @udf("long")
+        namespace = _run_main(app)
+    if submitted():
+        return
+    main = namespace.get("main")
+    if callable(main):
+        main()
+        return
+    found = {k: v for k, v in namespace.items() if isinstance(v, Pipeline)}
+    if not found:
+        log.warning("%s submitted no job and defines neither main() nor a Pipeline", app)
+        return
+    from stoker.runtime.application import submit
+
+    submit(_pick(found, app, None)).wait()
 
 
 def _run_main(app: Path) -> dict[str, object]:

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("stoker.epoch")
 
+POOL_PROPERTY = "spark.scheduler.pool"
+
 
 def all_sources_finished(checkpoint: Path, epoch: int) -> bool:
     """Whether Spark's offset log for ``epoch`` shows every source finished.
@@ -146,6 +148,9 @@ class EpochProcessor:
         self.control = EpochControl(store, self.job, pipeline)
         # The control version and epoch of the last epoch run (the supervisor's reference).
         self.last_version: ControlVersion | None = None
+        # The FAIR scheduler pool of this job's Spark jobs (a job of an application shares
+        # its driver's SparkSession with the others: one pool each, so none starves another).
+        self.pool: str | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         with self.epoch_lock:
@@ -165,6 +170,10 @@ class EpochProcessor:
     def _run(self, df: DataFrame, epoch: Epoch) -> None:
         t0 = time.perf_counter()
         job, attempt, store, sinks = self.job, self.attempt, self.store, self.pipeline.sinks
+        if self.pool is not None:
+            # A local property of this query's thread: every Spark job the epoch launches
+            # (transform, sinks) is scheduled in the job's pool.
+            df.sparkSession.sparkContext.setLocalProperty(POOL_PROPERTY, self.pool)
         final, planned = offsets_of(self.checkpoint, epoch)
 
         # 1. Fence. A stale attempt stops here and writes nothing; so does a canceled job.

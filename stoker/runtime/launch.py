@@ -35,6 +35,14 @@ class Collected(BaseException):  # not an error: a way out of the user's main
         self.pipeline = pipeline
 
 
+class AppEnding(BaseException):  # not an error: a way out of the program's main
+    """Raised by ``stoker.submit`` and ``JobHandle.wait`` in an application whose driver is
+    ending (canceled, stopped by a signal, fenced off by a newer attempt): no job may start,
+    and the program's ``main`` is not to go on. A BaseException, so that an application's
+    ``except Exception`` does not swallow it.
+    """
+
+
 _current = Launch()
 _listeners: list[Callable[[Any], None]] = []
 

@@ -8,8 +8,8 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
@@ -26,7 +26,7 @@ from stoker.errors import (
 )
 from stoker.redact import redact_conf
 from stoker.runtime import launch, restore, savepoint
-from stoker.runtime.attempt import LeaseKeeper, start_attempt, this_owner
+from stoker.runtime.attempt import LeaseKeeper, owner_is_dead, start_attempt, this_owner
 from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.recovery import recover
 from stoker.runtime.retention import Pruner, policy_of
@@ -36,9 +36,9 @@ from stoker.settings import Settings, parse_duration
 from stoker.sinks import descriptor_of
 from stoker.sinks.base import SinkOwner, TwoPhaseSink
 from stoker.sources.base import SourceContext
-from stoker.store import JobRecord, Store, open_store
+from stoker.store import AttemptRecord, JobRecord, Store, open_store
 from stoker.store.records import ControlEvent
-from stoker.types import AttemptNo, AttemptState, Epoch, EpochState, JobId, JobState
+from stoker.types import AttemptNo, AttemptState, Epoch, EpochState, JobId, JobKind, JobState
 from stoker.types import job_id as _job_id
 
 if TYPE_CHECKING:
@@ -90,6 +90,75 @@ def resolve_settings(
     return s.with_overrides(launch.overrides())
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``stoker.run`` (and ``stoker.submit``) were given for one job."""
+
+    job_id: str | None = None
+    trigger: str | float | None = None
+    state_dir: str | Path | None = None
+    store: str | None = None
+    master: str | None = None
+    conf: Mapping[str, str] | None = None
+    restart: bool = False
+    lease_ttl: float | None = None
+    spark: SparkSession | None = None
+    from_savepoint: str | Path | None = None
+    config: Mapping[str, Any] | None = None  # pipeline config given (submit's ``config=``)
+
+
+def _never() -> bool:
+    return False
+
+
+def _not_fenced() -> str | None:
+    return None
+
+
+# Ends a failed attempt of a job the caller restarts itself (a job of an application): the
+# restart strategy's decision, recorded with the attempt's end; the job's state after it.
+FailureHook = Callable[[Store, JobId, AttemptNo, str], JobState]
+
+
+@dataclass(frozen=True)
+class JobScope:
+    """How a job runs when its process runs other jobs too (``stoker.runtime.application``):
+    a job of an application, or one started with ``stoker.submit``.
+
+    Such a job runs off the main thread, where no signal handler can be installed: the
+    process's handler sets a flag all of its jobs read (``stopped``). A job of an application
+    makes its attempts under the application's attempt (``app_attempt``, their fence) and
+    stops when that attempt is fenced (``fenced``); its failures go to its own restart
+    strategy (``on_failure``), its epochs to the FAIR pool ``pool``.
+    """
+
+    app_id: JobId | None = None
+    app_attempt: AttemptNo | None = None
+    state_root: Path | None = None  # the default state folder is <state_root>/jobs/<job id>
+    stopped: Callable[[], bool] = _never
+    fenced: Callable[[], str | None] = _not_fenced
+    on_failure: FailureHook | None = None
+    pool: str | None = None
+    spec: dict[str, Any] = field(default_factory=dict)  # added to the job's spec
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A job checked and ready to run: everything decided before Spark starts."""
+
+    pipeline: Pipeline
+    jid: JobId
+    settings: Settings
+    root: Path
+    store_url: str | Path
+    restart: bool
+    given: dict[str, Any]
+    owner: SinkOwner
+    from_savepoint: str | Path | None
+    spark: SparkSession | None
+    scope: JobScope | None
+
+
 def run(
     pipeline: Pipeline,
     *,
@@ -123,9 +192,29 @@ def run(
     this job). The job goes on from the savepoint's epoch with its control state, and takes
     its outputs over: exactly once across the switch. Run again after a crash or a stop, the
     same call resumes the job.
+
+    Inside an application (a program run by ``stoker run --driver``), ``run`` is
+    ``stoker.submit(pipeline, ...).wait()``: the job runs on a thread of the application's
+    driver, and a job that ended already is not run again (its result comes back at once).
     """
     if launch.collecting():
         raise launch.Collected(pipeline)  # a cleanup process wants the sinks, not a run
+    opts = RunOptions(
+        job_id=job_id,
+        trigger=trigger,
+        state_dir=state_dir,
+        store=store,
+        master=master,
+        conf=conf,
+        restart=restart,
+        lease_ttl=lease_ttl,
+        spark=spark,
+        from_savepoint=from_savepoint,
+    )
+    from stoker.runtime import application  # it imports this module
+
+    if application.current_app() is not None:
+        return application.submit_options(pipeline, opts, None).wait()
     wanted = launch.wanted_pipeline()
     if wanted is not None and wanted != pipeline.name:
         raise InvalidInput(
@@ -133,29 +222,65 @@ def run(
             f"--pipeline {wanted!r} was given, but the file runs pipeline {pipeline.name!r} "
             "itself (stoker.run); drop --pipeline or pass that name",
         )
-    settings = resolve_settings(
-        trigger=trigger,
-        state_dir=state_dir,
-        store=store,
-        master=master,
-        conf=conf,
-        lease_ttl=lease_ttl,
-    )
-    jid = _job_id(launch.job_id() or job_id or pipeline.name)
-    restart = restart or launch.restart()
+    return execute(plan_job(pipeline, opts, None))
 
-    root = (settings.state_dir or Path(".stoker") / jid).resolve()
+
+def spark_master(settings: Settings) -> str:
+    """The master Spark starts with: a ``-D spark.master`` wins over ``master``."""
+    return settings.spark_conf.get("spark.master", settings.master)
+
+
+def on_cluster(settings: Settings) -> bool:
+    """Whether the job's tasks run outside this process's machine view (not ``local``)."""
+    return not spark_master(settings).strip().startswith("local")
+
+
+def _check_state_dir(settings: Settings) -> None:
+    """On a cluster every worker reads and writes the job's folder (checkpoint, sink state):
+    a relative path means another folder on every host, so it is refused."""
+    given = settings.state_dir
+    if given is not None and not given.is_absolute() and on_cluster(settings):
+        raise InvalidInput(
+            "state_dir",
+            f"{str(given)!r} is relative, but the job runs on a cluster "
+            f"({spark_master(settings)}): give an absolute path on storage that the driver "
+            "and every worker reach",
+        )
+
+
+def plan_job(pipeline: Pipeline, opts: RunOptions, scope: JobScope | None) -> JobPlan:
+    """Check a job before anything is written or started: bad input raises here."""
+    settings = resolve_settings(
+        trigger=opts.trigger,
+        state_dir=opts.state_dir,
+        store=opts.store,
+        master=opts.master,
+        conf=opts.conf,
+        lease_ttl=opts.lease_ttl,
+    )
+    in_app = scope is not None and scope.app_id is not None
+    jid = _job_id((None if in_app else launch.job_id()) or opts.job_id or pipeline.name)
+    restart = opts.restart or (not in_app and launch.restart())
+    given = dict(opts.config) if opts.config is not None else launch.config()
+    _check_state_dir(settings)
+
+    default_root = Path(".stoker") / jid
+    if scope is not None and scope.state_root is not None:
+        default_root = scope.state_root / "jobs" / jid
+    root = (settings.state_dir or default_root).resolve()
     store_url = settings.store or root / "store.db"
     # Bad input fails here, before anything is written.
     pipeline.validate()
-    pipeline.check_config(launch.config())  # --config: declared keys, their defaults' types
+    pipeline.check_config(given)  # --config: declared keys, their defaults' types
     for inp in pipeline.inputs:
         inp.source.validate()
     existing = _existing_job(store_url, jid)
     ended = existing is not None and existing.state.terminal
     if ended and existing is not None and launch.attempt() is None and not restart:
         raise JobTerminal(jid, str(existing.state))  # before Spark starts: fast
-    from_savepoint = from_savepoint if from_savepoint is not None else launch.from_savepoint()
+    from_savepoint = opts.from_savepoint
+    if from_savepoint is None and not in_app:  # the launcher's folder is for its one job
+        from_savepoint = launch.from_savepoint()
     restoring = None
     if from_savepoint is not None:
         # Not a savepoint, another shape, its job still live: refused before Spark starts.
@@ -166,53 +291,86 @@ def run(
     for sink in pipeline.sinks:
         # Restoring: an output still names the savepoint's job until the restore hands it over.
         sink.validate(restoring.owner_for(sink) if restoring is not None else owner)
+    return JobPlan(
+        pipeline=pipeline,
+        jid=jid,
+        settings=settings,
+        root=root,
+        store_url=store_url,
+        restart=restart,
+        given=given,
+        owner=owner,
+        from_savepoint=from_savepoint,
+        spark=opts.spark,
+        scope=scope,
+    )
 
+
+def execute(plan: JobPlan) -> JobResult:
+    """Run a planned job: start Spark (or reuse it), record the job, run one attempt."""
+    pipeline, jid, settings, root = plan.pipeline, plan.jid, plan.settings, plan.root
+    scope, owner = plan.scope, plan.owner
     with _StopSignals() as signals:
         # Spark before the store: a Spark setting Spark refuses leaves no store behind.
-        session = spark or _start_spark(settings, jid)
+        app_name = scope.app_id if scope is not None and scope.app_id is not None else jid
+        session = plan.spark or _start_spark(settings, jid, app_name)
         # A SparkContext made on the main thread puts in its own SIGINT handler (cancel every
         # Spark job, then KeyboardInterrupt): that would fail the epoch in flight.
         signals.rearm()
-        st = open_store(store_url)
+        st = open_store(plan.store_url)
         try:
-            if launch.attempt() is None and not restart:
+            if launch.attempt() is None and not plan.restart:
                 _refuse_if_ended(st, jid)  # ended meanwhile
             # Spark analyses the union of the sources here: a schema mismatch is bad input and
             # must fail before the job is recorded.
-            paced = settings.trigger if _stoker_sources_only(pipeline) else None
+            paced = settings.trigger if _paced(settings, pipeline) else None
             stream = _open_sources(session, pipeline, root, SourceContext(jid, st.url, paced))
             restored = None
-            if from_savepoint is not None:
+            if plan.from_savepoint is not None:
                 # Before the query starts (and before the sinks open): the checkpoint, the
                 # source logs and the outputs become this job's.
-                restored = restore.restore(from_savepoint, root, st, jid, pipeline)
+                restored = restore.restore(plan.from_savepoint, root, st, jid, pipeline)
                 owner = restored.owner
-            return _run_job(pipeline, owner, settings, root, st, restart, stream, signals, restored)
+            return _run_job(
+                pipeline,
+                owner,
+                settings,
+                root,
+                st,
+                plan.restart,
+                stream,
+                signals,
+                restored,
+                given=plan.given,
+                scope=scope,
+            )
         finally:
             st.close()
 
 
-def _start_spark(settings: Settings, jid: JobId) -> SparkSession:
+def _start_spark(settings: Settings, jid: JobId, app_name: str) -> SparkSession:
     from pyspark import SparkContext
 
     if SparkContext._active_spark_context is None:
-        log.info("job %s: starting Spark (%s)", jid, settings.master)
+        log.info("job %s: starting Spark (%s)", jid, spark_master(settings))
     t0 = time.monotonic()
-    session = get_session(settings, f"stoker:{jid}")
+    session = get_session(settings, f"stoker:{app_name}")
     if time.monotonic() - t0 > 1.0:
         log.info("job %s: Spark started in %.1f s", jid, time.monotonic() - t0)
     return session
 
 
-def start_session_for_import(app: Path) -> None:
+def start_session_for_import(app: Path, name: str | None = None) -> None:
     """Start Spark, with the launcher's settings, for an application file that needs a
     session while it is imported (a module-level ``@udf("long")``). ``stoker.run`` then reuses
     it; a ``master`` or static Spark setting the file passes to ``stoker.run`` comes too late
-    for it (``-D`` ones do not)."""
+    for it (``-D`` ones do not). ``name``: the Spark application's (default: the job's)."""
     settings = resolve_settings()
-    log.info("%s needs Spark while it is imported: starting Spark (%s)", app.name, settings.master)
+    log.info(
+        "%s needs Spark while it is imported: starting Spark (%s)", app.name, spark_master(settings)
+    )
     t0 = time.monotonic()
-    get_session(settings, f"stoker:{launch.job_id() or app.stem}")
+    get_session(settings, f"stoker:{name or launch.job_id() or app.stem}")
     log.info("Spark started in %.1f s", time.monotonic() - t0)
 
 
@@ -303,13 +461,30 @@ def _run_job(
     stream: DataFrame,
     signals: _StopSignals | None = None,
     restored: restore.Restored | None = None,
+    *,
+    given: dict[str, Any] | None = None,
+    scope: JobScope | None = None,
 ) -> JobResult:
     jid = owner.job_id
     signals = signals or _StopSignals()
-    spec = {**pipeline.spec(), "state_dir": str(root), "trigger_s": settings.trigger}
+    stop_signal = signals
+
+    def signalled() -> bool:
+        return stop_signal.received is not None or (scope is not None and scope.stopped())
+
+    app_id = scope.app_id if scope is not None else None
+    spec: dict[str, Any] = {
+        **pipeline.spec(),
+        "state_dir": str(root),
+        "trigger_s": settings.trigger,
+    }
+    if app_id is not None:
+        spec = {"kind": "in_app", "app_id": app_id, **spec}
+    if scope is not None:
+        spec.update(scope.spec)
     if launch.overrides():
         spec["conf"] = redact_conf(launch.overrides())  # the -D settings, secrets hidden
-    given = launch.config()
+    given = dict(launch.config() if given is None else given)
     if given:
         spec["submitted_config"] = given
     if restored is not None:
@@ -321,7 +496,9 @@ def _run_job(
         }
     # Version 0 of the job's config: the declared defaults with the submitted values on top.
     merged = pipeline.check_config(given)
-    job, _created = store.create_job(jid, pipeline.name, spec, merged, uid=owner.uid)
+    job, _created = store.create_job(
+        jid, pipeline.name, spec, merged, uid=owner.uid, kind=JobKind.JOB, app_id=app_id
+    )
     if launch.attempt() is not None:
         given = dict(job.spec.get("config") or {})  # a job manager's job: its submission's
     elif not given:
@@ -343,12 +520,20 @@ def _run_job(
     else:
         if job.state.terminal and not restart:
             raise JobTerminal(jid, str(job.state))
-        attempt = start_attempt(store, jid, settings.lease_ttl, restart=restart)
+        if scope is not None and scope.app_attempt is not None:
+            attempt = _start_in_app(store, jid, settings.lease_ttl, scope.app_attempt)
+        else:
+            attempt = start_attempt(store, jid, settings.lease_ttl, restart=restart)
     log.info("job %s: attempt %d started", jid, attempt.attempt)
-    lease = LeaseKeeper(store, attempt, settings.lease_ttl)
+    lease = (
+        LeaseKeeper(store, attempt, settings.lease_ttl)
+        if scope is None
+        else _ScopedLease(store, attempt, settings.lease_ttl, scope.fenced)
+    )
     lease.start()
     checkpoint = root / "checkpoint"
     proc = EpochProcessor(pipeline, store, lease, checkpoint)
+    proc.pool = scope.pool if scope is not None else None
     pruner = Pruner(store, jid, policy_of(settings), settings.retention_interval)
     result_state = JobState.FAILED
     sinks_open = False
@@ -369,6 +554,10 @@ def _run_job(
         pruner.start()  # old epoch records go in the background, never inside an epoch
         if _final_committed(store, jid):
             result_state = JobState.FINISHED
+        elif signalled():
+            # Stopped while Spark started or recovery ran (off the main thread no signal can
+            # raise): the query is not started at all; the job resumes from here.
+            result_state = JobState.SUSPENDED
         else:
             signals.deferred = True  # from here a signal is seen by supervise, between epochs
             # A trigger interval set by control outlives the attempt that applied it.
@@ -379,7 +568,7 @@ def _run_job(
                 checkpoint,
                 jid,
                 settings.trigger if trigger is None else trigger,
-                paced=_stoker_sources_only(pipeline),
+                paced=_paced(settings, pipeline),
             )
             handle.start()
             log.info("job %s: query started, first epoch on its way", jid)
@@ -389,7 +578,7 @@ def _run_job(
                 ControlWatch(store, jid),
                 stoker_sources_only=_stoker_sources_only(pipeline),
                 savepoint=_savepointer(store, jid, root, pipeline, owner),
-                signalled=lambda: signals.received is not None,
+                signalled=signalled,
             )
     except KeyboardInterrupt:
         # A signal before the query ran (Spark starting, recovery): nothing was decided by
@@ -399,15 +588,15 @@ def _run_job(
         lease.stop()
         raise  # a newer attempt owns the job: its state is not ours to touch
     except Exception as e:
-        if signals.received is None:
-            _fail(store, jid, attempt.attempt, proc, e)
+        if not signalled():
+            _fail(store, jid, attempt.attempt, proc, e, scope)
         # A stop signal came first: what broke after it is the shutdown's doing (on a host
         # shutdown every process gets SIGTERM, Spark's Python workers too, failing the tasks
         # in flight). Nothing undecided is kept; the job resumes like any suspended one.
         log.warning("job %s: stopping after a signal, the query failed: %s", jid, brief(e))
         result_state = JobState.SUSPENDED
     except BaseException as e:
-        _fail(store, jid, attempt.attempt, proc, e)
+        _fail(store, jid, attempt.attempt, proc, e, scope)
     finally:
         pruner.stop()
         lease.stop()
@@ -437,10 +626,21 @@ def _run_job(
     return result
 
 
-def _fail(store: Store, jid: JobId, attempt: int, proc: EpochProcessor, e: BaseException) -> None:
+def _fail(
+    store: Store,
+    jid: JobId,
+    attempt: int,
+    proc: EpochProcessor,
+    e: BaseException,
+    scope: JobScope | None = None,
+) -> None:
     """End the attempt FAILED with the error that ended it, and raise that error."""
     err = proc.error if isinstance(proc.error, StokerError) else e
-    _end(store, jid, attempt, AttemptState.FAILED, JobState.FAILED, brief(err))
+    if scope is not None and scope.on_failure is not None:
+        # The job's own restart strategy decides, in the transaction that ends the attempt.
+        scope.on_failure(store, jid, AttemptNo(attempt), brief(err))
+    else:
+        _end(store, jid, attempt, AttemptState.FAILED, JobState.FAILED, brief(err))
     if isinstance(err, StokerError):
         if err is e:
             raise e
@@ -469,6 +669,52 @@ def _end(
     return jstate
 
 
+def _start_in_app(
+    store: Store, jid: JobId, lease_ttl: float, app_attempt: AttemptNo
+) -> AttemptRecord:
+    """A new attempt of an application's job, made under the application's attempt.
+
+    The store supersedes a live attempt made under an older application attempt (that
+    driver can decide nothing any more); one whose process is provably gone is taken over
+    whatever made it.
+    """
+    current = store.get_job(jid).current_attempt
+    dead = False
+    if current:
+        prev = store.get_attempt(jid, current)
+        live = prev is not None and prev.state in (AttemptState.STARTING, AttemptState.RUNNING)
+        dead = live and prev is not None and owner_is_dead(prev.owner)
+    return store.start_attempt(
+        jid, this_owner(), lease_ttl, current, previous_dead=dead, app_attempt=app_attempt
+    )
+
+
+class _ScopedLease(LeaseKeeper):
+    """A job attempt's lease that also ends when its application's attempt is fenced: the
+    job's own renewal would notice too (the store refuses it), but only at its next period."""
+
+    def __init__(
+        self,
+        store: Store,
+        attempt: AttemptRecord,
+        lease_ttl: float,
+        app_fenced: Callable[[], str | None],
+    ) -> None:
+        super().__init__(store, attempt, lease_ttl)
+        self._app_fenced = app_fenced
+
+    @property
+    def fenced(self) -> str | None:
+        own = super().fenced
+        return own if own is not None else self._app_fenced()
+
+    def check(self) -> None:
+        why = self._app_fenced()
+        if why is not None:
+            self._fence(why)
+        super().check()
+
+
 def _resolve_at_end(store: Store, jid: JobId, attempt: int, sinks: list[TwoPhaseSink]) -> None:
     """Leave nothing prepared behind an attempt that has ended: commit what the store decided,
     abort the rest (``recover``); for an ended job, record that its sinks are resolved.
@@ -494,6 +740,12 @@ def _resolve_at_end(store: Store, jid: JobId, attempt: int, sinks: list[TwoPhase
 def _final_committed(store: Store, jid: JobId) -> bool:
     last = store.list_epochs(jid, limit=1)
     return bool(last) and last[0].final and last[0].state == EpochState.COMMITTED
+
+
+def _paced(settings: Settings, pipeline: Pipeline) -> bool:
+    """Whether the readers pace the epochs (the query at trigger 0): every source is stoker's
+    and ``stoker.paced_trigger`` is left on."""
+    return settings.paced_trigger and _stoker_sources_only(pipeline)
 
 
 def _stoker_sources_only(pipeline: Pipeline) -> bool:

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import re
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,7 +67,18 @@ def get_session(settings: Settings, app_name: str) -> SparkSession:
 
     A Spark setting Spark refuses (``-D spark.sql.shuffle.partitions=abc``) is bad input:
     :class:`InvalidInput` naming it, with Spark's one-line reason.
+
+    Thread-safe: the jobs of an application start on threads of their own, and the first
+    one to get here starts the one SparkSession they all share.
     """
+    with _lock:
+        return _get_session(settings, app_name)
+
+
+_lock = threading.Lock()
+
+
+def _get_session(settings: Settings, app_name: str) -> SparkSession:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -178,5 +190,50 @@ def register_sources(spark: SparkSession) -> None:
     from stoker.sources.files import FilesDataSource
     from stoker.sources.generator import GeneratorDataSource
 
-    spark.dataSource.register(GeneratorDataSource)
-    spark.dataSource.register(FilesDataSource)
+    for source in (GeneratorDataSource, FilesDataSource):
+        _register(spark, source)
+
+
+def _register(spark: SparkSession, source: type) -> None:
+    """``spark.dataSource.register(source)``, with the function's environment in a
+    ``ConcurrentHashMap`` instead of a ``HashMap``.
+
+    Every streaming query of a registered Python data source shares that one map, and Spark's
+    driver-side streaming runner puts its keys into it (``PythonStreamingSourceRunner.init``:
+    ``SPARK_LOCAL_DIRS``, ``SPARK_BUFFER_SIZE``, ...) without a lock. Two queries starting at
+    once (the jobs of an application, a resumed application above all) can corrupt it: seen
+    here as a map whose size counts one entry more than it holds, after which every task of
+    every query of that source fails to deserialize (``java.io.OptionalDataException``) until
+    the process ends. A concurrent map survives concurrent puts and is serialized whole.
+    PySpark's own register does the same steps with a plain map; if its internals moved, that
+    is used (with a warning: several queries must then not start at once).
+    """
+    try:
+        from pyspark.core.rdd import _prepare_for_python_RDD
+
+        sc = spark.sparkContext
+        jvm = sc._jvm
+        assert jvm is not None
+        pickled, broadcast_vars, env, includes = _prepare_for_python_RDD(sc, source)
+        func = jvm.SimplePythonFunction(
+            bytearray(pickled),
+            jvm.java.util.concurrent.ConcurrentHashMap(env),
+            includes,
+            sc.pythonExec,
+            sc.pythonVer,
+            broadcast_vars,
+            sc._javaAccumulator,
+        )
+        cls = "org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource"
+        spark._jsparkSession.dataSource().registerPython(
+            source.name(),  # type: ignore[attr-defined]
+            getattr(jvm, cls)(func),
+        )
+    except (ImportError, AttributeError, TypeError) as e:
+        logging.getLogger("stoker.session").warning(
+            "registering %s with a concurrent environment map failed (%s): registered as "
+            "PySpark does; queries of it must not start at the same time",
+            source.__name__,
+            e,
+        )
+        spark.dataSource.register(source)

@@ -26,7 +26,7 @@ from tests.support import REPO
 PACKAGE = REPO / "stoker"
 
 # Shared leaf modules every layer may use.
-LEAVES = frozenset({"errors", "types", "clock", "settings", "redact"})
+LEAVES = frozenset({"errors", "types", "clock", "settings", "redact", "restart"})
 
 # Component -> the components it may import (besides itself and the leaves).
 ALLOWED: dict[str, frozenset[str]] = {
@@ -38,6 +38,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "redact": frozenset(),
     "testing": frozenset(),
     "control": frozenset(),
+    # Restart strategies: pure decisions, shared by the job manager and an application's driver.
+    "restart": frozenset(),
     "store": frozenset({"control"}),
     "procs": frozenset({"store"}),
     "client": frozenset(),

@@ -128,7 +128,7 @@ def test_unknown_stoker_key_names_the_key_and_the_known_ones() -> None:
     assert info.value.field == "stoker.nope"
     assert info.value.message == (
         "unknown stoker setting; known: trigger, state_dir, store, master, lease_ttl, "
-        "retention.epochs, retention.time, retention.interval"
+        "retention.epochs, retention.time, retention.interval, paced_trigger"
     )
 
 
@@ -139,7 +139,7 @@ def test_key_without_a_known_prefix_is_refused() -> None:
     assert info.value.message == (
         "unknown setting: use spark.<conf> or stoker.<key> with key one of "
         "trigger, state_dir, store, master, lease_ttl, retention.epochs, retention.time, "
-        "retention.interval"
+        "retention.interval, paced_trigger"
     )
 
 
@@ -203,3 +203,11 @@ def test_bad_retention_values_name_the_key(key: str, value: str) -> None:
     with pytest.raises(InvalidInput) as err:
         Settings().with_overrides({key: value})
     assert err.value.field == key
+
+
+def test_paced_trigger_is_a_boolean() -> None:
+    assert Settings().paced_trigger is True
+    assert Settings().with_overrides({"stoker.paced_trigger": "false"}).paced_trigger is False
+    with pytest.raises(InvalidInput) as info:
+        Settings().with_overrides({"stoker.paced_trigger": "maybe"})
+    assert info.value.field == "stoker.paced_trigger"

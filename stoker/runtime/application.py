@@ -1,0 +1,589 @@
+"""Several jobs in one process: ``stoker.submit``, :class:`JobHandle`, and the application an
+application driver (``stoker.runtime.appdriver``) runs.
+
+A job started with :func:`submit` runs on a thread of its own in this process, each with its
+own streaming query, epoch processor, store connection, lease and control watch; they share
+the process's one SparkSession. Inside an application:
+
+- the job's id is ``<app id>.<pipeline name>`` unless the program names it, and the job's
+  record names the application (``app_id``); an id owned by another application, or by a
+  job submitted alone, is :class:`~stoker.errors.JobOwnedElsewhere`;
+- every attempt of the job is made under the application's attempt (``app_attempt``), which
+  fences it: once a newer application attempt exists, it can neither renew its lease nor
+  decide an epoch. Starting it supersedes a live attempt made under an older application
+  attempt: a restarted ``main`` re-adopts its running jobs;
+- a job that has ended (FINISHED, CANCELED, FAILED) is not run again: its handle reports
+  that state at once, so a restarted ``main`` goes past what it finished;
+- a job that fails follows its own restart strategy on its own thread (the same strategies
+  as the job manager's, :mod:`stoker.restart`); the other jobs go on;
+- its epochs run in the FAIR scheduler pool named after the job;
+- ``stoker.run(p)`` is ``submit(p).wait()``.
+
+Outside an application, :func:`submit` runs the job on a thread with the settings
+``stoker.run`` would use (its own local store by default); ``stoker.run`` is unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stoker.errors import (
+    InvalidInput,
+    JobFailed,
+    JobNotFound,
+    JobOwnedElsewhere,
+    JobTerminal,
+    StaleAttempt,
+    StokerError,
+)
+from stoker.restart import Failure, RestartStrategy, parse_strategy
+from stoker.runtime import launch
+from stoker.runtime.runner import (
+    FailureHook,
+    JobPlan,
+    JobResult,
+    JobScope,
+    RunOptions,
+    execute,
+    plan_job,
+)
+from stoker.store import AttemptRecord, JobRecord, Store, open_store
+from stoker.types import AttemptNo, AttemptState, JobId, JobKind, JobState
+from stoker.types import job_id as _job_id
+
+if TYPE_CHECKING:
+    from stoker.pipeline import Pipeline
+
+log = logging.getLogger("stoker.application")
+
+POLL_S = 0.1
+
+# The keyword settings stoker.submit takes besides its own: those of stoker.run.
+SETTINGS = frozenset(
+    {
+        "trigger",
+        "state_dir",
+        "store",
+        "master",
+        "conf",
+        "restart",
+        "lease_ttl",
+        "spark",
+        "from_savepoint",
+    }
+)
+
+
+class Application:
+    """The application this driver process runs: its attempt (the fence of its jobs'
+    attempts), its folder, its store, and the jobs its program submitted."""
+
+    def __init__(self, app_id: JobId, attempt: AttemptNo, state_dir: Path, store: Store) -> None:
+        self.app_id = app_id
+        self.attempt = attempt
+        self.state_dir = state_dir
+        self.store = store
+        # Called on the main thread while it waits for a job: takes the driver's signal
+        # handlers back from whoever replaced them (PySpark does, for a context made there).
+        self.rearm: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+        self._handles: dict[JobId, JobHandle] = {}
+        self._submitted = 0
+        self._stopping = threading.Event()
+        self._fenced: str | None = None
+        self._canceling = False
+        self._main_waits = 0
+
+    # what the driver decided --------------------------------------------------------------
+    def stop(self) -> None:
+        """A signal: every job stops gracefully (SUSPENDED); no job starts any more."""
+        self._stopping.set()
+
+    def stopped(self) -> bool:
+        return self._stopping.is_set()
+
+    def fence(self, why: str) -> None:
+        """The application attempt is no longer current: every job stops, nothing is decided."""
+        if self._fenced is None:
+            self._fenced = why
+            log.error("application %s fenced: %s", self.app_id, why)
+
+    def fenced(self) -> str | None:
+        return self._fenced
+
+    def cancel(self) -> None:
+        """The application was canceled: no job starts any more (each is canceled)."""
+        self._canceling = True
+
+    @property
+    def canceling(self) -> bool:
+        return self._canceling
+
+    def ending(self) -> str | None:
+        """Why no job may start any more; None while the application goes on."""
+        if self._fenced is not None:
+            return f"the application's attempt {self.attempt} was fenced off: {self._fenced}"
+        if self.stopped():
+            return "the application's driver was stopped by a signal"
+        if self._canceling:
+            return "the application is being canceled"
+        return None
+
+    @property
+    def main_waiting(self) -> bool:
+        """Whether the main thread is inside :meth:`JobHandle.wait` (it sees a stop there)."""
+        return self._main_waits > 0
+
+    # the jobs -----------------------------------------------------------------------------
+    @property
+    def submitted(self) -> int:
+        """How many jobs the program submitted (including ones that had ended already)."""
+        return self._submitted
+
+    def handles(self) -> list[JobHandle]:
+        with self._lock:
+            return list(self._handles.values())
+
+    def running(self) -> list[JobHandle]:
+        """The handles whose job thread has not ended yet."""
+        return [h for h in self.handles() if not h.done()]
+
+    def cancel_jobs(self) -> None:
+        """Ask every live job of the application to stop gracefully (CANCELING); jobs that are
+        not running (between attempts, suspended, never started) end CANCELED at once.
+
+        Called again while jobs still run: a job whose record its thread creates only now is
+        caught by the next round. Jobs of the application this driver does not run (an older
+        attempt's, not submitted again) are canceled too; the job manager ends them.
+        """
+        ids = {h.job_id for h in self.handles()}
+        try:
+            ids |= {j.job_id for j in self.store.list_jobs(kind=JobKind.JOB, app_id=self.app_id)}
+        except StokerError as e:
+            log.warning("application %s: cannot list its jobs: %s", self.app_id, e)
+        for jid in sorted(ids):
+            try:
+                job = self.store.get_job(jid)
+                if not job.state.terminal and job.state != JobState.CANCELING:
+                    self.store.request_cancel(jid)
+                    log.info("application %s: job %s asked to cancel", self.app_id, jid)
+            except (JobNotFound, JobTerminal):
+                continue  # not recorded yet, or ended meanwhile
+            except StokerError as e:
+                log.warning("application %s: cannot cancel job %s: %s", self.app_id, jid, e)
+
+    def _register(self, jid: JobId) -> tuple[JobHandle, bool]:
+        """The handle of ``jid`` in this driver: the one made before, or a new one (True)."""
+        with self._lock:
+            self._submitted += 1
+            known = self._handles.get(jid)
+            if known is not None:
+                return known, False
+            handle = JobHandle(jid, self.store.url, self)
+            self._handles[jid] = handle
+            return handle, True
+
+    def _forget(self, handle: JobHandle) -> None:
+        with self._lock:
+            if self._handles.get(handle.job_id) is handle:
+                del self._handles[handle.job_id]
+
+
+_app: Application | None = None
+
+
+def current_app() -> Application | None:
+    """The application this process's driver runs; None outside one."""
+    return _app
+
+
+def enter(app: Application) -> None:
+    """Make ``app`` the application of this process (the application driver does)."""
+    global _app
+    _app = app
+
+
+def leave() -> None:
+    global _app
+    _app = None
+
+
+# Outside an application: a KeyboardInterrupt in the main thread's wait stops every job this
+# process submitted, gracefully (SUSPENDED), as a signal stops ``stoker.run``.
+_local_stop = threading.Event()
+
+
+class JobHandle:
+    """A job started by :func:`submit`: its id, its state, waiting for its end, cancel.
+
+    ``wait()`` returns what ``stoker.run`` would have returned, and raises what it would have
+    raised (:class:`~stoker.errors.JobFailed` for a failed job).
+    """
+
+    def __init__(self, job_id: JobId, store_url: str | Path, app: Application | None) -> None:
+        self.job_id = job_id
+        self._store_url = store_url
+        self._app = app
+        self._done = threading.Event()
+        self._result: JobResult | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._after_failure: JobRecord | None = None  # set by the restart hook, on the thread
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.job_id!r}, {'done' if self.done() else 'running'})"
+
+    @property
+    def state(self) -> JobState:
+        """The job's state now, read from the store: a cancel from outside, a restart by the
+        job's strategy and an attempt's end all show here."""
+        with self._store() as st:
+            return st.get_job(self.job_id).state
+
+    @property
+    def result(self) -> JobResult | None:
+        """How the job ended, once it has (None while it runs or when it raised)."""
+        return self._result
+
+    @property
+    def error(self) -> BaseException | None:
+        """What the job's thread raised (None while it runs or when it returned)."""
+        return self._error
+
+    def done(self) -> bool:
+        """Whether the job's thread in this process is over (the job ended, or stopped)."""
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        """Ask the job to stop after its epoch in flight; it ends CANCELED. An ended job is
+        left as it is."""
+        with self._store() as st, contextlib.suppress(JobTerminal):
+            st.request_cancel(self.job_id)
+
+    def wait(self, timeout: float | None = None) -> JobResult:
+        """Block until the job ends; its result, or the error it ended with.
+
+        ``timeout`` (seconds): :class:`TimeoutError` if it still runs then (it goes on).
+        In an application whose driver is stopping (a signal) or was fenced off, raises
+        :class:`stoker.runtime.launch.AppEnding` so that ``main`` does not go on.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        on_main = threading.current_thread() is threading.main_thread()
+        app = self._app
+        if app is not None and on_main:
+            app._main_waits += 1
+        try:
+            while not self._done.wait(POLL_S):
+                if app is not None:
+                    if on_main and app.rearm is not None:
+                        app.rearm()
+                    if app.fenced() is not None or app.stopped():
+                        raise launch.AppEnding(app.ending() or "the application is ending")
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"job {self.job_id!r} still runs after {timeout} s")
+        except KeyboardInterrupt:
+            if app is None and on_main:
+                # Like a signal during stoker.run: every job of this process stops after its
+                # epoch in flight and is left SUSPENDED (resumable), then the interrupt goes on.
+                _local_stop.set()
+                self._done.wait()
+            raise
+        finally:
+            if app is not None and on_main:
+                app._main_waits -= 1
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    # the thread's side ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _store(self) -> Iterator[Store]:
+        if self._app is not None:
+            yield self._app.store
+            return
+        st = open_store(self._store_url)
+        try:
+            yield st
+        finally:
+            st.close()
+
+    def _start(self, plan: JobPlan, daemon: bool) -> None:
+        self._thread = threading.Thread(
+            target=self._drive, args=(plan,), name=f"stoker-job-{self.job_id}", daemon=daemon
+        )
+        self._thread.start()
+
+    def _drive(self, plan: JobPlan) -> None:
+        try:
+            self._result = self._run(plan)
+        except BaseException as e:
+            self._error = e
+            if not isinstance(e, StokerError | launch.AppEnding | KeyboardInterrupt):
+                log.error("job %s failed: %s: %s", self.job_id, type(e).__name__, e)
+        finally:
+            self._done.set()
+
+    def _run(self, plan: JobPlan) -> JobResult:
+        """Attempts of the job until one ends it; a failure its restart strategy forgives is
+        followed by another attempt, in the same SparkSession, from the checkpoint."""
+        while True:
+            self._after_failure = None
+            try:
+                return execute(plan)
+            except JobTerminal:
+                with self._store() as st:
+                    job = st.get_job(self.job_id)  # ended meanwhile (canceled, say)
+                    return self._ended(job, st)
+            except BaseException:
+                after = self._after_failure
+                if after is None or after.state != JobState.RESTARTING:
+                    raise
+            ended = self._await_restart(after)
+            if ended is not None:
+                return ended
+
+    def _await_restart(self, after: JobRecord) -> JobResult | None:
+        """Wait until the strategy's next attempt is due; the job's result if it ended (a
+        cancel) or the driver stops meanwhile, None when the next attempt is due."""
+        due = after.next_attempt_at or 0.0
+        with self._store() as st:
+            log.warning(
+                "job %s: attempt %d failed; its restart strategy starts the next one in %.1f s",
+                self.job_id,
+                after.current_attempt,
+                max(0.0, due - st.clock.now()),
+            )
+            while True:
+                job = st.get_job(self.job_id)
+                if job.state.terminal:
+                    return self._ended(job, st)
+                if self._app is not None and self._app.fenced() is not None:
+                    raise StaleAttempt(self._app.fenced() or "")
+                if _local_stop.is_set() or (self._app is not None and self._app.stopped()):
+                    return self._ended(job, st)  # left RESTARTING: the next driver goes on
+                if st.clock.now() >= due:
+                    return None
+                time.sleep(POLL_S)
+
+    def _ended(self, job: JobRecord, store: Store) -> JobResult:
+        """The result of a job that is not run (again) here: its record's state."""
+        if job.state == JobState.FAILED:
+            raise JobFailed(f"job {job.job_id!r} failed: {job.last_error or 'no error recorded'}")
+        return _record_result(job, store)
+
+    def _end_now(self, job: JobRecord, store: Store) -> None:
+        """Settle the handle of a job that has ended already: nothing runs."""
+        try:
+            self._result = self._ended(job, store)
+        except JobFailed as e:
+            self._error = e
+        self._done.set()
+
+
+def _record_result(job: JobRecord, store: Store) -> JobResult:
+    last = store.list_epochs(job.job_id, limit=1)
+    return JobResult(
+        job_id=job.job_id,
+        state=job.state,
+        attempt=int(job.current_attempt),
+        epochs=0,
+        rows=0,
+        last_epoch=int(last[0].epoch) if last else None,
+        state_dir=Path(str(job.spec.get("state_dir", ""))),
+        store_url=store.url,
+        outputs=tuple(str(s) for s in job.spec.get("sinks", [])),
+    )
+
+
+def submit(
+    pipeline: Pipeline,
+    *,
+    job_id: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    restart_strategy: dict[str, Any] | None = None,
+    **settings: Any,
+) -> JobHandle:
+    """Start ``pipeline`` as a job on a thread of this process; its :class:`JobHandle`.
+
+    ``settings`` are those of ``stoker.run`` (``trigger``, ``state_dir``, ``conf``, ...).
+    ``config``: pipeline config values on top of the declared defaults. ``restart_strategy``
+    (the job manager's format, e.g. ``{"strategy": "fixed-delay", "attempts": 3, "delay":
+    1}``): what a failure of the job leads to; in an application the default is the job
+    manager's (fixed-delay), outside one a failure ends the job as in ``stoker.run``.
+
+    In an application the job's id is ``<app id>.<pipeline name>`` unless ``job_id`` names
+    it; submitting a job again gives the same handle, and a job that has ended is not run
+    again (its handle reports its state at once). Bad input raises here, before the job runs.
+    """
+    if launch.collecting():
+        raise launch.Collected(pipeline)  # the manager asks which pipeline the file runs
+    unknown = sorted(set(settings) - SETTINGS)
+    if unknown:
+        raise InvalidInput(
+            unknown[0],
+            "not a setting of stoker.submit; known: job_id, config, restart_strategy, "
+            + ", ".join(sorted(SETTINGS)),
+        )
+    opts = RunOptions(job_id=job_id, config=config, **settings)
+    return submit_options(pipeline, opts, restart_strategy)
+
+
+def submit_options(
+    pipeline: Pipeline, opts: RunOptions, restart_strategy: dict[str, Any] | None
+) -> JobHandle:
+    """:func:`submit` with ``stoker.run``'s options as one value (``run`` in an application)."""
+    app = current_app()
+    if app is None:
+        return _submit_local(pipeline, opts, restart_strategy)
+    return _submit_in_app(app, pipeline, opts, restart_strategy)
+
+
+def _submit_local(
+    pipeline: Pipeline, opts: RunOptions, restart_strategy: dict[str, Any] | None
+) -> JobHandle:
+    strategy = parse_strategy(restart_strategy) if restart_strategy else None
+    handle = JobHandle(JobId(""), "", None)
+    scope = JobScope(
+        stopped=_local_stop.is_set,
+        on_failure=None if strategy is None else _failure_hook(strategy, handle),
+        spec={"restart_strategy": restart_strategy} if restart_strategy else {},
+    )
+    plan = plan_job(pipeline, opts, scope)
+    handle.job_id, handle._store_url = plan.jid, plan.store_url
+    # Not a daemon: a program that submits and returns still has its jobs run to their end.
+    handle._start(plan, daemon=False)
+    return handle
+
+
+def _submit_in_app(
+    app: Application,
+    pipeline: Pipeline,
+    opts: RunOptions,
+    restart_strategy: dict[str, Any] | None,
+) -> JobHandle:
+    jid = _job_id(opts.job_id or f"{app.app_id}.{pipeline.name}")
+    if opts.restart:
+        raise InvalidInput(
+            "restart",
+            "a job of an application is not run again once it has ended (a restarted main "
+            "goes past it); give it another job_id to run it anew",
+        )
+    strategy = parse_strategy(restart_strategy)
+    why = app.ending()
+    if why is not None:
+        raise launch.AppEnding(why)
+    handle, new = app._register(jid)
+    if not new:
+        return handle
+    try:
+        job = _owned(app, jid)
+        if job is not None:
+            job = _settle_stale_cancel(app, job)
+        if job is not None and job.state.terminal:
+            log.info("job %s ended %s already: not run again", jid, job.state)
+            handle._end_now(job, app.store)
+            return handle
+        scope = JobScope(
+            app_id=app.app_id,
+            app_attempt=app.attempt,
+            state_root=app.state_dir,
+            stopped=app.stopped,
+            fenced=app.fenced,
+            on_failure=_failure_hook(strategy, handle),
+            pool=jid,
+            spec={"restart_strategy": restart_strategy} if restart_strategy else {},
+        )
+        plan = plan_job(pipeline, replace(opts, job_id=jid), scope)
+    except BaseException:
+        app._forget(handle)  # a corrected submission of the same id may follow
+        raise
+    # A daemon: when main fails, the driver records it and exits with its jobs still running
+    # (the next attempt re-adopts them).
+    handle._start(plan, daemon=True)
+    return handle
+
+
+def _owned(app: Application, jid: JobId) -> JobRecord | None:
+    """The job's record if it exists; :class:`JobOwnedElsewhere` unless it is this
+    application's job."""
+    try:
+        job = app.store.get_job(jid)
+    except JobNotFound:
+        return None
+    if job.kind != JobKind.JOB:
+        raise JobOwnedElsewhere(jid, "it is an application")
+    if job.app_id is None:
+        raise JobOwnedElsewhere(jid, "it is a job submitted alone")
+    if job.app_id != app.app_id:
+        raise JobOwnedElsewhere(jid, f"application {job.app_id!r} owns it")
+    return job
+
+
+def _settle_stale_cancel(app: Application, job: JobRecord) -> JobRecord:
+    """A job left CANCELING by an older driver of the application (the cancel was asked for,
+    then the driver died): nobody will finish that cancel but this driver, so end it."""
+    if job.state != JobState.CANCELING or not job.current_attempt:
+        return job
+    rec = app.store.get_attempt(job.job_id, job.current_attempt)
+    if rec is not None and rec.app_attempt == app.attempt:
+        return job
+    return app.store.finish_attempt(
+        job.job_id, job.current_attempt, AttemptState.CANCELED, JobState.CANCELED
+    )
+
+
+def _failure_hook(strategy: RestartStrategy, handle: JobHandle) -> FailureHook:
+    """What ends a failed attempt of the job: its strategy decides (from the store's history
+    of the job's failures) and the attempt's end moves the job to RESTARTING or FAILED in
+    one store transaction, as the job manager does for a job it supervises."""
+
+    def on_failure(store: Store, jid: JobId, attempt: AttemptNo, error: str) -> JobState:
+        job = store.get_job(jid)
+        rec = store.get_attempt(jid, attempt)
+        now = store.clock.now()
+        decision = strategy.decide(_failure(store, job, rec, now))
+        nxt = None if decision.delay is None else now + decision.delay
+        after = store.attempt_failed(jid, attempt, error, nxt, reset=decision.reset)
+        handle._after_failure = after
+        log.warning(
+            "job %s: attempt %d failed (%s); job is now %s", jid, attempt, error, after.state
+        )
+        return after.state
+
+    return on_failure
+
+
+def _failure(store: Store, job: JobRecord, rec: AttemptRecord | None, now: float) -> Failure:
+    """The failure as a strategy sees it: the count so far, how long the attempt ran, and
+    when the job's earlier counted failures happened (the ends of its FAILED attempts)."""
+    earlier: list[float] = []
+    if job.failures:
+        ended = [
+            a.ended_at
+            for a in store.list_attempts(job.job_id)
+            if a.state == AttemptState.FAILED
+            and (rec is None or a.attempt != rec.attempt)
+            and a.ended_at is not None
+        ]
+        earlier = sorted(ended)[-job.failures :]
+    ran_for = 0.0 if rec is None else now - rec.started_at
+    return Failure(job.failures, max(0.0, ran_for), now, tuple(earlier))
+
+
+__all__ = [
+    "Application",
+    "JobHandle",
+    "current_app",
+    "enter",
+    "leave",
+    "submit",
+    "submit_options",
+]

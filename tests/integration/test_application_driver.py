@@ -1,0 +1,520 @@
+"""Applications (issue 10, the runtime's half): several jobs in one application driver.
+
+Real processes: ``python -m stoker.runtime.appdriver`` started the way a job manager starts
+it, with the application record and its attempt made the way the manager makes them (the
+record ``kind=application``, attempt STARTING, a new attempt after a failure through
+``attempt_failed`` then ``start_attempt``). Real Spark (``local[2]``), a real SQLite store,
+real SIGKILL / SIGSTOP / SIGCONT. The program is tests/apps/app_three_jobs.py: a bounded
+backfill (``stoker.run``) then two streams (``stoker.submit``), each writing ids and where its
+epoch ran (driver pid, Spark application, scheduler mode, the task's pool) to a files sink.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stoker.errors import InvalidInput, JobOwnedElsewhere
+from stoker.store import AttemptRecord, EpochRecord, Owner, Store, open_store
+from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobKind, JobState, job_id
+from tests.support import APPS, REPO, exactly_once, kill_group, wait_group_gone
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+APP_FILE = APPS / "app_three_jobs.py"
+STREAMS = ("stream-a", "stream-b")
+JOBS = ("backfill", *STREAMS)
+STARTUP = 240.0  # Spark's start takes 8-15 s idle, several times that on a loaded machine
+RUN = 300.0
+
+
+# the application, as a job manager would make and launch it ------------------------------------
+class AppRun:
+    """One application's store, folders and driver processes."""
+
+    def __init__(self, tmp: Path, app: str, ttl: float, env: dict[str, str]) -> None:
+        self.app = job_id(app)
+        self.ttl = ttl
+        self.tmp = tmp
+        self.url = str(tmp / "store.db")
+        self.out = tmp / "out"
+        self.state_dir = tmp / "app"
+        self.env = {
+            "APP_OUT": str(self.out),
+            "STOKER_FAULT": "",
+            "STOKER_STORE_URL": self.url,
+            **env,
+        }
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: list[Path] = []
+        self.store = open_store(self.url)
+        self.store.create_job(
+            self.app,
+            app,
+            {
+                "kind": "application",
+                "entrypoint": str(APP_FILE),
+                "args": [],
+                "conf": {},
+                "cluster": "local",
+                "restart_strategy": None,
+            },
+            {},
+            kind=JobKind.APPLICATION,
+        )
+        self.new_attempt(0)
+
+    def new_attempt(self, previous: int) -> AttemptRecord:
+        """The next application attempt, STARTING, as the leader makes it."""
+        return self.store.start_attempt(
+            self.app,
+            Owner(socket.gethostname(), 0, "unknown"),
+            self.ttl,
+            expected_current=AttemptNo(previous),
+            previous_dead=previous > 0,
+            state=AttemptState.STARTING,
+        )
+
+    def launch(
+        self, attempt: int, entry: Path = APP_FILE, defines: tuple[str, ...] = ()
+    ) -> subprocess.Popen[bytes]:
+        """The application driver of ``attempt``, leading its own process group."""
+        log = self.tmp / f"driver-{attempt}.log"
+        argv = [
+            sys.executable,
+            "-m",
+            "stoker.runtime.appdriver",
+            "--app",
+            self.app,
+            "--attempt",
+            str(attempt),
+            "--store",
+            "sqlite:///(in STOKER_STORE_URL)",
+            "--state-dir",
+            str(self.state_dir),
+            "--lease-ttl",
+            str(self.ttl),
+            "-D",
+            "spark.master=local[2]",
+            *(arg for pair in defines for arg in ("-D", pair)),
+            "--",
+            str(entry),
+        ]
+        with open(log, "ab") as fh:
+            proc = subprocess.Popen(
+                argv,
+                env={**os.environ, **self.env},
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=str(REPO),
+            )
+        self.procs.append(proc)
+        self.logs.append(log)
+        return proc
+
+    def jid(self, name: str) -> JobId:
+        return job_id(f"{self.app}.{name}")
+
+    def epochs(self, name: str) -> list[EpochRecord]:
+        try:
+            return self.store.list_epochs(self.jid(name), limit=10_000)
+        except Exception:
+            return []
+
+    def committed(self, name: str, attempt: int | None = None) -> int:
+        return sum(
+            e.state == EpochState.COMMITTED and (attempt is None or e.decided_by == attempt)
+            for e in self.epochs(name)
+        )
+
+    def attempts(self, name: str) -> list[AttemptRecord]:
+        try:
+            return self.store.list_attempts(self.jid(name))
+        except Exception:
+            return []
+
+    def state(self, name: str | None = None) -> JobState | None:
+        try:
+            return self.store.get_job(self.app if name is None else self.jid(name)).state
+        except Exception:
+            return None
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        import pyarrow.parquet as pq
+
+        rows: list[dict[str, Any]] = []
+        for f in sorted((self.out / name).glob("epoch=*/*.parquet")):
+            rows.extend(pq.read_table(f).to_pylist())
+        return rows
+
+    def tail(self, lines: int = 60) -> str:
+        parts = []
+        for log in self.logs:
+            text = log.read_text(errors="replace").splitlines() if log.exists() else []
+            parts.append(f"--- last {lines} lines of {log.name} ---\n" + "\n".join(text[-lines:]))
+        return "\n".join(parts)
+
+    def wait_for(self, cond: Callable[[], bool], what: str, timeout: float = STARTUP) -> None:
+        """Poll ``cond``; fail with the drivers' logs on timeout or when the driver exits."""
+        deadline = time.monotonic() + timeout
+        while not cond():
+            live = self.procs[-1]
+            if live.poll() is not None:
+                pytest.fail(f"driver exited ({live.returncode}) waiting for {what}\n{self.tail()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{self.tail()}")
+            time.sleep(0.2)
+
+    def wait_exit(self, proc: subprocess.Popen[bytes], timeout: float = RUN) -> int:
+        """The driver's exit code; its process group (the JVM, Python workers) gone too."""
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"driver still running after {timeout:.0f}s\n{self.tail()}")
+        wait_group_gone(proc.pid)
+        return code
+
+    def close(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGCONT)
+            kill_group(proc)
+        self.store.close()
+
+
+@pytest.fixture
+def make_run(tmp_path: Path) -> Iterator[Callable[..., AppRun]]:
+    made: list[AppRun] = []
+
+    def make(app: str, ttl: float = 20.0, **env: str) -> AppRun:
+        run = AppRun(tmp_path, app, ttl, env)
+        made.append(run)
+        return run
+
+    yield make
+    for run in made:
+        run.close()
+
+
+def group_cmdlines(pgid: int) -> list[str]:
+    """The command lines of the processes of group ``pgid`` (the driver, its JVM, workers)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[2]) == pgid:
+                out.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def freeze(run: AppRun, pgid: int) -> None:
+    """SIGSTOP the driver's process group at a moment it holds no write lock of the SQLite
+    store (frozen inside a write transaction, it would block every other writer for good):
+    stopped, probed, and let go to try again while a writer of the group holds the lock."""
+    for _ in range(100):
+        os.killpg(pgid, signal.SIGSTOP)
+        time.sleep(0.05)  # delivered to every process of the group
+        conn = sqlite3.connect(run.url, timeout=0.5)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.rollback()
+            return
+        except sqlite3.OperationalError:
+            os.killpg(pgid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            conn.close()
+    pytest.fail("the driver always held the store's write lock when stopped")
+
+
+def ids_exactly_once(run: AppRun, name: str, total: int | None = None) -> None:
+    ids = Counter(int(r["id"]) for r in run.rows(name))
+    exactly_once(ids, len(ids) if total is None else total)
+
+
+# the tests ------------------------------------------------------------------------------------
+def test_three_jobs_share_one_driver_and_a_failed_job_restarts_alone(
+    make_run: Callable[..., AppRun],
+) -> None:
+    """Job ids ``<app>.<name>``; the backfill ends FINISHED before the streams start; all three
+    run in one driver process and one Spark application, each job's tasks in its own FAIR
+    pool. stream-a fails once inside the healthy driver: its own strategy restarts it while
+    stream-b goes on. A cancel of the application ends every job CANCELED, then the app."""
+    run = make_run("trio", APP_FAIL_ONCE="stream-a:2", APP_TASK_POOL="1")
+    driver = run.launch(1, defines=("spark.driver.memory=640m",))
+    run.wait_for(lambda: run.state("backfill") == JobState.FINISHED, "the backfill to finish")
+    run.wait_for(
+        lambda: run.committed("stream-a", attempt=2) >= 2, "stream-a's second attempt to commit"
+    )
+    failed = run.attempts("stream-a")[0]
+    assert failed.state == AttemptState.FAILED and failed.ended_at is not None
+    assert "planned failure of stream-a at epoch 2" in (failed.error or "")
+    run.wait_for(
+        lambda: any(
+            e.decided_at is not None and e.decided_at > (failed.ended_at or 0)
+            for e in run.epochs("stream-b")
+        ),
+        "stream-b to commit after stream-a failed",
+    )
+
+    jobs = run.store.list_jobs(kind=JobKind.JOB, app_id=run.app)
+    assert sorted(j.job_id for j in jobs) == sorted(run.jid(n) for n in JOBS)
+    assert all(j.spec["kind"] == "in_app" and j.spec["app_id"] == run.app for j in jobs)
+    assert all(
+        j.spec["state_dir"] == str(run.state_dir.resolve() / "jobs" / j.job_id) for j in jobs
+    )
+    assert len(run.attempts("backfill")) == 1
+    assert [a.state for a in run.attempts("stream-b")] == [AttemptState.RUNNING]
+    assert [a.state for a in run.attempts("stream-a")] == [
+        AttemptState.FAILED,
+        AttemptState.RUNNING,
+    ]
+    every = [a for n in JOBS for a in run.attempts(n)]
+    assert {a.owner.pid for a in every} == {driver.pid}
+    jvms = [c for c in group_cmdlines(driver.pid) if c.split(" ")[0].endswith("/java")]
+    assert any("-Xmx640m" in c.split() for c in jvms), jvms  # from -D spark.driver.memory
+    assert {a.app_attempt for a in every} == {1}
+
+    seen: dict[str, set[tuple[Any, ...]]] = {}
+    for name in JOBS:
+        seen[name] = {(r["pid"], r["app"], r["mode"], r["pool"]) for r in run.rows(name)}
+    spark_apps = {app for rows in seen.values() for (_, app, _, _) in rows}
+    assert len(spark_apps) == 1, seen
+    for name in JOBS:
+        assert seen[name] == {(driver.pid, next(iter(spark_apps)), "FAIR", run.jid(name))}
+
+    run.store.request_cancel(run.app)
+    assert run.wait_exit(driver) == 0, run.tail()
+    assert run.state() == JobState.CANCELED
+    assert run.store.list_attempts(run.app)[-1].state == AttemptState.CANCELED
+    assert run.state("backfill") == JobState.FINISHED
+    assert [run.state(n) for n in STREAMS] == [JobState.CANCELED, JobState.CANCELED]
+    ids_exactly_once(run, "backfill", 200)
+    for name in STREAMS:
+        ids_exactly_once(run, name)
+
+
+def test_killed_driver_resumes_its_jobs_and_skips_the_finished_one(
+    make_run: Callable[..., AppRun],
+) -> None:
+    """SIGKILL of the driver mid-run; the leader's next application attempt starts a new
+    driver: main runs again, the backfill is not re-run, both streams resume from their
+    checkpoints under the new attempt, every output exactly once."""
+    total = 300
+    run = make_run("phoenix", APP_STREAM_TOTAL=str(total), APP_PER_EPOCH="50", APP_RATE="30")
+    first = run.launch(1)
+    run.wait_for(
+        lambda: all(run.committed(n) >= 2 for n in STREAMS), "both streams to commit twice"
+    )
+    assert all(run.state(n) == JobState.RUNNING for n in STREAMS)
+    kill_group(first)
+
+    # As the leader does once the driver is gone: the attempt failed, the next one STARTING.
+    run.store.attempt_failed(run.app, AttemptNo(1), "the driver is gone", run.store.clock.now())
+    run.new_attempt(1)
+    second = run.launch(2)
+    assert run.wait_exit(second) == 0, run.tail()
+
+    assert run.state() == JobState.FINISHED
+    assert [run.state(n) for n in JOBS] == [JobState.FINISHED] * 3
+    backfill = run.attempts("backfill")
+    assert len(backfill) == 1 and backfill[0].owner.pid == first.pid  # not run again
+    for name in STREAMS:
+        attempts = run.attempts(name)
+        assert attempts[-1].app_attempt == 2 and attempts[-1].owner.pid == second.pid
+        assert {a.app_attempt for a in attempts} == {1, 2}
+        assert run.committed(name, attempt=int(attempts[-1].attempt)) >= 1
+    ids_exactly_once(run, "backfill", 200)
+    for name in STREAMS:
+        ids_exactly_once(run, name, total)
+
+
+def test_zombie_driver_decides_nothing_and_a_signal_suspends_the_new_one(
+    make_run: Callable[..., AppRun],
+) -> None:
+    """The first driver is frozen (SIGSTOP of its process group) until its application lease
+    lapses; the leader starts attempt 2 and its driver. Resumed (SIGCONT), the zombie decides
+    no epoch of any job and exits 6. Then SIGTERM stops the new driver gracefully: every job
+    and the application end SUSPENDED (resumable), and what was committed is exactly once."""
+    run = make_run("zombie", ttl=5.0, APP_PER_EPOCH="50", APP_RATE="30")
+    first = run.launch(1)
+    run.wait_for(
+        lambda: all(run.committed(n) >= 2 for n in STREAMS), "both streams to commit twice"
+    )
+    freeze(run, first.pid)
+    lease = run.store.list_attempts(run.app)[0].lease_expires_at
+    while run.store.clock.now() <= lease:
+        time.sleep(0.2)
+    run.store.attempt_failed(
+        run.app, AttemptNo(1), "the lease of attempt 1 expired", run.store.clock.now()
+    )
+    run.new_attempt(1)
+    switch = run.store.clock.now()
+    second = run.launch(2)
+    run.wait_for(
+        lambda: all(
+            any(a.app_attempt == 2 for a in run.attempts(n))
+            and run.committed(n, attempt=int(run.attempts(n)[-1].attempt)) >= 1
+            for n in STREAMS
+        ),
+        "the new driver's streams to commit",
+    )
+    os.killpg(first.pid, signal.SIGCONT)
+    assert run.wait_exit(first, timeout=120) == 6, run.tail()
+    for name in STREAMS:
+        under = {int(a.attempt): a.app_attempt for a in run.attempts(name)}
+        late = [
+            e
+            for e in run.epochs(name)
+            if e.decided_at is not None and e.decided_at >= switch and under[e.decided_by or 0] != 2
+        ]
+        assert not late, f"{name}: epochs decided by a fenced attempt after the switch: {late}"
+
+    second.send_signal(signal.SIGTERM)  # the driver only, as a container stop would
+    assert run.wait_exit(second) == 13, run.tail()
+    assert run.state() == JobState.SUSPENDED
+    assert run.store.list_attempts(run.app)[-1].state == AttemptState.SUSPENDED
+    assert run.state("backfill") == JobState.FINISHED
+    for name in STREAMS:
+        assert run.state(name) == JobState.SUSPENDED
+        assert run.attempts(name)[-1].state == AttemptState.SUSPENDED
+        ids_exactly_once(run, name)
+    ids_exactly_once(run, "backfill", 200)
+
+
+def test_main_raising_fails_the_attempt_with_its_error(
+    make_run: Callable[..., AppRun],
+) -> None:
+    """An error of main ends the application attempt FAILED with the error text, and leaves
+    the application to the leader's restart strategy (no job was submitted: no Spark)."""
+    run = make_run("grumpy", APP_MAIN_RAISES="boom from main")
+    assert run.wait_exit(run.launch(1)) == 1, run.tail()
+    attempt = run.store.list_attempts(run.app)[0]
+    assert attempt.state == AttemptState.FAILED
+    assert "RuntimeError: boom from main" in (attempt.error or "")
+    assert run.state() == JobState.RUNNING  # the leader moves it on (RESTARTING or FAILED)
+    assert run.store.list_jobs(kind=JobKind.JOB, app_id=run.app) == []
+
+
+def test_a_file_that_does_not_compile_fails_the_attempt(
+    make_run: Callable[..., AppRun], tmp_path: Path
+) -> None:
+    run = make_run("broken")
+    bad = tmp_path / "broken_app.py"
+    bad.write_text("def main(:\n    pass\n")
+    assert run.wait_exit(run.launch(1, bad)) == 2, run.tail()
+    attempt = run.store.list_attempts(run.app)[0]
+    assert attempt.state == AttemptState.FAILED
+    assert "syntax error at" in (attempt.error or "") and "broken_app.py:1" in (attempt.error or "")
+
+
+# refusals before anything starts (in this process, no Spark session) --------------------------
+@pytest.fixture
+def in_app(tmp_path: Path) -> Iterator[tuple[Store, Any]]:
+    """This process as the driver of application ``mine`` (attempt 1)."""
+    from stoker.runtime import application, launch
+
+    url = str(tmp_path / "store.db")
+    st = open_store(url)
+    for app in ("mine", "other"):
+        st.create_job(job_id(app), app, {"kind": "application"}, {}, kind=JobKind.APPLICATION)
+        st.start_attempt(
+            job_id(app),
+            Owner(socket.gethostname(), os.getpid(), "x"),
+            30.0,
+            AttemptNo(0),
+            state=AttemptState.STARTING,
+        )
+    previous = launch.current()
+    launch.set_launch(
+        {"stoker.store": url, "spark.master": "spark://127.0.0.1:7077"}, None, restart=False
+    )
+    app = application.Application(job_id("mine"), AttemptNo(1), tmp_path / "mine", st)
+    application.enter(app)
+    try:
+        yield st, app
+    finally:
+        application.leave()
+        launch.set_launch(previous.overrides, previous.job_id, previous.restart, previous.attempt)
+        st.close()
+
+
+def _pipeline(name: str, out: Path) -> Any:
+    from stoker import Pipeline, sinks, sources
+
+    p = Pipeline(name)
+    p.source(sources.generator(total=10))
+    p.sink(sinks.files(str(out)))
+    return p
+
+
+def test_a_job_id_owned_elsewhere_is_refused(in_app: tuple[Store, Any], tmp_path: Path) -> None:
+    import stoker
+
+    st, _app = in_app
+    st.create_job(job_id("other.x"), "x", {"kind": "in_app"}, {}, app_id=job_id("other"))
+    st.create_job(job_id("alone"), "alone", {"kind": "app"}, {})
+    with pytest.raises(JobOwnedElsewhere, match="application 'other' owns it"):
+        stoker.submit(_pipeline("x", tmp_path / "o1"), job_id="other.x")
+    with pytest.raises(JobOwnedElsewhere, match="submitted alone"):
+        stoker.submit(_pipeline("y", tmp_path / "o2"), job_id="alone")
+    with pytest.raises(JobOwnedElsewhere, match="is an application"):
+        stoker.run(_pipeline("z", tmp_path / "o3"), job_id="other")
+    assert st.list_jobs(kind=JobKind.JOB, app_id=job_id("mine")) == []
+
+
+def test_a_relative_state_dir_on_a_cluster_is_refused(
+    in_app: tuple[Store, Any], tmp_path: Path
+) -> None:
+    import stoker
+
+    st, _app = in_app
+    with pytest.raises(InvalidInput) as err:
+        stoker.submit(_pipeline("rel", tmp_path / "o"), state_dir="relative/folder")
+    assert err.value.field == "state_dir" and "spark://127.0.0.1:7077" in str(err.value)
+    assert st.list_jobs(kind=JobKind.JOB, app_id=job_id("mine")) == []
+    assert not (tmp_path / "o").exists()
+
+
+def test_submit_outside_an_application_runs_on_a_thread(tmp_path: Path) -> None:
+    """Outside an application, submit runs each job on a thread of this process with its own
+    local store; two jobs at once share the session, and wait() returns each one's result."""
+    import stoker
+    from stoker.runtime.session import get_session
+    from stoker.settings import Settings
+
+    get_session(Settings(master="local[2]"), "tests")
+    handles = [
+        stoker.submit(
+            _pipeline(name, tmp_path / name / "out"),
+            state_dir=tmp_path / name / "state",
+            trigger="100ms",
+        )
+        for name in ("solo-a", "solo-b")
+    ]
+    results = [h.wait(timeout=RUN) for h in handles]
+    assert [r.state for r in results] == [JobState.FINISHED, JobState.FINISHED]
+    assert [h.state for h in handles] == [JobState.FINISHED, JobState.FINISHED]
+    assert all(h.done() for h in handles)
+    for name, r in zip(("solo-a", "solo-b"), results, strict=True):
+        assert r.job_id == name and r.store_url.endswith("store.db")
+        from tests.support import file_sink_ids
+
+        exactly_once(file_sink_ids(tmp_path / name / "out"), 10)
