@@ -11,7 +11,10 @@ Example::
 Every method is one REST call. Answers are the JSON the server sends (dicts with the keys the
 README's API table lists); refusals become the matching :class:`~stoker.errors.StokerError`:
 :class:`~stoker.errors.InvalidInput` (422, naming the field), :class:`~stoker.errors.JobNotFound`
-(404), :class:`~stoker.errors.JobConflict` / :class:`~stoker.errors.JobTerminal` (409),
+(404), :class:`~stoker.errors.ApplicationNotFound` (404),
+:class:`~stoker.errors.JobConflict` / :class:`~stoker.errors.JobTerminal` /
+:class:`~stoker.errors.JobOwnedElsewhere` (409),
+:class:`~stoker.errors.ClusterNotFound` (404), :class:`~stoker.errors.ClusterError` (409, 500),
 :class:`~stoker.errors.ControlNotFound` (404), :class:`~stoker.errors.ControlConflict` (409),
 :class:`~stoker.errors.TooManyRequests` (429, with ``retry_after``),
 :class:`~stoker.errors.Unauthorized` (401, 403), :class:`~stoker.errors.ManagerUnavailable`
@@ -23,6 +26,13 @@ Control (see the README, "Changing a running job")::
     c.wait_control("clicks", ev["control_id"], until="committed")
     c.pause("clicks"); c.resume("clicks")
     print(c.wait_control("clicks", c.checkpoint("clicks")["control_id"])["applied_epoch"])
+
+Applications (a program of several jobs, its driver supervised by the manager) and clusters::
+
+    c.start_cluster("shared", workers=2, memory="1g")
+    app = c.submit_application("/srv/apps/etl.py", cluster="shared").app_id
+    print([(j["job_id"], j["state"]) for j in c.application(app)["jobs"]])
+    c.cancel_application(app)
 """
 
 from __future__ import annotations
@@ -36,11 +46,15 @@ from typing import Any
 import httpx
 
 from stoker.errors import (
+    ApplicationNotFound,
+    ClusterError,
+    ClusterNotFound,
     ControlConflict,
     ControlNotFound,
     InvalidInput,
     JobConflict,
     JobNotFound,
+    JobOwnedElsewhere,
     JobTerminal,
     ManagerUnavailable,
     StokerError,
@@ -51,7 +65,11 @@ from stoker.errors import (
 # How far a control event can get, in order: wait_control's ``until``.
 _REACHED = {"applied": ("APPLIED", "COMMITTED"), "committed": ("COMMITTED",)}
 
-__all__ = ["Client", "Submitted"]
+# Calls that start or stop JVMs answer when they are done: tens of seconds, minutes on a
+# loaded host.
+_SLOW = 600.0
+
+__all__ = ["Client", "Submitted", "SubmittedApplication"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +82,19 @@ class Submitted:
     @property
     def job_id(self) -> str:
         return str(self.job["job_id"])
+
+
+@dataclass(frozen=True)
+class SubmittedApplication:
+    """The answer to an application's submission: ``created``, ``duplicate`` or
+    ``restarted``, and the application's view."""
+
+    outcome: str
+    app: dict[str, Any]
+
+    @property
+    def app_id(self) -> str:
+        return str(self.app["app_id"])
 
 
 class Client:
@@ -110,6 +141,20 @@ class Client:
             raise Unauthorized(msg)
         if kind == "ControlNotFound":
             raise ControlNotFound(job, str(body.get("control_id")))
+        if kind == "ClusterNotFound":
+            raise ClusterNotFound(str(body.get("cluster", path)))
+        if kind in ("ApplicationNotFound", "JobNotFound"):
+            err: StokerError = (
+                ApplicationNotFound(job) if kind == "ApplicationNotFound" else JobNotFound(job)
+            )
+            err.args = (msg,)  # the server's words: they may say where to look instead
+            raise err
+        if kind == "JobOwnedElsewhere":
+            err = JobOwnedElsewhere(job, str(body.get("owner", "")))
+            err.args = (msg,)
+            raise err
+        if kind in ("ClusterError", "ClusterConflict"):
+            raise ClusterError(msg)
         if resp.status_code == 404:
             raise JobNotFound(job)
         if resp.status_code == 429:
@@ -297,6 +342,108 @@ class Client:
                     f"after {timeout:g} s (waiting until {until})"
                 )
             time.sleep(interval)
+
+    # applications --------------------------------------------------------------------------
+    def submit_application(
+        self,
+        entrypoint: str,
+        *,
+        app_id: str | None = None,
+        args: Sequence[str] = (),
+        conf: Mapping[str, str] | None = None,
+        cluster: str | None = None,
+        restart_strategy: Mapping[str, Any] | None = None,
+        driver_memory: str | None = None,
+        driver_cores: int | None = None,
+        restart: bool = False,
+    ) -> SubmittedApplication:
+        """``POST /v1/applications``: hand the program ``entrypoint`` (a path on the manager's
+        host) to the job manager, which runs its driver on ``cluster`` (``local``,
+        ``standalone:workers=2,cores=1,memory=1g``, ``spark://host:port`` or a session
+        cluster's name) under supervision. ``app_id`` defaults to the file's name."""
+        body: dict[str, Any] = {
+            "entrypoint": entrypoint,
+            "args": list(args),
+            "conf": dict(conf or {}),
+            "restart": restart,
+        }
+        optional = {
+            "app_id": app_id,
+            "cluster": cluster,
+            "restart_strategy": dict(restart_strategy) if restart_strategy else None,
+            "driver_memory": driver_memory,
+            "driver_cores": driver_cores,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        resp = self._call("POST", "/v1/applications", json=body)
+        app = dict(resp.json())
+        outcome = (
+            "created"
+            if resp.status_code == 201
+            else "restarted"
+            if app.get("restarted")
+            else "duplicate"
+        )
+        return SubmittedApplication(outcome, app)
+
+    def applications(self, state: str | None = None) -> list[dict[str, Any]]:
+        """``GET /v1/applications``: every application in brief (only those in ``state``)."""
+        params = {"state": state} if state else {}
+        return list(self._call("GET", "/v1/applications", params=params).json())
+
+    def application(self, app_id: str) -> dict[str, Any]:
+        """``GET /v1/applications/{id}``: state, attempts, driver, cluster, jobs, error."""
+        return dict(self._call("GET", f"/v1/applications/{app_id}").json())
+
+    def cancel_application(self, app_id: str) -> dict[str, Any]:
+        """``POST /v1/applications/{id}/cancel``: every job stops gracefully, then the driver."""
+        return dict(self._call("POST", f"/v1/applications/{app_id}/cancel").json())
+
+    def application_log(
+        self, app_id: str, attempt: int | None = None, tail: int | None = None
+    ) -> str:
+        """``GET /v1/applications/{id}/log``: a driver attempt's log (default: the current
+        attempt), or its last ``tail`` lines."""
+        params = {k: v for k, v in (("attempt", attempt), ("tail", tail)) if v is not None}
+        return self._call("GET", f"/v1/applications/{app_id}/log", params=params).text
+
+    # clusters ------------------------------------------------------------------------------
+    def start_cluster(
+        self, name: str | None = None, workers: int = 2, cores: int = 1, memory: str = "1g"
+    ) -> dict[str, Any]:
+        """``POST /v1/clusters``: start a session cluster; answers once it is RUNNING."""
+        body: dict[str, Any] = {"workers": workers, "cores": cores, "memory": memory}
+        if name is not None:
+            body["name"] = name
+        return dict(self._call("POST", "/v1/clusters", json=body, timeout=_SLOW).json())
+
+    def clusters(self, include_stopped: bool = False) -> list[dict[str, Any]]:
+        """``GET /v1/clusters``: every cluster stoker started (STOPPED ones if asked)."""
+        params = {"include_stopped": "true"} if include_stopped else {}
+        return list(self._call("GET", "/v1/clusters", params=params).json())
+
+    def cluster(self, name: str) -> dict[str, Any]:
+        """``GET /v1/clusters/{name}``: the record, the master's ``status``, ``used_by``."""
+        return dict(self._call("GET", f"/v1/clusters/{name}").json())
+
+    def add_worker(
+        self, name: str, cores: int | None = None, memory: str | None = None
+    ) -> dict[str, Any]:
+        """``POST /v1/clusters/{name}/workers``: ``{"worker": {...}, "cluster": {...}}``."""
+        body = {k: v for k, v in (("cores", cores), ("memory", memory)) if v is not None}
+        path = f"/v1/clusters/{name}/workers"
+        return dict(self._call("POST", path, json=body, timeout=_SLOW).json())
+
+    def remove_worker(self, name: str, worker: str, graceful: bool = False) -> dict[str, Any]:
+        """``DELETE /v1/clusters/{name}/workers/{worker}``: the cluster afterwards."""
+        params = {"graceful": "true" if graceful else "false"}
+        path = f"/v1/clusters/{name}/workers/{worker}"
+        return dict(self._call("DELETE", path, params=params, timeout=_SLOW).json())
+
+    def stop_cluster(self, name: str) -> dict[str, Any]:
+        """``POST /v1/clusters/{name}/stop``: the cluster STOPPED; ``used_by`` names the live
+        applications that were on it."""
+        return dict(self._call("POST", f"/v1/clusters/{name}/stop", timeout=_SLOW).json())
 
     # the manager ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:

@@ -130,6 +130,11 @@ class ClusterError(StokerError):
     """A cluster could not be started, changed or stopped; what is left was torn down."""
 
 
+class ClusterConflict(ClusterError):
+    """The cluster cannot take this change in its state (it exists already, it is not
+    RUNNING, it belongs to an application): HTTP 409, nothing was changed."""
+
+
 class StaleAttempt(StokerError):
     """This attempt no longer owns its job (a newer attempt exists or its lease lapsed)."""
 
@@ -182,6 +187,7 @@ EXIT_CODES: dict[type[StokerError], int] = {
     JobOwnedElsewhere: 9,
     ClusterNotFound: 3,
     ClusterError: 15,
+    ClusterConflict: 15,
 }
 
 

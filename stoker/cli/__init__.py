@@ -5,18 +5,22 @@
 ``cancel`` and ``logs`` read or change a job through its store or a job manager;
 ``stoker control``, ``pause``, ``resume``, ``checkpoint``, ``savepoint`` and ``config`` change
 a running job or show its control state (through a job manager or the job's store);
+``stoker run --driver app.py --server URL`` hands a whole program to a job manager as an
+application, and ``stoker apps``, ``stoker app status|cancel|logs`` follow it;
+``stoker cluster start|list|status|add-worker|remove-worker|stop`` manage session clusters;
 ``stoker server`` runs a job manager.
 
 Modules: :mod:`.run` (the run command), :mod:`.jobs` (commands on existing jobs),
 :mod:`.control` (control of a running job), :mod:`.remote` (submit to a server and follow the
-job), :mod:`.server` (the server command).
+job), :mod:`.apps` (applications), :mod:`.clusters` (session clusters), :mod:`.server` (the
+server command).
 """
 
 from __future__ import annotations
 
 import click
 
-from stoker.cli import control, jobs, run, server
+from stoker.cli import apps, clusters, control, jobs, run, server
 from stoker.cli._common import debug_option
 
 
@@ -29,12 +33,15 @@ def main() -> None:
 main.add_command(run.run_cmd)
 for _cmd in (jobs.status_cmd, jobs.epochs_cmd, jobs.list_cmd, jobs.cancel_cmd, jobs.logs_cmd):
     main.add_command(_cmd)
-for _cmd in control.COMMANDS:
+for _cmd in (*control.COMMANDS, *apps.COMMANDS, *clusters.COMMANDS):
     main.add_command(_cmd)
 main.add_command(server.server_cmd)
 # --debug (full tracebacks) on the group and on every command: `stoker run app.py --debug`.
 main.params.append(debug_option())
 for _cmd in main.commands.values():
     _cmd.params.append(debug_option())
+    for _sub in getattr(_cmd, "commands", {}).values():  # `stoker app status X --debug`
+        if not any(p.name == "debug" for p in _sub.params):
+            _sub.params.append(debug_option())
 
 __all__ = ["main"]

@@ -27,6 +27,7 @@ def submit_and_follow(
     poll: float = 0.5,
     config: dict[str, Any] | None = None,
     from_savepoint: str | None = None,
+    restart_strategy: dict[str, Any] | None = None,
 ) -> int:
     """Submit; unless ``detached``, print state changes and committed epochs until the job
     ends. Ctrl-C detaches: the job keeps running under the manager."""
@@ -39,6 +40,7 @@ def submit_and_follow(
         restart=restart,
         config=config,
         from_savepoint=from_savepoint,
+        restart_strategy=restart_strategy,
     )
     jid = sub.job_id
     what = {"created": "submitted", "restarted": "restarted"}.get(sub.outcome, "already live")

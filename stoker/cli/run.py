@@ -1,4 +1,5 @@
-"""``stoker run APP``: run a pipeline file in this process, or submit it to a job manager."""
+"""``stoker run APP``: run a pipeline file in this process, or submit it to a job manager
+(``--server``: as a job; ``--driver``: the whole program, as an application)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,31 @@ if TYPE_CHECKING:
 
 @click.command("run")
 @click.argument("app", type=click.Path())  # completes file names
+@click.argument("positional_args", nargs=-1, metavar="[ARGS]...")
+@click.option(
+    "--driver",
+    is_flag=True,
+    help="Hand the whole program to the job manager (--server) as an application: its main "
+    "runs in a driver the manager supervises, with every job it starts.",
+)
+@click.option(
+    "--app-id", default=None, help="With --driver: the application's id (default: the file's name)."
+)
+@click.option(
+    "--cluster",
+    default=None,
+    help="With --driver: local (default), standalone:workers=2,cores=1,memory=1g, "
+    "spark://host:port, or a session cluster's name.",
+)
+@click.option("--driver-memory", default=None, help="With --driver: e.g. 2g.")
+@click.option("--driver-cores", default=None, type=click.IntRange(1), help="With --driver.")
+@click.option(
+    "--restart-strategy",
+    "restart_strategy",
+    default=None,
+    metavar="JSON",
+    help='With --server: e.g. \'{"strategy": "fixed-delay", "attempts": 3, "delay": 1}\'.',
+)
 @click.option("--job-id", default=None, help="Job id (default: the pipeline's name).")
 @click.option(
     "--restart", is_flag=True, help="Run a job that has ended again, from its checkpoint."
@@ -65,12 +91,19 @@ if TYPE_CHECKING:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the result as JSON (one line per job)."
 )
-@click.option("--detached", is_flag=True, help="With --server: submit and return at once.")
+@click.option("-d", "--detached", is_flag=True, help="With --server: submit and return at once.")
 @click.option("--arg", "app_args", multiple=True, help="An argument for the app (repeatable).")
 @server_opts
 @guarded
 def run_cmd(
     app: str,
+    positional_args: tuple[str, ...],
+    driver: bool,
+    app_id: str | None,
+    cluster: str | None,
+    driver_memory: str | None,
+    driver_cores: int | None,
+    restart_strategy: str | None,
     job_id: str | None,
     restart: bool,
     from_savepoint: str | None,
@@ -89,10 +122,49 @@ def run_cmd(
     APP either calls ``stoker.run(pipeline)`` itself or defines a Pipeline at module level.
     Ctrl-C or SIGTERM stops the job gracefully (the epoch in flight commits) and leaves it
     SUSPENDED, exit code 13: the same command again resumes it from its checkpoint.
+
+    With ``--driver --server URL`` the program runs in the job manager as an application
+    (ARGS are its arguments): attached by default, following it and its jobs until it ends
+    (exit 0 FINISHED or CANCELED, 8 FAILED; Ctrl-C detaches), ``-d`` returns at once.
     """
     path = check_app_path(app)
     overrides = parse_pairs(list(defines))
     config = parse_config_pairs(list(config_pairs))
+    strategy = _json_object(restart_strategy, "--restart-strategy")
+    args = [*app_args, *positional_args]
+    if driver:
+        _refuse_with_driver(job_id, pipeline_name, config, from_savepoint)
+        from stoker.cli.apps import need_server, submit_and_follow_application
+
+        srv = need_server(server)
+        sys.exit(
+            submit_and_follow_application(
+                srv,
+                token,
+                str(path),
+                _app_id(app_id, path),
+                args,
+                overrides,
+                cluster,
+                strategy,
+                driver_memory,
+                driver_cores,
+                restart,
+                detached,
+                quiet,
+                as_json,
+            )
+        )
+    for name, value in (
+        ("--app-id", app_id),
+        ("--cluster", cluster),
+        ("--driver-memory", driver_memory),
+        ("--driver-cores", driver_cores),
+    ):
+        if value is not None:
+            raise InvalidInput(name, "runs a program as an application: add --driver")
+    if strategy is not None and not server:
+        raise InvalidInput("--restart-strategy", "is the job manager's: add --server")
     if job_id is not None:
         _job_id(job_id)
     if server:
@@ -104,13 +176,14 @@ def run_cmd(
                 token,
                 path,
                 job_id,
-                list(app_args),
+                args,
                 overrides,
                 restart,
                 detached,
                 quiet,
                 config=config,
                 from_savepoint=str(Path(from_savepoint).resolve()) if from_savepoint else None,
+                restart_strategy=strategy,
             )
         )
     # The one place the command line reaches the runtime (and so Spark): a local run.
@@ -127,7 +200,7 @@ def run_cmd(
     # Ctrl-C does; while it runs, stoker.run's own handlers stop it gracefully.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        results = run_app(path, list(app_args), pipeline_name)
+        results = run_app(path, args, pipeline_name)
     except KeyboardInterrupt:
         raise JobSuspended(
             "stopped by a signal while starting, before any epoch ran; to go on, run the same "
@@ -148,6 +221,52 @@ def run_cmd(
             f"stopped by a signal: job {done} is SUSPENDED (the epoch in flight committed); "
             f"to resume it, run the same command again (no --restart): {_this_command()}"
         )
+
+
+def _refuse_with_driver(
+    job_id: str | None,
+    pipeline_name: str | None,
+    config: dict[str, Any],
+    from_savepoint: str | None,
+) -> None:
+    """Options of one job that an application (a program of jobs) does not take."""
+    for name, given in (
+        ("--job-id", job_id is not None),
+        ("--pipeline", pipeline_name is not None),
+        ("--config", bool(config)),
+        ("--from-savepoint", from_savepoint is not None),
+    ):
+        if given:
+            raise InvalidInput(
+                name,
+                "is an option of one job; with --driver the program names its jobs "
+                "(stoker.submit(p, job_id=..., config=...))",
+            )
+
+
+def _app_id(given: str | None, path: Path) -> str:
+    """The application's id: given, or the file's name without ``.py``."""
+    if given is not None:
+        return _job_id(given)
+    try:
+        return _job_id(path.stem)
+    except InvalidInput:
+        raise InvalidInput(
+            "--app-id", f"the file name {path.stem!r} is not a valid application id: give --app-id"
+        ) from None
+
+
+def _json_object(text: str | None, name: str) -> dict[str, Any] | None:
+    """A JSON object given on the command line, or None when not given."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise InvalidInput(name, f"is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise InvalidInput(name, f"expects a JSON object, got {text!r}")
+    return value
 
 
 def summary(r: JobResult) -> str:

@@ -25,7 +25,10 @@ One cleanup per job at a time, at most ``parallel`` at once; a failed one is ret
 ``retry`` seconds, doubling up to ``retry_max``; one that runs longer than ``timeout`` is
 killed. Logs go to ``<state dir>/logs/<job>/cleanup.log``. Jobs run in-process without a
 manager (spec kind other than ``app``) are not the janitor's: their runner resolves them at
-its end, and the next run's recovery does it again if that failed.
+its end, and the next run's recovery does it again if that failed. Jobs of an application
+(spec kind ``in_app``) are: their application's driver may be killed as any driver is, and
+their sinks were recorded the same way; their folder is ``<application's folder>/jobs/<job>``.
+Application records have no sinks of their own and are not looked at.
 """
 
 from __future__ import annotations
@@ -38,10 +41,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stoker.errors import JobNotFound
 from stoker.manager import processes
 from stoker.manager.submit import ASSIGNED_STATE_DIR
 from stoker.store import AttemptRecord, JobRecord, Store
-from stoker.types import JobId
+from stoker.types import JobId, JobKind
+
+# Spec kinds of the jobs whose sinks the janitor resolves: a job a manager started alone, and a
+# job of an application (both recorded their sinks' descriptors in the store).
+_CLEANED_KINDS = ("app", "in_app")
 
 if TYPE_CHECKING:
     from stoker.manager.supervisor import Supervisor
@@ -96,10 +104,10 @@ class Janitor:
             return
         self._last = mono
         now = self.store.clock.now()
-        for job in self.store.list_jobs():
+        for job in self.store.list_jobs(kind=JobKind.JOB):
             if len(self._running) >= self.config.parallel:
                 return
-            if not job.state.terminal or job.spec.get("kind") != "app":
+            if not job.state.terminal or job.spec.get("kind") not in _CLEANED_KINDS:
                 continue
             if job.job_id in self._running or self._settled(job):
                 continue
@@ -140,10 +148,23 @@ class Janitor:
         return None
 
     # processes -----------------------------------------------------------------------------
+    def _job_dir(self, job: JobRecord) -> Path:
+        """The folder the job's attempts ran in: assigned when it was created; for a job of
+        an application, ``jobs/<job>`` in the application's folder."""
+        given = job.spec.get(ASSIGNED_STATE_DIR)
+        if given:
+            return Path(given)
+        if job.app_id is None:
+            return self.state_dir / "jobs" / job.job_id
+        try:
+            app_dir = self.store.get_job(job.app_id).spec.get(ASSIGNED_STATE_DIR)
+        except JobNotFound:
+            app_dir = None
+        base = Path(app_dir) if app_dir else self.state_dir / "apps" / job.app_id
+        return base / "jobs" / job.job_id
+
     def _start(self, job: JobRecord, final: bool) -> None:
-        spec = job.spec
-        job_dir = spec.get(ASSIGNED_STATE_DIR) or self.state_dir / "jobs" / job.job_id
-        argv = processes.cleanup_argv(job.job_id, self.store_url, Path(job_dir))
+        argv = processes.cleanup_argv(job.job_id, self.store_url, self._job_dir(job))
         log_path = self.state_dir / "logs" / job.job_id / "cleanup.log"
         try:
             proc = processes.spawn(argv, log_path, cwd=self.state_dir)

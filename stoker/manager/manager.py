@@ -8,13 +8,28 @@ import json
 import subprocess
 import sys
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import InvalidInput, JobConflict, JobNotFound, JobTerminal
+from stoker.errors import (
+    ApplicationNotFound,
+    InvalidInput,
+    JobConflict,
+    JobNotFound,
+    JobTerminal,
+)
 from stoker.manager import control
+from stoker.manager.applications import (
+    SessionClusters,
+    attempt_view,
+    cluster_of,
+    driver_of,
+    tail_lines,
+    validate_application,
+)
 from stoker.manager.batch import CreateBatcher
 from stoker.manager.processes import child_env
 from stoker.manager.submit import (
@@ -24,7 +39,16 @@ from stoker.manager.submit import (
     validate_submission,
 )
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
-from stoker.types import AttemptNo, ControlKind, ControlStatus, JobId, JobState, job_id
+from stoker.store.records import ClusterRecord
+from stoker.types import (
+    AttemptNo,
+    ControlKind,
+    ControlStatus,
+    JobId,
+    JobKind,
+    JobState,
+    job_id,
+)
 
 
 @dataclass(frozen=True)
@@ -36,12 +60,17 @@ class SubmitResult:
 
 
 class JobManager:
-    """Submissions, queries and cancels over one store."""
+    """Submissions, queries and cancels of jobs and applications, and session clusters,
+    over one store."""
 
     def __init__(self, store: Store, state_dir: Path, allowed_dirs: list[Path]) -> None:
         self.store = store
         self.allowed_dirs = [d.resolve() for d in allowed_dirs]
-        self.jobs_dir = (state_dir / "jobs").resolve()
+        self.state_dir = state_dir.resolve()
+        self.jobs_dir = self.state_dir / "jobs"
+        self.apps_dir = self.state_dir / "apps"
+        self.clusters_dir = self.state_dir / "clusters"
+        self.sessions = SessionClusters(store, self.clusters_dir)
         self._batcher = CreateBatcher(store)
         # Pipeline descriptions read from application files, by (path, mtime): a child
         # process each, for control requests that come before a driver declared its own.
@@ -168,24 +197,39 @@ class JobManager:
         self._batcher.close()
 
     def list_jobs(self, state: JobState | None = None) -> list[JobRecord]:
-        return self.store.list_jobs(state)
+        """Jobs (those of applications included), never application records."""
+        return self.store.list_jobs(state, kind=JobKind.JOB)
 
     def list_views(self, state: JobState | None = None) -> list[dict[str, Any]]:
         """Every job (only those in ``state``) as the API lists it: a paused one shows
-        ``"state": "PAUSED"`` and ``"paused": true``."""
-        return [self._job_dict(j) for j in self.store.list_jobs(state)]
+        ``"state": "PAUSED"`` and ``"paused": true``; a job of an application names it in
+        ``app_id`` (null for a job submitted alone)."""
+        return [self._job_dict(j) for j in self.list_jobs(state)]
 
     def _job_dict(self, job: JobRecord) -> dict[str, Any]:
         out = job.to_dict()
         out["state"], out["paused"] = control.display_state(self.store, job)
+        out["app_id"] = job.app_id
         return out
+
+    def _job(self, jid: str) -> JobRecord:
+        """The job ``jid``; an application's id is not a job's (404 naming where to look)."""
+        job = self.store.get_job(job_id(jid))
+        if job.kind == JobKind.APPLICATION:
+            err = JobNotFound(job.job_id)
+            err.args = (
+                f"{err} (it is an application: GET /v1/applications/{job.job_id}, "
+                f"stoker app status {job.job_id})",
+            )
+            raise err
+        return job
 
     def view(self, jid: str) -> dict[str, Any]:
         """Everything about one job: state, attempt (pid, host, lease), last epoch, timings.
 
         A RUNNING job whose control paused it shows ``"state": "PAUSED"``, ``"paused": true``.
         """
-        job = self.store.get_job(job_id(jid))
+        job = self._job(jid)
         out = self._job_dict(job)
         att = (
             self.store.get_attempt(job.job_id, job.current_attempt) if job.current_attempt else None
@@ -196,16 +240,17 @@ class JobManager:
         return out
 
     def attempts(self, jid: str) -> list[AttemptRecord]:
-        job = self.store.get_job(job_id(jid))
+        job = self._job(jid)
         return self.store.list_attempts(job.job_id)
 
     def epochs(self, jid: str, limit: int = 100) -> list[EpochRecord]:
-        job = self.store.get_job(job_id(jid))
+        job = self._job(jid)
         return self.store.list_epochs(job.job_id, limit=limit)
 
     def cancel(self, jid: str) -> JobRecord:
-        """Ask the job to stop after its current epoch; the leader enforces a timeout."""
-        return self.store.request_cancel(job_id(jid))
+        """Ask the job to stop after its current epoch; the leader enforces a timeout (a job
+        of an application: its application's driver stops it)."""
+        return self.store.request_cancel(self._job(jid).job_id)
 
     # control -------------------------------------------------------------------------------
     def submit_control(
@@ -219,6 +264,7 @@ class JobManager:
     ) -> tuple[ControlEvent, bool]:
         """Store one control event (:func:`stoker.manager.control.submit_control`); a
         savepoint's ``dir`` must lie under the manager's allowed folders."""
+        self._job(jid)  # control is a job's: an application's id is refused with where to look
         return control.submit_control(
             self.store,
             jid,
@@ -234,6 +280,7 @@ class JobManager:
         self, jid: str, control_id: str, kind: ControlKind | None = None
     ) -> ControlEvent:
         """One control event of the job (of ``kind``, when given)."""
+        self._job(jid)
         return control.get_control(self.store, jid, control_id, kind)
 
     def control_history(
@@ -245,16 +292,18 @@ class JobManager:
         status: ControlStatus | None = None,
     ) -> dict[str, Any]:
         """A page of the job's control events, newest first, and where the next page starts."""
+        self._job(jid)
         return control.control_history(self.store, jid, limit, before, kind, status)
 
     def config_view(self, jid: str) -> dict[str, Any]:
         """The job's config and control state now (:func:`stoker.manager.control.config_view`)."""
+        self._job(jid)
         return control.config_view(self.store, jid)
 
     def describe_pipeline(self, jid: str) -> dict[str, Any]:
         """The pipeline description of a job no driver has declared yet, read from its
         application file in a child process (user code never runs inside the manager)."""
-        job = self.store.get_job(job_id(jid))
+        job = self._job(jid)
         entry = job.spec.get("entrypoint")
         if not isinstance(entry, str):
             return {}
@@ -277,7 +326,7 @@ class JobManager:
 
     def attempt_log(self, jid: str, attempt: int, tail: int | None = None) -> str:
         """The driver log of one attempt (the last ``tail`` bytes if given)."""
-        job = self.store.get_job(job_id(jid))
+        job = self._job(jid)
         att = self.store.get_attempt(job.job_id, AttemptNo(attempt))
         if att is None:
             raise JobNotFound(f"{jid} attempt {attempt}")
@@ -291,6 +340,170 @@ class JobManager:
                 size = path.stat().st_size
                 fh.seek(max(0, size - tail))
             return fh.read().decode("utf-8", errors="replace")
+
+    # applications --------------------------------------------------------------------------
+    def submit_application(
+        self,
+        app_id: str | None,
+        entrypoint: str,
+        args: list[str] | None = None,
+        conf: dict[str, str] | None = None,
+        cluster: str | None = None,
+        restart_strategy: dict[str, Any] | None = None,
+        driver_memory: str | None = None,
+        driver_cores: int | None = None,
+        restart: bool = False,
+    ) -> SubmitResult:
+        """Create the application, or return the live one, as :meth:`submit` does for a job:
+        the same spec again is a duplicate, another spec while live a :class:`JobConflict`,
+        an ended one runs again only with ``restart``. An id taken by a job (or a job of
+        another application) is :class:`JobOwnedElsewhere`. Its driver is the leader's to
+        start (on its cluster); nothing runs here."""
+        sub = validate_application(
+            app_id,
+            entrypoint,
+            list(args or []),
+            dict(conf or {}),
+            cluster,
+            restart_strategy,
+            driver_memory,
+            driver_cores,
+            self.allowed_dirs,
+            self.store.get_cluster,
+        )
+        spec = sub.spec()
+        # The application's folder (its jobs' checkpoints under jobs/<job id>), chosen once
+        # by the manager that creates it, as a job's is.
+        spec[ASSIGNED_STATE_DIR] = str(self.apps_dir / sub.app_id)
+        app, created = self.store.create_job(
+            sub.app_id, sub.app_id, spec, {}, kind=JobKind.APPLICATION
+        )
+        return self._settle(sub.app_id, spec, app, created, restart)
+
+    def _app(self, app_id: str) -> JobRecord:
+        """The application record ``app_id``; :class:`ApplicationNotFound` otherwise (also for
+        a job's id, naming where to look)."""
+        aid = job_id(app_id)
+        try:
+            app = self.store.get_job(aid)
+        except JobNotFound:
+            raise ApplicationNotFound(aid) from None
+        if app.kind != JobKind.APPLICATION:
+            err = ApplicationNotFound(aid)
+            err.args = (f"{err} (it is a job: GET /v1/jobs/{aid}, stoker status {aid})",)
+            raise err
+        return app
+
+    def applications(self, state: JobState | None = None) -> list[dict[str, Any]]:
+        """Every application (only those in ``state``), in brief: state, attempt, cluster
+        spec, how many jobs it has made, the last error."""
+        apps = self.store.list_jobs(state, kind=JobKind.APPLICATION)
+        counts = Counter(j.app_id for j in self.store.list_jobs(kind=JobKind.JOB) if j.app_id)
+        return [
+            {
+                "app_id": a.job_id,
+                "state": str(a.state),
+                "attempt": a.current_attempt,
+                "cluster": a.spec.get("cluster"),
+                "jobs": counts.get(a.job_id, 0),
+                "error": a.last_error,
+                "created_at": a.created_at,
+                "updated_at": a.updated_at,
+            }
+            for a in apps
+        ]
+
+    def application(self, app_id: str) -> dict[str, Any]:
+        """One application: state, every driver attempt, the live driver (pid, host), its
+        cluster, each of its jobs with its state and last epoch, the last error."""
+        app = self._app(app_id)
+        attempts = self.store.list_attempts(app.job_id)
+        jobs = self.store.list_jobs(kind=JobKind.JOB, app_id=app.job_id)
+        return {
+            "app_id": app.job_id,
+            "state": str(app.state),
+            "attempt": app.current_attempt,
+            "attempts": [attempt_view(a) for a in attempts],
+            "driver": driver_of(attempts, app.current_attempt),
+            "cluster": cluster_of(app, self._find_cluster),
+            "jobs": [self._app_job(j) for j in jobs],
+            "error": app.last_error,
+            "spec": app.spec,
+            "failures": app.failures,
+            "next_attempt_at": app.next_attempt_at,
+            "cancel_requested_at": app.cancel_requested_at,
+            "created_at": app.created_at,
+            "updated_at": app.updated_at,
+        }
+
+    def _app_job(self, job: JobRecord) -> dict[str, Any]:
+        last = self.store.list_epochs(job.job_id, limit=1)
+        state, _paused = control.display_state(self.store, job)
+        return {
+            "job_id": job.job_id,
+            "state": state,
+            "last_epoch": last[0].epoch if last else None,
+            "attempt": job.current_attempt,
+            "error": job.last_error,
+        }
+
+    def cancel_application(self, app_id: str) -> dict[str, Any]:
+        """Ask the application to stop: its driver cancels every job gracefully (each epoch
+        in flight commits), then ends; the leader kills it after the cancel timeout. An
+        application not running yet ends CANCELED at once."""
+        app = self._app(app_id)
+        self.store.request_cancel(app.job_id)
+        return self.application(app.job_id)
+
+    def application_log(
+        self, app_id: str, attempt: int | None = None, tail: int | None = None
+    ) -> str:
+        """The driver log of one attempt (default: the current one), or its last ``tail``
+        lines; empty before the first attempt started."""
+        app = self._app(app_id)
+        n = app.current_attempt if attempt is None else attempt
+        if n == 0:
+            return ""
+        att = self.store.get_attempt(app.job_id, AttemptNo(n))
+        if att is None:
+            err = ApplicationNotFound(app.job_id)
+            err.args = (f"application {app.job_id!r} has no attempt {n}",)
+            raise err
+        if not att.log_path:
+            return ""
+        return tail_lines(Path(att.log_path), tail)
+
+    # clusters: SessionClusters does the work -----------------------------------------------
+    def _find_cluster(self, name: str) -> ClusterRecord | None:
+        return self.sessions.find(name)
+
+    def start_session_cluster(
+        self, name: str | None = None, workers: int = 2, cores: int = 1, memory: str = "1g"
+    ) -> dict[str, Any]:
+        """:meth:`SessionClusters.start`: a session cluster, RUNNING when this returns."""
+        return self.sessions.start(name, workers, cores, memory)
+
+    def clusters(self, include_stopped: bool = False) -> list[dict[str, Any]]:
+        """Every cluster stoker started (session clusters and applications' own)."""
+        return self.sessions.views(include_stopped)
+
+    def cluster(self, name: str) -> dict[str, Any]:
+        """:meth:`SessionClusters.view`: the record, ``status`` and ``used_by``."""
+        return self.sessions.view(name)
+
+    def add_worker(
+        self, name: str, cores: int | None = None, memory: str | None = None
+    ) -> dict[str, Any]:
+        """:meth:`SessionClusters.add_worker`."""
+        return self.sessions.add_worker(name, cores, memory)
+
+    def remove_worker(self, name: str, worker: str, graceful: bool = False) -> dict[str, Any]:
+        """:meth:`SessionClusters.remove_worker`."""
+        return self.sessions.remove_worker(name, worker, graceful)
+
+    def stop_cluster(self, name: str) -> dict[str, Any]:
+        """:meth:`SessionClusters.stop`: session clusters only."""
+        return self.sessions.stop(name)
 
 
 # In a child process (the manager imports no Spark and no user code): the Pipeline the file

@@ -84,6 +84,38 @@ def driver_argv(
     return out
 
 
+def appdriver_argv(
+    app: str,
+    attempt: int,
+    store: str,
+    state_dir: Path,
+    entrypoint: Path,
+    args: list[str],
+    conf: dict[str, str],
+    lease_ttl: float,
+) -> DriverArgv:
+    """argv of an application's driver for one attempt (``stoker.runtime.appdriver``): the
+    same shape and the same secrecy as :func:`driver_argv`, with ``--app``. ``state_dir`` is
+    the application's folder (its jobs' folders are ``state_dir/jobs/<job id>``); ``conf``
+    carries ``spark.master`` when the application runs on a cluster."""
+    argv = [
+        sys.executable,
+        "-m",
+        "stoker.runtime.appdriver",
+        "--app",
+        app,
+        "--attempt",
+        str(attempt),
+        "--store",
+        redact_url(store),
+        "--state-dir",
+        str(state_dir),
+        "--lease-ttl",
+        repr(float(lease_ttl)),
+    ]
+    return _app_argv(argv, store, entrypoint, args, conf)
+
+
 def cleanup_argv(job: str, store: str, state_dir: Path) -> DriverArgv:
     """argv of the cleanup process of an ended job (``stoker.runtime.cleanup``): it rebuilds
     the job's sinks from the descriptors in the store and resolves them; no application file

@@ -1,7 +1,8 @@
 """The leader prunes the epoch records of ended jobs (``stoker server --retention-*``).
 
 A running job prunes its own epochs (its driver's thread, ``-D stoker.retention.*`` in its
-conf). An ended job has no driver: the leader applies the server's policy to it, every
+conf). An ended job has no driver: the leader applies the server's policy to it (a job of an
+application too; application records have no epochs), every
 ``every`` seconds, a few batches per job per look, so that the supervisor's loop stays
 responsive. What is kept is the store's rule (``stoker/store/_retention.py``): the final and
 latest epochs, anything not committed, anything with a prepared sink part.
@@ -15,6 +16,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from stoker.errors import StokerError
+from stoker.types import JobKind
 
 if TYPE_CHECKING:
     from stoker.manager.supervisor import Supervisor
@@ -38,7 +40,7 @@ def sweep(sup: Supervisor) -> int:
         return 0
     _last_look[sup] = now
     deleted = 0
-    for job in sup.store.list_jobs():
+    for job in sup.store.list_jobs(kind=JobKind.JOB):
         if not job.state.terminal:
             continue
         try:

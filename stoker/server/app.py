@@ -17,12 +17,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from stoker.errors import (
+    ClusterConflict,
+    ClusterError,
+    ClusterNotFound,
     ControlConflict,
     ControlNotFound,
     DuplicateJob,
     InvalidInput,
     JobConflict,
     JobNotFound,
+    JobOwnedElsewhere,
     JobTerminal,
     NotLeader,
     StokerError,
@@ -30,6 +34,7 @@ from stoker.errors import (
     TooManyRequests,
 )
 from stoker.manager import ControlRateLimiter, JobManager, Supervisor
+from stoker.manager.applications import CLUSTER_PATH_PATTERN
 from stoker.manager.control import HISTORY_MAX, control_view
 from stoker.redact import redact_answer, redact_text
 from stoker.server.docs import (
@@ -41,9 +46,12 @@ from stoker.server.docs import (
     OPENAPI_URL,
     SAVEPOINT_BODY,
     STATIC_URL,
+    ApplicationBody,
+    ClusterBody,
     ConfigView,
     ControlEventView,
     ControlHistory,
+    WorkerBody,
     errors,
     install_docs,
     install_openapi,
@@ -66,6 +74,10 @@ HTTP_STATUS: dict[type[StokerError], int] = {
     TooManyRequests: 429,
     NotLeader: 503,
     StoreError: 503,
+    JobOwnedElsewhere: 409,
+    ClusterNotFound: 404,
+    ClusterConflict: 409,  # before ClusterError in every class's MRO: the state refuses it
+    ClusterError: 500,  # a cluster could not be started, changed or stopped
 }
 
 
@@ -246,6 +258,10 @@ def create_app(
             body["control_id"] = err.control_id
         if isinstance(err, ControlConflict):
             body["reason"] = err.reason
+        if isinstance(err, JobOwnedElsewhere):
+            body["owner"] = err.owner
+        if isinstance(err, ClusterNotFound):
+            body["cluster"] = err.name
         headers = None
         if isinstance(err, TooManyRequests):
             body["retry_after"] = round(err.retry_after, 3)
@@ -260,12 +276,17 @@ def create_app(
         msg = first.get("msg", "invalid request")
         if first.get("type") == "json_invalid":
             field, msg = "body", "malformed JSON"
-        elif field == "job_id" or field.endswith(".job_id"):
-            # The same words as the store's own check of a job id.
+        elif field in ("job_id", "app_id") or field.endswith((".job_id", ".app_id")):
+            # The same words as the store's own check of a job id (an application's id obeys
+            # the same rule: they share one id space).
+            name = "app_id" if field.endswith("app_id") else "job_id"
             try:
                 check_job_id(first.get("input"))  # type: ignore[arg-type]
             except InvalidInput as e:
-                field, msg = "job_id", e.message
+                field = name
+                msg = (
+                    e.message if name == "job_id" else e.message.replace("job id", "application id")
+                )
         return JSONResponse(
             {"error": f"{field}: {msg}", "field": field, "type": "InvalidInput"}, status_code=422
         )
@@ -329,12 +350,17 @@ def create_app(
 
     @app.get("/metrics", response_class=PlainTextResponse, responses=errors(*guarded_, 503))
     def metrics() -> str:
-        """Prometheus metrics: jobs by state, attempts, epochs committed, submit latency."""
+        """Prometheus metrics: jobs and applications by state, attempts, epochs committed,
+        submit latency."""
         by_state = {str(s): 0.0 for s in JobState}
         for j in manager.list_jobs():
             by_state[str(j.state)] += 1
+        apps_by_state = {str(s): 0.0 for s in JobState}
+        for a in manager.applications():
+            apps_by_state[str(a["state"])] += 1
         counts = manager.store.counts()
         lines = gauge("stoker_jobs", "Jobs by state.", by_state, "state")
+        lines += gauge("stoker_applications", "Applications by state.", apps_by_state, "state")
         lines += counter(
             "stoker_attempts_started_total", "Attempts started (all jobs).", counts["attempts"]
         )
@@ -431,6 +457,132 @@ def create_app(
     def cancel(job_id: str = job_path) -> dict[str, Any]:
         """Graceful: the current epoch completes and commits, then the driver stops."""
         return dict(redact_answer(manager.cancel(job_id).to_dict()))
+
+    # applications --------------------------------------------------------------------------
+    app_path = Path(
+        ..., min_length=1, max_length=JOB_ID_MAX, pattern=JOB_ID_PATTERN, description=JOB_ID_HELP
+    )
+
+    @app.post(
+        "/v1/applications",
+        status_code=201,
+        responses={
+            200: {"description": "Live with the same spec (`duplicate`), or `restarted`."},
+            **errors(*writes, 409, 422, 503),
+        },
+    )
+    async def submit_application(body: ApplicationBody) -> JSONResponse:
+        """Submit a program (an application): the leader starts its driver on its cluster and
+        supervises it (restart strategy, HA). 201 created; 200 when live with the same spec
+        (``duplicate``) or ``restarted``; 409 for another spec while live, an ended one
+        without ``restart``, or an id taken by a job."""
+        res = await run_in_threadpool(
+            manager.submit_application,
+            body.app_id,
+            body.entrypoint,
+            body.args,
+            body.conf,
+            body.cluster,
+            body.restart_strategy,
+            body.driver_memory,
+            body.driver_cores,
+            body.restart,
+        )
+        out = await run_in_threadpool(manager.application, res.job.job_id)
+        out["duplicate"] = res.outcome == "duplicate"
+        out["restarted"] = res.outcome == "restarted"
+        return JSONResponse(
+            redact_answer(out), status_code=201 if res.outcome == "created" else 200
+        )
+
+    @app.get("/v1/applications", responses=errors(*guarded_, 422, 503))
+    def list_applications(state: JobState | None = Query(None)) -> list[dict[str, Any]]:
+        """Every application, in brief (state, attempt, cluster, number of jobs)."""
+        return [redact_answer(a) for a in manager.applications(state)]
+
+    @app.get("/v1/applications/{app_id}", responses=reads)
+    def get_application(app_id: str = app_path) -> dict[str, Any]:
+        """State, every driver attempt, the live driver (pid, host), the cluster, each job with
+        its state and last epoch, the last error."""
+        return dict(redact_answer(manager.application(app_id)))
+
+    @app.post(
+        "/v1/applications/{app_id}/cancel",
+        status_code=202,
+        responses=errors(*writes, 404, 409, 422, 503),
+    )
+    def cancel_application(app_id: str = app_path) -> dict[str, Any]:
+        """Graceful: every job of the application stops after its epoch in flight commits,
+        then the driver ends; the application's own cluster is torn down."""
+        return dict(redact_answer(manager.cancel_application(app_id)))
+
+    @app.get("/v1/applications/{app_id}/log", response_class=PlainTextResponse, responses=reads)
+    def application_log(
+        app_id: str = app_path,
+        attempt: int | None = Query(
+            None, ge=1, le=_BIGINT, description="Default: the current attempt."
+        ),
+        tail: int | None = Query(None, ge=1, le=1_000_000, description="Only the last N lines."),
+    ) -> str:
+        """The driver's log of one attempt of the application."""
+        return redact_text(manager.application_log(app_id, attempt, tail))
+
+    # clusters ------------------------------------------------------------------------------
+    cluster_path = Path(
+        ...,
+        pattern=CLUSTER_PATH_PATTERN,
+        description="A cluster's name (app-<id>: an application's own).",
+    )
+    cluster_writes = errors(*writes, 404, 409, 422, 500, 503)
+
+    @app.post("/v1/clusters", status_code=201, responses=errors(*writes, 409, 422, 500, 503))
+    def start_cluster(body: ClusterBody | None = None) -> dict[str, Any]:
+        """Start a session cluster (a Spark standalone master and its workers on this host);
+        answers once every worker is ALIVE (tens of seconds). 409: the name is in use;
+        500: it could not start (what was started is stopped again)."""
+        b = body or ClusterBody.model_validate({})
+        return dict(
+            redact_answer(manager.start_session_cluster(b.name, b.workers, b.cores, b.memory))
+        )
+
+    @app.get("/v1/clusters", responses=errors(*guarded_, 422, 503))
+    def list_clusters(
+        include_stopped: bool = Query(False, description="Also the STOPPED ones."),
+    ) -> list[dict[str, Any]]:
+        """Every cluster stoker started: session clusters and applications' own."""
+        return [redact_answer(c) for c in manager.clusters(include_stopped)]
+
+    @app.get("/v1/clusters/{name}", responses=reads)
+    def get_cluster(name: str = cluster_path) -> dict[str, Any]:
+        """One cluster: its record, what its master says now (``status``) and the live
+        applications on it (``used_by``)."""
+        return dict(redact_answer(manager.cluster(name)))
+
+    @app.post("/v1/clusters/{name}/workers", status_code=201, responses=cluster_writes)
+    def add_worker(name: str = cluster_path, body: WorkerBody | None = None) -> dict[str, Any]:
+        """Start one more worker (default: the cluster's cores and memory per worker)."""
+        b = body or WorkerBody.model_validate({})
+        return dict(redact_answer(manager.add_worker(name, b.cores, b.memory)))
+
+    @app.delete("/v1/clusters/{name}/workers/{worker}", responses=cluster_writes)
+    def remove_worker(
+        name: str = cluster_path,
+        worker: str = Path(
+            ..., pattern=r"^[A-Za-z0-9._:-]{1,128}$", description="A worker's id or address."
+        ),
+        graceful: bool = Query(
+            False, description="Decommission it first: running work moves, no task fails."
+        ),
+    ) -> dict[str, Any]:
+        """Stop one worker of a RUNNING cluster."""
+        return dict(redact_answer(manager.remove_worker(name, worker, graceful)))
+
+    @app.post("/v1/clusters/{name}/stop", responses=cluster_writes)
+    def stop_cluster(name: str = cluster_path) -> dict[str, Any]:
+        """Stop a session cluster and every process of it. Applications still on it are named
+        in ``used_by`` (not stopped). An application's own cluster: 409 (it goes when the
+        application ends)."""
+        return dict(redact_answer(manager.stop_cluster(name)))
 
     # control -------------------------------------------------------------------------------
     control_path = Path(

@@ -1,6 +1,6 @@
 """The API's contract and its docs page: the one error model, the answers each call can give,
-the job id pattern, the control request bodies and answers, the security schemes, and Swagger
-UI served from the package (``/docs`` works without internet)."""
+the job id pattern, the control, application and cluster request bodies and answers, the
+security schemes, and Swagger UI served from the package (``/docs`` works without internet)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.staticfiles import StaticFiles
+
+from stoker.manager.applications import CLUSTER_NAME_PATTERN
 
 SWAGGER_UI_VERSION = "5.35.0"  # npm swagger-ui-dist, copied into static/swagger-ui
 STATIC_DIR = Path(__file__).parent / "static"
@@ -29,6 +31,14 @@ JOB_ID_HELP = (
     "1-100 letters, digits, '.', '_' or '-', starting with a letter or digit, no '..' (the "
     "pattern and lengths below)"
 )
+# A JVM memory amount with its unit (the manager checks it against the host's memory).
+MEMORY_PATTERN = r"^[1-9][0-9]{0,8}[kKmMgGtT][bB]?$"
+CLUSTER_SPEC_HELP = (
+    "Where the driver's Spark runs: `local` (local[*] inside the driver), "
+    "`standalone:workers=2,cores=1,memory=1g` (a cluster stoker starts for this application "
+    "and tears down when it ends), `spark://host:port` (a master you run; left alone), or "
+    "the name of a RUNNING session cluster (POST /v1/clusters)."
+)
 
 
 class ErrorAnswer(BaseModel):
@@ -37,9 +47,11 @@ class ErrorAnswer(BaseModel):
     error: str = Field(..., description="What is wrong, and what is allowed or what to do.")
     type: str | None = Field(
         None,
-        description="The error's kind: InvalidInput, JobNotFound, JobConflict, JobTerminal, "
-        "DuplicateJob, ControlNotFound, ControlConflict, TooManyRequests, Unauthorized, "
-        "Forbidden, MethodNotAllowed, NotFound, NotLeader, StoreError.",
+        description="The error's kind: InvalidInput, JobNotFound, ApplicationNotFound, "
+        "JobConflict, JobTerminal, JobOwnedElsewhere, DuplicateJob, ControlNotFound, "
+        "ControlConflict, ClusterNotFound, ClusterConflict, ClusterError, TooManyRequests, "
+        "Unauthorized, Forbidden, MethodNotAllowed, NotFound, NotLeader, StoreError, "
+        "InternalError.",
     )
     field: str | None = Field(None, description="422: the field at fault (dotted path).")
     job_id: str | None = Field(None, description="The job the error is about.")
@@ -54,6 +66,10 @@ class ErrorAnswer(BaseModel):
     retry_after: float | None = Field(
         None, description="429 TooManyRequests: seconds until the job takes another event."
     )
+    owner: str | None = Field(
+        None, description="409 JobOwnedElsewhere: what holds the id (an application, a job)."
+    )
+    cluster: str | None = Field(None, description="404 ClusterNotFound: the cluster asked for.")
 
 
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorAnswer"}
@@ -61,12 +77,17 @@ _WHY = {
     401: "Token missing or wrong: send 'Authorization: Bearer <token>' (stoker CLI: --token "
     "or STOKER_TOKEN).",
     403: "The token is read-only and this call changes state.",
-    404: "No such job (or attempt, or control event).",
-    409: "The job id is live with another spec (`difference`), or the job has ended (`state`; "
-    'submit it with "restart": true to run it again); for control, the event cannot be taken '
-    "in the job's control state, or its `request_id` was used for another event (`reason`).",
+    404: "No such job, application or cluster (or attempt, or control event).",
+    409: "The id is live with another spec (`difference`), or it has ended (`state`; submit "
+    'it with "restart": true to run it again), or it is taken by another kind of record or '
+    "another application's job (JobOwnedElsewhere, `owner`); for control, the event cannot be "
+    "taken in the job's control state, or its `request_id` was used for another event "
+    "(`reason`); for a cluster, its name is in use or its state refuses the change "
+    "(ClusterConflict).",
     422: "Bad input: `field` names the field, `error` says what is allowed. Nothing changed.",
     429: "Too many control events for this job: retry after `Retry-After` seconds.",
+    500: "A cluster could not be started, changed or stopped (ClusterError; what was started "
+    "is stopped again), or a bug (InternalError: see the job manager's log).",
     503: "The store is unavailable, or this manager lost the leader lease mid-call.",
 }
 _RETRY_AFTER = {
@@ -125,6 +146,64 @@ class ControlHistory(BaseModel):
     next: int | None = Field(
         None, description="Pass as `before` for the next (older) page; null on the last page."
     )
+
+
+class ApplicationBody(BaseModel):
+    """``POST /v1/applications``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    app_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=JOB_ID_MAX,
+        pattern=JOB_ID_PATTERN,
+        description=f"Default: the entrypoint's file name without .py. {JOB_ID_HELP}. "
+        "Applications and jobs share one id space.",
+    )
+    entrypoint: str = Field(
+        ...,
+        min_length=1,
+        description="The program (.py) on the manager's host, under an --allow-dir: top-level "
+        "code or a main() that runs jobs with stoker.run / stoker.submit.",
+    )
+    args: list[str] = Field(default_factory=list, description="The program's sys.argv[1:].")
+    conf: dict[str, str] = Field(
+        default_factory=dict, description="spark.* and stoker.* keys for the driver."
+    )
+    cluster: str = Field("local", min_length=1, description=CLUSTER_SPEC_HELP)
+    restart_strategy: dict[str, Any] | None = Field(
+        None, description='For the driver, e.g. {"strategy": "fixed-delay", "attempts": 3}'
+    )
+    driver_memory: str | None = Field(
+        None, pattern=MEMORY_PATTERN, description="spark.driver.memory, e.g. 2g."
+    )
+    driver_cores: int | None = Field(None, ge=1, le=1024, description="spark.driver.cores.")
+    restart: bool = Field(False, description="Run an ended application again.")
+
+
+class ClusterBody(BaseModel):
+    """``POST /v1/clusters``: a session cluster (Spark standalone) that outlives applications."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(
+        None,
+        pattern=CLUSTER_NAME_PATTERN,
+        description="Default: cluster-<6 hex>. Applications run on it with cluster=<name>.",
+    )
+    workers: int = Field(2, ge=1, le=64)
+    cores: int = Field(1, ge=1, le=1024, description="Cores of each worker.")
+    memory: str = Field("1g", pattern=MEMORY_PATTERN, description="Memory of each worker.")
+
+
+class WorkerBody(BaseModel):
+    """``POST /v1/clusters/{name}/workers``: one more worker (default: the cluster's sizes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cores: int | None = Field(None, ge=1, le=1024)
+    memory: str | None = Field(None, pattern=MEMORY_PATTERN)
 
 
 class ConfigView(BaseModel):

@@ -238,7 +238,9 @@ def _drivers_of(store: str) -> set[Proc]:
     out: set[Proc] = set()
     for p in processes():
         argv = p.argv
-        if "stoker.runtime.driver" in argv and "--store" in argv:
+        if ("stoker.runtime.driver" in argv or "stoker.runtime.appdriver" in argv) and (
+            "--store" in argv
+        ):
             i = argv.index("--store")
             if i + 1 < len(argv) and argv[i + 1] == store and p.pgid == p.pid:
                 out |= process_tree(pgid=p.pgid, root=p.pid)

@@ -1,7 +1,8 @@
 """stoker.client.Client against a real ``stoker server``: every REST call, every refusal.
 
 The application's main raises before Spark starts, so an attempt (with a driver log) exists
-within seconds and the job ends FAILED (restart strategy ``none``).
+within seconds and the job ends FAILED (restart strategy ``none``); run as an application,
+the same file's driver fails the same way.
 """
 
 from __future__ import annotations
@@ -11,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from stoker.client import Client, Submitted
-from stoker.errors import InvalidInput, JobNotFound, JobTerminal, Unauthorized
+from stoker.client import Client, Submitted, SubmittedApplication
+from stoker.errors import (
+    ApplicationNotFound,
+    ClusterNotFound,
+    InvalidInput,
+    JobNotFound,
+    JobOwnedElsewhere,
+    JobTerminal,
+    Unauthorized,
+)
 from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -98,3 +107,59 @@ def test_refusals_become_stoker_errors(manager: tuple[Manager, Path]) -> None:
         assert c.health()["ok"] is True
         with pytest.raises(Unauthorized, match="missing token"):
             c.jobs()
+
+
+def test_applications_and_clusters(manager: tuple[Manager, Path]) -> None:
+    """The application and cluster calls, on a program whose main raises (no Spark starts)."""
+    m, app = manager
+    with Client(m.url, TOKEN) as c:
+        assert c.clusters() == []
+        sub = c.submit_application(
+            str(app), app_id="raiser-app", restart_strategy={"strategy": "none"}
+        )
+        assert isinstance(sub, SubmittedApplication)
+        assert (sub.outcome, sub.app_id, sub.app["state"]) == ("created", "raiser-app", "CREATED")
+        again = c.submit_application(
+            str(app), app_id="raiser-app", restart_strategy={"strategy": "none"}
+        )
+        assert again.outcome == "duplicate"
+        wait_for(
+            "the application to fail",
+            lambda: c.application("raiser-app")["state"] == "FAILED",
+            ENDS,
+        )
+        view = c.application("raiser-app")
+        assert [(a["attempt"], a["state"]) for a in view["attempts"]] == [(1, "FAILED")]
+        assert "boom: main gave up" in (view["error"] or ""), view
+        assert [a["app_id"] for a in c.applications()] == ["raiser-app"]
+        assert c.applications("RUNNING") == []
+        log = c.application_log("raiser-app")
+        assert "RuntimeError: boom: main gave up" in log
+        assert c.application_log("raiser-app", attempt=1, tail=2) == "".join(
+            log.splitlines(keepends=True)[-2:]
+        )
+        with pytest.raises(JobTerminal):
+            c.cancel_application("raiser-app")
+        # Refusals, each its own error.
+        with pytest.raises(ApplicationNotFound, match="'nosuch' not found"):
+            c.application("nosuch")
+        with pytest.raises(ApplicationNotFound, match="it is a job"):
+            c.application("raiser")
+        with pytest.raises(JobNotFound, match="it is an application"):
+            c.job("raiser-app")
+        with pytest.raises(JobOwnedElsewhere, match="job submitted alone"):
+            c.submit_application(str(app), app_id="raiser")
+        with pytest.raises(InvalidInput) as bad:
+            c.submit_application(str(app), app_id="x", cluster="standalone:workers=0")
+        assert bad.value.field == "cluster"
+        with pytest.raises(ClusterNotFound):
+            c.cluster("nosuch")
+        with pytest.raises(ClusterNotFound):
+            c.stop_cluster("nosuch")
+        with pytest.raises(ClusterNotFound):
+            c.add_worker("nosuch")
+        with pytest.raises(InvalidInput) as bad:
+            c.start_cluster("x", workers=1, memory="1")
+        assert bad.value.field == "memory"
+        assert c.clusters(include_stopped=True) == []
+        assert [j["job_id"] for j in c.jobs()] == ["raiser"]  # never an application

@@ -13,7 +13,7 @@ from stoker.clock import ManualClock
 from stoker.errors import JobTerminal
 from stoker.manager import JobManager, Supervisor, SupervisorConfig
 from stoker.store import Owner, Store, open_store
-from stoker.types import AttemptNo, AttemptState, JobState, job_id
+from stoker.types import AttemptNo, AttemptState, ClusterState, JobId, JobKind, JobState, job_id
 
 SPEC = {"kind": "app", "entrypoint": "/nonexistent/app.py", "args": [], "conf": {}}
 
@@ -261,3 +261,163 @@ def test_failure_rate_reads_the_failure_times_from_the_attempts(
     clock.advance(11)  # the third failure within 60 s (51 s after the fourth)
     sup.step()
     assert store.get_job(jid).state == JobState.FAILED
+
+
+# Applications (issue 10) ----------------------------------------------------------------------
+APP_SPEC = {
+    "kind": "application",
+    "entrypoint": "/nonexistent/app.py",
+    "args": [],
+    "conf": {},
+    "cluster": "local",
+    "restart_strategy": {"strategy": "none"},
+}
+OWN_CLUSTER = "standalone:workers=1,cores=1,memory=512m"
+
+
+def _app(store: Store, aid: str, **spec: Any) -> JobId:
+    app = job_id(aid)
+    store.create_job(app, aid, {**APP_SPEC, **spec}, {}, kind=JobKind.APPLICATION)
+    return app
+
+
+def _app_running(store: Store, aid: str, ttl: float = 1000.0, **spec: Any) -> JobId:
+    """An application whose driver (on another host: never killed here) runs attempt 1."""
+    app = _app(store, aid, **spec)
+    store.start_attempt(app, Owner("elsewhere", 4242, "x"), ttl, AttemptNo(0))
+    return app
+
+
+def _in_app_job(store: Store, app: JobId, name: str, running: bool) -> JobId:
+    jid = job_id(f"{app}.{name}")
+    store.create_job(jid, name, {"kind": "in_app", "app_id": app}, {}, app_id=app)
+    if running:
+        store.start_attempt(
+            jid, Owner("elsewhere", 4242, "x"), 10.0, AttemptNo(0), app_attempt=AttemptNo(1)
+        )
+    return jid
+
+
+def test_jobs_of_a_live_application_are_never_launched_or_failed_by_the_leader(
+    tmp_path: Path,
+) -> None:
+    clock, sup = _setup(tmp_path)
+    store = sup.store
+    app = _app_running(store, "live")
+    waiting = _in_app_job(store, app, "waiting", running=False)
+    lapsed = _in_app_job(store, app, "lapsed", running=True)
+    clock.advance(11)  # the job attempt's lease lapsed: its driver's business, not the leader's
+    sup.step()
+    sup.step()
+    assert store.get_job(waiting).state == JobState.CREATED
+    assert store.get_job(lapsed).state == JobState.RUNNING
+    att = store.get_attempt(lapsed, AttemptNo(1))
+    assert att is not None and att.state == AttemptState.RUNNING
+    assert sup.started_attempts == 0
+    assert store.get_job(app).state == JobState.RUNNING
+
+
+@pytest.mark.parametrize("end", ["FAILED", "CANCELED", "FINISHED"])
+def test_jobs_outliving_their_application_are_ended(tmp_path: Path, end: str) -> None:
+    clock, sup = _setup(tmp_path)
+    store = sup.store
+    app = _app_running(store, "ending", ttl=10.0)
+    running = _in_app_job(store, app, "running", running=True)
+    waiting = _in_app_job(store, app, "waiting", running=False)
+    if end == "FAILED":
+        clock.advance(11)  # the driver's lease lapsed; strategy none: the application fails
+    elif end == "CANCELED":
+        store.request_cancel(app)
+        store.finish_attempt(app, AttemptNo(1), AttemptState.CANCELED, JobState.CANCELED)
+    else:
+        store.finish_attempt(app, AttemptNo(1), AttemptState.FINISHED, JobState.FINISHED)
+    sup.step()
+    sup.step()
+    ended = store.get_job(app)
+    assert ended.state == JobState(end)
+    expected = JobState.FAILED if end == "FAILED" else JobState.CANCELED
+    why = f"application ending ended {end}"
+    if end == "FAILED":
+        why += ": the lease of attempt 1 expired"
+    for jid in (running, waiting):
+        job = store.get_job(jid)
+        assert (job.state, job.last_error) == (expected, why), jid
+    att = store.get_attempt(running, AttemptNo(1))
+    assert att is not None
+    assert att.state == (AttemptState.FAILED if end == "FAILED" else AttemptState.CANCELED)
+
+
+def test_an_applications_own_cluster_is_torn_down_when_it_ends(tmp_path: Path) -> None:
+    _clock, sup = _setup(tmp_path)
+    store = sup.store
+    done = _app_running(store, "done", cluster=OWN_CLUSTER)
+    live = _app_running(store, "busy", cluster=OWN_CLUSTER)
+    for app in (done, live):
+        store.create_cluster(f"app-{app}", "app", {"cluster": OWN_CLUSTER}, owner_app=app)
+        store.update_cluster(f"app-{app}", state=ClusterState.RUNNING, master_url="spark://x:1")
+    store.create_cluster("shared", "session", {"cluster": OWN_CLUSTER})
+    store.request_cancel(done)
+    store.finish_attempt(done, AttemptNo(1), AttemptState.CANCELED, JobState.CANCELED)
+    sup.step()
+    assert sup.wait_cluster_work(60)
+    states = {c.name: c.state for c in store.list_clusters(include_stopped=True)}
+    assert states == {
+        "app-done": ClusterState.STOPPED,
+        "app-busy": ClusterState.RUNNING,  # its application still runs
+        "shared": ClusterState.STARTING,  # a session cluster is never the leader's to stop
+    }
+
+
+def test_a_cluster_start_left_by_a_gone_leader_is_given_up_after_three_minutes(
+    tmp_path: Path,
+) -> None:
+    clock, sup = _setup(tmp_path)
+    store = sup.store
+    app = _app(store, "waiting", cluster=OWN_CLUSTER)
+    # Another manager recorded the start and died: no start runs here.
+    store.create_cluster(f"app-{app}", "app", {"cluster": OWN_CLUSTER}, owner_app=app)
+    sup.step()
+    assert store.get_cluster(f"app-{app}").state == ClusterState.STARTING
+    clock.advance(181)
+    sup.step()
+    assert sup.wait_cluster_work(60)
+    rec = store.get_cluster(f"app-{app}")
+    assert rec.state == ClusterState.STOPPED
+    assert rec.error == "its start was left unfinished by a job manager that is gone"
+    # No attempt used up: the next look starts a new cluster (not run here).
+    job = store.get_job(app)
+    assert (job.state, job.current_attempt, job.failures) == (JobState.CREATED, 0, 0)
+    store.request_cancel(app)
+
+
+def test_a_cluster_that_failed_fails_the_attempt_through_the_restart_strategy(
+    tmp_path: Path,
+) -> None:
+    _clock, sup = _setup(tmp_path)
+    store = sup.store
+    strategy = {"strategy": "fixed-delay", "attempts": 1, "delay": 5}
+    app = _app(store, "unlucky", cluster=OWN_CLUSTER, restart_strategy=strategy)
+    store.create_cluster(f"app-{app}", "app", {"cluster": OWN_CLUSTER}, owner_app=app)
+    store.update_cluster(f"app-{app}", state=ClusterState.FAILED, error="boom: no worker came")
+    sup.step()
+    job = store.get_job(app)
+    assert (job.state, job.failures) == (JobState.RESTARTING, 1)
+    att = store.get_attempt(app, AttemptNo(1))
+    assert att is not None and att.state == AttemptState.FAILED
+    assert att.error == f"its cluster app-{app} failed: boom: no worker came"
+    assert sup.wait_cluster_work(60)
+    assert store.get_cluster(f"app-{app}").state == ClusterState.STOPPED  # made anew next time
+    store.request_cancel(app)
+
+
+def test_an_application_on_a_session_cluster_that_is_gone_fails(tmp_path: Path) -> None:
+    _clock, sup = _setup(tmp_path)
+    store = sup.store
+    app = _app(store, "orphan", cluster="shared")
+    sup.step()
+    job = store.get_job(app)
+    assert (job.state, job.last_error) == (
+        JobState.FAILED,
+        "its session cluster 'shared' does not exist",
+    )
+    assert sup.started_attempts == 0

@@ -1,0 +1,247 @@
+"""Session clusters through a real ``stoker server``: REST and the CLI, real Spark standalone
+JVMs (one master, workers of 512m on 127.0.0.2, .3), real process checks through /proc.
+
+One cluster is started for the module and changed step by step, so the tests depend on the
+file's order: start, look, refuse, add a worker, remove it gracefully, stop (no JVM left).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.manager_fixtures import Manager, stop_all
+from tests.support import REPO, file_sink_ids, stoker_cmd
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+TOKEN = "cluster-t0ken"
+READ_TOKEN = "cluster-read-t0ken"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+NAME = "shared"
+SLOW = 400.0  # JVMs starting on a loaded 2-core machine
+
+
+APP = """\
+import stoker
+from stoker import Pipeline, sinks, sources
+
+
+def main():
+    numbers = Pipeline("numbers").source(
+        sources.generator(total=30, max_rows_per_epoch=10, partitions=2)
+    )
+    stoker.run(numbers.sink(sinks.files({out!r})))
+"""
+
+
+@dataclass
+class World:
+    manager: Manager
+    state: Path
+    root: Path
+
+    @property
+    def url(self) -> str:
+        return self.manager.url
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    root = tmp_path_factory.mktemp("clusters")
+    m = Manager(
+        "clusters",
+        f"sqlite:///{root / 'store.db'}",
+        root / "state",
+        [root],
+        root / "manager.log",
+        token=TOKEN,
+        read_token=READ_TOKEN,
+    )
+    try:
+        m.wait_up()
+        yield World(m, root / "state", root)
+    finally:
+        # Whatever a failed test left: the cluster's JVMs are the manager's children.
+        stop_all([m])
+
+
+def stoker(*args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("STOKER_SERVER", "STOKER_TOKEN")}
+    if token is not None:
+        env["STOKER_TOKEN"] = token
+    return subprocess.run(
+        stoker_cmd(*args), cwd=REPO, env=env, capture_output=True, text=True, timeout=SLOW
+    )
+
+
+def cluster(w: World, name: str = NAME) -> dict[str, Any]:
+    r = w.manager.http.get(f"/v1/clusters/{name}", headers=AUTH)
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def alive(p: dict[str, Any]) -> bool:
+    """The recorded process still runs (same pid and kernel start time)."""
+    try:
+        stat = Path(f"/proc/{p['pid']}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[0] not in ("Z", "X") and fields[19] == p["pid_started"]
+
+
+def alive_workers(view: dict[str, Any]) -> list[str]:
+    status = view["status"] or {}
+    return sorted(w["host"] for w in status.get("workers", []) if w["state"] == "ALIVE")
+
+
+def spark_jvms(m: Manager) -> list[str]:
+    """The Spark daemon JVMs (master, workers) the manager started, as their argv."""
+    daemons = ("deploy.master.Master", "deploy.worker.Worker")
+    found = [" ".join(p.argv) for p in m.driver_procs()]
+    return [argv for argv in found if any(d in argv for d in daemons)]
+
+
+def test_start_answers_once_the_workers_are_alive(world: World) -> None:
+    p = stoker(
+        "cluster", "start", "--name", NAME, "--workers", "1", "--memory", "512m",
+        "--server", world.manager.url,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr + world.manager.log_tail()
+    view = cluster(world)
+    assert p.stdout == (
+        f"cluster {NAME}: RUNNING at {view['master_url']} (web {view['web_url']}), 1 workers\n"
+    )
+    assert (view["kind"], view["state"], view["owner_app"], view["workers"]) == (
+        "session",
+        "RUNNING",
+        None,
+        1,
+    )
+    assert view["spec"] == {
+        "cluster": "standalone:workers=1,cores=1,memory=512m",
+        "workers": 1,
+        "cores": 1,
+        "memory": "512m",
+    }
+    assert [(x["role"], x["address"]) for x in view["processes"]] == [
+        ("master", "127.0.0.1"),
+        ("worker", "127.0.0.2"),
+    ]
+    assert all(alive(x) for x in view["processes"])
+    assert alive_workers(view) == ["127.0.0.2"]
+    assert view["used_by"] == []
+    assert len(spark_jvms(world.manager)) == 2
+    listed = world.manager.http.get("/v1/clusters", headers={"X-Stoker-Token": READ_TOKEN})
+    assert [(c["name"], c["state"]) for c in listed.json()] == [(NAME, "RUNNING")]
+    p = stoker("cluster", "list", "--server", world.manager.url)
+    assert p.returncode == 0 and p.stdout.split()[:3] == [NAME, "session", "RUNNING"], p
+
+
+def test_bad_requests_change_nothing(world: World) -> None:
+    http = world.manager.http
+    for body, status, field in (
+        ({"name": NAME, "workers": 1, "memory": "512m"}, 409, None),
+        ({"workers": 0}, 422, "workers"),
+        ({"memory": "lots"}, 422, "memory"),
+        ({"memory": "100000g", "workers": 1}, 422, "memory"),
+        ({"name": "app-x"}, 422, "name"),
+        ({"name": "local"}, 422, "name"),
+    ):
+        r = http.post("/v1/clusters", json=body, headers=AUTH)
+        assert r.status_code == status, (body, r.text)
+        assert r.json().get("field") == field, (body, r.text)
+    r = http.post("/v1/clusters", json={"workers": 1}, headers={"X-Stoker-Token": READ_TOKEN})
+    assert r.status_code == 403
+    r = http.post("/v1/clusters/nosuch/stop", headers=AUTH)
+    assert (r.status_code, r.json()["type"], r.json()["cluster"]) == (
+        404,
+        "ClusterNotFound",
+        "nosuch",
+    )
+    p = stoker("cluster", "stop", "nosuch", "--server", world.manager.url)
+    assert (p.returncode, p.stderr) == (3, "stoker: error: cluster 'nosuch' not found\n")
+    p = stoker("cluster", "remove-worker", NAME, "127.0.0.9", "--server", world.manager.url)
+    assert p.returncode == 2 and "no worker '127.0.0.9'" in p.stderr, p.stderr
+    assert [c["name"] for c in http.get("/v1/clusters", headers=AUTH).json()] == [NAME]
+    assert cluster(world)["workers"] == 1
+
+
+def test_add_worker_takes_the_next_loopback_address(world: World) -> None:
+    p = stoker("cluster", "add-worker", NAME, "--server", world.manager.url, "--json")
+    assert p.returncode == 0, p.stderr + world.manager.log_tail()
+    out = json.loads(p.stdout)
+    assert (out["worker"]["address"], out["cluster"]["workers"]) == ("127.0.0.3", 2)
+    view = cluster(world)
+    assert alive_workers(view) == ["127.0.0.2", "127.0.0.3"]
+    assert all(alive(x) for x in view["processes"])
+
+
+def test_an_application_on_the_session_cluster_leaves_it_running(world: World) -> None:
+    before = cluster(world)["processes"]
+    entry = world.root / "shared_app.py"
+    entry.write_text(APP.format(out=str(world.root / "out")))
+    p = stoker(
+        "run", "--driver", str(entry), "--cluster", NAME, "--server", world.url,
+        "-D", "stoker.trigger=200ms",
+    )  # fmt: skip
+    assert (p.returncode, p.stdout) == (0, "shared_app\n"), p.stderr + world.manager.log_tail()
+    assert file_sink_ids(world.root / "out") == Counter(range(30))
+    r = world.manager.http.get("/v1/applications/shared_app", headers=AUTH).json()
+    assert (r["state"], r["cluster"]) == (
+        "FINISHED",
+        {
+            "spec": NAME,
+            "name": NAME,
+            "state": "RUNNING",
+            "master_url": cluster(world)["master_url"],
+            "workers": 2,
+        },
+    )
+    # The session cluster outlives its application, every process as it was.
+    view = cluster(world)
+    assert view["state"] == "RUNNING" and view["processes"] == before
+    assert all(alive(x) for x in before)
+    assert [a["name"] for a in view["status"]["completedapps"]] == ["stoker:shared_app"]
+    assert view["used_by"] == []
+
+
+def test_remove_worker_gracefully(world: World) -> None:
+    gone = next(x for x in cluster(world)["processes"] if x["address"] == "127.0.0.3")
+    p = stoker(
+        "cluster", "remove-worker", NAME, "127.0.0.3", "--graceful", "--server", world.manager.url
+    )
+    assert p.returncode == 0, p.stderr + world.manager.log_tail()
+    assert (
+        p.stdout
+        == f"cluster {NAME}: worker 127.0.0.3 decommissioned and stopped (1 workers left)\n"
+    )
+    assert not alive(gone)
+    view = cluster(world)
+    assert [x["address"] for x in view["processes"]] == ["127.0.0.1", "127.0.0.2"]
+    assert alive_workers(view) == ["127.0.0.2"]
+
+
+def test_stop_leaves_no_jvm(world: World) -> None:
+    recorded = cluster(world)["processes"]
+    p = stoker("cluster", "stop", NAME, "--server", world.manager.url)
+    assert (p.returncode, p.stdout) == (0, f"cluster {NAME}: STOPPED\n"), p.stderr
+    assert not [x for x in recorded if alive(x)]
+    assert spark_jvms(world.manager) == []
+    assert world.manager.http.get("/v1/clusters", headers=AUTH).json() == []
+    p = stoker("cluster", "list", "--all", "--json", "--server", world.manager.url)
+    assert p.returncode == 0, p.stderr
+    assert [(c["name"], c["state"]) for c in map(json.loads, p.stdout.splitlines())] == [
+        (NAME, "STOPPED")
+    ]
+    # A stopped cluster's name can be used again (not started here).
+    assert cluster(world)["status"] is None
