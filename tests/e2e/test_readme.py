@@ -97,7 +97,9 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_sh_block_is_one_the_test_knows() -> None:
     kinds = [_kind(line) for block in BLOCKS for line in block]
     assert None not in kinds, [ln for b in BLOCKS for ln in b if _kind(ln) is None]
-    assert {"setup", "pytest", "synopsis", "server", "submit", "read", "control"} <= set(kinds)
+    assert {"setup", "pytest", "synopsis", "server", "submit", "read", "control", "driver"} <= set(
+        kinds
+    )
 
 
 def _kind(line: str) -> str | None:
@@ -117,6 +119,8 @@ def _kind(line: str) -> str | None:
         return "control"
     if re.match(r"stoker run \S+ .*--from-savepoint ", line):
         return "control"
+    if re.match(r"stoker (run app\.py --driver|apps|app [a-z]+|cluster [a-z-]+)\b", line):
+        return "driver"
     return None
 
 
@@ -133,6 +137,21 @@ def test_control_block_commands_and_options_exist(work: Path) -> None:
             cmd = f"stoker {words[1]} --help"
         helptext = _check(sh(cmd, work))
         for opt in re.findall(r"(--[a-z][a-z-]*)\b", line):
+            assert opt in helptext, f"{opt} of `{line}` not in `{cmd}`"
+
+
+def test_driver_block_commands_and_options_exist(work: Path) -> None:
+    """The "Applications and clusters" block: every command and option it shows is one the
+    CLI takes (what they do is tested on real applications and clusters in
+    test_driver_mode, test_applications_api and test_clusters_api)."""
+    lines = [ln for b in BLOCKS for ln in b if _kind(ln) == "driver"]
+    assert len(lines) >= 8, lines
+    for line in lines:
+        words = shlex.split(line)
+        sub = words[1:3] if words[1] in ("app", "cluster") else words[1:2]
+        cmd = "stoker " + " ".join(sub) + " --help"
+        helptext = _check(sh(cmd, work))
+        for opt in re.findall(r"\s(--?[a-z][a-z-]*)\b", line):
             assert opt in helptext, f"{opt} of `{line}` not in `{cmd}`"
 
 
