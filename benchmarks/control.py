@@ -188,6 +188,10 @@ def stoker_driver(a: argparse.Namespace) -> None:
     p.source(sources.generator(max_rows_per_epoch=a.per_epoch))
     p.transform(transform)
     p.sink(sinks.files(a.out, "parquet"))
+    if not a.paced:
+        from stoker.runtime import launch
+
+        launch.set_launch({"stoker.paced_trigger": "false"}, None, restart=False)
     res = stoker.run(p, spark=spark, trigger=a.trigger, state_dir=a.state)
     _append(marks, {"ev": "ended", "state": str(res.state)})
 
@@ -603,7 +607,7 @@ def _batch_rows(checkpoint: Path, batch: int) -> int:
     return nxt(batch) - nxt(batch - 1)
 
 
-def _stoker_driver(f: Folder, trigger: float, per_epoch: int) -> Driver:
+def _stoker_driver(f: Folder, trigger: float, per_epoch: int, paced: bool = True) -> Driver:
     return Driver(
         "_stoker-driver",
         f.root,
@@ -614,9 +618,91 @@ def _stoker_driver(f: Folder, trigger: float, per_epoch: int) -> Driver:
             f"--marks={f.marks}",
             f"--trigger={trigger}",
             f"--per-epoch={per_epoch}",
+            f"--paced={int(paced)}",
         ],
         {},
     )
+
+
+# --------------------------------------------------------------------------------------------
+# 4. What reader pacing costs: CPU of a job between its epochs.
+
+
+def _group_cpu(pgid: int) -> float:
+    """CPU seconds (user + system) of every live process of the process group ``pgid``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # field 5 of stat: the process group
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def run_pace(work: Path, rounds: int, trigger: float, window: float) -> dict[str, Any]:
+    """Driver processes in ABBA order, paced (the query at trigger 0, readers holding between
+    slots) and not (Spark's ProcessingTime trigger): CPU seconds of the driver's whole
+    process group (Python, JVM, Python workers) over ``window`` seconds of steady epochs."""
+    out: list[dict[str, Any]] = []
+    order = [True, False, False, True] * max(1, rounds // 2)
+    for i, paced in enumerate(order):
+        f = Folder(work / f"pace-{i}")
+        drv = _stoker_driver(f, trigger, 200, paced=paced)
+        try:
+            f.wait_steady(5, drv)
+            n0, c0, t0 = len(f.data_progress()), _group_cpu(drv.pid), time.monotonic()
+            time.sleep(window)
+            drv.alive()
+            n1, c1, t1 = len(f.data_progress()), _group_cpu(drv.pid), time.monotonic()
+        finally:
+            drv.term()
+        rec = {
+            "paced": paced,
+            "cpu_s": c1 - c0,
+            "seconds": t1 - t0,
+            "epochs": n1 - n0,
+            "load": os.getloadavg()[0],
+        }
+        out.append(rec)
+        print(
+            f"  round {i + 1}/{len(order)} {'paced' if paced else 'spark':5}: "
+            f"{rec['cpu_s']:.2f} CPU s in {rec['seconds']:.0f} s, {rec['epochs']} epochs, "
+            f"load {rec['load']:.1f}",
+            flush=True,
+        )
+    return {"trigger": trigger, "rounds": out}
+
+
+def pace_table(res: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    rows = res["rounds"]
+
+    def side(paced: bool) -> dict[str, float]:
+        rs = [r for r in rows if r["paced"] == paced]
+        return {
+            "cpu_per_min": statistics_median([60 * r["cpu_s"] / r["seconds"] for r in rs]),
+            "epochs_per_min": statistics_median([60 * r["epochs"] / r["seconds"] for r in rs]),
+            "cpu_per_epoch_ms": statistics_median(
+                [1000 * r["cpu_s"] / max(1, r["epochs"]) for r in rs]
+            ),
+        }
+
+    a, b = side(True), side(False)
+    lines = [
+        f"trigger {res['trigger'] * 1000:.0f} ms, 200 rows per epoch, "
+        f"{len(rows) // 2} rounds per side (medians)",
+        "side                       CPU s per min  epochs per min  CPU ms per epoch",
+        f"paced readers (trigger 0)  {a['cpu_per_min']:13.2f}  {a['epochs_per_min']:14.1f}"
+        f"  {a['cpu_per_epoch_ms']:16.1f}",
+        f"Spark ProcessingTime       {b['cpu_per_min']:13.2f}  {b['epochs_per_min']:14.1f}"
+        f"  {b['cpu_per_epoch_ms']:16.1f}",
+        f"paced / Spark CPU: {a['cpu_per_min'] / b['cpu_per_min']:.2f}x",
+    ]
+    return "\n".join(lines), {"paced": a, "spark": b}
 
 
 def _baseline_driver(f: Folder, trigger: float, threshold: int, per_epoch: int) -> Driver:
@@ -1145,6 +1231,7 @@ def _driver_args(mode: str, argv: list[str]) -> argparse.Namespace:
     p.add_argument("--per-epoch", type=int, default=1000)
     p.add_argument("--epochs", type=int, default=40)
     p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--paced", type=int, default=1)
     return p.parse_args(argv)
 
 
@@ -1163,7 +1250,11 @@ def main() -> None:
     import _common as C
 
     ap = C.arg_parser(__doc__.split("\n\n")[0])
-    ap.add_argument("what", nargs="?", default="all", choices=("all", "latency", "change", "cost"))
+    ap.add_argument(
+        "what", nargs="?", default="all", choices=("all", "latency", "change", "cost", "pace")
+    )
+    ap.add_argument("--pace-rounds", type=int, default=4, help="driver processes, ABBA order")
+    ap.add_argument("--pace-window", type=float, default=40.0, help="seconds measured")
     ap.add_argument("--events", type=int, default=100, help="config events per trigger")
     ap.add_argument("--triggers", default="0,0.5", help="trigger intervals in seconds")
     ap.add_argument("--per-epoch", type=int, default=1000, help="rows per epoch (1 and 2)")
@@ -1219,6 +1310,13 @@ def main() -> None:
             text, summary = cost_table(res)
             print(text, flush=True)
             payload["cost"] = {"summary": summary, **res}
+        if args.what in ("all", "pace"):
+            print("\n== 4. cost of reader pacing: paced vs Spark's trigger (ABBA)", flush=True)
+            res = run_pace(work, args.pace_rounds, 0.5, args.pace_window)
+            loads.append(os.getloadavg())
+            text, summary = pace_table(res)
+            print(text, flush=True)
+            payload["pace"] = {"summary": summary, **res}
     finally:
         payload["loadavg"] = loads
         print(
