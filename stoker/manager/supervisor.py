@@ -320,7 +320,9 @@ class Supervisor:
         if spec.kind == "local":
             return True, None, {}
         if spec.kind == "external":
-            return True, spec.master_url, {}
+            # Harmless where the master never decommissions; lets a graceful worker removal
+            # (a stoker session cluster given by its URL) end in seconds, not at its timeout.
+            return True, spec.master_url, dict(clusters.DECOMMISSION_CONF)
         if spec.kind == "session":
             name = str(spec.name)
             rec = self._find_cluster(name)
