@@ -63,21 +63,7 @@ def driver_argv(
     A job submitted with a savepoint gets its folder in ``STOKER_FROM_SAVEPOINT`` on every
     attempt (a job restored already resumes as it is).
     """
-    argv = [
-        sys.executable,
-        "-m",
-        "stoker.runtime.driver",
-        "--job",
-        job,
-        "--attempt",
-        str(attempt),
-        "--store",
-        redact_url(store),
-        "--state-dir",
-        str(state_dir),
-        "--lease-ttl",
-        repr(float(lease_ttl)),
-    ]
+    argv = _driver_head("stoker.runtime.driver", "--job", job, attempt, store, state_dir, lease_ttl)
     out = _app_argv(argv, store, entrypoint, args, conf)
     if from_savepoint:
         out.env[FROM_SAVEPOINT_ENV] = from_savepoint
@@ -98,12 +84,29 @@ def appdriver_argv(
     same shape and the same secrecy as :func:`driver_argv`, with ``--app``. ``state_dir`` is
     the application's folder (its jobs' folders are ``state_dir/jobs/<job id>``); ``conf``
     carries ``spark.master`` when the application runs on a cluster."""
-    argv = [
+    argv = _driver_head(
+        "stoker.runtime.appdriver", "--app", app, attempt, store, state_dir, lease_ttl
+    )
+    return _app_argv(argv, store, entrypoint, args, conf)
+
+
+def _driver_head(
+    module: str,
+    flag: str,
+    name: str,
+    attempt: int,
+    store: str,
+    state_dir: Path,
+    lease_ttl: float,
+) -> list[str]:
+    """The argv every driver kind shares: module, who it runs, the attempt, the store (as a
+    redacted label), its folder and its lease."""
+    return [
         sys.executable,
         "-m",
-        "stoker.runtime.appdriver",
-        "--app",
-        app,
+        module,
+        flag,
+        name,
         "--attempt",
         str(attempt),
         "--store",
@@ -113,7 +116,6 @@ def appdriver_argv(
         "--lease-ttl",
         repr(float(lease_ttl)),
     ]
-    return _app_argv(argv, store, entrypoint, args, conf)
 
 
 def cleanup_argv(job: str, store: str, state_dir: Path) -> DriverArgv:
