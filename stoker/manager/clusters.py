@@ -326,6 +326,23 @@ class _Launch:
         return redact_text(last[:400])
 
 
+class _Recorder:
+    """Every process a start launched, by id (a JVM started again after a lost port race
+    replaces its earlier dict), each passed on to ``on_process`` as soon as it is known."""
+
+    def __init__(self, on_process: OnProcess | None) -> None:
+        self._started: dict[str, ProcessInfo] = {}
+        self._on_process = on_process
+
+    def __call__(self, info: ProcessInfo) -> None:
+        self._started[info["id"]] = info
+        if self._on_process is not None:
+            self._on_process(dict(info))
+
+    def processes(self) -> list[ProcessInfo]:
+        return list(self._started.values())
+
+
 def start_standalone(
     name: str,
     spec: ClusterSpec,
@@ -347,12 +364,7 @@ def start_standalone(
     folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
-    started: dict[str, ProcessInfo] = {}
-
-    def record(info: ProcessInfo) -> None:
-        started[info["id"]] = info
-        if on_process is not None:
-            on_process(dict(info))
+    record = _Recorder(on_process)
 
     try:
         home = spark_home()
@@ -369,7 +381,7 @@ def start_standalone(
         log.info("cluster %s: master %s, %d workers ALIVE", name, master_url, spec.workers)
         return StartedCluster(master_url, web_url, [dict(p) for p in processes])
     except BaseException:
-        _stop_quietly(list(started.values()), f"cluster {name!r} did not start")
+        _stop_quietly(record.processes(), f"cluster {name!r} did not start")
         raise
 
 
@@ -636,12 +648,7 @@ def add_worker(
         raise ClusterError(f"no loopback address left for a worker (127.0.0.{octet})")
     folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    started: dict[str, ProcessInfo] = {}
-
-    def record(info: ProcessInfo) -> None:
-        started[info["id"]] = info
-        if on_process is not None:
-            on_process(dict(info))
+    record = _Recorder(on_process)
 
     try:
         home = spark_home()
@@ -652,7 +659,7 @@ def add_worker(
         log.info("cluster at %s: %s ALIVE", master_url, launches[0].info["id"])
         return dict(launches[0].info)
     except BaseException:
-        _stop_quietly(list(started.values()), "the new worker did not start")
+        _stop_quietly(record.processes(), "the new worker did not start")
         raise
 
 
