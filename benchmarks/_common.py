@@ -211,12 +211,21 @@ def free_port() -> int:
 
 
 def start_manager(
-    store: str, state: Path, allow: Path, *extra: str
+    store: str,
+    state: Path,
+    allow: Path,
+    *extra: str,
+    log: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """A ``stoker server`` in its own process group; returns it and its URL once it answers."""
+    """A ``stoker server`` in its own process group; returns it and its URL once it answers.
+
+    ``log``: the server's stdout and stderr go there (else nowhere); ``env``: its environment
+    (else this one)."""
     import httpx
 
     port = free_port()
+    out: Any = subprocess.DEVNULL if log is None else open(log, "ab")  # noqa: SIM115
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -233,14 +242,18 @@ def start_manager(
             str(allow),
             *extra,
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL,
         start_new_session=True,
         cwd=str(REPO),
+        env=env,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text()[-2000:] if log is not None else "(no log kept)"
+            raise RuntimeError(f"stoker server on {url} exited: {tail}")
         try:
             if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                 return proc, url

@@ -357,27 +357,15 @@ class Manager:
     """A ``stoker server`` on a SQLite store in ``root``, allowed to run this folder's files."""
 
     def __init__(self, root: Path) -> None:
+        import _common as C
         import httpx
 
         self.root = root
         self.state = root / "state"
         self.db = root / "store.db"
         self.log = root / "server.log"
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        argv = [
-            sys.executable, "-m", "stoker.cli", "server", "--port", str(port),
-            "--store", f"sqlite:///{self.db}", "--state-dir", str(self.state),
-            "--allow-dir", str(HERE),
-        ]  # fmt: skip
-        out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
-        self.proc = subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=str(REPO),
-            env=_env(),
+        self.proc, self.url = C.start_manager(
+            f"sqlite:///{self.db}", self.state, HERE, log=self.log, env=_env()
         )
         self.http = httpx.Client(base_url=self.url, timeout=30.0)
         wait_until(lambda: f"answer from {self.url}", self._up, 120)
@@ -533,14 +521,6 @@ def sweep(root: Path) -> None:
                 os.kill(p.pid, signal.SIGKILL)
     for p in left:
         print(f"swept a leftover process: {' '.join(p.argv)[:200]}", file=sys.stderr)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _env() -> dict[str, str]:
