@@ -126,6 +126,14 @@ class ClusterNotFound(StokerError):
         self.name = name
 
 
+class RescaleNotFound(StokerError):
+    """No rescale (scaling decision or observation) with that id is recorded."""
+
+    def __init__(self, rescale_id: int) -> None:
+        super().__init__(f"rescale {rescale_id!r} not found")
+        self.rescale_id = rescale_id
+
+
 class ClusterError(StokerError):
     """A cluster could not be started, changed or stopped; what is left was torn down."""
 
@@ -186,6 +194,7 @@ EXIT_CODES: dict[type[StokerError], int] = {
     TooManyRequests: 14,
     JobOwnedElsewhere: 9,
     ClusterNotFound: 3,
+    RescaleNotFound: 3,
     ClusterError: 15,
     ClusterConflict: 15,
 }

@@ -18,6 +18,7 @@ from stoker.store.records import (
     LeaderLease,
     NewJob,
     Owner,
+    RescaleRecord,
     SinkTxn,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "NewJob",
     "Owner",
     "PruneResult",
+    "RescaleRecord",
     "RetentionPolicy",
     "SinkTxn",
     "Store",

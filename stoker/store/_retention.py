@@ -14,8 +14,10 @@ What is kept, always, whatever the policy says:
   and the events applied at the job's latest epoch (a replay of that epoch reads them again).
 
 Of the ended control events (COMMITTED, REJECTED), the newest ``keep_control_events`` stay:
-the job's control history is bounded. There is no job deletion in the store yet; one must
-delete the job's control events (and versions) before the job's row (their foreign key).
+the job's control history is bounded. Rescales (migration 0008) are not pruned: a few rows
+per scaling decision or change of executors. There is no job deletion in the store yet; one
+must delete the job's control events (and versions) and its rescales before the job's row
+(their foreign keys).
 
 Of the rest (COMMITTED epochs and their COMMITTED / ABORTED sink transactions), the policy
 keeps the last ``epochs`` epochs and / or those committed within the last ``seconds``: an

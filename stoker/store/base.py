@@ -18,6 +18,7 @@ from stoker.store.protocols import (
     JobStore,
     LeaderStore,
     RetentionStore,
+    ScalingStore,
     TxnStore,
 )
 
@@ -31,10 +32,11 @@ class Store(
     LeaderStore,
     RetentionStore,
     ClusterStore,
+    ScalingStore,
     Protocol,
 ):
     """Durable metadata: jobs and applications, attempts, control versions, epochs, sink
-    transactions, clusters."""
+    transactions, clusters, scaling."""
 
     url: str
     clock: Clock

@@ -16,6 +16,7 @@ from stoker.store.records import (
     LeaderLease,
     NewJob,
     Owner,
+    RescaleRecord,
     SinkTxn,
 )
 from stoker.types import (
@@ -390,6 +391,95 @@ class ClusterStore(Protocol):
     def delete_cluster(self, name: str) -> None:
         """Forget a STOPPED cluster; :class:`InvalidTransition` for any other state (its
         processes may still run), :class:`ClusterNotFound` for an unknown name."""
+        ...
+
+
+class ScalingStore(Protocol):
+    """Scaling of owners of executors (a lone job, or an application whose jobs share its
+    driver's executors): the spec, the scaler's executor target, what the driver reports, each
+    epoch's cost, and the history of rescales. None of these moves a job's ``updated_at``."""
+
+    def set_scaling(self, job_id: JobId, scaling: dict[str, Any] | None) -> JobRecord:
+        """Record the owner's scaling spec (``ScalingSpec.to_dict()``; None: mode fixed) and
+        return the record. :class:`JobNotFound` for an unknown id; :class:`InvalidInput` for
+        anything but a JSON object."""
+        ...
+
+    def set_executor_target(self, job_id: JobId, target: int | None) -> None:
+        """The executor count the scaler wants for the owner (None: no target). A whole number
+        >= 0 (:class:`InvalidInput`); :class:`JobNotFound` for an unknown id."""
+        ...
+
+    def report_resources(self, job_id: JobId, resources: dict[str, Any]) -> None:
+        """What the driver has now, replacing the last report: ``{"executors", "cores",
+        "executor_ids", "hosts", "requested", "at"}``. :class:`JobNotFound` for an unknown
+        id."""
+        ...
+
+    def set_epoch_metrics(
+        self,
+        job_id: JobId,
+        epoch: Epoch,
+        *,
+        duration_ms: float | None = None,
+        backlog: int | None = None,
+        executors: int | None = None,
+        cores: int | None = None,
+    ) -> None:
+        """Record what the epoch cost and left behind; only the values given (None keeps
+        what is recorded). An epoch with no record (not pinned, or pruned) is left alone."""
+        ...
+
+    def add_rescale(
+        self,
+        job_id: JobId,
+        *,
+        kind: str,
+        policy: str,
+        mode: str,
+        signals: dict[str, Any],
+        from_executors: int | None,
+        to_executors: int | None,
+        reason: str,
+        status: str,
+        workers: dict[str, Any] | None = None,
+        sender: str | None = None,
+        at: float | None = None,
+    ) -> RescaleRecord:
+        """Record one rescale of the owner ``job_id`` under a new id (growing across the
+        store). ``kind`` is one of ``RESCALE_KINDS`` and ``status`` one its kind allows
+        (``RESCALE_STATUSES``): else :class:`InvalidInput`, nothing stored. ``workers``
+        defaults to ``{"added": [], "removed": []}``, ``at`` to now; ``signals`` and
+        ``workers`` must be JSON objects (finite numbers). :class:`JobNotFound` for an
+        unknown id."""
+        ...
+
+    def update_rescale(
+        self,
+        rescale_id: int,
+        *,
+        status: str | None = None,
+        in_use_at: float | None = None,
+        workers: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> RescaleRecord:
+        """Change what is given (None: unchanged). A new ``status`` follows
+        ``RESCALE_TRANSITIONS`` (decided -> in_use | failed | superseded; the same status
+        again changes only the other fields): else :class:`InvalidTransition`. Becoming
+        in_use with no ``in_use_at`` recorded or given sets it to now.
+        :class:`RescaleNotFound` for an unknown id."""
+        ...
+
+    def list_rescales(
+        self, job_id: JobId, limit: int = 100, since: float | None = None
+    ) -> list[RescaleRecord]:
+        """The owner's rescales at or after ``since`` (None: all), newest first (by ``at``,
+        then id), at most ``limit``. :class:`JobNotFound` for an unknown id."""
+        ...
+
+    def recent_epochs(self, job_ids: Sequence[JobId], since: float) -> list[EpochRecord]:
+        """The COMMITTED epochs of ``job_ids`` committed at or after ``since``, oldest first
+        (by commit time, then job id and epoch). Unknown ids have none."""
         ...
 
 

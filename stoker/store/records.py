@@ -50,6 +50,12 @@ class JobRecord:
     kind: JobKind = JobKind.JOB
     # The application whose driver runs this job; None for a job whose driver is its own.
     app_id: JobId | None = None
+    # Scaling (issue 11), set on an owner of executors (a lone job or an application): its
+    # ScalingSpec.to_dict() (None: mode fixed), the executor count the scaler wants (None: none
+    # set) and what its driver last reported having (see ``ScalingStore.report_resources``).
+    scaling: dict[str, Any] | None = None
+    executor_target: int | None = None
+    resources: dict[str, Any] | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> JobRecord:
@@ -70,6 +76,9 @@ class JobRecord:
             resolved_at=None if r[13] is None else float(r[13]),
             kind=JobKind(r[14]),
             app_id=None if r[15] is None else JobId(r[15]),
+            scaling=_json_or_none(r[16]),
+            executor_target=None if r[17] is None else int(r[17]),
+            resources=_json_or_none(r[18]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,6 +98,9 @@ class JobRecord:
             "resolved_at": self.resolved_at,
             "kind": str(self.kind),
             "app_id": self.app_id,
+            "scaling": self.scaling,
+            "executor_target": self.executor_target,
+            "resources": self.resources,
         }
 
 
@@ -215,6 +227,13 @@ class EpochRecord:
     pinned_at: float
     decided_at: float | None
     committed_at: float | None
+    # What the epoch cost and left behind (issue 11); None where unknown: Spark's
+    # triggerExecution, the rows/files the sources had beyond its end, and the executors and
+    # their cores at its end.
+    duration_ms: float | None = None
+    backlog: int | None = None
+    executors: int | None = None
+    cores: int | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> EpochRecord:
@@ -230,6 +249,10 @@ class EpochRecord:
             pinned_at=float(r[8]),
             decided_at=None if r[9] is None else float(r[9]),
             committed_at=None if r[10] is None else float(r[10]),
+            duration_ms=None if r[11] is None else float(r[11]),
+            backlog=None if r[12] is None else int(r[12]),
+            executors=None if r[13] is None else int(r[13]),
+            cores=None if r[14] is None else int(r[14]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -244,6 +267,10 @@ class EpochRecord:
             "pinned_at": self.pinned_at,
             "decided_at": self.decided_at,
             "committed_at": self.committed_at,
+            "duration_ms": self.duration_ms,
+            "backlog": self.backlog,
+            "executors": self.executors,
+            "cores": self.cores,
         }
 
 
@@ -337,3 +364,92 @@ class LeaderLease:
     @classmethod
     def from_row(cls, r: Any) -> LeaderLease:
         return cls(holder=r[1], address=r[2], token=int(r[3]), expires_at=float(r[4]))
+
+
+# Rescales (issue 11). What made the row: the autoscaler's decision, executors that came or
+# went by themselves (reactive mode: joins and losses), or a user setting scaling or bounds.
+RESCALE_KINDS = ("decision", "observed", "bounds")
+# The statuses a rescale of each kind may be recorded with.
+RESCALE_STATUSES: dict[str, tuple[str, ...]] = {
+    "decision": ("decided", "in_use", "failed", "superseded"),
+    "observed": ("observed",),
+    "bounds": ("recorded",),
+}
+# A decision is in flight while "decided": it ends "in_use" (the executors reached its
+# target), "failed" (they could not be had) or "superseded" (a newer decision replaced it).
+# Every other status is final. Moving to the status a rescale has already changes no status.
+RESCALE_TRANSITIONS: dict[str, frozenset[str]] = {
+    "decided": frozenset({"in_use", "failed", "superseded"}),
+}
+
+
+@dataclass(frozen=True)
+class RescaleRecord:
+    """One scaling decision or observation of an owner of executors (a lone job or an
+    application): how many executors it had and was to have, why, and how far it got."""
+
+    rescale_id: int
+    job_id: JobId
+    at: float
+    kind: str
+    policy: str
+    mode: str
+    signals: dict[str, Any]
+    from_executors: int | None
+    to_executors: int | None
+    workers: dict[str, Any]
+    reason: str
+    status: str
+    in_use_at: float | None
+    error: str | None
+    sender: str | None
+
+    @classmethod
+    def from_row(cls, r: Any) -> RescaleRecord:
+        return cls(
+            rescale_id=int(r[0]),
+            job_id=JobId(r[1]),
+            at=float(r[2]),
+            kind=r[3],
+            policy=r[4],
+            mode=r[5],
+            signals=dict(json.loads(r[6])),
+            from_executors=None if r[7] is None else int(r[7]),
+            to_executors=None if r[8] is None else int(r[8]),
+            workers=dict(json.loads(r[9])),
+            reason=r[10],
+            status=r[11],
+            in_use_at=None if r[12] is None else float(r[12]),
+            error=r[13],
+            sender=r[14],
+        )
+
+    @property
+    def seconds_to_in_use(self) -> float | None:
+        """From the decision to its executors in use; None until then."""
+        return None if self.in_use_at is None else self.in_use_at - self.at
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rescale_id": self.rescale_id,
+            "job_id": self.job_id,
+            "at": self.at,
+            "kind": self.kind,
+            "policy": self.policy,
+            "mode": self.mode,
+            "signals": self.signals,
+            "from_executors": self.from_executors,
+            "to_executors": self.to_executors,
+            "workers": self.workers,
+            "reason": self.reason,
+            "status": self.status,
+            "in_use_at": self.in_use_at,
+            "seconds_to_in_use": self.seconds_to_in_use,
+            "error": self.error,
+            "sender": self.sender,
+        }
+
+
+def _json_or_none(text: str | None) -> dict[str, Any] | None:
+    """A JSON object column that may be NULL."""
+    return None if text is None else dict(json.loads(text))

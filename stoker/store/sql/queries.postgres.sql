@@ -3,7 +3,8 @@
 -- name: lock_job
 -- Row lock: two managers starting an attempt for one job serialise here.
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
+       scaling, executor_target, resources
 FROM jobs WHERE job_id = :job_id FOR UPDATE;
 
 -- name: decide_epoch
@@ -44,7 +45,8 @@ FROM control_events WHERE job_id = :job_id AND control_id = :control_id FOR UPDA
 -- Shared row lock: the application's current attempt cannot change (a new driver attempt takes
 -- FOR UPDATE) while an attempt of one of its jobs starts under it; its jobs may start together.
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
+       scaling, executor_target, resources
 FROM jobs WHERE job_id = :job_id FOR SHARE;
 
 -- name: lock_cluster
@@ -52,3 +54,9 @@ FROM jobs WHERE job_id = :job_id FOR SHARE;
 SELECT name, kind, owner_app, spec, state, master_url, web_url, processes, error, created_at,
        updated_at
 FROM clusters WHERE name = :name FOR UPDATE;
+
+-- name: lock_rescale
+-- Row lock: the rescale's status is read, checked against RESCALE_TRANSITIONS, then changed.
+SELECT rescale_id, job_id, at, kind, policy, mode, signals, from_executors, to_executors,
+       workers, reason, status, in_use_at, error, sender
+FROM rescales WHERE rescale_id = :rescale_id FOR UPDATE;

@@ -9,24 +9,28 @@ ON CONFLICT (job_id) DO NOTHING;
 
 -- name: get_job
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
+       scaling, executor_target, resources
 FROM jobs WHERE job_id = :job_id;
 
 -- name: lock_job
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
+       scaling, executor_target, resources
 FROM jobs WHERE job_id = :job_id;
 
 -- name: share_job
 -- lock_job for readers that may hold it together (PostgreSQL: FOR SHARE).
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
+       scaling, executor_target, resources
 FROM jobs WHERE job_id = :job_id;
 
 -- name: list_jobs
 -- Filters given as NULL match everything (the CASTs give PostgreSQL the parameters' types).
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
-       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
+       scaling, executor_target, resources
 FROM jobs
 WHERE (CAST(:state AS TEXT) IS NULL OR state = CAST(:state AS TEXT))
   AND (CAST(:kind AS TEXT) IS NULL OR kind = CAST(:kind AS TEXT))
@@ -119,17 +123,17 @@ ON CONFLICT (job_id, epoch) DO NOTHING;
 
 -- name: get_epoch
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
-       pinned_at, decided_at, committed_at
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores
 FROM epochs WHERE job_id = :job_id AND epoch = :epoch;
 
 -- name: list_epochs
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
-       pinned_at, decided_at, committed_at
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores
 FROM epochs WHERE job_id = :job_id ORDER BY epoch DESC LIMIT :limit;
 
 -- name: list_epochs_in_state
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
-       pinned_at, decided_at, committed_at
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores
 FROM epochs WHERE job_id = :job_id AND state = :state ORDER BY epoch;
 
 -- name: decide_epoch
@@ -419,3 +423,70 @@ WHERE name = :name AND state = :from_state;
 
 -- name: delete_cluster
 DELETE FROM clusters WHERE name = :name AND state = 'STOPPED';
+
+-- Scaling (migration 0008, sql_scaling.py). None of these move a job's updated_at: a running
+-- driver reports its resources every few seconds.
+
+-- name: set_scaling
+UPDATE jobs SET scaling = :scaling WHERE job_id = :job_id;
+
+-- name: set_executor_target
+UPDATE jobs SET executor_target = :target WHERE job_id = :job_id;
+
+-- name: report_resources
+UPDATE jobs SET resources = :resources WHERE job_id = :job_id;
+
+-- name: set_epoch_metrics
+-- A NULL parameter keeps what is recorded (the CASTs give PostgreSQL the parameters' types).
+UPDATE epochs
+SET duration_ms = COALESCE(CAST(:duration_ms AS DOUBLE PRECISION), duration_ms),
+    backlog = COALESCE(CAST(:backlog AS BIGINT), backlog),
+    executors = COALESCE(CAST(:executors AS BIGINT), executors),
+    cores = COALESCE(CAST(:cores AS BIGINT), cores)
+WHERE job_id = :job_id AND epoch = :epoch;
+
+-- name: recent_epochs
+-- Through epochs_by_commit: one job's epochs committed since :since, oldest first.
+SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores
+FROM epochs
+WHERE job_id = :job_id AND committed_at >= :since AND state = 'COMMITTED'
+ORDER BY committed_at, epoch;
+
+-- name: next_rescale_id
+-- The counter row is the sequence: locked until the inserting transaction ends.
+UPDATE counters SET value = value + 1 WHERE name = 'rescales';
+
+-- name: get_counter
+SELECT value FROM counters WHERE name = :name;
+
+-- name: insert_rescale
+INSERT INTO rescales (rescale_id, job_id, at, kind, policy, mode, signals, from_executors,
+                      to_executors, workers, reason, status, in_use_at, error, sender)
+VALUES (:rescale_id, :job_id, :at, :kind, :policy, :mode, :signals, :from_executors,
+        :to_executors, :workers, :reason, :status, NULL, NULL, :sender);
+
+-- name: get_rescale
+SELECT rescale_id, job_id, at, kind, policy, mode, signals, from_executors, to_executors,
+       workers, reason, status, in_use_at, error, sender
+FROM rescales WHERE rescale_id = :rescale_id;
+
+-- name: lock_rescale
+SELECT rescale_id, job_id, at, kind, policy, mode, signals, from_executors, to_executors,
+       workers, reason, status, in_use_at, error, sender
+FROM rescales WHERE rescale_id = :rescale_id;
+
+-- name: update_rescale
+-- :from_status was read (locked) and the move checked; the caller passes every column, the
+-- unchanged ones as read.
+UPDATE rescales SET status = :status, in_use_at = :in_use_at, workers = :workers, error = :error
+WHERE rescale_id = :rescale_id AND status = :from_status;
+
+-- name: list_rescales
+-- Newest first; a NULL :since lists them all (the CASTs give PostgreSQL the types).
+SELECT rescale_id, job_id, at, kind, policy, mode, signals, from_executors, to_executors,
+       workers, reason, status, in_use_at, error, sender
+FROM rescales
+WHERE job_id = :job_id
+  AND (CAST(:since AS DOUBLE PRECISION) IS NULL OR at >= CAST(:since AS DOUBLE PRECISION))
+ORDER BY at DESC, rescale_id DESC LIMIT :limit;

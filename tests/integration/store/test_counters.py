@@ -103,7 +103,13 @@ def test_the_migration_seeds_the_counts_from_existing_rows(
     _raw_exec(
         store_url,
         "DROP TABLE counters",
-        "ALTER TABLE jobs DROP COLUMN sinks",  # migration 5, re-applied with 4
+        "DROP TABLE rescales",  # migration 8, re-applied with 4
+        "DROP INDEX epochs_by_commit",
+        *(f"ALTER TABLE epochs DROP COLUMN {c}" for c in ("duration_ms", "backlog")),
+        *(f"ALTER TABLE epochs DROP COLUMN {c}" for c in ("executors", "cores")),
+        *(f"ALTER TABLE jobs DROP COLUMN {c}" for c in ("scaling", "executor_target")),
+        "ALTER TABLE jobs DROP COLUMN resources",
+        "ALTER TABLE jobs DROP COLUMN sinks",  # migration 5, likewise
         "DROP TABLE control_events",  # migration 6, likewise
         "ALTER TABLE control_versions DROP COLUMN state",
         "DROP TABLE clusters",  # migration 7, likewise
@@ -120,4 +126,5 @@ def test_the_migration_seeds_the_counts_from_existing_rows(
     assert raw_rows(store_url, "SELECT name, value FROM counters ORDER BY name") == [
         ("attempts", 1),
         ("epochs_committed", 4),
+        ("rescales", 0),  # the rescale ids (migration 8)
     ]
