@@ -1,0 +1,321 @@
+"""The default scaling policy, on synthetic epochs with an injected clock (no sleeps).
+
+``_Sim`` plays a micro-batch job: rows arrive at a rate that may step; each epoch reads what
+has arrived, takes a fixed overhead plus its rows over (rate per executor x executors), and
+the next epoch starts one trigger interval after the last began (at once if it overran). The
+policy is asked once a second; a decided target is in use at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import pytest
+
+from stoker.scalespec import ScalingSpec, parse_scaling
+from stoker.scaling.policy import (
+    Decision,
+    DefaultPolicy,
+    EpochSample,
+    PolicyMemory,
+    Signals,
+)
+
+T0 = 10_000.0
+JOB = "job-a"
+
+
+class _Sim:
+    def __init__(
+        self,
+        rate: Callable[[float], float],
+        *,
+        executors: int = 1,
+        per_executor: float = 100.0,
+        overhead: float = 0.1,
+        trigger: float = 1.0,
+    ) -> None:
+        self.rate = rate
+        self.executors = executors
+        self.per_executor = per_executor
+        self.overhead = overhead
+        self.trigger = trigger
+        self.samples: list[EpochSample] = []
+        self.available = 0.0
+        self.accounted = T0
+        self.next_start = T0
+        self.epoch = 0
+        self.target: int | None = None
+
+    def run_until(self, now: float) -> None:
+        while self.next_start <= now:
+            start = self.next_start
+            self.available += self.rate(start) * (start - self.accounted)
+            rows = int(self.available)
+            self.available -= rows
+            duration = self.overhead + rows / (self.per_executor * self.executors)
+            end = start + duration
+            self.available += self.rate(start) * duration
+            self.accounted = end
+            self.samples.append(
+                EpochSample(
+                    JOB, self.epoch, end, duration, rows, int(self.available), self.executors, None
+                )
+            )
+            self.epoch += 1
+            self.next_start = max(start + self.trigger, end) if self.trigger > 0 else end
+
+    def signals(self, now: float) -> Signals:
+        recent = [s for s in self.samples if s.at <= now and s.at >= now - 400]
+        return Signals(
+            now=now,
+            samples=recent,
+            triggers={JOB: self.trigger},
+            executors=self.executors,
+            target=self.target,
+            running_since=T0,
+        )
+
+
+def _drive(
+    sim: _Sim,
+    spec: ScalingSpec,
+    seconds: int,
+    policy: DefaultPolicy | None = None,
+    memory: PolicyMemory | None = None,
+    start: float = T0,
+) -> list[tuple[float, Decision]]:
+    policy = policy or DefaultPolicy()
+    memory = memory if memory is not None else PolicyMemory()
+    decided: list[tuple[float, Decision]] = []
+    for i in range(1, seconds + 1):
+        now = start + i
+        sim.run_until(now)
+        d = policy.decide(spec, sim.signals(now), memory)
+        if d.target is not None:
+            decided.append((now, d))
+            sim.executors = sim.target = d.target
+    return decided
+
+
+AUTO = parse_scaling("auto:min=1,max=4,stabilization=30s,cooldown=60s,catch_up=5m")
+
+
+def test_steady_load_never_changes_anything() -> None:
+    sim = _Sim(lambda t: 50.0)
+    assert _drive(sim, AUTO, 900) == []
+
+
+def test_steady_load_after_a_change_does_not_flap() -> None:
+    sim = _Sim(lambda t: 150.0, executors=3)
+    assert _drive(sim, AUTO, 900) == []
+
+
+def test_scale_up_on_a_load_step_after_stabilization_and_not_before() -> None:
+    step = T0 + 300
+    sim = _Sim(lambda t: 50.0 if t < step else 150.0)
+    policy = DefaultPolicy()
+    memory = PolicyMemory()
+    wanted_since: float | None = None
+    decided: list[tuple[float, Decision]] = []
+    for i in range(1, 600):
+        now = T0 + i
+        sim.run_until(now)
+        d = policy.decide(AUTO, sim.signals(now), memory)
+        if memory.direction == "up" and wanted_since is None:
+            wanted_since = memory.since
+        if d.target is not None:
+            decided.append((now, d))
+            sim.executors = sim.target = d.target
+            break
+    assert wanted_since is not None and wanted_since >= step  # nothing before the step
+    assert wanted_since - step <= 10  # seen within a few epochs of it
+    (at, d), *_ = decided
+    assert at >= wanted_since + AUTO.stabilization_s  # held for the whole stabilization
+    assert at <= step + AUTO.stabilization_s + 12
+    assert d.target is not None and 2 <= d.target <= 4
+    assert d.signals["growing"] is True
+    for key in ("busy", "input_rate", "true_rate_per_executor", "backlog", "wanted", "window_s"):
+        assert key in d.signals
+
+
+def test_stabilization_restarts_when_the_wish_goes_away() -> None:
+    policy = DefaultPolicy(window_s=20, min_epochs=3)
+    spec = parse_scaling("auto:min=1,max=4,stabilization=30s,cooldown=0s")
+    memory = PolicyMemory()
+    busy = _Fixed(duration=1.0, rows=100, backlog=0)
+    calm = _Fixed(duration=0.5, rows=50, backlog=0)
+    # 20 s of overload (backlog growing), 25 s calm, 20 s overload: never 30 s in a row.
+    now = T0
+    for phase, seconds in ((busy, 20), (calm, 25), (busy, 20)):
+        for _ in range(seconds):
+            now += 1
+            d = policy.decide(spec, phase.signals(now), memory)
+            assert d.target is None, d.reason
+
+
+class _Fixed:
+    """Every epoch alike: one a second, the same duration, rows and (growing) backlog."""
+
+    def __init__(self, duration: float, rows: int, backlog: int, grow: int = 100) -> None:
+        self.duration, self.rows, self.backlog, self.grow = duration, rows, backlog, grow
+
+    def signals(self, now: float, executors: int = 1, target: int | None = None) -> Signals:
+        samples = [
+            EpochSample(
+                JOB,
+                i,
+                now - 30 + i,
+                self.duration,
+                self.rows,
+                self.backlog + (self.grow * i if self.duration >= 1.0 else 0),
+                executors,
+                None,
+            )
+            for i in range(30)
+        ]
+        return Signals(now, samples, {JOB: 1.0}, executors, None, target, running_since=T0 - 1000)
+
+
+def test_backlog_catch_up_math() -> None:
+    # 1 s trigger; an epoch a second of 50 rows taking 0.5 s on 1 executor; a constant
+    # backlog of 30000 rows to catch up in 300 s: true rate 100 rows/s per executor, wanted
+    # 50 + 100 = 150 rows/s, 1.5 executors' work, at utilization 0.7 -> ceil(2.14) = 3.
+    spec = parse_scaling("auto:min=1,max=8,stabilization=0s,cooldown=0s,catch_up=300s")
+    now = T0 + 60
+    samples = [EpochSample(JOB, i, now - 60 + i, 0.5, 50, 30_000, 1, 1) for i in range(1, 61)]
+    signals = Signals(now, samples, {JOB: 1.0}, 1, 1, None, running_since=T0 - 600)
+    policy = DefaultPolicy(window_s=60, min_epochs=10)
+    d = policy.decide(spec, signals, PolicyMemory())
+    assert d.target == 3, d.reason
+    sig = d.signals
+    assert sig["true_rate_per_executor"] == pytest.approx(100.0)
+    assert sig["backlog"] == 30_000
+    assert sig["processed_rate"] == pytest.approx(50.0, rel=0.02)
+    assert sig["wanted_rate"] == pytest.approx(150.0, rel=0.02)
+    assert sig["busy"] == pytest.approx(0.5, rel=0.02)
+    assert sig["growing"] is False
+    # A shorter catch-up asks for more: 50 + 30000 / 60 s = 550 rows/s -> 5.5 -> ceil(7.9) = 8.
+    fast = parse_scaling("auto:min=1,max=8,stabilization=0s,cooldown=0s,catch_up=60s")
+    assert policy.decide(fast, signals, PolicyMemory()).target == 8
+
+
+def test_respects_max_and_min() -> None:
+    sim = _Sim(lambda t: 2000.0)
+    spec = parse_scaling("auto:min=1,max=3,stabilization=10s,cooldown=20s")
+    decided = _drive(sim, spec, 600)
+    assert decided and all(d.target is not None and d.target <= 3 for _, d in decided)
+    assert sim.executors == 3
+    # Bounds moved by a user: the current size is outside them -> at once, no stabilization.
+    tight = parse_scaling("auto:min=1,max=2,stabilization=10m,cooldown=10m")
+    d = DefaultPolicy().decide(tight, sim.signals(T0 + 601), PolicyMemory())
+    assert d.target == 2 and "above the maximum" in d.reason
+    raised = parse_scaling("auto:min=4,max=6,stabilization=10m,cooldown=10m")
+    d = DefaultPolicy().decide(raised, sim.signals(T0 + 601), PolicyMemory())
+    assert d.target == 4 and "below the minimum" in d.reason
+
+
+def test_cooldown_holds_after_a_change() -> None:
+    spec = parse_scaling("auto:min=1,max=8,stabilization=0s,cooldown=120s")
+    policy = DefaultPolicy(window_s=20, min_epochs=3)
+    memory = PolicyMemory()
+    overload = _Fixed(duration=1.0, rows=100, backlog=1000)
+    first = policy.decide(spec, overload.signals(T0), memory)
+    assert first.target is not None
+    for i in range(1, 120):
+        d = policy.decide(spec, overload.signals(T0 + i, first.target, first.target), memory)
+        assert d.target is None and "cooldown" in d.reason
+    d = policy.decide(spec, overload.signals(T0 + 121, first.target, first.target), memory)
+    assert d.target is not None and d.target > first.target
+
+
+def test_scale_down_after_the_load_falls_in_bounded_steps() -> None:
+    fall = T0 + 300
+    sim = _Sim(lambda t: 300.0 if t < fall else 20.0, executors=4)
+    decided = _drive(sim, AUTO, 1200)
+    assert decided, "no scale-down"
+    sizes = [4] + [int(d.target or 0) for _, d in decided]
+    assert sizes[-1] == 1
+    for before, after in itertools.pairwise(sizes):
+        assert after < before
+        assert after >= before * 0.4 - 1e-9  # at most 60% removed per step
+    times = [at for at, _ in decided]
+    assert times[0] >= fall + AUTO.stabilization_s
+    assert all(b - a >= AUTO.cooldown_s for a, b in itertools.pairwise(times))
+
+
+def test_idle_drops_to_the_minimum() -> None:
+    spec = parse_scaling("auto:min=2,max=6,stabilization=30s,cooldown=60s")
+    policy = DefaultPolicy()
+    memory = PolicyMemory()
+    # The last epoch, long ago, left nothing behind; no epoch since (Spark runs none on no data).
+    last = EpochSample(JOB, 7, T0 - 300, 0.4, 10, 0, 5, None)
+    results = [
+        policy.decide(spec, Signals(T0 + i, [last], {JOB: 1.0}, 5, None, None, T0 - 1000), memory)
+        for i in range(0, 40)
+    ]
+    decided = [d for d in results if d.target is not None]
+    assert len(decided) == 1 and decided[0].target == 2  # straight to min, no 60% step
+    assert decided[0].signals["idle"] is True
+
+
+def test_no_data_keeps_the_current_size() -> None:
+    spec = parse_scaling("auto:min=1,max=6,stabilization=0s,cooldown=0s")
+    policy = DefaultPolicy()
+    # No epochs at all.
+    d = policy.decide(spec, Signals(T0, [], {JOB: 1.0}, 3, None, None, T0 - 1000), PolicyMemory())
+    assert d.target is None and "no epochs" in d.reason
+    # Epochs of no rows whose backlog is unknown: not idle, nothing to measure.
+    quiet = [EpochSample(JOB, i, T0 - 50 + i, 0.2, 0, None, 3, None) for i in range(40)]
+    d = policy.decide(
+        spec, Signals(T0, quiet, {JOB: 1.0}, 3, None, None, T0 - 1000), PolicyMemory()
+    )
+    assert d.target is None
+    # No executors reported yet.
+    d = policy.decide(spec, Signals(T0, quiet, {JOB: 1.0}, None), PolicyMemory())
+    assert d.target is None and "no executors" in d.reason
+    # Only old epochs, backlog left: stuck or paused, not idle.
+    old = [EpochSample(JOB, 1, T0 - 100, 0.5, 50, 200, 3, None)]
+    d = policy.decide(spec, Signals(T0, old, {JOB: 1.0}, 3, None, None, T0 - 1000), PolicyMemory())
+    assert d.target is None and "no epochs in the last" in d.reason
+
+
+def test_a_growing_backlog_with_idle_executors_is_not_scaled() -> None:
+    # Epochs take 0.1 s of a 1 s trigger while the backlog grows: a rate limit holds the job
+    # back, not its executors; more of them would not help.
+    spec = parse_scaling("auto:min=1,max=6,stabilization=0s,cooldown=0s")
+    now = T0 + 60
+    samples = [EpochSample(JOB, i, now - 60 + i, 0.1, 10, 100 * i, 1, None) for i in range(60)]
+    d = DefaultPolicy().decide(
+        spec, Signals(now, samples, {JOB: 1.0}, 1, None, None, T0 - 1000), PolicyMemory()
+    )
+    assert d.target is None and "rate limit" in d.reason
+
+
+def test_back_to_back_epochs_keep_their_size_until_the_backlog_grows() -> None:
+    sim = _Sim(lambda t: 200.0, executors=2, trigger=0.0, per_executor=300.0)
+    spec = parse_scaling("auto:min=1,max=6,stabilization=20s,cooldown=60s")
+    assert _drive(sim, spec, 300) == []
+    more = _Sim(
+        lambda t: 200.0 if t < T0 + 200 else 400.0, executors=1, trigger=0.0, per_executor=300.0
+    )
+    decided = _drive(more, spec, 500)
+    assert decided and decided[0][1].target is not None and decided[0][1].target > 1
+
+
+def test_an_application_adds_its_jobs_work() -> None:
+    # Two jobs share the owner's executors; each alone needs 0.6 of one executor's time,
+    # together 1.2 -> ceil(1.2 / 0.7) = 2.
+    spec = parse_scaling("auto:min=1,max=6,stabilization=0s,cooldown=0s")
+    now = T0 + 60
+    samples = [
+        EpochSample(job, i, now - 60 + i, 0.6, 50, 0, 1, None)
+        for i in range(60)
+        for job in ("a", "b")
+    ]
+    signals = Signals(now, samples, {"a": 1.0, "b": 1.0}, 1, None, None, T0 - 1000)
+    d = DefaultPolicy().decide(spec, signals, PolicyMemory())
+    assert d.target == 2, d.reason
+    assert d.signals["busy"] == pytest.approx(0.6, abs=0.02)
+    assert d.signals["required_utilization"] == pytest.approx(1.2, abs=0.03)
