@@ -1,4 +1,4 @@
-"""Starting a job manager process: store, manager, supervisor, HTTP server."""
+"""Starting a job manager process: store, manager, supervisor, scaler, HTTP server."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from stoker.manager import JobManager, Supervisor, SupervisorConfig
 from stoker.redact import redact_logs, redact_url
+from stoker.scaling.scaler import Scaler
 from stoker.server.app import create_app
 from stoker.store import RetentionPolicy, open_store
 
@@ -30,12 +31,14 @@ def serve(
     supervise: bool = True,
     retention: RetentionPolicy | None = None,
     control_rate: float = 20.0,
+    scaler_tick: float = 1.0,
 ) -> None:
     """Serve until SIGINT/SIGTERM. Drivers started here keep running after the manager stops.
 
     ``token`` guards every call but ``/healthz``; ``read_token`` (optional) allows reads only.
     ``retention``: what the leader keeps of ended jobs' epoch records (default: all).
     ``control_rate``: control events per second per job (bursts of twice that; 0: no limit).
+    ``scaler_tick``: seconds between the scaler's passes while this manager leads.
     """
     import uvicorn
 
@@ -59,10 +62,26 @@ def serve(
         retention=retention or RetentionPolicy(),
     )
     supervisor = Supervisor(sup_store, cfg) if supervise else None
+    # The scaler acts only while the supervisor leads, on a connection of its own (a worker
+    # start it waits for never delays a lease renewal or a request).
+    scaler_store = open_store(url) if supervisor is not None else None
+    scaler = (
+        Scaler(
+            scaler_store,
+            state_dir,
+            tick_s=scaler_tick,
+            is_leader=lambda: supervisor.is_leader,
+            background=True,
+        )
+        if supervisor is not None and scaler_store is not None
+        else None
+    )
     manager = JobManager(api_store, state_dir, allow_dirs)
     app = create_app(manager, supervisor, token, read_token, control_rate=control_rate)
     if supervisor is not None:
         supervisor.start()
+    if scaler is not None:
+        scaler.start()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     role = "API only, never leads" if supervisor is None else "leader candidate"
 
@@ -102,11 +121,15 @@ def serve(
     try:
         server.run()
     finally:
+        if scaler is not None:
+            scaler.stop()  # before the lease goes: no pass runs once another may lead
         if supervisor is not None:
             supervisor.stop(resign=True)
         manager.close()
         api_store.close()
         sup_store.close()
+        if scaler_store is not None:
+            scaler_store.close()
         if server.listening is not None:
             why = f" ({stopped_by[0]})" if stopped_by else ""
             say(
