@@ -11,6 +11,7 @@ from typing import Any
 
 from stoker.manager import JobManager, Supervisor, SupervisorConfig
 from stoker.redact import redact_logs, redact_url
+from stoker.scaling.policy import DefaultPolicy
 from stoker.scaling.scaler import Scaler
 from stoker.server.app import create_app
 from stoker.store import RetentionPolicy, open_store
@@ -32,13 +33,15 @@ def serve(
     retention: RetentionPolicy | None = None,
     control_rate: float = 20.0,
     scaler_tick: float = 1.0,
+    scaler_window: float = 60.0,
 ) -> None:
     """Serve until SIGINT/SIGTERM. Drivers started here keep running after the manager stops.
 
     ``token`` guards every call but ``/healthz``; ``read_token`` (optional) allows reads only.
     ``retention``: what the leader keeps of ended jobs' epoch records (default: all).
     ``control_rate``: control events per second per job (bursts of twice that; 0: no limit).
-    ``scaler_tick``: seconds between the scaler's passes while this manager leads.
+    ``scaler_tick``: seconds between the scaler's passes while this manager leads;
+    ``scaler_window``: the seconds of epochs its default policy looks at (at least 10 epochs).
     """
     import uvicorn
 
@@ -69,6 +72,7 @@ def serve(
         Scaler(
             scaler_store,
             state_dir,
+            DefaultPolicy(window_s=scaler_window),
             tick_s=scaler_tick,
             is_leader=lambda: supervisor.is_leader,
             background=True,
