@@ -100,6 +100,8 @@ class _JobWindow:
     executor_s: float  # sum of duration x executors
     backlog: int | None  # the newest known
     growth: float  # backlog change per second over the newest epochs
+    arrival: float | None  # rows arriving per second over the newest epochs (read + growth)
+    backlog_reset: bool  # the backlog fell by more than was read: offsets re-based, ignored
     trigger_s: float
     recent: int  # epochs within the last window_s
     recent_rows: int  # rows read by those
@@ -211,7 +213,7 @@ class DefaultPolicy:
         processed = arrival = growth = 0.0
         true_rates: list[float] = []
         for w in windows.values():
-            job_arrival = max(0.0, w.processed + w.growth)
+            job_arrival = w.processed if w.arrival is None else w.arrival
             wanted_rate = job_arrival + (w.backlog or 0) / catch_up
             processed += w.processed
             arrival += job_arrival
@@ -245,6 +247,8 @@ class DefaultPolicy:
             required_utilization=round(required, 4),
             growing=growing,
         )
+        if any(w.backlog_reset for w in windows.values()):
+            sig["backlog_reset"] = True
         wanted = math.ceil(need / spec.target_utilization - 1e-9)
         wanted = min(hi_bound, max(lo_bound, wanted))
         sig["unclamped"] = wanted
@@ -338,11 +342,19 @@ class DefaultPolicy:
             )
             known = [s for s in recent if s.backlog is not None]
             last = known[-self.growth_epochs :]
-            growth = 0.0
+            growth, arrival, reset = 0.0, None, False
             if len(last) >= 2 and last[-1].at > last[0].at:
-                growth = (int(last[-1].backlog or 0) - int(last[0].backlog or 0)) / (
-                    last[-1].at - last[0].at
-                )
+                # Rows that arrived over the newest epochs = what they read + how much the
+                # backlog grew, over the same span. Less than nothing arrived means a source's
+                # backlog fell by more than was read (its offsets were re-based, e.g. a rate
+                # change): that backlog history says nothing; the rate read stands in.
+                span = last[-1].at - last[0].at
+                read = sum(s.rows or 0 for s in recent if last[0].at < s.at <= last[-1].at)
+                grew = int(last[-1].backlog or 0) - int(last[0].backlog or 0)
+                if read + grew < 0:
+                    reset = True
+                else:
+                    growth, arrival = grew / span, (read + grew) / span
             out[job] = _JobWindow(
                 samples=recent,
                 wall_s=wall,
@@ -351,6 +363,8 @@ class DefaultPolicy:
                 executor_s=executor_s,
                 backlog=known[-1].backlog if known else None,
                 growth=growth,
+                arrival=arrival,
+                backlog_reset=reset,
                 trigger_s=float(signals.triggers.get(job, 0.5)),
                 recent=sum(1 for s in recent if s.at >= now - self.window_s),
                 recent_rows=sum(s.rows or 0 for s in recent if s.at >= now - self.window_s),

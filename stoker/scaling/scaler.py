@@ -16,6 +16,7 @@ store, so a failover does not shorten it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import InvalidInput, StokerError
+from stoker.errors import InvalidInput, InvalidTransition, StokerError
 from stoker.manager import clusters
 from stoker.manager.applications import app_cluster_name
 from stoker.scalespec import ScalingSpec, parse_scaling
@@ -62,6 +63,10 @@ class _OwnerState:
     seen_hosts: list[str] = field(default_factory=list)
     said: str | None = None  # the last "cannot scale" said in the log, said once
     ensuring: threading.Thread | None = None  # a provider call running (background mode)
+    # Decisions whose provider call is done (a removal waiting for the driver is not): one
+    # not done yet, skipped while another call ran or left by a leader that died, is asked
+    # again on the next pass.
+    ensured: set[int] = field(default_factory=set)
 
 
 class Scaler:
@@ -186,9 +191,11 @@ class Scaler:
         in_flight = self._mark_in_use(owner, res, now)
         decision = self.policy.decide(spec, self._signals(owner, res, now), st.memory)
         if decision.target is None:
-            if in_flight is not None and in_flight.workers.get("waiting"):
-                # The provider left work for later (a removal waits for the driver to ask
-                # Spark for fewer executors): ask it again.
+            if in_flight is not None and (
+                in_flight.rescale_id not in st.ensured or in_flight.workers.get("waiting")
+            ):
+                # Not asked yet, or the provider left work for later (a removal waits for the
+                # driver to ask Spark for fewer executors): ask it (again).
                 self._provide(owner, st, provider, in_flight)
             return
         self._apply(
@@ -240,6 +247,7 @@ class Scaler:
         def run() -> None:
             fresh = self.store.get_job(owner.job_id)
             if fresh.executor_target != target:
+                st.ensured.add(rec.rescale_id)
                 return  # superseded or cleared meanwhile
             res = fresh.resources or {}
             cores = None
@@ -251,13 +259,18 @@ class Scaler:
                 # A StokerError says what a user can act on; anything else is a bug: logged.
                 if not isinstance(e, StokerError):
                     log.exception("scaler: provider of %s", owner.job_id)
-                self.store.update_rescale(
-                    rec.rescale_id, status="failed", error=f"{type(e).__name__}: {e}"
-                )
+                st.ensured.add(rec.rescale_id)
+                # Superseded while the provider worked: that status stands.
+                with contextlib.suppress(InvalidTransition):
+                    self.store.update_rescale(
+                        rec.rescale_id, status="failed", error=f"{type(e).__name__}: {e}"
+                    )
                 return
             merged = _merge_workers(rec.workers, done)
             if merged != rec.workers:
                 self.store.update_rescale(rec.rescale_id, workers=merged)
+            if not done.get("waiting"):
+                st.ensured.add(rec.rescale_id)
 
         if self.background:
             st.ensuring = threading.Thread(

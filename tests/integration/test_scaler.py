@@ -473,3 +473,51 @@ def test_standalone_provider_adds_a_worker_and_removes_one_gracefully(
             extra = [p for p in store.get_cluster("scale").processes if p["id"] not in first]
             clusters.stop_processes(extra)
         store.close()
+
+
+def test_a_decision_made_while_the_provider_works_is_provided_for_afterwards(
+    store: Store, clock: ManualClock, tmp_path: Path
+) -> None:
+    # Background mode: the first provider call blocks; a second decision comes meanwhile (its
+    # call is skipped, one at a time per owner); once the first returns, the next pass asks
+    # the provider for the second.
+    release = threading.Event()
+    calls: list[int] = []
+
+    class Slow(Recorder):
+        def ensure(
+            self, owner: JobRecord, executors: int, cores: int | None = None
+        ) -> dict[str, Any]:
+            calls.append(executors)
+            if len(calls) == 1:
+                release.wait(60)
+            return {"added": [], "removed": []}
+
+    slow = Slow()
+    _lone_job(store, "auto:min=1,max=4,stabilization=5s,cooldown=30s")
+    scaler = Scaler(
+        store, tmp_path, DefaultPolicy(), clock.now, providers=lambda o: slow, background=True
+    )
+    try:
+        _overload_until_decided(store, clock, scaler, Feed(store, JOB), executors=1)
+        first = store.list_rescales(JOB)[0]
+        store.set_scaling(JOB, parse_scaling("auto:min=1,max=2").to_dict())
+        clock.advance(1.0)
+        scaler.tick()
+        assert store.list_rescales(JOB)[0].to_executors == 2
+        assert calls == [first.to_executors]  # the second decision's call was skipped
+        release.set()
+        deadline = time.monotonic() + 60
+        while calls != [first.to_executors, 2] and time.monotonic() < deadline:
+            clock.advance(1.0)
+            scaler.tick()
+            time.sleep(0.05)
+        assert calls == [first.to_executors, 2]
+        for _ in range(3):  # done: not asked again
+            clock.advance(1.0)
+            scaler.tick()
+            time.sleep(0.05)
+        assert calls == [first.to_executors, 2]
+    finally:
+        release.set()
+        scaler.stop()

@@ -319,3 +319,18 @@ def test_an_application_adds_its_jobs_work() -> None:
     assert d.target == 2, d.reason
     assert d.signals["busy"] == pytest.approx(0.6, abs=0.02)
     assert d.signals["required_utilization"] == pytest.approx(1.2, abs=0.03)
+
+
+def test_a_backlog_that_falls_by_more_than_was_read_is_not_taken_for_no_load() -> None:
+    # A source whose offsets were re-based (a rate change) reports a backlog of 0 after an
+    # epoch that read nothing: the rows did not vanish into thin air, and the 300 rows/s read
+    # still say what comes in. No scale-down on it.
+    spec = parse_scaling("auto:min=1,max=6,stabilization=0s,cooldown=0s")
+    now = T0 + 60
+    samples = [EpochSample(JOB, i, now - 60 + i, 0.5, 300, 1000 + 100 * i, 3, 3) for i in range(59)]
+    samples.append(EpochSample(JOB, 59, now - 0.5, 0.1, 0, 0, 3, 3))
+    signals = Signals(now, samples, {JOB: 1.0}, 3, 3, None, running_since=T0 - 1000)
+    d = DefaultPolicy().decide(spec, signals, PolicyMemory())
+    assert d.target is None, d.reason
+    assert d.signals["backlog_reset"] is True
+    assert d.signals["input_rate"] == pytest.approx(d.signals["processed_rate"])
