@@ -190,6 +190,8 @@ class ControlKind(enum.StrEnum):
     CHECKPOINT = "checkpoint"
     EVENT = "event"
     SAVEPOINT = "savepoint"
+    # The owner's scaling mode and bounds: applied by the job manager at once, not at an epoch.
+    SCALING = "scaling"
 
 
 class ControlStatus(enum.StrEnum):

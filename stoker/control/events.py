@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stoker.errors import ControlConflict, InvalidInput
+from stoker.scalespec import parse_scaling
 from stoker.types import ControlKind
 
 RATE_KEYS = ("rows_per_second", "max_rows_per_epoch", "max_files_per_epoch")
@@ -62,6 +63,7 @@ FIELDS: dict[ControlKind, frozenset[str]] = {
     ControlKind.CHECKPOINT: frozenset(),
     ControlKind.EVENT: frozenset({"name", "payload"}),
     ControlKind.SAVEPOINT: frozenset({"stop", "dir"}),
+    ControlKind.SCALING: frozenset({"scaling"}),
 }
 
 
@@ -303,6 +305,15 @@ def _savepoint(fields: dict[str, Any], _spec: Mapping[str, Any], _check: Any) ->
     return {"stop": stop, "dir": folder}
 
 
+def _scaling(fields: dict[str, Any], _spec: Mapping[str, Any], _check: Any) -> dict[str, Any]:
+    # The whole spec, as parse_scaling reads it (text or object); stored in its to_dict() form.
+    if fields.get("scaling") is None:
+        raise InvalidInput(
+            "scaling", "a scaling event needs a scaling spec, e.g. 'reactive' or 'auto:min=1,max=4'"
+        )
+    return {"scaling": parse_scaling(fields["scaling"], "scaling").to_dict()}
+
+
 _VALIDATORS = {
     ControlKind.CONFIG: _config,
     ControlKind.RATE_LIMIT: _rate_limit,
@@ -313,6 +324,7 @@ _VALIDATORS = {
     ControlKind.CHECKPOINT: _empty,
     ControlKind.EVENT: _event,
     ControlKind.SAVEPOINT: _savepoint,
+    ControlKind.SCALING: _scaling,
 }
 
 
@@ -371,7 +383,8 @@ def apply(
         state["paused"] = False
     elif kind == ControlKind.CHECKPOINT and state.get("paused"):
         raise ControlConflict(job_id, "is paused: no epoch runs until it is resumed")
-    # EVENT and SAVEPOINT change no state: the event itself is what applies.
+    # EVENT, SAVEPOINT and SCALING change no control state: the event itself is what applies
+    # (a scaling event: the job manager sets the owner's scaling when it stores the event).
     return config, state
 
 
