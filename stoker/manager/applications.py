@@ -27,7 +27,13 @@ from stoker.errors import (
 )
 from stoker.manager import clusters
 from stoker.manager.restart import parse_strategy
-from stoker.manager.submit import ASSIGNED_STATE_DIR, validate_submission
+from stoker.manager.submit import (
+    ASSIGNED_STATE_DIR,
+    check_scaling,
+    scaling_spec_entry,
+    validate_submission,
+)
+from stoker.scalespec import ScalingSpec
 from stoker.store import AttemptRecord, JobRecord, Store
 from stoker.store.records import ClusterRecord
 from stoker.types import AttemptState, ClusterState, JobId, JobKind, job_id
@@ -93,11 +99,12 @@ class ApplicationSubmission:
     args: list[str] = field(default_factory=list)
     conf: dict[str, str] = field(default_factory=dict)
     restart_strategy: dict[str, Any] | None = None
+    scaling: ScalingSpec | None = None  # the executors of all its jobs; None: fixed
 
     def spec(self) -> dict[str, Any]:
         """The application's spec as stored; two submissions are one application iff their
         specs match (the state folder the manager assigns is no part of it)."""
-        return {
+        out: dict[str, Any] = {
             "kind": "application",
             "entrypoint": str(self.entrypoint),
             "args": list(self.args),
@@ -105,6 +112,10 @@ class ApplicationSubmission:
             "cluster": self.cluster.text(),
             "restart_strategy": parse_strategy(self.restart_strategy).to_dict(),
         }
+        scaling = scaling_spec_entry(self.scaling)
+        if scaling is not None:
+            out["scaling"] = scaling
+        return out
 
 
 def validate_application(
@@ -118,12 +129,14 @@ def validate_application(
     driver_cores: int | None,
     allowed_dirs: list[Path],
     session_cluster: Callable[[str], ClusterRecord],
+    scaling: Any = None,
 ) -> ApplicationSubmission:
     """Check every field; :class:`InvalidInput` names the first bad one. Nothing is written.
 
     ``app_id`` defaults to the entrypoint's file name without ``.py``. ``session_cluster``
     looks a session cluster up by name (:class:`ClusterNotFound` if there is none): a
-    submission to one must find it RUNNING.
+    submission to one must find it RUNNING. ``scaling``: the application's scaling spec
+    (:func:`stoker.scalespec.parse_scaling`; None: fixed).
     """
     if app_id is not None:
         app = _app_id(app_id)
@@ -143,7 +156,15 @@ def validate_application(
     merged = dict(sub.conf)
     _check_master_keys(merged, spec)
     _driver_resources(merged, driver_memory, driver_cores)
-    return ApplicationSubmission(app, sub.entrypoint, spec, sub.args, merged, restart_strategy)
+    return ApplicationSubmission(
+        app,
+        sub.entrypoint,
+        spec,
+        sub.args,
+        merged,
+        restart_strategy,
+        scaling=check_scaling(scaling),
+    )
 
 
 def _app_id(value: str) -> JobId:

@@ -6,7 +6,9 @@ exists (:class:`JobNotFound`) and has not ended (:class:`JobTerminal`), the body
 event for the job's pipeline (:func:`stoker.control.events.validate`: :class:`InvalidInput`
 naming the field), a savepoint's folder is allowed; then the store writes the event as a new
 control version in one transaction (:meth:`ControlStore.add_control`), which also answers a
-retried ``request_id``. The runtime applies the stored events at epoch boundaries.
+retried ``request_id``. The runtime applies the stored events at epoch boundaries, except a
+``scaling`` event: it changes the owner's scaling at once and ends COMMITTED without an epoch
+(:func:`stoker.manager.rescales.apply_scaling_event`).
 
 The pipeline description a request is checked against, in order: the latest control
 snapshot's ``state["pipeline"]`` (the driver declares it when an attempt starts), the job's
@@ -25,6 +27,7 @@ from typing import Any
 from stoker.clock import Clock
 from stoker.control import events
 from stoker.errors import ControlNotFound, InvalidInput, JobTerminal, TooManyRequests
+from stoker.manager import rescales
 from stoker.manager.submit import check_allowed
 from stoker.store import ControlEvent, JobRecord, Store
 from stoker.types import ControlKind, ControlStatus, ControlVersion, JobId, JobState
@@ -143,10 +146,22 @@ def submit_control(
     # store looks the request up before it refuses an ended job.
     if job.state.terminal and rid is None:
         raise JobTerminal(jid, str(job.state))
-    kind, normalized = events.validate(body, pipeline_description(store, job, describe))
+    # A scaling event is checked against nothing of the pipeline: no need to describe it.
+    scaling = str(body.get("kind")) == ControlKind.SCALING
+    described = {} if scaling else pipeline_description(store, job, describe)
+    kind, normalized = events.validate(body, described)
     if kind == ControlKind.SAVEPOINT and normalized.get("dir") and savepoint_dirs is not None:
         normalized["dir"] = check_savepoint_dir(str(normalized["dir"]), savepoint_dirs)
-    return store.add_control(jid, kind, normalized, sender=sender, origin=origin, request_id=rid)
+    if scaling and not (job.state.terminal and rid is not None):
+        rescales.check_owner_live(rescales.owner_of(store, job))
+    ev, created = store.add_control(
+        jid, kind, normalized, sender=sender, origin=origin, request_id=rid
+    )
+    if scaling:
+        # Not epoch-bound: the owner's scaling changes now (a retry finishes what a crash
+        # left pending).
+        ev = rescales.apply_scaling_event(store, job, ev)
+    return ev, created
 
 
 def get_control(

@@ -21,7 +21,7 @@ from stoker.errors import (
     JobNotFound,
     JobTerminal,
 )
-from stoker.manager import control
+from stoker.manager import control, rescales
 from stoker.manager.applications import (
     SessionClusters,
     attempt_view,
@@ -32,6 +32,7 @@ from stoker.manager.applications import (
 )
 from stoker.manager.batch import CreateBatcher
 from stoker.manager.processes import child_env
+from stoker.manager.rescales import RescaleTally
 from stoker.manager.submit import (
     ASSIGNED_STATE_DIR,
     check_savepoint_source,
@@ -87,14 +88,16 @@ class JobManager:
         restart_strategy: dict[str, Any] | None = None,
         config: dict[str, Any] | None = None,
         from_savepoint: str | None = None,
+        scaling: Any = None,
     ) -> SubmitResult:
         """Create the job, or return the live one; never a second live instance.
 
         The store's primary key decides between concurrent submissions of one id, whichever
-        manager receives them.
+        manager receives them. ``scaling`` (text or object, :mod:`stoker.scalespec`) is set on
+        the job once it is created; a live job submitted again keeps the scaling it has now.
         """
         name, spec, start = self._plan(
-            jid, entrypoint, args, conf, restart_strategy, config, from_savepoint
+            jid, entrypoint, args, conf, restart_strategy, config, from_savepoint, scaling
         )
         job, created = self.store.create_job(name, name, spec, start)
         return self._settle(name, spec, job, created, restart)
@@ -109,11 +112,13 @@ class JobManager:
         restart_strategy: dict[str, Any] | None = None,
         config: dict[str, Any] | None = None,
         from_savepoint: str | None = None,
+        scaling: Any = None,
     ) -> SubmitResult:
         """:meth:`submit` for an event loop: the insert joins the next group commit.
 
         Only the common path runs on the loop (validation is a few file-system calls); an
-        omitted id (a child process reads the pipeline's name) and a restart run in a thread.
+        omitted id (a child process reads the pipeline's name), a restart and a scaling spec
+        to store run in a thread.
         """
         if jid is None or config:  # a child process reads the app's pipeline
             return await asyncio.to_thread(
@@ -126,12 +131,13 @@ class JobManager:
                 restart_strategy,
                 config,
                 from_savepoint,
+                scaling,
             )
         name, spec, start = self._plan(
-            jid, entrypoint, args, conf, restart_strategy, None, from_savepoint
+            jid, entrypoint, args, conf, restart_strategy, None, from_savepoint, scaling
         )
         job, created = await asyncio.wrap_future(self._batcher.create(name, name, spec, start))
-        if not created and job.state.terminal and restart:
+        if (not created and job.state.terminal and restart) or "scaling" in spec:
             return await asyncio.to_thread(self._settle, name, spec, job, created, restart)
         return self._settle(name, spec, job, created, restart)
 
@@ -144,6 +150,7 @@ class JobManager:
         restart_strategy: dict[str, Any] | None,
         config: dict[str, Any] | None,
         from_savepoint: str | None = None,
+        scaling: Any = None,
     ) -> tuple[JobId, dict[str, Any], dict[str, Any]]:
         """The job's id, spec and starting config, every field checked; nothing is written.
 
@@ -152,7 +159,12 @@ class JobManager:
         omitted, or a config given), otherwise the driver declares them.
         """
         sub = validate_submission(
-            entrypoint, list(args or []), dict(conf or {}), restart_strategy, self.allowed_dirs
+            entrypoint,
+            list(args or []),
+            dict(conf or {}),
+            restart_strategy,
+            self.allowed_dirs,
+            scaling=scaling,
         )
         if from_savepoint is not None:
             sub = replace(
@@ -176,9 +188,15 @@ class JobManager:
     def _settle(
         self, name: JobId, spec: dict[str, Any], job: JobRecord, created: bool, restart: bool
     ) -> SubmitResult:
-        """What the submission amounts to, given what the store holds for its id."""
+        """What the submission amounts to, given what the store holds for its id.
+
+        The submitted scaling is set on a record this submission created or restarted; a
+        live record keeps the scaling it has (control may have changed it since), unless
+        none was ever stored (the manager stopped between creating it and storing it).
+        """
+        scaling = spec.get("scaling")
         if created:
-            return SubmitResult(job, "created")
+            return SubmitResult(self._with_scaling(job, scaling), "created")
         if job.state.terminal:
             if not restart:
                 raise JobTerminal(name, str(job.state))
@@ -186,11 +204,26 @@ class JobManager:
             kept = job.spec.get(ASSIGNED_STATE_DIR) or spec[ASSIGNED_STATE_DIR]
             job = self.store.restart_job(name, {**spec, ASSIGNED_STATE_DIR: kept})
             if job.state == JobState.RESTARTING:
+                if job.scaling != scaling:
+                    job = self._with_scaling(job, scaling, force=True)
                 return SubmitResult(job, "restarted")
         diff = spec_difference(job.spec, spec)
         if diff is not None:
             raise JobConflict(name, diff)
-        return SubmitResult(job, "duplicate")
+        return SubmitResult(self._with_scaling(job, scaling), "duplicate")
+
+    def _with_scaling(
+        self, job: JobRecord, scaling: dict[str, Any] | None, force: bool = False
+    ) -> JobRecord:
+        """``job`` with ``scaling`` stored, if it has none yet (or ``force``)."""
+        if (scaling is None or job.scaling is not None) and not force:
+            return job
+        return self.store.set_scaling(job.job_id, scaling)
+
+    def submitted_view(self, job: JobRecord) -> dict[str, Any]:
+        """A submitted job as ``POST /v1/jobs`` answers it: its record and its scaling (its
+        own: a submitted job owns its executors), with no further read of the store."""
+        return {**job.to_dict(), **rescales.scaling_fields(self.store, job, job)}
 
     def close(self) -> None:
         """Stop the group-commit thread (the store stays open: the caller owns it)."""
@@ -204,12 +237,21 @@ class JobManager:
         """Every job (only those in ``state``) as the API lists it: a paused one shows
         ``"state": "PAUSED"`` and ``"paused": true``; a job of an application names it in
         ``app_id`` (null for a job submitted alone)."""
-        return [self._job_dict(j) for j in self.list_jobs(state)]
+        owners: dict[JobId, JobRecord] = {}
+        out = []
+        for j in self.list_jobs(state):
+            if j.app_id is not None and j.app_id not in owners:
+                owners[j.app_id] = self.store.get_job(j.app_id)
+            out.append(self._job_dict(j, owners.get(j.app_id) if j.app_id else None))
+        return out
 
-    def _job_dict(self, job: JobRecord) -> dict[str, Any]:
+    def _job_dict(self, job: JobRecord, owner: JobRecord | None = None) -> dict[str, Any]:
+        """A job as the API shows it; its scaling is its owner's (its application's, if
+        any): ``scaling``, ``executor_target``, ``resources``, ``max_parallelism``."""
         out = job.to_dict()
         out["state"], out["paused"] = control.display_state(self.store, job)
         out["app_id"] = job.app_id
+        out.update(rescales.scaling_fields(self.store, job, owner))
         return out
 
     def _job(self, jid: str) -> JobRecord:
@@ -251,6 +293,31 @@ class JobManager:
         """Ask the job to stop after its current epoch; the leader enforces a timeout (a job
         of an application: its application's driver stops it)."""
         return self.store.request_cancel(self._job(jid).job_id)
+
+    # scaling (rescales.py does the work) -----------------------------------------------------
+    def _scalable(self, jid: str) -> JobRecord:
+        """A job's or an application's record: scaling is its owner's either way."""
+        return self.store.get_job(job_id(jid))
+
+    def rescales(self, jid: str, limit: int = 100, since: float | None = None) -> dict[str, Any]:
+        """:func:`rescales.rescales_view`: the owner's scaling and rescale history."""
+        return rescales.rescales_view(self.store, self._scalable(jid), limit, since)
+
+    def set_resources(self, jid: str, body: Mapping[str, Any], *, sender: str) -> dict[str, Any]:
+        """New executor bounds for the owner (``{"min_executors", "max_executors"}``):
+        :func:`rescales.set_bounds`."""
+        record = self._scalable(jid)  # an unknown id is a 404 before the body's 422
+        low, high = rescales.parse_bounds(body)
+        return rescales.set_bounds(self.store, record, low, high, sender=sender)
+
+    def scaling_series(self) -> dict[str, dict[str, float]]:
+        """Per-job gauges of ``/metrics`` (:func:`rescales.job_series`)."""
+        return rescales.job_series(self.store, self.store.list_jobs(kind=None))
+
+    def rescale_totals(self, tally: RescaleTally) -> dict[str, float]:
+        """Rescales recorded, by kind (``tally`` remembers what it counted)."""
+        owners = [j for j in self.store.list_jobs(kind=None) if j.app_id is None]
+        return tally.totals(self.store, owners)
 
     # control -------------------------------------------------------------------------------
     def submit_control(
@@ -353,6 +420,7 @@ class JobManager:
         driver_memory: str | None = None,
         driver_cores: int | None = None,
         restart: bool = False,
+        scaling: Any = None,
     ) -> SubmitResult:
         """Create the application, or return the live one, as :meth:`submit` does for a job:
         the same spec again is a duplicate, another spec while live a :class:`JobConflict`,
@@ -370,6 +438,7 @@ class JobManager:
             driver_cores,
             self.allowed_dirs,
             self.store.get_cluster,
+            scaling,
         )
         spec = sub.spec()
         # The application's folder (its jobs' checkpoints under jobs/<job id>), chosen once
@@ -427,6 +496,7 @@ class JobManager:
             "driver": driver_of(attempts, app.current_attempt),
             "cluster": cluster_of(app, self._find_cluster),
             "jobs": [self._app_job(j) for j in jobs],
+            **rescales.scaling_fields(self.store, app, app),
             "error": app.last_error,
             "spec": app.spec,
             "failures": app.failures,

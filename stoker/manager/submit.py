@@ -10,6 +10,7 @@ from typing import Any
 from stoker.errors import InvalidInput
 from stoker.manager.restart import parse_strategy
 from stoker.paths import check_app_path
+from stoker.scalespec import ScalingSpec, parse_scaling
 from stoker.settings import Settings
 
 
@@ -23,6 +24,7 @@ class Submission:
     restart_strategy: dict[str, Any] | None = None
     config: dict[str, Any] = field(default_factory=dict)  # pipeline config, checked already
     from_savepoint: str | None = None  # a savepoint folder the job starts from (checked)
+    scaling: ScalingSpec | None = None  # checked; None: fixed (the default)
 
     def spec(self) -> dict[str, Any]:
         """The job's spec as stored; two submissions are the same job iff their specs match."""
@@ -37,7 +39,25 @@ class Submission:
             out["config"] = dict(sorted(self.config.items()))
         if self.from_savepoint:
             out["from_savepoint"] = self.from_savepoint
+        scaling = scaling_spec_entry(self.scaling)
+        if scaling is not None:
+            out["scaling"] = scaling
         return out
+
+
+def check_scaling(value: Any) -> ScalingSpec | None:
+    """A submission's ``scaling`` (text or object; :func:`stoker.scalespec.parse_scaling`):
+    None when not given. :class:`InvalidInput` on ``scaling`` naming the key at fault."""
+    return None if value is None else parse_scaling(value, "scaling")
+
+
+def scaling_spec_entry(scaling: ScalingSpec | None) -> dict[str, Any] | None:
+    """What a spec keeps of a submission's scaling: its ``to_dict()``, or nothing for the
+    default (mode fixed), so that a submission without ``scaling`` and one with ``fixed``
+    are the same job, and specs stored before scaling existed stay equal."""
+    if scaling is None or scaling == ScalingSpec():
+        return None
+    return scaling.to_dict()
 
 
 SAVEPOINT_MANIFEST = "_savepoint.json"  # stoker.runtime.savepoint.MANIFEST (no Spark here)
@@ -86,6 +106,7 @@ def validate_submission(
     conf: dict[str, str],
     restart_strategy: dict[str, Any] | None,
     allowed_dirs: list[Path],
+    scaling: Any = None,
 ) -> Submission:
     """Check every field; :class:`InvalidInput` names the first bad one. Nothing is written.
 
@@ -106,7 +127,9 @@ def validate_submission(
     except InvalidInput as e:  # an unknown or malformed key, named as the request's field
         raise InvalidInput(f"conf.{e.field}", e.message) from e
     parse_strategy(restart_strategy)
-    return Submission(path, list(args), dict(conf), restart_strategy)
+    return Submission(
+        path, list(args), dict(conf), restart_strategy, scaling=check_scaling(scaling)
+    )
 
 
 # A spec key the job manager fills in when it creates the job, not the submitter.
