@@ -27,6 +27,14 @@ Control (see the README, "Changing a running job")::
     c.pause("clicks"); c.resume("clicks")
     print(c.wait_control("clicks", c.checkpoint("clicks")["control_id"])["applied_epoch"])
 
+Scaling (see the README, "Scaling")::
+
+    c.submit("/srv/apps/clicks.py", scaling="auto:min=1,max=4")
+    c.set_resources("clicks", min_executors=2, max_executors=6)   # new bounds, same mode
+    c.scaling("clicks", "reactive")                               # another mode, at once
+    for r in c.rescales("clicks")["rescales"]:
+        print(r["kind"], r["from_executors"], r["to_executors"], r["reason"])
+
 Applications (a program of several jobs, its driver supervised by the manager) and clusters::
 
     c.start_cluster("shared", workers=2, memory="1g")
@@ -168,7 +176,9 @@ class Client:
             field = str(body.get("field", "request"))
             raise InvalidInput(field, msg.removeprefix(f"{field}: "))  # the message names it
         if kind == "JobTerminal":
-            raise JobTerminal(job, str(body.get("state")))
+            err = JobTerminal(job, str(body.get("state")))
+            err.args = (msg,)  # the server's words: what can no longer be done
+            raise err
         if kind == "JobConflict":
             raise JobConflict(job, str(body.get("difference")))
         raise StokerError(f"job manager answered {resp.status_code}: {msg}")
@@ -185,9 +195,12 @@ class Client:
         restart_strategy: Mapping[str, Any] | None = None,
         config: Mapping[str, Any] | None = None,
         from_savepoint: str | None = None,
+        scaling: str | Mapping[str, Any] | None = None,
     ) -> Submitted:
         """``POST /v1/jobs``: run the application file ``entrypoint`` (a path on the manager's
         host) as a job. ``job_id`` defaults to the name of the Pipeline the file defines.
+        ``scaling``: ``"fixed"`` (default), ``"reactive"``, ``"auto:min=1,max=4,..."`` or the
+        same as an object.
 
         Submitting a live job's id again with the same spec answers ``duplicate``; an ended
         job is run again from its checkpoint only with ``restart=True`` (``restarted``).
@@ -206,6 +219,8 @@ class Client:
             body["config"] = dict(config)
         if from_savepoint:
             body["from_savepoint"] = from_savepoint
+        if scaling is not None:
+            body["scaling"] = scaling if isinstance(scaling, str) else dict(scaling)
         resp = self._call("POST", "/v1/jobs", json=body)
         job = dict(resp.json())
         outcome = (
@@ -242,6 +257,39 @@ class Client:
     def cancel(self, job_id: str) -> dict[str, Any]:
         """``POST /v1/jobs/{id}/cancel``: stop gracefully (the epoch in flight commits)."""
         return dict(self._call("POST", f"/v1/jobs/{job_id}/cancel").json())
+
+    # scaling -------------------------------------------------------------------------------
+    def rescales(self, job_id: str, limit: int = 100, since: float | None = None) -> dict[str, Any]:
+        """``GET /v1/jobs/{id}/rescales``: the scaling of the job's owner (the job, or its
+        application: ``owner``), its ``executor_target`` and ``resources``, and its
+        ``rescales`` newest first. ``job_id`` may also be an application's id."""
+        params: dict[str, Any] = {"limit": limit}
+        if since is not None:
+            params["since"] = since
+        return dict(self._call("GET", f"/v1/jobs/{job_id}/rescales", params=params).json())
+
+    def set_resources(
+        self,
+        job_id: str,
+        min_executors: int | None = None,
+        max_executors: int | None = None,
+    ) -> dict[str, Any]:
+        """``PUT /v1/jobs/{id}/resources``: new executor bounds of the owner (None keeps a
+        bound; the mode stays); the new ``scaling`` and the ``rescale`` recording it."""
+        body = {
+            k: v
+            for k, v in (("min_executors", min_executors), ("max_executors", max_executors))
+            if v is not None
+        }
+        return dict(self._call("PUT", f"/v1/jobs/{job_id}/resources", json=body).json())
+
+    def scaling(
+        self, job_id: str, scaling: str | Mapping[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
+        """A control event of kind ``scaling``: the owner's mode and bounds change at once
+        (the event answers COMMITTED, its ``result`` with the new spec)."""
+        spec = scaling if isinstance(scaling, str) else dict(scaling)
+        return self.control(job_id, {"kind": "scaling", "scaling": spec}, request_id)
 
     # control -------------------------------------------------------------------------------
     def control(
@@ -356,11 +404,13 @@ class Client:
         driver_memory: str | None = None,
         driver_cores: int | None = None,
         restart: bool = False,
+        scaling: str | Mapping[str, Any] | None = None,
     ) -> SubmittedApplication:
         """``POST /v1/applications``: hand the program ``entrypoint`` (a path on the manager's
         host) to the job manager, which runs its driver on ``cluster`` (``local``,
         ``standalone:workers=2,cores=1,memory=1g``, ``spark://host:port`` or a session
-        cluster's name) under supervision. ``app_id`` defaults to the file's name."""
+        cluster's name) under supervision. ``app_id`` defaults to the file's name.
+        ``scaling`` (as for :meth:`submit`) is the application's: its jobs share it."""
         body: dict[str, Any] = {
             "entrypoint": entrypoint,
             "args": list(args),
@@ -373,6 +423,7 @@ class Client:
             "restart_strategy": dict(restart_strategy) if restart_strategy else None,
             "driver_memory": driver_memory,
             "driver_cores": driver_cores,
+            "scaling": scaling if scaling is None or isinstance(scaling, str) else dict(scaling),
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         resp = self._call("POST", "/v1/applications", json=body)

@@ -36,6 +36,7 @@ from stoker.errors import (
 from stoker.manager import ControlRateLimiter, JobManager, Supervisor
 from stoker.manager.applications import CLUSTER_PATH_PATTERN
 from stoker.manager.control import HISTORY_MAX, control_view
+from stoker.manager.rescales import RESCALES_MAX, RescaleTally
 from stoker.redact import redact_answer, redact_text
 from stoker.server.docs import (
     CONTROL_BODY,
@@ -44,20 +45,25 @@ from stoker.server.docs import (
     JOB_ID_MAX,
     JOB_ID_PATTERN,
     OPENAPI_URL,
+    RESOURCES_BODY,
     SAVEPOINT_BODY,
+    SCALING_HELP,
     STATIC_URL,
     ApplicationBody,
     ClusterBody,
     ConfigView,
     ControlEventView,
     ControlHistory,
+    RescalesView,
+    ResourcesView,
     WorkerBody,
     errors,
     install_docs,
     install_openapi,
     json_body,
+    scaling_field,
 )
-from stoker.server.metrics import Histogram, counter, gauge
+from stoker.server.metrics import Histogram, counter, gauge, labelled_counter
 from stoker.store import ControlEvent
 from stoker.types import ControlKind, ControlStatus, JobState
 from stoker.types import job_id as check_job_id
@@ -79,6 +85,17 @@ HTTP_STATUS: dict[type[StokerError], int] = {
     ClusterConflict: 409,  # before ClusterError in every class's MRO: the state refuses it
     ClusterError: 500,  # a cluster could not be started, changed or stopped
 }
+
+
+_SCALING_SERIES = (
+    ("executors", "Executors the job's driver reports registered (the driver not counted)."),
+    ("executor_target", "Executors the autoscaler wants for the job's owner."),
+    ("backlog", "Rows or files the job's sources had beyond its newest epoch's end."),
+    (
+        "utilization",
+        "The newest epoch's duration over the trigger interval in force (none at trigger 0).",
+    ),
+)
 
 
 def _status(err: StokerError) -> int:
@@ -121,6 +138,7 @@ class SubmitBody(BaseModel):
         description="A savepoint folder (absolute, under an --allow-dir) the job starts from: "
         "its checkpoint, source logs, outputs and control state; exactly once across the switch.",
     )
+    scaling: Any = scaling_field(SCALING_HELP)
 
 
 # Open without a token: liveness (load balancers and orchestrators probe it) and the API's
@@ -195,6 +213,7 @@ def create_app(
     install_docs(app)
     install_openapi(app, token=token is not None, open_paths=OPEN_PATHS)
     submit_latency = Histogram()
+    rescale_tally = RescaleTally()
     limiter = ControlRateLimiter(control_rate)
     # The answers each kind of call can give besides its success (one error model for all).
     guarded_ = (401,) if token is not None else ()
@@ -378,6 +397,17 @@ def create_app(
         lines += submit_latency.render(
             "stoker_submit_latency_seconds", "Time to answer POST /v1/jobs."
         )
+        # Scaling, per live job and application (an application's job: its application's
+        # target); a series a job has no value for yet is left out.
+        series = manager.scaling_series()
+        for name, help_text in _SCALING_SERIES:
+            lines += gauge(f"stoker_job_{name}", help_text, series[name], "job_id")
+        lines += labelled_counter(
+            "stoker_rescales_total",
+            "Rescales recorded (all owners), by kind: decision, observed, bounds.",
+            manager.rescale_totals(rescale_tally),
+            "kind",
+        )
         return "\n".join(lines) + "\n"
 
     @app.post(
@@ -402,10 +432,11 @@ def create_app(
                 body.restart_strategy,
                 config=body.config,
                 from_savepoint=body.from_savepoint,
+                scaling=body.scaling,
             )
         finally:
             submit_latency.observe(time.perf_counter() - t0)
-        out = res.job.to_dict()
+        out = manager.submitted_view(res.job)
         out["duplicate"] = res.outcome == "duplicate"
         out["restarted"] = res.outcome == "restarted"
         return JSONResponse(
@@ -458,6 +489,45 @@ def create_app(
         """Graceful: the current epoch completes and commits, then the driver stops."""
         return dict(redact_answer(manager.cancel(job_id).to_dict()))
 
+    # scaling -------------------------------------------------------------------------------
+    scalable_path = Path(
+        ...,
+        min_length=1,
+        max_length=JOB_ID_MAX,
+        pattern=JOB_ID_PATTERN,
+        description=f"A job's id, or an application's (scaling is its owner's). {JOB_ID_HELP}.",
+    )
+
+    @app.get("/v1/jobs/{job_id}/rescales", response_model=RescalesView, responses=reads)
+    def get_rescales(
+        job_id: str = scalable_path,
+        limit: int = Query(100, ge=1, le=RESCALES_MAX),
+        since: float | None = Query(
+            None, ge=0, le=1e12, description="Only those at or after this time (epoch seconds)."
+        ),
+    ) -> JSONResponse:
+        """The scaling history of the job's owner (the job, or its application: ``owner``
+        says which), newest first: every autoscaler decision with the signals it saw, every
+        change of executors observed, every change of scaling or bounds by a user; with the
+        owner's scaling, executor target and reported resources now."""
+        return JSONResponse(redact_answer(manager.rescales(job_id, limit, since)))
+
+    @app.put(
+        "/v1/jobs/{job_id}/resources",
+        response_model=ResourcesView,
+        responses=errors(*writes, 404, 409, 422, 503),
+        openapi_extra=json_body(RESOURCES_BODY),
+    )
+    async def put_resources(request: Request, job_id: str = scalable_path) -> JSONResponse:
+        """Change the executor bounds of a running job's owner (the job, or its
+        application): ``{"min_executors": n, "max_executors": m}`` (either alone keeps the
+        other), mode kept; recorded in its rescale history with who sent it. 409 when the
+        owner has ended."""
+        body = await _json_object(request)
+        sender = "operator" if token is not None else "api"
+        out = await run_in_threadpool(lambda: manager.set_resources(job_id, body, sender=sender))
+        return JSONResponse(redact_answer(out))
+
     # applications --------------------------------------------------------------------------
     app_path = Path(
         ..., min_length=1, max_length=JOB_ID_MAX, pattern=JOB_ID_PATTERN, description=JOB_ID_HELP
@@ -487,6 +557,7 @@ def create_app(
             body.driver_memory,
             body.driver_cores,
             body.restart,
+            body.scaling,
         )
         out = await run_in_threadpool(manager.application, res.job.job_id)
         out["duplicate"] = res.outcome == "duplicate"

@@ -1,6 +1,7 @@
 """The API's contract and its docs page: the one error model, the answers each call can give,
-the job id pattern, the control, application and cluster request bodies and answers, the
-security schemes, and Swagger UI served from the package (``/docs`` works without internet)."""
+the job id pattern, the control, application, cluster and scaling request bodies and answers,
+the security schemes, and Swagger UI served from the package (``/docs`` works without
+internet)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.staticfiles import StaticFiles
 
 from stoker.manager.applications import CLUSTER_NAME_PATTERN
+from stoker.manager.rescales import MAX_EXECUTORS
 
 SWAGGER_UI_VERSION = "5.35.0"  # npm swagger-ui-dist, copied into static/swagger-ui
 STATIC_DIR = Path(__file__).parent / "static"
@@ -39,6 +41,45 @@ CLUSTER_SPEC_HELP = (
     "and tears down when it ends), `spark://host:port` (a master you run; left alone), or "
     "the name of a RUNNING session cluster (POST /v1/clusters)."
 )
+SCALING_HELP = (
+    "How the job (or application: all of its jobs) scales: `fixed` (default: the executors "
+    "it starts with), `reactive` (every executor the cluster offers), or `auto` (the scaler "
+    "decides between min and max), as text (`auto:min=1,max=4,target_utilization=0.7,"
+    'catch_up=5m,stabilization=1m,cooldown=2m`) or an object (`{"mode": "auto", '
+    '"min_executors": 1, "max_executors": 4, "catch_up": "5m"}`; durations as seconds or '
+    "text like 90s, 5m, 1h). Checked: 422 naming the key at fault."
+)
+# What parse_scaling reads, said as loosely as it reads it: the values' own checks (whole
+# numbers also as text, durations as numbers or text) are the server's, answered with a 422.
+_ANY = {"description": "See the description of `scaling`."}
+SCALING_VALUE: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "description": "fixed, reactive or auto:key=value,..."},
+        {
+            "type": "object",
+            "properties": {
+                "mode": {"type": "string", "description": "fixed, reactive or auto."},
+                **{
+                    key: _ANY
+                    for key in (
+                        "min_executors",
+                        "min",
+                        "max_executors",
+                        "max",
+                        "target_utilization",
+                        "utilization",
+                        "catch_up",
+                        "stabilization",
+                        "cooldown",
+                    )
+                },
+            },
+            "required": ["mode"],
+            "additionalProperties": False,
+        },
+    ],
+    "description": SCALING_HELP,
+}
 
 
 class ErrorAnswer(BaseModel):
@@ -118,17 +159,20 @@ class ControlEventView(BaseModel):
     kind: str = Field(
         ...,
         description="config, rate_limit, log_level, trigger, pause, resume, "
-        "checkpoint, event or savepoint.",
+        "checkpoint, event, savepoint or scaling.",
     )
     status: str = Field(
         ...,
         description="PENDING -> APPLIED (at `applied_epoch`) -> COMMITTED (that epoch "
-        "committed), or REJECTED (`reason`).",
+        "committed), or REJECTED (`reason`). A scaling event is COMMITTED at once, without "
+        "an epoch.",
     )
     applied_epoch: int | None = Field(None, description="The epoch the event applied at.")
     reason: str | None = Field(None, description="Why it was rejected.")
     result: dict[str, Any] | None = Field(
-        None, description="What it produced (a savepoint's `path` and `epoch`)."
+        None,
+        description="What it produced (a savepoint's `path` and `epoch`; a scaling event's "
+        "`owner`, new `scaling` and `rescale_id`).",
     )
     request_id: str | None = Field(None, description="The caller's retry key, if one was sent.")
     sender: str = Field(..., description="`operator` (the token), `anonymous` or `local:<user>`.")
@@ -145,6 +189,16 @@ class ControlHistory(BaseModel):
     events: list[ControlEventView]
     next: int | None = Field(
         None, description="Pass as `before` for the next (older) page; null on the last page."
+    )
+
+
+def scaling_field(description: str) -> Any:
+    """A body's ``scaling``: checked by :func:`stoker.scalespec.parse_scaling` (a 422 naming
+    ``scaling`` and the key at fault), described here as what it reads."""
+    return Field(
+        None,
+        description=description,
+        json_schema_extra={"anyOf": [*SCALING_VALUE["anyOf"], {"type": "null"}]},
     )
 
 
@@ -180,6 +234,9 @@ class ApplicationBody(BaseModel):
     )
     driver_cores: int | None = Field(None, ge=1, le=1024, description="spark.driver.cores.")
     restart: bool = Field(False, description="Run an ended application again.")
+    scaling: Any = scaling_field(
+        SCALING_HELP + " The application's jobs share its executors and scaling."
+    )
 
 
 class ClusterBody(BaseModel):
@@ -302,15 +359,97 @@ CONTROL_BODY: dict[str, Any] = {
             ("name",),
         ),
         _kind("savepoint", _SAVEPOINT_FIELDS),
+        _kind("scaling", {"scaling": SCALING_VALUE}, ("scaling",)),
     ],
     "description": "One control event. Config keys and value types, event names and the rate "
     "limits a job's sources obey are checked against the job's pipeline (422 naming the field).",
+}
+_BOUND = {
+    "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_EXECUTORS}, {"type": "null"}],
+}
+RESOURCES_BODY: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "min_executors": {**_BOUND, "description": "The fewest executors (null: kept)."},
+        "max_executors": {**_BOUND, "description": "The most executors (null: kept)."},
+    },
+    "additionalProperties": False,
+    "minProperties": 1,
+    "description": "New executor bounds of the job's owner (the job, or its application); "
+    "its mode stays. max_executors must be at least min_executors (422 otherwise).",
 }
 SAVEPOINT_BODY: dict[str, Any] = {
     "type": "object",
     "properties": {**_SAVEPOINT_FIELDS, "request_id": _REQUEST_ID},
     "additionalProperties": False,
 }
+
+
+# Scaling -----------------------------------------------------------------------------------------
+class ScalingView(BaseModel):
+    """A scaling spec in force (durations in seconds)."""
+
+    mode: str = Field(..., description="fixed, reactive or auto.")
+    min_executors: int
+    max_executors: int | None = None
+    target_utilization: float
+    catch_up: float = Field(..., description="Seconds to catch a backlog up in.")
+    stabilization: float = Field(..., description="Seconds a change must hold before acting.")
+    cooldown: float = Field(..., description="Seconds after a change before the next one.")
+
+
+class RescaleView(BaseModel):
+    """One scaling decision or observation of an owner of executors."""
+
+    rescale_id: int
+    job_id: str = Field(..., description="The owner (a lone job or an application).")
+    at: float
+    kind: str = Field(
+        ...,
+        description="`decision` (the autoscaler), `observed` (executors came or went by "
+        "themselves) or `bounds` (a user changed the scaling or its bounds).",
+    )
+    policy: str = Field(..., description="The policy that decided, or `user`.")
+    mode: str
+    signals: dict[str, Any] = Field(..., description="What the decision was made from.")
+    from_executors: int | None = None
+    to_executors: int | None = None
+    workers: dict[str, Any] = Field(..., description='{"added": [ids], "removed": [ids]}')
+    reason: str
+    status: str = Field(
+        ...,
+        description="decided -> in_use | failed | superseded; observed; recorded (bounds).",
+    )
+    in_use_at: float | None = None
+    seconds_to_in_use: float | None = Field(
+        None, description="From the decision until the new size was in use."
+    )
+    error: str | None = None
+    sender: str | None = Field(None, description="Who changed the bounds (kind bounds).")
+
+
+class RescalesView(BaseModel):
+    """An owner's scaling now and its rescale history, newest first."""
+
+    job_id: str = Field(..., description="The id asked for.")
+    owner: str = Field(..., description="Whose executors: the job itself, or its application.")
+    scaling: ScalingView
+    executor_target: int | None = Field(None, description="What the scaler wants now.")
+    resources: dict[str, Any] | None = Field(
+        None, description="What the owner's driver reports: executors, cores, hosts, at."
+    )
+    rescales: list[RescaleView]
+
+
+class ResourcesView(BaseModel):
+    """The owner's scaling after new bounds, and the rescale that records them."""
+
+    job_id: str
+    owner: str
+    scaling: ScalingView
+    executor_target: int | None = None
+    resources: dict[str, Any] | None = None
+    rescale: RescaleView
 
 
 def json_body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:

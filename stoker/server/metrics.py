@@ -44,3 +44,10 @@ def gauge(name: str, help_text: str, values: dict[str, float], label: str) -> li
 
 def counter(name: str, help_text: str, value: float) -> list[str]:
     return [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value}"]
+
+
+def labelled_counter(name: str, help_text: str, values: dict[str, float], label: str) -> list[str]:
+    """A counter with one label, a sample per value of it."""
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} counter"]
+    lines += [f'{name}{{{label}="{k}"}} {v}' for k, v in sorted(values.items())]
+    return lines
