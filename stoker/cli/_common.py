@@ -125,6 +125,25 @@ def open_job_store(job: str, store: str | None, state_dir: str | None) -> Any:
     return jid, open_store(store)
 
 
+def scaling_line(view: dict[str, Any]) -> str | None:
+    """A job's or application's scaling in one line, when it is not ``fixed``: its spec,
+    the executors its driver reports (cores), the autoscaler's target."""
+    from stoker.scalespec import parse_scaling
+
+    raw = view.get("scaling")
+    spec = parse_scaling(raw) if raw else None
+    if spec is None or spec.mode == "fixed":
+        return None
+    res = view.get("resources") or {}
+    parts = [spec.to_text()]
+    if res.get("executors") is not None:
+        cores = f" ({res['cores']} cores)" if res.get("cores") is not None else ""
+        parts.append(f"executors {res['executors']}{cores}")
+    if view.get("executor_target") is not None:
+        parts.append(f"target {view['executor_target']}")
+    return ", ".join(parts)
+
+
 store_opt = click.option(
     "--store", default=None, help="Store URL (default: ./.stoker/JOB/store.db)."
 )

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from stoker.cli._common import client, guarded, server_opts
+from stoker.cli._common import client, guarded, scaling_line, server_opts
 from stoker.errors import InvalidInput
 from stoker.types import JobState
 from stoker.types import job_id as _job_id
@@ -55,6 +55,7 @@ def submit_and_follow_application(
     quiet: bool = False,
     as_json: bool = False,
     poll: float = 0.5,
+    scaling: str | None = None,
 ) -> int:
     """Submit the program; unless ``detached``, print the state changes of the application
     and of each of its jobs (on stderr; none with ``quiet``) until the application ends
@@ -72,6 +73,7 @@ def submit_and_follow_application(
             driver_memory=driver_memory,
             driver_cores=driver_cores,
             restart=restart,
+            scaling=scaling,
         )
         aid = sub.app_id
         what = {"created": "submitted", "restarted": "restarted"}.get(sub.outcome, "already live")
@@ -171,6 +173,9 @@ def print_status(view: dict[str, Any]) -> None:
     if cl.get("workers") is not None:
         detail.append(f"{cl['workers']} workers")
     click.echo(f"cluster     {cl['spec']}" + (f" ({', '.join(detail)})" if detail else ""))
+    shown = scaling_line(view)
+    if shown:
+        click.echo(f"scaling     {shown}")
     click.echo(f"jobs        {len(view['jobs'])}")
     for j in view["jobs"]:
         epoch = "-" if j["last_epoch"] is None else j["last_epoch"]

@@ -5,6 +5,7 @@
     stoker control JOB log-level DEBUG [--logger NAME]
     stoker control JOB trigger 2s
     stoker control JOB event reload_rules --payload '{"x": 1}'
+    stoker control JOB scaling auto:min=1,max=3      (fixed | reactive | auto:...; at once)
     stoker control JOB history [--limit N]
     stoker control JOB status CONTROL_ID
     stoker pause JOB / stoker resume JOB / stoker checkpoint JOB [--no-wait]
@@ -163,9 +164,16 @@ def line(v: Mapping[str, Any]) -> str:
         out += f" at epoch {v['applied_epoch']}"
     if v.get("status") == "REJECTED" and v.get("reason"):
         out += f": {v['reason']}"
-    path = (v.get("result") or {}).get("path")
+    result = v.get("result") or {}
+    path = result.get("path")
     if path:
         out += f", savepoint {path}"
+    if v.get("kind") == "scaling" and result.get("scaling"):
+        from stoker.scalespec import parse_scaling
+
+        out += f", scaling {parse_scaling(result['scaling']).to_text()}"
+        if result.get("owner") and result["owner"] != v["job_id"]:
+            out += f" (application {result['owner']})"
     return out
 
 
@@ -239,7 +247,8 @@ def _value(text: str) -> Any:
 @click.pass_context
 def control_group(ctx: click.Context, job: str) -> None:
     """Change a running job without stopping it: config, rate limit, log level, trigger,
-    custom events; its control history. Changes apply at the job's next epoch boundary."""
+    custom events, scaling; its control history. Changes apply at the job's next epoch
+    boundary (scaling: at once)."""
     ctx.obj = job
 
 
@@ -327,6 +336,19 @@ def event_cmd(ctx: click.Context, name: str, payload: str | None, **kw: Any) -> 
         except ValueError as e:
             raise InvalidInput("--payload", f"is not JSON: {e}") from None
     _send(_job(ctx), body, **kw)
+
+
+@control_group.command("scaling")
+@click.argument("spec", metavar="SPEC")
+@_wait_opt
+@_sending
+@click.pass_context
+@guarded
+def scaling_cmd(ctx: click.Context, spec: str, **kw: Any) -> None:
+    """Change how the job (an application's job: its application) scales, at once: fixed,
+    reactive, or auto:min=1,max=4[,target_utilization=0.7,catch_up=5m,stabilization=1m,
+    cooldown=2m]."""
+    _send(_job(ctx), {"kind": "scaling", "scaling": spec}, **kw)
 
 
 @control_group.command("history")

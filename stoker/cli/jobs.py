@@ -17,6 +17,7 @@ from stoker.cli._common import (
     client,
     guarded,
     open_job_store,
+    scaling_line,
     server_opts,
     state_dir_opt,
     store_opt,
@@ -36,6 +37,7 @@ def _ts(t: float | None) -> str:
 
 def _view(st: Any, jid: Any) -> dict[str, Any]:
     from stoker.manager.control import display_state
+    from stoker.manager.rescales import scaling_fields
 
     rec = st.get_job(jid)
     attempt = st.get_attempt(jid, rec.current_attempt) if rec.current_attempt else None
@@ -44,6 +46,8 @@ def _view(st: Any, jid: Any) -> dict[str, Any]:
     out["state"], out["paused"] = display_state(st, rec)  # PAUSED, as the API shows it
     out["attempt"] = attempt.to_dict() if attempt else None
     out["last_epoch"] = last[0].to_dict() if last else None
+    out["app_id"] = rec.app_id
+    out.update(scaling_fields(st, rec))  # its owner's, as the API shows it
     return out
 
 
@@ -91,6 +95,14 @@ def status_cmd(
             f"last epoch {e['epoch']} {e['state']} rows {e['rows']} at {_ts(e['committed_at'])}"
         )
     click.echo(f"config v{out['control_version']}")
+    scaling = scaling_line(out)
+    if scaling:
+        click.echo(
+            f"scaling    {scaling}"
+            + (f" (application {out['app_id']})" if out.get("app_id") else "")
+        )
+    if out.get("max_parallelism") is not None:
+        click.echo(f"state partitions {out['max_parallelism']} (max parallelism)")
     spec = out.get("spec") or {}
     if spec.get("trigger_s") is not None:
         click.echo(f"trigger    {spec['trigger_s']}s")

@@ -28,6 +28,7 @@ def submit_and_follow(
     config: dict[str, Any] | None = None,
     from_savepoint: str | None = None,
     restart_strategy: dict[str, Any] | None = None,
+    scaling: str | None = None,
 ) -> int:
     """Submit; unless ``detached``, print state changes and committed epochs until the job
     ends. Ctrl-C detaches: the job keeps running under the manager."""
@@ -41,6 +42,7 @@ def submit_and_follow(
         config=config,
         from_savepoint=from_savepoint,
         restart_strategy=restart_strategy,
+        scaling=scaling,
     )
     jid = sub.job_id
     what = {"created": "submitted", "restarted": "restarted"}.get(sub.outcome, "already live")

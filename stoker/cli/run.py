@@ -18,6 +18,7 @@ from stoker.cli._common import guarded, server_opts
 from stoker.errors import InvalidInput, JobSuspended
 from stoker.paths import check_app_path
 from stoker.redact import redact_answer, redact_url
+from stoker.scalespec import parse_scaling
 from stoker.settings import parse_pairs
 from stoker.types import JobState
 from stoker.types import job_id as _job_id
@@ -43,6 +44,13 @@ if TYPE_CHECKING:
     default=None,
     help="With --driver: local (default), standalone:workers=2,cores=1,memory=1g, "
     "spark://host:port, or a session cluster's name.",
+)
+@click.option(
+    "--scaling",
+    default=None,
+    metavar="SPEC",
+    help="With --server or --driver: fixed (default), reactive, or "
+    "auto:min=1,max=4[,target_utilization=0.7,catch_up=5m,stabilization=1m,cooldown=2m].",
 )
 @click.option("--driver-memory", default=None, help="With --driver: e.g. 2g.")
 @click.option("--driver-cores", default=None, type=click.IntRange(1), help="With --driver.")
@@ -101,6 +109,7 @@ def run_cmd(
     driver: bool,
     app_id: str | None,
     cluster: str | None,
+    scaling: str | None,
     driver_memory: str | None,
     driver_cores: int | None,
     restart_strategy: str | None,
@@ -131,6 +140,8 @@ def run_cmd(
     overrides = parse_pairs(list(defines))
     config = parse_config_pairs(list(config_pairs))
     strategy = _json_object(restart_strategy, "--restart-strategy")
+    if scaling is not None:
+        parse_scaling(scaling, "--scaling")  # named as given here, before anything is sent
     args = [*app_args, *positional_args]
     if driver:
         _refuse_with_driver(job_id, pipeline_name, config, from_savepoint)
@@ -153,6 +164,7 @@ def run_cmd(
                 detached,
                 quiet,
                 as_json,
+                scaling=scaling,
             )
         )
     for name, value in (
@@ -165,6 +177,12 @@ def run_cmd(
             raise InvalidInput(name, "runs a program as an application: add --driver")
     if strategy is not None and not server:
         raise InvalidInput("--restart-strategy", "is the job manager's: add --server")
+    if scaling is not None and not server:
+        raise InvalidInput(
+            "--scaling",
+            "is the job manager's (its scaler decides, its clusters grow): add --server URL, "
+            "or --driver --server URL for a program",
+        )
     if job_id is not None:
         _job_id(job_id)
     if server:
@@ -184,6 +202,7 @@ def run_cmd(
                 config=config,
                 from_savepoint=str(Path(from_savepoint).resolve()) if from_savepoint else None,
                 restart_strategy=strategy,
+                scaling=scaling,
             )
         )
     # The one place the command line reaches the runtime (and so Spark): a local run.
