@@ -26,6 +26,7 @@ def files(
     max_file_age: str | float | None = "7d",
     clean_source: str | None = None,
     archive_dir: str | None = None,
+    partitions: int | None = None,
 ) -> FilesSource:
     """Files of ``format`` (json lines, csv, parquet) in the folder ``path``.
 
@@ -37,6 +38,9 @@ def files(
     and memory do not grow with the files already taken.
     ``clean_source="archive"`` (into ``archive_dir``) or ``"delete"``: a file is moved or
     removed once the epoch that read it has committed.
+    ``partitions``: how many groups one epoch's files are read in (a file is never split);
+    None (the default) means one per core the job's executors have at the time (2 while that
+    is unknown).
     """
     return FilesSource(
         path=str(path),
@@ -49,6 +53,7 @@ def files(
         max_file_age=max_file_age,
         clean_source=clean_source,
         archive_dir=None if archive_dir is None else str(archive_dir),
+        partitions=partitions,
     )
 
 
@@ -56,12 +61,14 @@ def generator(
     total: int | None = None,
     rows_per_second: float | None = None,
     max_rows_per_epoch: int | None = None,
-    partitions: int = 2,
+    partitions: int | None = None,
 ) -> GeneratorSource:
     """A column ``id`` with 0..total-1, bounded when ``total`` is given, endless otherwise.
 
     ``rows_per_second`` paces production (ids become available at that rate);
     ``max_rows_per_epoch`` caps one epoch. Deterministic: a replayed epoch reads the same ids.
+    ``partitions``: how many ranges one epoch is split into; None (the default) means one
+    per core the job's executors have at the time (2 while that is unknown).
     """
     return GeneratorSource(
         total=total,

@@ -19,6 +19,11 @@ as Spark's ProcessingTime trigger aligns its ticks) and holds ``start`` for the 
 slot; every reader of the job uses the same slots, so their epochs coincide. A new control
 version is read at once, whatever the slot: a trigger change or a checkpoint-now applies at the
 next poll without a query restart.
+
+Cores: the job's record also carries what its driver last reported of its executors
+(``resources``, written by :class:`stoker.runtime.resources.ResourceWatch`); a plan carries
+their total cores, so that a reader splits an epoch into as many partitions as can run at once
+(reactive parallelism: an executor that joins is used from the next epoch planned).
 """
 
 from __future__ import annotations
@@ -43,9 +48,24 @@ class Plan:
     hold: bool  # paused (and the start already was): return ``start`` unchanged
     empty: bool  # paused just now: return the start position under the new version
     limits: dict[str, Any]  # rate limits set by control (absent: the source's own setting)
+    cores: int | None = None  # the cores the job's driver reported last; None: unknown
 
 
 _FREE = Plan(None, False, False, {})
+
+# Partitions of an epoch when the cores present are unknown (no store, no report yet).
+FALLBACK_PARTITIONS = 2
+
+
+def partitions_for(explicit: int | None, cores: int | None) -> int:
+    """How many partitions a stoker source splits an epoch into: the source's own setting
+    when given, else one per core the job's executors have now (at least one), else
+    :data:`FALLBACK_PARTITIONS`."""
+    if explicit is not None:
+        return max(1, int(explicit))
+    if cores is not None and cores > 0:
+        return int(cores)
+    return FALLBACK_PARTITIONS
 
 
 class ReaderControl:
@@ -60,6 +80,8 @@ class ReaderControl:
         self._store: Any = None
         self._states: dict[int, dict[str, Any]] = {}
         self._slot: tuple[float, int] | None = None  # the pacing slot last read in
+        self._cores: int | None = None  # from the job's reported resources, last read
+        self._cores_read = False
 
     def _state(self, version: int) -> dict[str, Any]:
         if version not in self._states:
@@ -77,7 +99,9 @@ class ReaderControl:
                 from stoker.store import open_store
 
                 self._store = open_store(self.store_url)
-            version = int(self._store.get_job(self.job_id).control_version)
+            job = self._store.get_job(self.job_id)
+            version = int(job.control_version)
+            self._note_cores(job)
             state = self._state(version)
         except Exception:
             # The store is briefly unreachable: keep reading at the start's version rather
@@ -88,15 +112,41 @@ class ReaderControl:
                 exc_info=True,
             )
             if self._paced_hold({}, same_version=True):
-                return Plan(None, hold=True, empty=False, limits={})  # still at the pace
-            return _FREE
+                return Plan(None, hold=True, empty=False, limits={}, cores=self._cores)
+            return Plan(None, False, False, {}, cores=self._cores)
         start_v = start.get(CV)
+        cores = self._cores
         if state.get("paused"):
             was_paused = start_v is not None and self._state(int(start_v)).get("paused", False)
-            return Plan(version, hold=bool(was_paused), empty=not was_paused, limits={})
+            return Plan(version, bool(was_paused), not was_paused, {}, cores=cores)
         if self._paced_hold(state, same_version=start_v is not None and int(start_v) == version):
-            return Plan(version, hold=True, empty=False, limits={})
-        return Plan(version, False, False, dict(state.get("rate_limit") or {}))
+            return Plan(version, hold=True, empty=False, limits={}, cores=cores)
+        return Plan(version, False, False, dict(state.get("rate_limit") or {}), cores=cores)
+
+    def _note_cores(self, job: Any) -> None:
+        resources = getattr(job, "resources", None)
+        self._cores_read = True
+        if isinstance(resources, dict):
+            cores = resources.get("cores")
+            if isinstance(cores, int) and not isinstance(cores, bool) and cores > 0:
+                self._cores = cores
+
+    def cores(self) -> int | None:
+        """The cores the job's driver reported, as of the last plan; read from the store once
+        if no plan was made yet (an epoch replayed from Spark's offset log right after a
+        start is split before any ``latestOffset``). None: unknown."""
+        if self._cores_read or self.store_url is None or self.job_id is None:
+            return self._cores
+        try:
+            if self._store is None:
+                from stoker.store import open_store
+
+                self._store = open_store(self.store_url)
+            self._note_cores(self._store.get_job(self.job_id))
+        except Exception:
+            _log.warning("resources of job %s unreadable", self.job_id, exc_info=True)
+            self._cores_read = True
+        return self._cores
 
     def _paced_hold(self, state: dict[str, Any], same_version: bool) -> bool:
         """True while this slot of the interval in force was read already (pacing only)."""

@@ -3,6 +3,15 @@
 Bounded: the files present when the job first starts. Unbounded: every file that appears in the
 folder, in order of discovery. Writers should move finished files into the folder atomically;
 names starting with '.' or '_' are skipped until renamed.
+
+An epoch's files are grouped into ``partitions`` contiguous runs (a file is never split, so
+never more partitions than files); by default one per core the job's executors have
+(:func:`stoker.sources._control.partitions_for`). A replay may group them differently: the
+files, so the rows, are the same, since they are named by the logged range alone.
+
+Backlog: ``reportLatestOffset`` is the end of the file log (every file discovered so far, read
+or not; the discovery itself runs in ``latestOffset``, so this costs nothing), and
+:func:`backlog` is the number of files past an epoch's end.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from pyspark.sql.types import StructType
 
 from stoker.errors import SourceError
 from stoker.procs import this_owner
-from stoker.sources._control import CV, ReaderControl, limit_of
+from stoker.sources._control import CV, ReaderControl, limit_of, partitions_for
 from stoker.sources._fence import AttemptFence, owner_from_json, owner_to_json
 from stoker.sources._filelog import Entry, FileLog, FolderScan, list_folder
 from stoker.sources.base import FINISHED, SID, SourceContext, parse_offset_line
@@ -76,6 +85,9 @@ class _FilesReader(DataSourceStreamReader):
         )
         self._commits = -2  # newest batch seen in Spark's commit log; -2: not looked yet
         self._late_checked = False  # bounded: files added after the snapshot were named once
+        # None: one partition per core present (see partitions_for).
+        self.parts = max(1, int(options["partitions"])) if options.get("partitions") else None
+        self._planned = False  # latestOffset ran: the log's end is what discovery found
 
     def _guard(self) -> None:
         if self.fence is not None:
@@ -95,6 +107,7 @@ class _FilesReader(DataSourceStreamReader):
         return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._planned = True
         self._follow_commits()  # one stat: also while paused or between paced slots
         if start.get(FINISHED):
             plan = None
@@ -207,9 +220,17 @@ class _FilesReader(DataSourceStreamReader):
                 raise
             shutil.move(str(path), str(target))  # another file system: copy, then remove
 
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The end of the file log: every file discovered so far (read or not)."""
+        if not self._planned:
+            return None
+        return {SID: self.sid, "seq": self.log.next_seq, FINISHED: False}
+
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         a, b = int(start["seq"]), int(end["seq"])
-        return [_Files([e.path]) for e in self.log.files(a, b)]
+        paths = [e.path for e in self.log.files(a, b)]
+        parts = partitions_for(self.parts, None if self.parts else self.control.cores())
+        return [_Files(group) for group in group_files(paths, parts)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Files)
@@ -220,6 +241,27 @@ class _FilesReader(DataSourceStreamReader):
     def stop(self) -> None:
         if self.fence is not None:
             self.fence.close()
+
+
+def group_files(paths: list[str], parts: int) -> list[list[str]]:
+    """``paths`` in order, cut into at most ``parts`` contiguous groups whose sizes differ by
+    one at most (no empty group)."""
+    n = min(len(paths), max(1, parts))
+    if n == 0:
+        return []
+    size, extra = divmod(len(paths), n)
+    out, i = [], 0
+    for k in range(n):
+        j = i + size + (1 if k < extra else 0)
+        out.append(paths[i:j])
+        i = j
+    return out
+
+
+def backlog(end: dict[str, Any], latest: dict[str, Any]) -> int:
+    """Files discovered beyond an epoch's end: ``latest`` (what ``reportLatestOffset`` said)
+    minus ``end`` (the epoch's end offset), never negative."""
+    return max(0, int(latest["seq"]) - int(end["seq"]))
 
 
 def _batch_ids(folder: Path) -> list[int]:
@@ -405,6 +447,9 @@ class FilesSource:
     # "archive" (into archive_dir) or "delete" a file once the epoch that read it committed.
     clean_source: str | None = None
     archive_dir: str | None = None
+    # Partitions an epoch's files are grouped into; None: one per core the job's executors
+    # have (never more than the epoch's files).
+    partitions: int | None = None
 
     def describe(self) -> str:
         kind = "bounded" if self.bounded else "unbounded"
@@ -446,6 +491,15 @@ class FilesSource:
             raise SourceError("files.path", f"input folder {str(folder)!r} is not readable")
         if self.max_files_per_epoch is not None and self.max_files_per_epoch < 1:
             raise SourceError("files.max_files_per_epoch", "must be >= 1")
+        if self.partitions is not None and (
+            not isinstance(self.partitions, int)
+            or isinstance(self.partitions, bool)
+            or self.partitions < 1
+        ):
+            raise SourceError(
+                "files.partitions",
+                f"must be an integer >= 1 (or None: one per core), got {self.partitions!r}",
+            )
         parse_age(self.max_file_age)
         self._validate_clean(folder)
 
@@ -500,6 +554,7 @@ class FilesSource:
             "compact_every": self.options.get("compact_every", ""),
             "clean_source": self.clean_source or "",
             "archive_dir": str(Path(self.archive_dir).resolve()) if self.archive_dir else "",
+            "partitions": "" if self.partitions is None else str(self.partitions),
         }
         if context is not None:
             # The reader checks at each append that this driver still owns the job. Spark

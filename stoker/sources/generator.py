@@ -2,6 +2,17 @@
 
 The offset is the next id to produce; a replay of an epoch reads the same ids because Spark
 logs the offset range before the epoch runs.
+
+An epoch's ids are split into ``partitions`` ranges; by default one per core the job's
+executors have (:func:`stoker.sources._control.partitions_for`), so an executor that joins gets
+work from the next epoch. A replay may be split differently (the cores changed meanwhile): the
+ids are the same, since they are a function of the logged range alone, and the sinks key their
+prepared parts by epoch, attempt and Spark task, never by how the input was split.
+
+Backlog: ``reportLatestOffset`` gives what could be read now, ignoring the per-epoch limit (a
+rate-paced generator: the ids produced by the rate so far; a bounded one without a rate: its
+total); Spark puts it in the query's progress next to the epoch's end, and :func:`backlog`
+turns the two into a row count.
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from stoker.errors import SourceError
-from stoker.sources._control import CV, ReaderControl, limit_of
+from stoker.sources._control import CV, ReaderControl, limit_of, partitions_for
 from stoker.sources.base import FINISHED, SID, SourceContext
 
 if TYPE_CHECKING:
@@ -41,9 +52,11 @@ class _GeneratorReader(DataSourceStreamReader):
         self.max_rows = (
             int(options["max_rows_per_epoch"]) if options.get("max_rows_per_epoch") else 0
         )
-        self.parts = max(1, int(options.get("partitions", "2")))
+        # None: one partition per core present (see partitions_for).
+        self.parts = max(1, int(options["partitions"])) if options.get("partitions") else None
         self._clock: float | None = None  # rate budget: rows are produced since this instant
         self._rate_in_force: float | None = None
+        self._pos: dict[str, Any] | None = None  # the offset of the last latestOffset
         self.control = ReaderControl(
             options.get("store_url"), options.get("job_id"), options.get("pace_s")
         )
@@ -57,6 +70,7 @@ class _GeneratorReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._pos = start
         if start.get(FINISHED):
             return start  # a finished source never reads again, whatever control says
         nxt = int(start["next"])
@@ -87,14 +101,36 @@ class _GeneratorReader(DataSourceStreamReader):
         offset: dict[str, Any] = {SID: self.sid, "next": end, FINISHED: finished}
         if plan.version is not None:
             offset[CV] = plan.version
+        self._pos = offset
         return offset
 
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The ids available now, whatever one epoch may take: with a rate, those produced so
+        far; bounded without one, all of them. None when that is unbounded (an endless
+        generator without a rate) or no offset was planned yet."""
+        pos = self._pos
+        if pos is None:
+            return None
+        if pos.get(FINISHED):
+            return {SID: self.sid, "next": int(pos["next"]), FINISHED: True}
+        if self._rate_in_force is not None:
+            if self._clock is None:
+                return None
+            produced = int((time.monotonic() - self._clock) * self._rate_in_force)
+            latest = int(pos["next"]) + max(0, produced)
+        elif self.total is not None:
+            latest = self.total
+        else:
+            return None
+        if self.total is not None:
+            latest = min(latest, self.total)
+        return {SID: self.sid, "next": latest, FINISHED: False}
+
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        a, b = int(start["next"]), int(end["next"])
-        if b <= a:
-            return []
-        step = max(1, -(-(b - a) // self.parts))
-        return [_Range(i, min(b, i + step)) for i in range(a, b, step)]
+        return split_range(int(start["next"]), int(end["next"]), self._parts())
+
+    def _parts(self) -> int:
+        return partitions_for(self.parts, None if self.parts else self.control.cores())
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -104,6 +140,28 @@ class _GeneratorReader(DataSourceStreamReader):
         for lo in range(partition.start, partition.end, chunk):
             hi = min(partition.end, lo + chunk)
             yield pa.RecordBatch.from_arrays([pa.array(range(lo, hi), pa.int64())], names=["id"])
+
+
+def split_range(a: int, b: int, parts: int) -> list[InputPartition]:
+    """Ids ``a..b-1`` in ``min(parts, b - a)`` contiguous ranges whose sizes differ by one
+    at most."""
+    if b <= a:
+        return []
+    n = min(b - a, max(1, parts))
+    size, extra = divmod(b - a, n)
+    out: list[InputPartition] = []
+    lo = a
+    for k in range(n):
+        hi = lo + size + (1 if k < extra else 0)
+        out.append(_Range(lo, hi))
+        lo = hi
+    return out
+
+
+def backlog(end: dict[str, Any], latest: dict[str, Any]) -> int:
+    """Rows available beyond an epoch's end: ``latest`` (what ``reportLatestOffset`` said)
+    minus ``end`` (the epoch's end offset), never negative."""
+    return max(0, int(latest["next"]) - int(end["next"]))
 
 
 class GeneratorDataSource(DataSource):
@@ -127,7 +185,7 @@ class GeneratorSource:
     total: int | None = None
     rows_per_second: float | None = None
     max_rows_per_epoch: int | None = None
-    partitions: int = 2
+    partitions: int | None = None  # None: one per core the job's executors have
 
     @property
     def bounded(self) -> bool:
@@ -158,8 +216,15 @@ class GeneratorSource:
                 "generator",
                 "an endless generator needs rows_per_second or max_rows_per_epoch",
             )
-        if not isinstance(self.partitions, int) or self.partitions < 1:
-            raise SourceError("generator.partitions", f"must be >= 1, got {self.partitions!r}")
+        if self.partitions is not None and (
+            not isinstance(self.partitions, int)
+            or isinstance(self.partitions, bool)
+            or self.partitions < 1
+        ):
+            raise SourceError(
+                "generator.partitions",
+                f"must be an integer >= 1 (or None: one per core), got {self.partitions!r}",
+            )
 
     def open(
         self,
@@ -168,7 +233,7 @@ class GeneratorSource:
         state_dir: Path,
         context: SourceContext | None = None,
     ) -> DataFrame:
-        opts = {"sid": sid, "partitions": str(self.partitions)}
+        opts = {"sid": sid, "partitions": "" if self.partitions is None else str(self.partitions)}
         if self.total is not None:
             opts["total"] = str(self.total)
         if self.rows_per_second is not None:
