@@ -174,6 +174,7 @@ class _Driver:
             self._end(AttemptState.FAILED, None, text)
             return exit_code(error) if isinstance(error, StokerError) else 1
         self._drain()
+        app.stop_resource_watch()  # its jobs are over: nothing more to report or to apply
         if app.fenced() is not None:
             log.error("application %s: fenced off, exiting: %s", app.app_id, app.fenced())
             return EXIT_FENCED

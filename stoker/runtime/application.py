@@ -45,6 +45,7 @@ from stoker.errors import (
 )
 from stoker.restart import Failure, RestartStrategy, parse_strategy
 from stoker.runtime import launch
+from stoker.runtime.resources import ResourceWatch, managed_cluster
 from stoker.runtime.runner import (
     FailureHook,
     JobPlan,
@@ -59,6 +60,8 @@ from stoker.types import AttemptNo, AttemptState, JobId, JobKind, JobState
 from stoker.types import job_id as _job_id
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from stoker.pipeline import Pipeline
 
 log = logging.getLogger("stoker.application")
@@ -100,6 +103,7 @@ class Application:
         self._fenced: str | None = None
         self._canceling = False
         self._main_waits = 0
+        self._watch: ResourceWatch | None = None
 
     # what the driver decided --------------------------------------------------------------
     def stop(self) -> None:
@@ -140,6 +144,32 @@ class Application:
     def main_waiting(self) -> bool:
         """Whether the main thread is inside :meth:`JobHandle.wait` (it sees a stop there)."""
         return self._main_waits > 0
+
+    # the executors ------------------------------------------------------------------------
+    def resource_watch(self, spark: SparkSession) -> ResourceWatch:
+        """The driver's one watch of its executors, reporting to the application's record
+        (the owner: its jobs share the executors) and to its jobs'; started by the first job
+        to ask, once the SparkSession is up, and stopped by the driver before it ends
+        (:meth:`stop_resource_watch`)."""
+        with self._lock:
+            if self._watch is None:
+                try:
+                    cluster = self.store.get_job(self.app_id).spec.get("cluster")
+                except StokerError as e:
+                    log.warning("application %s: its cluster unreadable: %s", self.app_id, e)
+                    cluster = None
+                watch = ResourceWatch(
+                    self.store, self.app_id, spark, managed=managed_cluster(cluster)
+                )
+                watch.start()
+                self._watch = watch
+            return self._watch
+
+    def stop_resource_watch(self) -> None:
+        with self._lock:
+            watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
 
     # the jobs -----------------------------------------------------------------------------
     @property
@@ -500,6 +530,7 @@ def _submit_in_app(
             on_failure=_failure_hook(strategy, handle),
             pool=jid,
             spec={"restart_strategy": restart_strategy} if restart_strategy else {},
+            resources=app.resource_watch,
         )
         plan = plan_job(pipeline, replace(opts, job_id=jid), scope)
     except BaseException:

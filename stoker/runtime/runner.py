@@ -28,7 +28,9 @@ from stoker.redact import redact_conf
 from stoker.runtime import launch, restore, savepoint
 from stoker.runtime.attempt import LeaseKeeper, owner_is_dead, start_attempt, this_owner
 from stoker.runtime.epoch import EpochProcessor
+from stoker.runtime.metrics import EpochMetrics
 from stoker.runtime.recovery import recover
+from stoker.runtime.resources import ResourceWatch
 from stoker.runtime.retention import Pruner, policy_of
 from stoker.runtime.session import get_session
 from stoker.runtime.supervise import ControlWatch, QueryHandle, Savepointer, brief, supervise
@@ -140,6 +142,9 @@ class JobScope:
     on_failure: FailureHook | None = None
     pool: str | None = None
     spec: dict[str, Any] = field(default_factory=dict)  # added to the job's spec
+    # The application's watch of its driver's executors (started by the first job to ask);
+    # None: the job is its own owner of executors and runs a watch of its own.
+    resources: Callable[[SparkSession], ResourceWatch | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -537,6 +542,10 @@ def _run_job(
     pruner = Pruner(store, jid, policy_of(settings), settings.retention_interval)
     result_state = JobState.FAILED
     sinks_open = False
+    watch: ResourceWatch | None = None
+    release_watch: Callable[[], None] = _nothing
+    handle: QueryHandle | None = None
+    metrics: EpochMetrics | None = None
     try:
         # The defaults may have changed in the file; the submitted values stay on top of them.
         store.declare_defaults(jid, pipeline.check_config(given), pipeline=pipeline.spec())
@@ -552,6 +561,10 @@ def _run_job(
             log.info("job %s: recovering what attempt %d left", jid, attempt.attempt - 1)
         recover(store, jid, pipeline.sinks)
         pruner.start()  # old epoch records go in the background, never inside an epoch
+        # Before the query: an executor target set already applies from the first epoch, and
+        # the sources split that epoch by the cores reported.
+        watch, release_watch = _watch_resources(store, jid, stream, scope)
+        metrics = EpochMetrics(store, jid, watch.latest if watch is not None else _no_resources)
         if _final_committed(store, jid):
             result_state = JobState.FINISHED
         elif signalled():
@@ -579,6 +592,7 @@ def _run_job(
                 stoker_sources_only=_stoker_sources_only(pipeline),
                 savepoint=_savepointer(store, jid, root, pipeline, owner),
                 signalled=signalled,
+                metrics=metrics,
             )
     except KeyboardInterrupt:
         # A signal before the query ran (Spark starting, recovery): nothing was decided by
@@ -598,6 +612,9 @@ def _run_job(
     except BaseException as e:
         _fail(store, jid, attempt.attempt, proc, e, scope)
     finally:
+        if metrics is not None and handle is not None:
+            metrics.flush(getattr(handle, "query", None), proc.timings)
+        release_watch()
         pruner.stop()
         lease.stop()
         if sinks_open:  # the ways out that raise have ended the attempt already
@@ -624,6 +641,36 @@ def _run_job(
     )
     launch.report(result)
     return result
+
+
+def _nothing() -> None:
+    return None
+
+
+def _no_resources() -> dict[str, Any] | None:
+    return None
+
+
+def _watch_resources(
+    store: Store, jid: JobId, stream: DataFrame, scope: JobScope | None
+) -> tuple[ResourceWatch | None, Callable[[], None]]:
+    """The watch of this driver's executors the job reports through, and how to let it go: a
+    lone job starts its own (the job owns the executors); a job of an application joins the
+    application's. A failure here is logged: the job runs without it."""
+    try:
+        spark = stream.sparkSession
+        if scope is not None and scope.resources is not None:
+            shared = scope.resources(spark)
+            if shared is None:
+                return None, _nothing
+            shared.add_job(jid)
+            return shared, functools.partial(shared.remove_job, jid)
+        own = ResourceWatch(store, jid, spark)
+        own.start()
+        return own, own.stop
+    except Exception as e:
+        log.warning("job %s: its executors are not watched (scaling cannot act): %s", jid, e)
+        return None, _nothing
 
 
 def _fail(

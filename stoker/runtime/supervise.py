@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from stoker.runtime.attempt import LeaseKeeper
+    from stoker.runtime.metrics import EpochMetrics
     from stoker.store import Store
 
 log = logging.getLogger("stoker.runner")
@@ -135,11 +136,13 @@ def supervise(
     stoker_sources_only: bool,
     savepoint: Savepointer | None = None,
     signalled: Callable[[], bool] = lambda: False,
+    metrics: EpochMetrics | None = None,
 ) -> JobState:
     """Wait for the query to end: final epoch committed, stop asked for, fenced, or failed.
 
     A cancel stops the query gracefully and ends CANCELED; a signal likewise, SUSPENDED; a
-    savepoint with stop, FINISHED.
+    savepoint with stop, FINISHED. ``metrics``: each epoch's cost and backlog are recorded
+    from the query's progress as the epochs end.
     """
     proc, checkpoint = handle.proc, handle.checkpoint
     try:
@@ -154,6 +157,8 @@ def supervise(
                 await_idle(query)
                 query.stop()
                 return JobState.FINISHED
+            if metrics is not None:
+                metrics.poll(query, proc.timings)
             if lease.fenced is not None:
                 query.stop()
                 raise StaleAttempt(lease.fenced)

@@ -1,0 +1,413 @@
+"""A driver's executors: what it has, reported to the store, and the executor target applied.
+
+Every driver runs one :class:`ResourceWatch` once its SparkSession is up: a lone job's for the
+job, an application's for the application (its jobs share the executors; the report goes to
+the application's record and to each of its running jobs' records, where their sources' readers
+find the cores). Each second it
+
+1. reads the owner's record: its scaling spec (``scaling``) and the scaler's executor target
+   (``executor_target``);
+2. applies the target. Mode ``auto`` with a target: ``requestTotalExecutors(target)`` once per
+   new target (the master starts executors up to it, and no more). When more executors run
+   than the target and the cluster is the user's (not one stoker manages, whose scaler removes
+   whole workers gracefully), the surplus that runs no task is removed (the scheduler backend
+   refuses a busy one at the moment it acts) and the target is requested again: a kill lowers
+   Spark's target to what is left (SPARK_FACTS). Modes ``reactive`` and ``fixed``: no executor
+   limit; one set before by this driver is lifted. In local mode there is nothing to request;
+3. reads the executors from Spark (the scheduler backend's registered executors, their
+   host, cores and running tasks from Spark's status store; local mode: no executors, the
+   driver's task slots as cores) and writes ``report_resources`` when they changed and at
+   least every :data:`REPORT_S` seconds.
+
+A failure to talk to Spark or to the store is logged and retried at the next tick; it never
+fails a job. The first tick runs in :meth:`ResourceWatch.start`, before the job's first epoch,
+so a target already set applies from the start and the first epoch's sources see the cores.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from stoker.types import JobId
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from stoker.store import Store
+
+log = logging.getLogger("stoker.resources")
+
+TICK_S = 1.0
+REPORT_S = 5.0
+# Spark's executor limit of a standalone application that never asked for one.
+NO_LIMIT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Executor:
+    """One executor registered with the driver (the driver itself is none)."""
+
+    id: str
+    host: str | None
+    cores: int | None
+    active_tasks: int
+    total_tasks: int
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The driver's executors at one moment."""
+
+    local: bool  # local mode: tasks run in the driver, there are no executors
+    executors: tuple[Executor, ...]
+    cores: int  # what the executors (local mode: the driver) can run at once
+
+    def resources(self, requested: int | None, at: float) -> dict[str, Any]:
+        """The report's shape (``JobRecord.resources``)."""
+        return {
+            "executors": len(self.executors),
+            "cores": self.cores,
+            "executor_ids": sorted((e.id for e in self.executors), key=_id_order),
+            "hosts": sorted({e.host for e in self.executors if e.host}),
+            "requested": requested,
+            "at": at,
+        }
+
+
+def _id_order(executor_id: str) -> tuple[int, str]:
+    return (int(executor_id), "") if executor_id.isdigit() else (1 << 62, executor_id)
+
+
+def surplus(executors: Iterable[Executor], target: int, leaving: Iterable[str] = ()) -> list[str]:
+    """Which executors to remove to come down to ``target``: idle ones only (no task running),
+    newest first (the highest id), never one already on its way out (``leaving``)."""
+    gone = set(leaving)
+    staying = [e for e in executors if e.id not in gone]
+    extra = len(staying) - max(0, target)
+    if extra <= 0:
+        return []
+    idle = sorted((e for e in staying if e.active_tasks == 0), key=lambda e: _id_order(e.id))
+    return [e.id for e in reversed(idle)][:extra]
+
+
+def managed_cluster(cluster: str | None) -> bool:
+    """Whether an application's cluster spec names a cluster stoker manages (``standalone:...``
+    started for it, or a session cluster's name), rather than ``local`` or the user's
+    ``spark://`` master."""
+    text = (cluster or "local").strip()
+    return not (text == "local" or text.startswith(("local[", "spark://")))
+
+
+class SparkExecutors:
+    """The driver JVM's executors, through py4j (the calls SPARK_FACTS measured)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        sc = spark.sparkContext
+        jvm = sc._jvm
+        assert jvm is not None
+        self._jsc = sc._jsc.sc()
+        self._jvm = jvm
+        self._conv = jvm.scala.jdk.javaapi.CollectionConverters
+        self.local = bool(self._jsc.isLocal())
+        conf = sc.getConf()
+        self.dynamic_allocation = (
+            str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true"
+        )
+        self.cores_max = conf.get("spark.cores.max", None)
+
+    def read(self) -> Reading:
+        summaries = {
+            str(s.id()): s for s in self._conv.asJava(self._jsc.statusStore().executorList(True))
+        }
+        if self.local:
+            driver = summaries.get("driver")
+            cores = int(driver.totalCores()) if driver is not None else 0
+            return Reading(True, (), cores or int(self._jsc.defaultParallelism()))
+        executors = []
+        for eid in (str(i) for i in self._conv.asJava(self._jsc.getExecutorIds())):
+            s = summaries.get(eid)
+            if s is None:  # registered a moment ago; the status store has not caught up
+                executors.append(Executor(eid, None, None, 0, 0))
+                continue
+            executors.append(
+                Executor(
+                    eid,
+                    str(s.hostPort()).rsplit(":", 1)[0] or None,
+                    int(s.totalCores()),
+                    int(s.activeTasks()),
+                    int(s.totalTasks()),
+                )
+            )
+        return Reading(False, tuple(executors), self._cores(executors))
+
+    def _cores(self, executors: Sequence[Executor]) -> int:
+        """The scheduler backend's own count of the registered executors' cores (updated in
+        the same step as their registration); the status store's sum if it cannot be read."""
+        try:
+            return int(self._jsc.schedulerBackend().totalCoreCount().get())
+        except Exception:
+            return sum(e.cores or 0 for e in executors)
+
+    def request_total(self, n: int) -> bool:
+        empty = getattr(getattr(self._jvm.scala.collection.immutable, "Map$"), "MODULE$").empty()
+        return bool(self._jsc.requestTotalExecutors(int(n), 0, empty))
+
+    def kill_idle(self, ids: Sequence[str]) -> list[str]:
+        """Remove ``ids`` that run no task at the moment the scheduler backend acts (a busy one
+        is kept); the ids it removed."""
+        seq = self._conv.asScala(self._jvm.java.util.ArrayList(list(ids))).toSeq()
+        # adjustTargetNumExecutors, countFailures, force: never a busy executor.
+        killed = self._jsc.schedulerBackend().killExecutors(seq, True, False, False)
+        return [str(i) for i in self._conv.asJava(killed)]
+
+
+class ResourceWatch:
+    """The thread that reports a driver's executors and applies its owner's executor target."""
+
+    def __init__(
+        self,
+        store: Store,
+        owner: JobId,
+        spark: SparkSession,
+        *,
+        managed: bool = False,
+        every: float = TICK_S,
+        report_every: float = REPORT_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self.managed = managed
+        self.every = every
+        self.report_every = report_every
+        self.clock = clock
+        self._spark = spark
+        self._executors: SparkExecutors | None = None
+        self._jobs: set[JobId] = set()
+        self._new_jobs: set[JobId] = set()  # not reported to yet
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._latest: dict[str, Any] | None = None
+        self._last_report: tuple[dict[str, Any], float] | None = None
+        self.requested: int | None = None  # the executor limit this driver set; None: none
+        self._leaving: set[str] = set()  # executors this driver removed, not yet gone
+        self._warned: set[str] = set()
+
+    # the jobs reported to ---------------------------------------------------------------------
+    def add_job(self, job: JobId) -> None:
+        """Report to ``job``'s record too (a job of the application), from the next tick."""
+        if job == self.owner:
+            return
+        with self._lock:
+            self._jobs.add(job)
+            self._new_jobs.add(job)
+        latest = self._latest
+        if latest is not None:
+            self._report_to([job], latest)  # its sources' first epoch sees the cores
+
+    def remove_job(self, job: JobId) -> None:
+        with self._lock:
+            self._jobs.discard(job)
+            self._new_jobs.discard(job)
+
+    # the thread -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """One tick now (the target applied and the resources reported before the first
+        epoch), then one every ``every`` seconds on a daemon thread."""
+        if self._thread is not None:
+            return
+        self.tick()
+        self._thread = threading.Thread(target=self._run, name="stoker-resources", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop ticking (before the SparkSession stops); waits for a tick in progress."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and not self._stop.is_set()
+
+    def latest(self) -> dict[str, Any] | None:
+        """The resources as last read (None before the first successful read)."""
+        return self._latest
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.tick()
+
+    def tick(self) -> None:
+        """One pass: read the owner's spec and target, apply them, read and report the
+        executors. Never raises."""
+        try:
+            self._tick()
+        except Exception as e:  # never the job's failure: logged, and the next tick retries
+            self._warn_once("tick", f"resource watch of {self.owner}: {type(e).__name__}: {e}")
+
+    def _tick(self) -> None:
+        spark_side = self._spark_side()
+        if spark_side is None:
+            return
+        reading = self._read(spark_side)
+        owner = self._owner_record()
+        if owner is not None and reading is not None:
+            scaling, target = owner
+            self._apply(spark_side, reading, scaling, target)
+        if reading is not None:
+            self._report(reading)
+
+    def _spark_side(self) -> SparkExecutors | None:
+        if self._executors is None:
+            try:
+                self._executors = SparkExecutors(self._spark)
+            except Exception as e:
+                self._warn_once("spark", f"cannot read the executors from Spark: {e}")
+                return None
+        return self._executors
+
+    def _read(self, spark_side: SparkExecutors) -> Reading | None:
+        try:
+            reading = spark_side.read()
+        except Exception as e:
+            self._warn_once("read", f"reading the executors from Spark failed: {e}")
+            return None
+        self._warned.discard("read")
+        present = {e.id for e in reading.executors}
+        self._leaving &= present  # gone for good: forget them
+        return reading
+
+    def _owner_record(self) -> tuple[dict[str, Any], int | None] | None:
+        try:
+            rec = self.store.get_job(self.owner)
+        except Exception as e:
+            self._warn_once("store", f"reading the scaling of {self.owner} failed: {e}")
+            return None
+        self._warned.discard("store")
+        scaling = getattr(rec, "scaling", None)
+        target = getattr(rec, "executor_target", None)
+        return (scaling if isinstance(scaling, dict) else {}), target
+
+    # applying the target --------------------------------------------------------------------
+    def _apply(
+        self,
+        spark_side: SparkExecutors,
+        reading: Reading,
+        scaling: dict[str, Any],
+        target: int | None,
+    ) -> None:
+        if reading.local:
+            return  # local mode: no executors to ask for
+        mode = str(scaling.get("mode") or "fixed")
+        if mode == "auto" and spark_side.dynamic_allocation:
+            self._warn_once(
+                "dynalloc",
+                f"{self.owner}: scaling mode auto needs spark.dynamicAllocation.enabled=false "
+                "(Spark's own allocation would fight the target): the target is not applied",
+            )
+            return
+        if mode == "reactive" and spark_side.cores_max:
+            self._warn_once(
+                "coresmax",
+                f"{self.owner}: scaling mode reactive, but spark.cores.max={spark_side.cores_max} "
+                "caps the executors this application gets",
+            )
+        if mode == "auto" and target is not None:
+            if target != self.requested:
+                self._request(spark_side, target, f"executor target {target}")
+            if not self.managed:
+                self._remove_surplus(spark_side, reading, target)
+            return
+        if mode != "auto" and self.requested is not None:
+            self._request(spark_side, NO_LIMIT, f"scaling mode {mode}: executor limit lifted")
+
+    def _request(self, spark_side: SparkExecutors, n: int, why: str) -> None:
+        try:
+            ok = spark_side.request_total(n)
+        except Exception as e:
+            self._warn_once("request", f"{self.owner}: requesting {n} executors failed: {e}")
+            return
+        self._warned.discard("request")
+        if not ok:
+            self._warn_once("request", f"{self.owner}: Spark refused the executor request ({why})")
+            return
+        self.requested = None if n == NO_LIMIT else n
+        log.info("%s: %s", self.owner, why)
+
+    def _remove_surplus(self, spark_side: SparkExecutors, reading: Reading, target: int) -> None:
+        ids = surplus(reading.executors, target, self._leaving)
+        if not ids:
+            return
+        try:
+            killed = spark_side.kill_idle(ids)
+        except Exception as e:
+            self._warn_once("kill", f"{self.owner}: removing executors {ids} failed: {e}")
+            return
+        if not killed:
+            return  # all busy now: the next tick tries again
+        self._leaving.update(killed)
+        log.info(
+            "%s: executors %s removed (idle, above the target %d)",
+            self.owner,
+            ", ".join(killed),
+            target,
+        )
+        # The kill lowered Spark's target to what is left: set ours again.
+        self._request(spark_side, target, f"executor target {target} after the removal")
+
+    # reporting --------------------------------------------------------------------------------
+    def _report(self, reading: Reading) -> None:
+        now = self.clock()
+        res = reading.resources(self.requested, now)
+        self._latest = res
+        same = {k: v for k, v in res.items() if k != "at"}
+        last = self._last_report
+        due = last is None or last[0] != same or now - last[1] >= self.report_every
+        with self._lock:
+            fresh = sorted(self._new_jobs)
+            jobs = sorted(self._jobs)
+        if due:
+            if self._report_to([self.owner, *jobs], res):
+                self._last_report = (same, now)
+        elif fresh:
+            self._report_to(fresh, res)
+
+    def _report_to(self, jobs: Iterable[JobId], res: dict[str, Any]) -> bool:
+        ok = True
+        for job in jobs:
+            try:
+                self.store.report_resources(job, res)
+            except Exception as e:
+                ok = False
+                self._warn_once(f"report:{job}", f"reporting the resources of {job} failed: {e}")
+                continue
+            self._warned.discard(f"report:{job}")
+            with self._lock:
+                self._new_jobs.discard(job)
+        return ok
+
+    def _warn_once(self, key: str, message: str) -> None:
+        """A warning per kind of failure until it clears (a tick a second would flood)."""
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("%s", message)
+        else:
+            log.debug("%s", message)
+
+
+__all__ = [
+    "NO_LIMIT",
+    "Executor",
+    "Reading",
+    "ResourceWatch",
+    "SparkExecutors",
+    "managed_cluster",
+    "surplus",
+]

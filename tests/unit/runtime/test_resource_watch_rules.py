@@ -1,0 +1,52 @@
+"""The pure rules of the driver's resource watch: which executors are surplus, which clusters
+stoker manages, and the shape of a report."""
+
+from __future__ import annotations
+
+from stoker.runtime.resources import Executor, Reading, managed_cluster, surplus
+
+
+def ex(eid: str, active: int = 0) -> Executor:
+    return Executor(eid, f"127.0.0.{eid}", 1, active, 0)
+
+
+def test_surplus_takes_idle_executors_newest_first() -> None:
+    execs = [ex("0"), ex("1"), ex("2"), ex("10")]
+    assert surplus(execs, 2) == ["10", "2"]
+    assert surplus(execs, 4) == []
+    assert surplus(execs, 5) == []
+    assert surplus(execs, 0) == ["10", "2", "1", "0"]
+
+
+def test_surplus_never_takes_a_busy_executor() -> None:
+    execs = [ex("0"), ex("1", active=2), ex("2", active=1)]
+    assert surplus(execs, 1) == ["0"]  # only one is idle: the rest waits for the next tick
+
+
+def test_surplus_counts_executors_already_leaving_as_gone() -> None:
+    execs = [ex("0"), ex("1"), ex("2")]
+    assert surplus(execs, 1, leaving={"2"}) == ["1"]
+    assert surplus(execs, 2, leaving={"2"}) == []
+
+
+def test_managed_clusters() -> None:
+    assert managed_cluster("standalone:workers=2,cores=1,memory=1g")
+    assert managed_cluster("nightly")  # a session cluster's name
+    assert not managed_cluster("spark://10.0.0.1:7077")
+    assert not managed_cluster("local")
+    assert not managed_cluster("local[4]")
+    assert not managed_cluster(None)
+
+
+def test_report_shape() -> None:
+    r = Reading(False, (ex("10"), ex("2"), Executor("3", None, None, 0, 0)), 3)
+    assert r.resources(2, 12.5) == {
+        "executors": 3,
+        "cores": 3,
+        "executor_ids": ["2", "3", "10"],
+        "hosts": ["127.0.0.10", "127.0.0.2"],
+        "requested": 2,
+        "at": 12.5,
+    }
+    local = Reading(True, (), 4).resources(None, 1.0)
+    assert (local["executors"], local["cores"], local["requested"]) == (0, 4, None)
