@@ -26,7 +26,7 @@ from tests.support import REPO
 PACKAGE = REPO / "stoker"
 
 # Shared leaf modules every layer may use.
-LEAVES = frozenset({"errors", "types", "clock", "settings", "redact", "restart"})
+LEAVES = frozenset({"errors", "types", "clock", "settings", "redact", "restart", "scalespec"})
 
 # Component -> the components it may import (besides itself and the leaves).
 ALLOWED: dict[str, frozenset[str]] = {
@@ -40,11 +40,15 @@ ALLOWED: dict[str, frozenset[str]] = {
     "control": frozenset(),
     # Restart strategies: pure decisions, shared by the job manager and an application's driver.
     "restart": frozenset(),
+    # The scaling spec: parsed alike by the CLI, the server, the manager, the scaler, drivers.
+    "scalespec": frozenset(),
     "store": frozenset({"control"}),
     "procs": frozenset({"store"}),
     "client": frozenset(),
     "manager": frozenset({"store", "procs", "paths", "control"}),
-    "server": frozenset({"manager", "store", "procs", "paths", "control"}),
+    # The scaler acts through the job manager's clusters and the store.
+    "scaling": frozenset({"manager", "store", "procs", "paths", "control"}),
+    "server": frozenset({"manager", "store", "procs", "paths", "control", "scaling"}),
     "cli": frozenset({"server", "manager", "store", "client", "procs", "paths", "control"}),
     # Sources and sinks sit between the runtime and the store (a source may check its fence);
     # their Spark tasks have fault points too.
@@ -60,7 +64,17 @@ ALLOWED: dict[str, frozenset[str]] = {
 LAZY_ONLY = {("stoker.cli.run", "runtime")}
 
 # The packages that must never load pyspark, not even through the package root.
-SPARK_FREE = ["store", "manager", "server", "cli", "client", "procs", "paths"]
+SPARK_FREE = [
+    "store",
+    "manager",
+    "server",
+    "cli",
+    "client",
+    "procs",
+    "paths",
+    "scaling",
+    "scalespec",
+]
 
 
 def _module_name(path: Path, package: Path) -> str:
