@@ -56,6 +56,14 @@ from stoker.errors import InvalidInput
     "POST .../control and .../savepoints answer 429 with Retry-After.",
 )
 @click.option(
+    "--scaler-window",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(1.0),
+    help="Seconds of recent epochs (at least 10 epochs) the autoscaler's default policy "
+    "reads signals from: shorter reacts sooner, longer is steadier.",
+)
+@click.option(
     "--api-only",
     is_flag=True,
     help="Serve the API and take submissions, never lead (no supervisor on this node).",
@@ -76,6 +84,7 @@ def server_cmd(
     retention_epochs: int | None,
     retention_time: str | None,
     control_rate: float,
+    scaler_window: float,
 ) -> None:
     """Run a job manager: REST API (docs at /docs), dispatcher and supervisor."""
     from stoker.server.main import serve
@@ -108,4 +117,5 @@ def server_cmd(
         supervise=not api_only,
         retention=retention,
         control_rate=control_rate,
+        scaler_window=scaler_window,
     )
