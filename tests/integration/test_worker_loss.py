@@ -236,6 +236,16 @@ def all_executors_up(d: Driver, hosts: set[str]) -> bool:
     return hosts <= d.ui.active_hosts()
 
 
+def reported_hosts(d: Driver) -> list[str] | None:
+    """The executors' hosts the driver last reported to the store (``JobRecord.resources``,
+    written by its ResourceWatch), or None before its first report."""
+    with opened(d.state) as st:
+        res = st.get_job(job_id(d.job)).resources
+    if not res or res.get("executors") != len(res.get("hosts") or []):
+        return None  # one executor per host here: anything else is not a settled reading
+    return list(res["hosts"])
+
+
 def removed(d: Driver, exec_id: str) -> Executor | None:
     """Executor ``exec_id`` once the driver has removed it (None while it is live)."""
     found = [e for e in d.ui.executors() if e.id == exec_id and not e.active]
@@ -276,6 +286,7 @@ def test_graceful_removal_mid_epoch_fails_no_epoch(
     with driver(tmp_path, cluster, ids_env(pg_dsn, total, per_epoch)) as d:
         d.wait(lambda: all_executors_up(d, hosts), f"executors on {sorted(hosts)}", STARTUP)
         d.wait(lambda: d.committed(), "a committed epoch (executors warm)", STARTUP)
+        d.wait(lambda: reported_hosts(d) == sorted(hosts), "the driver to report them")
         victim = d.held_executor()
         in_flight = max(epochs(d.state, "ids"))
         # The master decommissions the worker; remove_worker waits until its executor has
@@ -300,8 +311,13 @@ def test_graceful_removal_mid_epoch_fails_no_epoch(
             pool.shutdown(wait=True)
         removal.result()
         print(f"\ndecommissioned {victim.host} (executor {victim.id}) in epoch {in_flight}")
-        gone = d.wait(lambda: removed(d, victim.id), f"executor {victim.id} removed")
+        d.wait(lambda: removed(d, victim.id), f"executor {victim.id} removed")
+        # The driver's report of its executors follows (what the scaler and the sources read).
+        left = sorted(hosts - {victim.host})
+        d.wait(lambda: reported_hosts(d) == left, f"the driver to report executors on {left}")
         d.wait(lambda: in_flight + 2 in d.committed(), "two more epochs")
+        gone = removed(d, victim.id)  # its task counts are final by now
+        assert gone is not None
         print(f"executor {gone.id}: {gone.remove_reason!r}, failed tasks {gone.failed_tasks}")
         rc = wait_exit(d.proc, d.log, RUN)
         assert rc == 0, f"driver failed, rc {rc}\n{tail(d.log)}"
@@ -328,13 +344,18 @@ def test_sigkill_of_a_worker_mid_epoch_retries_tasks_exactly_once(
     with driver(tmp_path, cluster, ids_env(pg_dsn, total, per_epoch)) as d:
         d.wait(lambda: all_executors_up(d, hosts), f"executors on {sorted(hosts)}", STARTUP)
         d.wait(lambda: d.committed(), "a committed epoch (executors warm)", STARTUP)
+        d.wait(lambda: reported_hosts(d) == sorted(hosts), "the driver to report them")
         victim = d.held_executor()
         in_flight = max(epochs(d.state, "ids"))
         cluster.remove(victim.host, graceful=False)  # SIGKILL to the worker's process group
         d.release()
         print(f"\nSIGKILLed {victim.host} (executor {victim.id}) in epoch {in_flight}")
-        lost = d.wait(lambda: removed(d, victim.id), f"executor {victim.id} lost")
+        d.wait(lambda: removed(d, victim.id), f"executor {victim.id} lost")
+        left = sorted(hosts - {victim.host})
+        d.wait(lambda: reported_hosts(d) == left, f"the driver to report executors on {left}")
         d.wait(lambda: in_flight + 2 in d.committed(), "two more epochs")
+        lost = removed(d, victim.id)  # its task counts are final by now
+        assert lost is not None
         print(f"executor {lost.id}: {lost.remove_reason!r}, failed tasks {lost.failed_tasks}")
         rc = wait_exit(d.proc, d.log, RUN)
         assert rc == 0, f"driver failed, rc {rc}\n{tail(d.log)}"
