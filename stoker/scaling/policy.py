@@ -124,7 +124,10 @@ class DefaultPolicy:
     dead band around the target utilization. ``max_scale_down``: one step removes at most
     this share of the executors (Flink's ``scale-down.max-factor``). ``growth_epochs``: the
     newest epochs whose backlog gives its growth; it grows when that adds more than
-    ``growth_tolerance`` of the rate read.
+    ``growth_tolerance`` of the rate read. ``warmup_epochs``: the first epochs of each job
+    after its driver started (JVMs warming up, Python workers starting, a start-up backlog)
+    say nothing of its steady cost and are left out, as Flink's autoscaler ignores the
+    metrics of a stabilization period after a job starts.
     """
 
     name: str = "default"
@@ -134,6 +137,7 @@ class DefaultPolicy:
     max_scale_down: float = 0.6
     growth_epochs: int = 10
     growth_tolerance: float = 0.05
+    warmup_epochs: int = 3
 
     def lookback(self, triggers: Mapping[str, float]) -> float:
         """How far back the caller should read epochs for one decision."""
@@ -324,6 +328,19 @@ class DefaultPolicy:
             if since is not None and s.at < since:
                 continue
             by_job.setdefault(s.job_id, []).append(s)
+        if (
+            since is not None
+            and self.warmup_epochs > 0
+            and since >= signals.now - self.lookback(signals.triggers)
+        ):
+            # The driver started within the lookback the caller reads, so each job's first
+            # samples are its first epochs under this attempt; an owner running for longer has
+            # its old epochs cut by the lookback, not by its start, and keeps them all.
+            by_job = {
+                job: samples[self.warmup_epochs :]
+                for job, samples in by_job.items()
+                if len(samples) > self.warmup_epochs
+            }
         out: dict[str, _JobWindow] = {}
         now = signals.now
         for job, samples in by_job.items():

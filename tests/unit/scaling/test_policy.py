@@ -334,3 +334,44 @@ def test_a_backlog_that_falls_by_more_than_was_read_is_not_taken_for_no_load() -
     assert d.target is None, d.reason
     assert d.signals["backlog_reset"] is True
     assert d.signals["input_rate"] == pytest.approx(d.signals["processed_rate"])
+
+
+def test_the_first_epochs_of_a_driver_are_warm_up_and_decide_nothing() -> None:
+    """A driver's first epochs are slow (JVMs warming up, Python workers starting, a start-up
+    backlog read at once): taken at face value they would look like a job needing more
+    executors. They are left out while the driver is young."""
+    spec = parse_scaling("auto:min=1,max=4,target_utilization=0.5,stabilization=5s,cooldown=10s")
+    slow = [
+        EpochSample(JOB, i, T0 + 20.0 * (i + 1), 19.5, 40, 0, 1, 1) for i in range(3)
+    ]  # three epochs of 19.5 s each, back to back
+    steady = [
+        EpochSample(JOB, 3 + i, T0 + 60.0 + i + 0.3, 0.3, 2, 0, 1, 1) for i in range(30)
+    ]  # then 2 rows a second, 0.3 s each
+    policy, memory = DefaultPolicy(window_s=60.0), PolicyMemory()
+    for now in range(int(T0 + 64), int(T0 + 92)):
+        seen = [s for s in [*slow, *steady] if s.at <= now]
+        d = policy.decide(
+            spec,
+            Signals(now, seen, {JOB: 1.0}, executors=1, cores=1, running_since=T0),
+            memory,
+        )
+        assert d.target is None, (now, d.reason, d.signals)
+    # The same epochs from a driver that started long before the lookback: nothing is warm-up,
+    # and three 19.5 s epochs in the window do ask for more.
+    memory = PolicyMemory()
+    decided = [
+        policy.decide(
+            spec,
+            Signals(
+                now,
+                [s for s in [*slow, *steady] if s.at <= now],
+                {JOB: 1.0},
+                1,
+                1,
+                running_since=T0 - 10_000,
+            ),
+            memory,
+        ).target
+        for now in range(int(T0 + 64), int(T0 + 92))
+    ]
+    assert any(t is not None and t > 1 for t in decided), decided
