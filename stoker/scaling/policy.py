@@ -63,6 +63,10 @@ class PolicyMemory:
     direction: str | None = None  # the change wanted since ``since``: "up" or "down"
     since: float | None = None
     last_change_at: float | None = None  # the last decided change
+    # Warm-up: the first epoch seen of each job under the driver that started at
+    # ``started``; the first epochs from there on are left out.
+    started: float | None = None
+    first_epoch: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,7 @@ class DefaultPolicy:
         if current > hi_bound:
             return change(hi_bound, f"{current} executors is above the maximum {hi_bound}")
 
-        windows = self._windows(signals)
+        windows = self._windows(signals, memory)
         sig["window_s"] = round(max((w.wall_s for w in windows.values()), default=0.0), 3)
         sig["epochs"] = sum(len(w.samples) for w in windows.values())
         if not windows:
@@ -321,25 +325,31 @@ class DefaultPolicy:
             )
         return change(wanted, why)
 
-    def _windows(self, signals: Signals) -> dict[str, _JobWindow]:
+    def _windows(self, signals: Signals, memory: PolicyMemory) -> dict[str, _JobWindow]:
         by_job: dict[str, list[EpochSample]] = {}
         since = signals.running_since
         for s in sorted(signals.samples, key=lambda s: (s.at, s.epoch)):
             if since is not None and s.at < since:
                 continue
             by_job.setdefault(s.job_id, []).append(s)
-        if (
-            since is not None
-            and self.warmup_epochs > 0
-            and since >= signals.now - self.lookback(signals.triggers)
-        ):
-            # The driver started within the lookback the caller reads, so each job's first
-            # samples are its first epochs under this attempt; an owner running for longer has
-            # its old epochs cut by the lookback, not by its start, and keeps them all.
+        if self.warmup_epochs > 0:
+            # Each job's first epochs seen under this driver are warm-up. Seen, not run: a
+            # new leader takes the oldest epoch it reads as the first, and so waits a few
+            # epochs more before it decides (it re-stabilizes anyway).
+            if memory.started != since:
+                memory.started, memory.first_epoch = since, {}
+            for job, samples in by_job.items():
+                memory.first_epoch.setdefault(job, samples[0].epoch)
             by_job = {
-                job: samples[self.warmup_epochs :]
+                job: kept
                 for job, samples in by_job.items()
-                if len(samples) > self.warmup_epochs
+                if (
+                    kept := [
+                        s
+                        for s in samples
+                        if s.epoch >= memory.first_epoch[job] + self.warmup_epochs
+                    ]
+                )
             }
         out: dict[str, _JobWindow] = {}
         now = signals.now

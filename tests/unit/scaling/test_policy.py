@@ -86,7 +86,7 @@ def _drive(
     memory: PolicyMemory | None = None,
     start: float = T0,
 ) -> list[tuple[float, Decision]]:
-    policy = policy or DefaultPolicy()
+    policy = policy or DefaultPolicy(warmup_epochs=0)
     memory = memory if memory is not None else PolicyMemory()
     decided: list[tuple[float, Decision]] = []
     for i in range(1, seconds + 1):
@@ -115,7 +115,7 @@ def test_steady_load_after_a_change_does_not_flap() -> None:
 def test_scale_up_on_a_load_step_after_stabilization_and_not_before() -> None:
     step = T0 + 300
     sim = _Sim(lambda t: 50.0 if t < step else 150.0)
-    policy = DefaultPolicy()
+    policy = DefaultPolicy(warmup_epochs=0)
     memory = PolicyMemory()
     wanted_since: float | None = None
     decided: list[tuple[float, Decision]] = []
@@ -141,7 +141,7 @@ def test_scale_up_on_a_load_step_after_stabilization_and_not_before() -> None:
 
 
 def test_stabilization_restarts_when_the_wish_goes_away() -> None:
-    policy = DefaultPolicy(window_s=20, min_epochs=3)
+    policy = DefaultPolicy(warmup_epochs=0, window_s=20, min_epochs=3)
     spec = parse_scaling("auto:min=1,max=4,stabilization=30s,cooldown=0s")
     memory = PolicyMemory()
     busy = _Fixed(duration=1.0, rows=100, backlog=0)
@@ -186,7 +186,7 @@ def test_backlog_catch_up_math() -> None:
     now = T0 + 60
     samples = [EpochSample(JOB, i, now - 60 + i, 0.5, 50, 30_000, 1, 1) for i in range(1, 61)]
     signals = Signals(now, samples, {JOB: 1.0}, 1, 1, None, running_since=T0 - 600)
-    policy = DefaultPolicy(window_s=60, min_epochs=10)
+    policy = DefaultPolicy(warmup_epochs=0, window_s=60, min_epochs=10)
     d = policy.decide(spec, signals, PolicyMemory())
     assert d.target == 3, d.reason
     sig = d.signals
@@ -209,16 +209,16 @@ def test_respects_max_and_min() -> None:
     assert sim.executors == 3
     # Bounds moved by a user: the current size is outside them -> at once, no stabilization.
     tight = parse_scaling("auto:min=1,max=2,stabilization=10m,cooldown=10m")
-    d = DefaultPolicy().decide(tight, sim.signals(T0 + 601), PolicyMemory())
+    d = DefaultPolicy(warmup_epochs=0).decide(tight, sim.signals(T0 + 601), PolicyMemory())
     assert d.target == 2 and "above the maximum" in d.reason
     raised = parse_scaling("auto:min=4,max=6,stabilization=10m,cooldown=10m")
-    d = DefaultPolicy().decide(raised, sim.signals(T0 + 601), PolicyMemory())
+    d = DefaultPolicy(warmup_epochs=0).decide(raised, sim.signals(T0 + 601), PolicyMemory())
     assert d.target == 4 and "below the minimum" in d.reason
 
 
 def test_cooldown_holds_after_a_change() -> None:
     spec = parse_scaling("auto:min=1,max=8,stabilization=0s,cooldown=120s")
-    policy = DefaultPolicy(window_s=20, min_epochs=3)
+    policy = DefaultPolicy(warmup_epochs=0, window_s=20, min_epochs=3)
     memory = PolicyMemory()
     overload = _Fixed(duration=1.0, rows=100, backlog=1000)
     first = policy.decide(spec, overload.signals(T0), memory)
@@ -247,7 +247,7 @@ def test_scale_down_after_the_load_falls_in_bounded_steps() -> None:
 
 def test_idle_drops_to_the_minimum() -> None:
     spec = parse_scaling("auto:min=2,max=6,stabilization=30s,cooldown=60s")
-    policy = DefaultPolicy()
+    policy = DefaultPolicy(warmup_epochs=0)
     memory = PolicyMemory()
     # The last epoch, long ago, left nothing behind; no epoch since (Spark runs none on no data).
     last = EpochSample(JOB, 7, T0 - 300, 0.4, 10, 0, 5, None)
@@ -262,7 +262,7 @@ def test_idle_drops_to_the_minimum() -> None:
 
 def test_no_data_keeps_the_current_size() -> None:
     spec = parse_scaling("auto:min=1,max=6,stabilization=0s,cooldown=0s")
-    policy = DefaultPolicy()
+    policy = DefaultPolicy(warmup_epochs=0)
     # No epochs at all.
     d = policy.decide(spec, Signals(T0, [], {JOB: 1.0}, 3, None, None, T0 - 1000), PolicyMemory())
     assert d.target is None and "no epochs" in d.reason
@@ -287,7 +287,7 @@ def test_a_growing_backlog_with_idle_executors_is_not_scaled() -> None:
     spec = parse_scaling("auto:min=1,max=6,stabilization=0s,cooldown=0s")
     now = T0 + 60
     samples = [EpochSample(JOB, i, now - 60 + i, 0.1, 10, 100 * i, 1, None) for i in range(60)]
-    d = DefaultPolicy().decide(
+    d = DefaultPolicy(warmup_epochs=0).decide(
         spec, Signals(now, samples, {JOB: 1.0}, 1, None, None, T0 - 1000), PolicyMemory()
     )
     assert d.target is None and "rate limit" in d.reason
@@ -315,7 +315,7 @@ def test_an_application_adds_its_jobs_work() -> None:
         for job in ("a", "b")
     ]
     signals = Signals(now, samples, {"a": 1.0, "b": 1.0}, 1, None, None, T0 - 1000)
-    d = DefaultPolicy().decide(spec, signals, PolicyMemory())
+    d = DefaultPolicy(warmup_epochs=0).decide(spec, signals, PolicyMemory())
     assert d.target == 2, d.reason
     assert d.signals["busy"] == pytest.approx(0.6, abs=0.02)
     assert d.signals["required_utilization"] == pytest.approx(1.2, abs=0.03)
@@ -330,7 +330,7 @@ def test_a_backlog_that_falls_by_more_than_was_read_is_not_taken_for_no_load() -
     samples = [EpochSample(JOB, i, now - 60 + i, 0.5, 300, 1000 + 100 * i, 3, 3) for i in range(59)]
     samples.append(EpochSample(JOB, 59, now - 0.5, 0.1, 0, 0, 3, 3))
     signals = Signals(now, samples, {JOB: 1.0}, 3, 3, None, running_since=T0 - 1000)
-    d = DefaultPolicy().decide(spec, signals, PolicyMemory())
+    d = DefaultPolicy(warmup_epochs=0).decide(spec, signals, PolicyMemory())
     assert d.target is None, d.reason
     assert d.signals["backlog_reset"] is True
     assert d.signals["input_rate"] == pytest.approx(d.signals["processed_rate"])
@@ -356,9 +356,8 @@ def test_the_first_epochs_of_a_driver_are_warm_up_and_decide_nothing() -> None:
             memory,
         )
         assert d.target is None, (now, d.reason, d.signals)
-    # The same epochs from a driver that started long before the lookback: nothing is warm-up,
-    # and three 19.5 s epochs in the window do ask for more.
-    memory = PolicyMemory()
+    # Without the warm-up, those three 19.5 s epochs in the window do ask for more.
+    policy, memory = DefaultPolicy(window_s=60.0, warmup_epochs=0), PolicyMemory()
     decided = [
         policy.decide(
             spec,
@@ -368,7 +367,7 @@ def test_the_first_epochs_of_a_driver_are_warm_up_and_decide_nothing() -> None:
                 {JOB: 1.0},
                 1,
                 1,
-                running_since=T0 - 10_000,
+                running_since=T0,
             ),
             memory,
         ).target
