@@ -149,7 +149,9 @@ class SparkExecutors:
         """The scheduler backend's own count of the registered executors' cores (updated in
         the same step as their registration); the status store's sum if it cannot be read."""
         try:
-            return int(self._jsc.schedulerBackend().totalCoreCount().get())
+            count = self._jsc.schedulerBackend().totalCoreCount()
+            # py4j hands an AtomicInteger (a java.lang.Number) over as a Python int.
+            return int(count if isinstance(count, int) else count.get())
         except Exception:
             return sum(e.cores or 0 for e in executors)
 
