@@ -53,6 +53,9 @@ class Signals:
     cores: int | None = None
     target: int | None = None  # the executor target set now (None: none)
     running_since: float | None = None  # epochs before this (an earlier attempt) are ignored
+    # job id -> when its epoch now running was pinned (an epoch in flight: the job is not idle,
+    # however long since its last commit)
+    in_flight: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -401,7 +404,9 @@ class DefaultPolicy:
     def _idle(self, windows: Mapping[str, _JobWindow], signals: Signals) -> bool:
         """Every job read no rows in the last ``window_s`` (Spark runs no epoch when nothing
         came: no epoch at all counts) and its newest known backlog is 0; the owner has run
-        that long."""
+        that long. An epoch in flight (a long one: no commit for a while) is not idleness."""
+        if signals.in_flight:
+            return False
         for w in windows.values():
             if w.recent_rows > 0 or w.backlog != 0:
                 return False

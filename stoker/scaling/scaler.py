@@ -30,6 +30,7 @@ from stoker.manager import clusters
 from stoker.manager.applications import app_cluster_name
 from stoker.scalespec import ScalingSpec, parse_scaling
 from stoker.scaling.policy import (
+    Decision,
     DefaultPolicy,
     EpochSample,
     PolicyMemory,
@@ -48,6 +49,8 @@ _DEFAULT_LOOKBACK = 600.0
 # Rescale records looked at for decisions still in flight.
 _IN_FLIGHT_LOOKUP = 20
 _DEFAULT_TRIGGER = 0.5
+# A decision not in use after this long (a worker that never came) makes way for others.
+_IN_FLIGHT_PATIENCE = 300.0
 
 ProviderFor = Callable[[JobRecord], "ResourceProvider | None"]
 
@@ -188,8 +191,21 @@ class Scaler:
             return
         if not st.seeded:
             self._seed(owner, st)
-        in_flight = self._mark_in_use(owner, res, now)
-        decision = self.policy.decide(spec, self._signals(owner, res, now), st.memory)
+        in_flight = self._mark_in_use(owner, st, res, now)
+        if (
+            in_flight is not None
+            and now - in_flight.at < max(spec.cooldown_s, _IN_FLIGHT_PATIENCE)
+            and spec.min_executors <= int(in_flight.to_executors or 0)
+            and (
+                spec.max_executors is None or int(in_flight.to_executors or 0) <= spec.max_executors
+            )
+        ):
+            # A decision on its way (workers starting, executors registering): its effect is
+            # not in the epochs yet, so nothing new is decided on them; only bounds a user
+            # changed, or a decision stuck for long, make way for another.
+            decision = Decision(None, "a decision is on its way")
+        else:
+            decision = self.policy.decide(spec, self._signals(owner, res, now), st.memory)
         if decision.target is None:
             if in_flight is not None and (
                 in_flight.rescale_id not in st.ensured or in_flight.workers.get("waiting")
@@ -281,7 +297,7 @@ class Scaler:
             run()
 
     def _mark_in_use(
-        self, owner: JobRecord, res: dict[str, Any], now: float
+        self, owner: JobRecord, st: _OwnerState, res: dict[str, Any], now: float
     ) -> RescaleRecord | None:
         """Mark ``in_use`` the decision whose target the reported executors reached; return
         the decision still in flight (or None)."""
@@ -297,6 +313,9 @@ class Scaler:
             at = res.get("at")
             when = float(at) if isinstance(at, int | float) and rec.at <= at <= now else now
             self.store.update_rescale(rec.rescale_id, status="in_use", in_use_at=when)
+            # The cooldown runs from when the new size is in use, as Flink's stabilization
+            # runs from the end of a rescale: epochs before then do not show it.
+            st.memory.last_change_at = max(st.memory.last_change_at or when, when)
             log.info(
                 "scaler: %s has %s executors in use, %.1f s after the decision",
                 owner.job_id,
@@ -322,7 +341,7 @@ class Scaler:
         st.seeded = True
         for rec in self.store.list_rescales(owner.job_id, limit=_IN_FLIGHT_LOOKUP):
             if rec.kind in ("decision",):
-                st.memory.last_change_at = rec.at
+                st.memory.last_change_at = rec.in_use_at or rec.at
                 return
 
     def _signals(self, owner: JobRecord, res: dict[str, Any], now: float) -> Signals:
@@ -360,6 +379,11 @@ class Scaler:
             )
             for e in epochs
         ]
+        in_flight: dict[str, float] = {}
+        for jid in ids:
+            newest = next(iter(self.store.list_epochs(jid, limit=1)), None)
+            if newest is not None and newest.committed_at is None:
+                in_flight[str(jid)] = float(newest.pinned_at)
         executors = res.get("executors")
         cores = res.get("cores")
         return Signals(
@@ -370,6 +394,7 @@ class Scaler:
             cores=None if cores is None else int(cores),
             target=owner.executor_target,
             running_since=self._running_since(owner),
+            in_flight=in_flight,
         )
 
     def _trigger(self, job: JobRecord) -> float:

@@ -521,3 +521,38 @@ def test_a_decision_made_while_the_provider_works_is_provided_for_afterwards(
     finally:
         release.set()
         scaler.stop()
+
+
+def test_nothing_new_is_decided_while_a_decision_is_on_its_way(
+    store: Store, clock: ManualClock, tmp_path: Path, recorder: Recorder
+) -> None:
+    """Workers take tens of seconds to start: until the executors reach the decided target,
+    the epochs do not show the new size, and no decision is made on them (measured: a
+    scale-up superseded by an 'idle' scale-down 11 s later, while its worker started)."""
+    _lone_job(store, "auto:min=1,max=4,stabilization=5s,cooldown=5s")
+    feed = Feed(store, JOB)
+    scaler = _scaler(store, tmp_path, clock, recorder)
+    _overload_until_decided(store, clock, scaler, feed, executors=1)
+    (first,) = store.list_rescales(JOB)
+    assert first.status == "decided" and (first.to_executors or 0) > 1
+    # The executors stay at 1 (the worker is still starting) and the load is gone: a policy
+    # asked would want the minimum. For a while (less than the patience) nothing is decided.
+    for _ in range(120):
+        clock.advance(1.0)
+        feed.epoch(rows=0, duration=0.1, backlog=0, executors=1)
+        scaler.tick()
+    assert [r.rescale_id for r in store.list_rescales(JOB)] == [first.rescale_id]
+    # In use at last: the cooldown runs from then, then the idle owner may shrink.
+    _report(store, JOB, int(first.to_executors or 0))
+    scaler.tick()
+    in_use = store.list_rescales(JOB)[0]
+    assert in_use.status == "in_use" and in_use.in_use_at == clock.now()
+    for _ in range(120):
+        clock.advance(1.0)
+        feed.epoch(rows=0, duration=0.1, backlog=0, executors=int(first.to_executors or 0))
+        scaler.tick()
+        if len(store.list_rescales(JOB)) == 2:
+            break
+    newest = store.list_rescales(JOB)[0]
+    assert newest.rescale_id != first.rescale_id and newest.to_executors == 1
+    assert newest.at >= (in_use.in_use_at or 0) + 5.0

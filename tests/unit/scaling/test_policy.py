@@ -260,6 +260,21 @@ def test_idle_drops_to_the_minimum() -> None:
     assert decided[0].signals["idle"] is True
 
 
+def test_a_long_epoch_in_flight_is_not_idleness() -> None:
+    """No commit for a while because an epoch runs long (a new executor warming up) is not a
+    stream without data: no scale-down to the minimum."""
+    spec = parse_scaling("auto:min=2,max=6,stabilization=30s,cooldown=60s")
+    policy = DefaultPolicy(warmup_epochs=0)
+    memory = PolicyMemory()
+    last = EpochSample(JOB, 7, T0 - 300, 0.4, 10, 0, 5, None)
+    for i in range(40):
+        signals = Signals(
+            T0 + i, [last], {JOB: 1.0}, 5, None, None, T0 - 1000, in_flight={JOB: T0 - 299}
+        )
+        d = policy.decide(spec, signals, memory)
+        assert d.target is None and "idle" not in d.signals, (i, d)
+
+
 def test_no_data_keeps_the_current_size() -> None:
     spec = parse_scaling("auto:min=1,max=6,stabilization=0s,cooldown=0s")
     policy = DefaultPolicy(warmup_epochs=0)
