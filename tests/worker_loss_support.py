@@ -177,6 +177,29 @@ class SparkUI:
         """Hosts with a live executor."""
         return {e.host for e in self.executors() if e.active}
 
+    def failed_tasks(self) -> list[dict[str, Any]]:
+        """Every failed task attempt of the application (``taskId``, ``executorId``,
+        ``errorMessage``, ...), from the stages that count failed tasks.
+
+        Not an executor's ``failedTasks``: Spark's status store counts a task's end against its
+        executor only while that executor is live, and the end of a task lost with its
+        executor is often handled after the executor's removal (seen here both ways).
+        """
+        app = self.app_id()
+        if app is None:
+            return []
+        found: list[dict[str, Any]] = []
+        try:
+            for stage in self._get(f"/applications/{app}/stages"):
+                if int(stage.get("numFailedTasks", 0)) == 0:
+                    continue
+                path = f"/applications/{app}/stages/{stage['stageId']}/{stage['attemptId']}"
+                tasks = self._get(f"{path}/taskList?length=10000")
+                found.extend(t for t in tasks if str(t.get("status")).upper() == "FAILED")
+        except (OSError, ValueError):
+            return []
+        return found
+
 
 def wait_until(cond: Any, what: str, timeout: float, every: float = 0.2) -> Any:
     """Poll ``cond()`` until it returns something true (returned); AssertionError naming
