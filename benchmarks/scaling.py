@@ -789,10 +789,11 @@ def wait_drained(
     at most 2 s of input behind (at most ``DRAIN_S``; False if they never were)."""
     end = time.monotonic() + DRAIN_S
     while time.monotonic() < end:
-        eps = b.epochs(job)[-2:]
-        if len(eps) == 2 and all(e.backlog is not None and e.backlog <= 2 * rate for e in eps):
+        eps = b.epochs(job)
+        last = eps[-2:]
+        if len(last) == 2 and all(e.backlog is not None and e.backlog <= 2 * rate for e in last):
             return True
-        if eps and eps[-1].backlog is None:
+        if len(eps) >= 5 and all(e.backlog is None for e in eps[-5:]):
             return False  # the driver reports no backlog: nothing to wait for
         hold(b, app, cluster, 1.0, samples)
     return False
@@ -1118,7 +1119,7 @@ def bench_main() -> int:
     ap.add_argument("--png", default=str(REPO / "docs" / "scaling-load-step.png"))
     ap.add_argument("--rate", type=float, default=150.0, help="base rows per second (150)")
     ap.add_argument("--factor", type=float, default=5.0, help="the step's rate / base (5)")
-    ap.add_argument("--cap", type=int, default=2000, help="max rows per epoch (2000)")
+    ap.add_argument("--cap", type=int, default=10000, help="max rows per epoch (10000)")
     ap.add_argument("--cost-ms", type=float, default=2.0, help="sleep per row (2 ms)")
     ap.add_argument("--warm", type=float, default=20.0, help="s after the first commits (20)")
     ap.add_argument("--base", type=float, default=60.0)
