@@ -1047,18 +1047,39 @@ def plot(res: dict[str, Any], png: Path) -> None:
         any_run = r
         t = [s["t"] for s in r["series"]]
         c = colors.get(name)
-        axes[0].plot(t, [s["latency_s"] for s in r["series"]], label=name, color=c, lw=1.2)
-        axes[1].plot(t, [s["backlog"] or 0 for s in r["series"]], label=name, color=c, lw=1.2)
+        kw = {"label": name, "color": c, "lw": 1.2, "marker": ".", "ms": 3}
+        axes[0].plot(t, [s["latency_s"] for s in r["series"]], **kw)
+        axes[1].plot(t, [s["backlog"] or 0 for s in r["series"]], **kw)
         st = [s["t"] - r["t0"] for s in r["samples"]]
         ex = [s["executors"] if s.get("executors") is not None else float("nan")
               for s in r["samples"]]  # fmt: skip
         axes[2].step(st, ex, where="post", label=name, color=c, lw=1.2)
+    auto = runs.get("auto")
+    x_lo = -5.0
+    if auto is not None:  # the autoscaler's decisions, on the executors panel
+        for rs in auto.get("rescales", {}).get("rescales", []):
+            if rs.get("kind") != "decision":
+                continue
+            x = rs["at"] - auto["t0"]
+            x_lo = min(x_lo, x - 5)
+            axes[2].axvline(x, color="tab:blue", ls=":", lw=1)
+            axes[2].annotate(
+                f"{rs.get('from_executors')}->{rs.get('to_executors')}",
+                (x, 4.6), color="tab:blue", fontsize=8, ha="left",
+            )  # fmt: skip
+    dropped = [r for r in runs.values() if (r.get("rows_dropped_at_rate_change") or [0, 0])[1]]
+    if dropped and any_run is not None:
+        axes[1].annotate(
+            "rate change: the generator drops\nthe rows it had not handed out",
+            (any_run["t_down"] - any_run["t0"], 0), xytext=(8, 40),
+            textcoords="offset points", fontsize=8, arrowprops={"arrowstyle": "->"},
+        )  # fmt: skip
     if any_run is not None:
         for ax in axes:
             ax.axvspan(any_run["t_up"] - any_run["t0"], any_run["t_down"] - any_run["t0"],
                        color="0.9", zorder=0)  # fmt: skip
             ax.grid(True, alpha=0.3)
-        axes[2].set_xlim(-5, any_run["t_end"] - any_run["t0"] + 5)
+        axes[2].set_xlim(x_lo, any_run["t_end"] - any_run["t0"] + 5)
     axes[0].set_ylabel("latency of an epoch's\nnewest rows (s)")
     axes[0].set_yscale("log")
     axes[0].yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
