@@ -30,6 +30,7 @@ from tests.e2e.manager_fixtures import Manager, Proc, kill_all, processes, stop_
 from tests.support import APPS, REPO, file_sink_ids, stoker_cmd
 
 APP_FILES = ("app_driver_trio.py", "app_driver_raises.py", "app_driver_misuse.py")
+
 SPARK = 420.0  # a cold Spark driver (and executors) on 2 cores that other suites share
 QUICK = 120.0  # a CLI call or a REST answer that starts no JVM
 LIVE_ATTEMPT = ("STARTING", "RUNNING")
@@ -45,10 +46,10 @@ TUNING = [
 ]  # fmt: skip
 
 
-def copy_apps(dest: Path) -> Path:
+def copy_apps(dest: Path, names: Iterable[str] = APP_FILES) -> Path:
     """The test applications, copied where the managers allow entrypoints."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in APP_FILES:
+    for name in names:
         shutil.copy(APPS / name, dest / name)
     return dest
 
@@ -232,13 +233,16 @@ class World:
 
 
 @contextlib.contextmanager
-def one_manager(root: Path) -> Iterator[World]:
-    """A job manager on a SQLite store in ``root``; on exit it is stopped with every process
-    it or its drivers started."""
-    apps = copy_apps(root / "apps")
+def one_manager(
+    root: Path, extra_args: list[str] | None = None, app_files: Iterable[str] = APP_FILES
+) -> Iterator[World]:
+    """A job manager on a SQLite store in ``root`` (``extra_args`` on its command line), the
+    application files ``app_files`` in its allowed folder; on exit it is stopped with every
+    process it or its drivers started."""
+    apps = copy_apps(root / "apps", app_files)
     state = root / "state"
     store = f"sqlite:///{root / 'store.db'}"
-    m = Manager("driver-mode", store, state, [apps], root / "manager.log")
+    m = Manager("driver-mode", store, state, [apps], root / "manager.log", extra_args=extra_args)
     world = World(root, apps, root / "out", state, m, StoreView(str(root / "store.db")))
     try:
         m.wait_up()
