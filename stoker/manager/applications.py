@@ -374,7 +374,7 @@ class SessionClusters:
         """Start one more worker (default: the cluster's cores and memory per worker) on the
         next free loopback address; answers once the master lists it ALIVE. Running
         applications get executors on it (those without ``spark.cores.max``)."""
-        with self._lock:
+        with self._lock, clusters.cluster_lock(name):
             rec = self._running_cluster(name)
             c = int(rec.spec.get("cores", 1)) if cores is None else cores
             m = str(rec.spec.get("memory", "1g")) if memory is None else memory
@@ -405,7 +405,7 @@ class SessionClusters:
         """Stop one worker (its ``id`` or address): ``graceful`` decommissions it through the
         master (its executors' blocks move first, running tasks finish) and waits until it
         left; otherwise its process group is killed."""
-        with self._lock:
+        with self._lock, clusters.cluster_lock(name):
             rec = self._running_cluster(name)
             remaining = clusters.remove_worker(str(rec.web_url), rec.processes, worker, graceful)
             rec = self.store.update_cluster(name, processes=remaining)

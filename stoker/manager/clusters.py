@@ -29,6 +29,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -619,6 +620,18 @@ def _free_port(address: str) -> int:
 
 
 # Changing ----------------------------------------------------------------------------------
+# One change at a time per cluster in this process (the job manager's REST calls and its
+# scaler alike): two workers started at once would pick the same loopback address.
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def cluster_lock(name: str) -> threading.Lock:
+    """The lock that serializes worker changes of cluster ``name`` in this process."""
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(name, threading.Lock())
+
+
 def add_worker(
     master_url: str,
     web_url: str,

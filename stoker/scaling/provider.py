@@ -10,7 +10,6 @@ gracefully; on a master the user gave, it does nothing and the target acts alone
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,17 +20,6 @@ from stoker.store.records import ClusterRecord
 from stoker.types import ClusterState
 
 log = logging.getLogger("stoker.scaling")
-
-# One change at a time per cluster in this process: two workers started at once would pick
-# the same loopback address.
-_LOCKS: dict[str, threading.Lock] = {}
-_LOCKS_GUARD = threading.Lock()
-
-
-def cluster_lock(name: str) -> threading.Lock:
-    """The lock that serializes worker changes of cluster ``name`` in this process."""
-    with _LOCKS_GUARD:
-        return _LOCKS.setdefault(name, threading.Lock())
 
 
 class ResourceProvider(Protocol):
@@ -104,7 +92,7 @@ class StandaloneProvider:
         added: list[str] = []
         removed: list[str] = []
         out: dict[str, Any] = {"added": added, "removed": removed}
-        with cluster_lock(self.cluster):
+        with clusters.cluster_lock(self.cluster):
             rec = self._running()
             usable, removable = self._room(rec, owner)
             cores = int(cores_per_executor or rec.spec.get("cores", clusters.DEFAULT_CORES))
@@ -216,5 +204,4 @@ __all__ = [
     "ResourceProvider",
     "SparkExecutorsOnly",
     "StandaloneProvider",
-    "cluster_lock",
 ]
