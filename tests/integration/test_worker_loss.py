@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 from collections import defaultdict
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ from typing import Any
 import pytest
 
 from stoker.control import events
+from stoker.errors import JobNotFound
 from stoker.manager.clusters import (
     ProcessInfo,
     StartedCluster,
@@ -46,7 +48,7 @@ from stoker.manager.clusters import (
     start_standalone,
     stop_processes,
 )
-from stoker.types import AttemptState, EpochState, JobState, TxnState, job_id
+from stoker.types import AttemptState, Epoch, EpochState, JobState, TxnState, job_id
 from tests.cluster import free_port
 from tests.integration.test_crash import (
     assert_finished_exactly_once,
@@ -55,7 +57,7 @@ from tests.integration.test_crash import (
     tail,
     wait_exit,
 )
-from tests.support import kill_group, start_driver, wait_group_gone
+from tests.support import kill_group, pg_prepared, start_driver, wait_group_gone
 from tests.worker_loss_support import LOSS_APP, Executor, SparkUI, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -154,17 +156,23 @@ class Driver:
         """Poll ``cond`` while the driver runs; fail with its log if it ends or time runs out."""
 
         def check() -> Any:
-            if self.proc.poll() is not None:
+            got = cond()
+            if not got and self.proc.poll() is not None:
                 raise AssertionError(
                     f"driver ended (rc {self.proc.returncode}) while waiting for {what}\n"
                     f"{tail(self.log)}"
                 )
-            return cond()
+            return got
 
         try:
             return wait_until(check, what, timeout, every=0.1)
         except AssertionError as e:
             raise AssertionError(f"{e}\n{tail(self.log)}") from None
+
+    def wait_epochs_after(self, epoch: int, n: int, last: int) -> None:
+        """Wait until epoch ``epoch + n`` is committed (``last``, the job's final one, at most)."""
+        want = min(epoch + n, last)
+        self.wait(lambda: want in self.committed(), f"epoch {want} committed")
 
     def wait_epochs(self, n: int) -> None:
         """Wait until ``n`` more epochs than now are committed."""
@@ -239,8 +247,13 @@ def all_executors_up(d: Driver, hosts: set[str]) -> bool:
 def reported_hosts(d: Driver) -> list[str] | None:
     """The executors' hosts the driver last reported to the store (``JobRecord.resources``,
     written by its ResourceWatch), or None before its first report."""
+    if not (d.state / "store.db").exists():
+        return None
     with opened(d.state) as st:
-        res = st.get_job(job_id(d.job)).resources
+        try:
+            res = st.get_job(job_id(d.job)).resources
+        except JobNotFound:  # the driver has not recorded the job yet
+            return None
     if not res or res.get("executors") != len(res.get("hosts") or []):
         return None  # one executor per host here: anything else is not a settled reading
     return list(res["hosts"])
@@ -276,7 +289,7 @@ def ids_env(dsn: str, total: int, per_epoch: int) -> dict[str, str]:
 def test_graceful_removal_mid_epoch_fails_no_epoch(
     tmp_path: Path, cluster: LossCluster, pg_dsn: str
 ) -> None:
-    total, per_epoch = 500, 100
+    total, per_epoch = 600, 100
     hosts = cluster.alive_hosts()
     with driver(tmp_path, cluster, ids_env(pg_dsn, total, per_epoch)) as d:
         d.wait(lambda: all_executors_up(d, hosts), f"executors on {sorted(hosts)}", STARTUP)
@@ -306,16 +319,15 @@ def test_graceful_removal_mid_epoch_fails_no_epoch(
             pool.shutdown(wait=True)
         removal.result()
         print(f"\ndecommissioned {victim.host} (executor {victim.id}) in epoch {in_flight}")
-        d.wait(lambda: removed(d, victim.id), f"executor {victim.id} removed")
+        gone = d.wait(lambda: removed(d, victim.id), f"executor {victim.id} removed")
+        failed = d.ui.failed_tasks()  # the executor has left: it runs no task any more
+        print(f"executor {victim.id}: {gone.remove_reason!r}")
+        for t in failed:
+            print(f"  failed: task {t['taskId']} on {t['executorId']}: {t.get('errorMessage')}")
         # The driver's report of its executors follows (what the scaler and the sources read).
         left = sorted(hosts - {victim.host})
         d.wait(lambda: reported_hosts(d) == left, f"the driver to report executors on {left}")
-        d.wait(lambda: in_flight + 2 in d.committed(), "two more epochs")
-        gone = removed(d, victim.id)
-        failed = d.ui.failed_tasks()
-        print(f"executor {victim.id}: {gone.remove_reason if gone else None!r}")
-        for t in failed:
-            print(f"  failed: task {t['taskId']} on {t['executorId']}: {t.get('errorMessage')}")
+        d.wait_epochs_after(in_flight, 2, total // per_epoch - 1)
         rc = wait_exit(d.proc, d.log, RUN)
         assert rc == 0, f"driver failed, rc {rc}\n{tail(d.log)}"
 
@@ -326,44 +338,88 @@ def test_graceful_removal_mid_epoch_fails_no_epoch(
     # epoch's cached frame (persisted while two sinks write it) on the decommissioned
     # executor may fail once and run again elsewhere: Spark refuses to store a new block on a
     # decommissioning executor (BlockSavedOnDecommissionedBlockManagerException).
-    assert gone is not None and "decommission" in (gone.remove_reason or "").lower(), gone
+    assert "decommission" in (gone.remove_reason or "").lower(), gone
     assert all(DECOMMISSION_REFUSAL in str(t.get("errorMessage")) for t in failed), failed
 
 
 # 2. SIGKILL of a worker ----------------------------------------------------------------------
+SLOW_WRITER = re.compile(r"injected slow task after PREPARE of (stoker:ids:\S+): \d")
+
+
+def slow_writer(d: Driver, cluster: LossCluster) -> tuple[str, str] | None:
+    """(executor id, gid) of the PostgreSQL writer task that the ``task_slow`` fault holds
+    right after its PREPARE TRANSACTION (it says so in its executor's stderr)."""
+    for f in cluster.folder.glob(f"work-*/{d.ui.app_id()}/*/stderr"):
+        m = SLOW_WRITER.search(f.read_text(errors="replace"))
+        if m:
+            return f.parent.name, m.group(1)
+    return None
+
+
+def kept_gids(state: Path, epoch: int) -> list[str]:
+    """The PostgreSQL parts recorded for ``epoch`` by the attempt that decided it."""
+    with opened(state) as st:
+        rec = st.get_epoch(job_id("ids"), Epoch(epoch))
+        assert rec is not None and rec.decided_by is not None, rec
+        txn = st.get_txn(job_id("ids"), Epoch(epoch), "postgres:ids", rec.decided_by)
+    assert txn is not None
+    return list(txn.detail["gids"])
+
+
 def test_sigkill_of_a_worker_mid_epoch_retries_tasks_exactly_once(
     tmp_path: Path, cluster: LossCluster, pg_dsn: str
 ) -> None:
-    total, per_epoch = 500, 100
+    """Two kills: of the executor of a PostgreSQL writer task that holds its part PREPARED
+    (epoch 2, by stoker's ``task_slow`` fault), and of an executor running a task that
+    computes an epoch's frame for the files sink (the hold)."""
+    total, per_epoch, slow_epoch = 800, 100, 2
     hosts = cluster.alive_hosts()
-    with driver(tmp_path, cluster, ids_env(pg_dsn, total, per_epoch)) as d:
+    slow = ("-D", f"spark.executorEnv.STOKER_FAULT=task_slow:{slow_epoch}:0:120")
+    with driver(tmp_path, cluster, ids_env(pg_dsn, total, per_epoch), *slow) as d:
         d.wait(lambda: all_executors_up(d, hosts), f"executors on {sorted(hosts)}", STARTUP)
-        d.wait(lambda: d.committed(), "a committed epoch (executors warm)", STARTUP)
         d.wait(lambda: reported_hosts(d) == sorted(hosts), "the driver to report them")
-        victim = d.held_executor()
-        in_flight = max(epochs(d.state, "ids"))
-        cluster.remove(victim.host, graceful=False)  # SIGKILL to the worker's process group
-        d.release()
-        print(f"\nSIGKILLed {victim.host} (executor {victim.id}) in epoch {in_flight}")
-        d.wait(lambda: removed(d, victim.id), f"executor {victim.id} lost")
-        left = sorted(hosts - {victim.host})
-        d.wait(lambda: reported_hosts(d) == left, f"the driver to report executors on {left}")
-        d.wait(lambda: in_flight + 2 in d.committed(), "two more epochs")
-        lost = removed(d, victim.id)
-        print(f"executor {victim.id}: {lost.remove_reason if lost else None!r}")
-        # The kill took the held task with it (Spark ran it again elsewhere).
-        failed = d.wait(
-            lambda: [t for t in d.ui.failed_tasks() if t["executorId"] == victim.id],
-            f"Spark's record of a task lost with executor {victim.id}",
+
+        # Kill 1: the writer has prepared its part and sleeps; its executor dies with it.
+        writer, gid = d.wait(
+            lambda: slow_writer(d, cluster), f"a writer of epoch {slow_epoch} held after PREPARE"
         )
-        for t in failed:
-            print(f"  failed: task {t['taskId']}: {t.get('errorMessage')}")
+        victim = d.wait(
+            lambda: next((e for e in d.ui.executors() if e.id == writer), None),
+            f"executor {writer} in the UI",
+        )
+        assert gid in pg_prepared(pg_dsn), (gid, pg_prepared(pg_dsn))
+        cluster.remove(victim.host, graceful=False)  # SIGKILL to the worker's process group
+        print(f"\nSIGKILLed {victim.host} (executor {victim.id}) holding {gid} prepared")
+        d.wait(lambda: slow_epoch in d.committed(), f"epoch {slow_epoch} committed", RUN)
+        # The retried writer's part was kept; the dead one's was rolled back by the commit.
+        kept = kept_gids(d.state, slow_epoch)
+        assert gid not in kept, (gid, kept)
+        assert gid not in pg_prepared(pg_dsn), (gid, pg_prepared(pg_dsn))
+
+        # Kill 2: a task computing the next epoch's frame (first stage, files sink).
+        victim2 = d.held_executor()
+        in_flight = max(epochs(d.state, "ids"))
+        cluster.remove(victim2.host, graceful=False)
+        d.release()
+        print(f"SIGKILLed {victim2.host} (executor {victim2.id}) in epoch {in_flight}")
+        # Each kill took a running task with it (Spark ran it again elsewhere).
+        for v in (victim, victim2):
+            failed = d.wait(
+                lambda v=v: [t for t in d.ui.failed_tasks() if t["executorId"] == v.id],
+                f"Spark's record of a task lost with executor {v.id}",
+            )
+            for t in failed:
+                print(f"  failed: task {t['taskId']} on {v.id}: {t.get('errorMessage')}")
+            lost = d.wait(lambda v=v: removed(d, v.id), f"executor {v.id} removed")
+            assert "lost" in (lost.remove_reason or ""), lost
+        left = sorted(hosts - {victim.host, victim2.host})
+        d.wait(lambda: reported_hosts(d) == left, f"the driver to report executors on {left}")
+        d.wait_epochs_after(in_flight, 2, total // per_epoch - 1)
         rc = wait_exit(d.proc, d.log, RUN)
         assert rc == 0, f"driver failed, rc {rc}\n{tail(d.log)}"
 
-    assert lost is not None and "lost" in (lost.remove_reason or ""), lost
-    # The job noticed nothing but a retried task: one attempt, every epoch committed once, each id
-    # once in both sinks, no part left prepared in PostgreSQL, the files sink or the store.
+    # The job noticed nothing but retried tasks: one attempt, every epoch committed once, each
+    # id once in both sinks, no part left prepared in PostgreSQL, the files sink or the store.
     recs = assert_finished_exactly_once(d.state, d.out, pg_dsn, total, d.log)
     assert len(recs) == total // per_epoch
     one_finished_attempt(d.state, "ids")
