@@ -7,7 +7,7 @@ import logging
 import re
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,95 @@ DEFAULT_CONF = {
     # level on to the executors' JVMs too (off by default: they would stay at INFO).
     "spark.executor.syncLogLevel.enabled": "true",
 }
+
+
+# A job's maximum parallelism is Spark's number of shuffle partitions, which is also the number
+# of partitions of its state: Spark pins it in the checkpoint's offset log at the first epoch
+# and ignores a later value.
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+DEFAULT_MAX_PARALLELISM = int(DEFAULT_CONF[SHUFFLE_PARTITIONS])
+
+
+def max_parallelism(settings: Settings) -> int:
+    """The maximum parallelism a job records when it is created: its ``-D
+    spark.sql.shuffle.partitions``, else 8. :class:`InvalidInput` naming the setting when it
+    is not a whole number of at least 1."""
+    given = settings.spark_conf.get(SHUFFLE_PARTITIONS)
+    if given is None:
+        return DEFAULT_MAX_PARALLELISM
+    return parse_partitions(given, f"-D {SHUFFLE_PARTITIONS}")
+
+
+def parse_partitions(value: object, field: str) -> int:
+    """A number of partitions: a whole number >= 1 (an int, or text of one)."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
+        raise InvalidInput(field, f"must be a whole number of at least 1, got {value!r}")
+    return int(text)
+
+
+def job_max_parallelism(
+    recorded: Mapping[str, Any] | None, settings: Settings, checkpoint: Path | None = None
+) -> int:
+    """A job's maximum parallelism: the number of its state partitions and of the shuffle
+    partitions every attempt runs with.
+
+    In this order: what the job's checkpoint pins (Spark runs with that whatever the session
+    says: a checkpoint repartitioned offline, or made before stoker recorded the value);
+    what the job's spec records (``recorded["max_parallelism"]``; it wins over a ``-D`` given
+    later); for a job created now, :func:`max_parallelism` of ``settings``.
+    """
+    if checkpoint is not None:
+        pinned = checkpoint_partitions(checkpoint)
+        if pinned is not None:
+            return pinned
+    value = (recorded or {}).get("max_parallelism")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return max_parallelism(settings)
+
+
+def checkpoint_partitions(checkpoint: Path) -> int | None:
+    """``spark.sql.shuffle.partitions`` as the newest entry of the checkpoint's offset log
+    records it; None when there is no entry (the query has not planned an epoch) or it says
+    nothing. Reads files only: no Spark."""
+    from stoker.runtime.repartition import read_offset_conf
+
+    conf = read_offset_conf(checkpoint)
+    value = None if conf is None else conf.get(SHUFFLE_PARTITIONS)
+    try:
+        return None if value is None else max(1, int(value))
+    except (TypeError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def query_partitions(spark: SparkSession, partitions: int | None) -> Iterator[None]:
+    """Start a streaming query (``writer.start()`` inside the block) with ``partitions``
+    shuffle partitions, the job's maximum parallelism.
+
+    Spark copies the session's SQL settings into the query when it starts; the query's first
+    epoch records the value in the checkpoint, which pins it from then on. The session's own
+    value is put back after the start, so that the jobs of an application, which share one
+    session, each start with their own; the lock makes concurrent starts take turns.
+    ``None`` changes nothing.
+    """
+    if partitions is None:
+        yield
+        return
+    with _start_lock:
+        before = spark.conf.get(SHUFFLE_PARTITIONS, None)
+        spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
+        try:
+            yield
+        finally:
+            if before is None:
+                spark.conf.unset(SHUFFLE_PARTITIONS)
+            else:
+                spark.conf.set(SHUFFLE_PARTITIONS, before)
+
+
+_start_lock = threading.Lock()
 
 
 def spark_conf(settings: Settings) -> dict[str, str]:
