@@ -97,9 +97,17 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_sh_block_is_one_the_test_knows() -> None:
     kinds = [_kind(line) for block in BLOCKS for line in block]
     assert None not in kinds, [ln for b in BLOCKS for ln in b if _kind(ln) is None]
-    assert {"setup", "pytest", "synopsis", "server", "submit", "read", "control", "driver"} <= set(
-        kinds
-    )
+    assert {
+        "setup",
+        "pytest",
+        "synopsis",
+        "server",
+        "submit",
+        "read",
+        "control",
+        "driver",
+        "scaling",
+    } <= set(kinds)
 
 
 def _kind(line: str) -> str | None:
@@ -121,6 +129,8 @@ def _kind(line: str) -> str | None:
         return "control"
     if re.match(r"stoker (run app\.py --driver|apps|app [a-z]+|cluster [a-z-]+)\b", line):
         return "driver"
+    if re.match(r"stoker (rescales|resources|state [a-z-]+)\b", line):
+        return "scaling"
     return None
 
 
@@ -149,6 +159,20 @@ def test_driver_block_commands_and_options_exist(work: Path) -> None:
     for line in lines:
         words = shlex.split(line)
         sub = words[1:3] if words[1] in ("app", "cluster") else words[1:2]
+        cmd = "stoker " + " ".join(sub) + " --help"
+        helptext = _check(sh(cmd, work))
+        for opt in re.findall(r"\s(--?[a-z][a-z-]*)\b", line):
+            assert opt in helptext, f"{opt} of `{line}` not in `{cmd}`"
+
+
+def test_scaling_block_commands_and_options_exist(work: Path) -> None:
+    """The "Scaling" block: every command and option it shows is one the CLI takes (what they
+    do is tested in test_scaling_api, test_autoscaling and test_state_partitions)."""
+    lines = [ln for b in BLOCKS for ln in b if _kind(ln) == "scaling"]
+    assert len(lines) >= 3, lines
+    for line in lines:
+        words = shlex.split(line)
+        sub = words[1:3] if words[1] == "state" else words[1:2]
         cmd = "stoker " + " ".join(sub) + " --help"
         helptext = _check(sh(cmd, work))
         for opt in re.findall(r"\s(--?[a-z][a-z-]*)\b", line):
