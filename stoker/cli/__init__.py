@@ -9,19 +9,21 @@ a running job or show its control state (through a job manager or the job's stor
 application, and ``stoker apps``, ``stoker app status|cancel|logs`` follow it;
 ``stoker cluster start|list|status|add-worker|remove-worker|stop`` manage session clusters;
 ``stoker rescales`` and ``stoker resources`` show and bound how a job scales;
+``stoker state repartition`` changes a stopped job's state partitions;
 ``stoker server`` runs a job manager.
 
 Modules: :mod:`.run` (the run command), :mod:`.jobs` (commands on existing jobs),
 :mod:`.control` (control of a running job), :mod:`.remote` (submit to a server and follow the
 job), :mod:`.apps` (applications), :mod:`.clusters` (session clusters), :mod:`.scaling`
-(rescale history and executor bounds), :mod:`.server` (the server command).
+(rescale history and executor bounds), :mod:`.state` (state partitions), :mod:`.server` (the
+server command).
 """
 
 from __future__ import annotations
 
 import click
 
-from stoker.cli import apps, clusters, control, jobs, run, scaling, server
+from stoker.cli import apps, clusters, control, jobs, run, scaling, server, state
 from stoker.cli._common import debug_option
 
 
@@ -36,6 +38,7 @@ for _cmd in (jobs.status_cmd, jobs.epochs_cmd, jobs.list_cmd, jobs.cancel_cmd, j
     main.add_command(_cmd)
 for _cmd in (*control.COMMANDS, *apps.COMMANDS, *clusters.COMMANDS, *scaling.COMMANDS):
     main.add_command(_cmd)
+main.add_command(state.state_group)
 main.add_command(server.server_cmd)
 # --debug (full tracebacks) on the group and on every command: `stoker run app.py --debug`.
 main.params.append(debug_option())
