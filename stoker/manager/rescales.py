@@ -19,6 +19,7 @@ from stoker.errors import InvalidInput, JobTerminal
 from stoker.scalespec import ScalingSpec, parse_scaling, with_bounds
 from stoker.settings import Settings
 from stoker.store import ControlEvent, JobRecord, Store
+from stoker.store.records import RescaleRecord
 from stoker.types import ControlKind, ControlStatus, JobId, JobKind
 
 __all__ = [
@@ -169,17 +170,8 @@ def set_bounds(
     old = scaling_of(owner)
     new = with_bounds(old, min_executors, max_executors)
     store.set_scaling(owner.job_id, new.to_dict())
-    rescale = store.add_rescale(
-        owner.job_id,
-        kind="bounds",
-        policy=USER_POLICY,
-        mode=new.mode,
-        signals={},
-        from_executors=_executors(owner),
-        to_executors=None,
-        reason=f"bounds {_bounds_text(old)} -> {_bounds_text(new)}",
-        status="recorded",
-        sender=sender,
+    rescale = _user_change(
+        store, owner, new, f"bounds {_bounds_text(old)} -> {_bounds_text(new)}", sender
     )
     return {
         "job_id": record.job_id,
@@ -189,6 +181,24 @@ def set_bounds(
         "resources": owner.resources,
         "rescale": rescale.to_dict(),
     }
+
+
+def _user_change(
+    store: Store, owner: JobRecord, new: ScalingSpec, reason: str, sender: str | None
+) -> RescaleRecord:
+    """Keep a user's change of the owner's scaling in its rescale history (kind ``bounds``)."""
+    return store.add_rescale(
+        owner.job_id,
+        kind="bounds",
+        policy=USER_POLICY,
+        mode=new.mode,
+        signals={},
+        from_executors=_executors(owner),
+        to_executors=None,
+        reason=reason,
+        status="recorded",
+        sender=sender,
+    )
 
 
 def apply_scaling_event(store: Store, record: JobRecord, ev: ControlEvent) -> ControlEvent:
@@ -205,17 +215,12 @@ def apply_scaling_event(store: Store, record: JobRecord, ev: ControlEvent) -> Co
     store.set_scaling(owner.job_id, new.to_dict())
     if new.mode != "auto" and owner.executor_target is not None:
         store.set_executor_target(owner.job_id, None)  # no scaler acts on it any more
-    rescale = store.add_rescale(
-        owner.job_id,
-        kind="bounds",
-        policy=USER_POLICY,
-        mode=new.mode,
-        signals={},
-        from_executors=_executors(owner),
-        to_executors=None,
-        reason=f"scaling {old.to_text()} -> {new.to_text()} (control {ev.control_id})",
-        status="recorded",
-        sender=ev.sender,
+    rescale = _user_change(
+        store,
+        owner,
+        new,
+        f"scaling {old.to_text()} -> {new.to_text()} (control {ev.control_id})",
+        ev.sender,
     )
     result = {"owner": owner.job_id, "scaling": new.to_dict(), "rescale_id": rescale.rescale_id}
     return _commit_now(store, ev, result)
