@@ -12,9 +12,10 @@ tasks of the program wait on a hold the test arms and releases (tests/worker_los
 
 1. A worker decommissioned while its executor runs a task of an epoch: no epoch fails, the
    job keeps its one attempt, every id once in the files sink and the PostgreSQL sink.
-2. A worker SIGKILLed (its process group: worker JVM, executor, Python workers) while its
-   executor runs a task: the task is lost and run again elsewhere, the job goes on in the same
-   attempt and finishes, every id once in both sinks, nothing left prepared.
+2. Workers SIGKILLed (the process group: worker JVM, executor, Python workers) while their
+   executor runs a task: first a PostgreSQL writer holding its part PREPARED, then a task
+   computing an epoch's frame. Each task is lost and run again elsewhere, the job goes on in
+   the same attempt and finishes, every id once in both sinks, nothing left prepared.
 3. A stateful job (a running count per key in Spark's state store) while workers are removed
    (gracefully, then by SIGKILL) and added: the state keeps its number of partitions (the
    job's maximum parallelism) and every key's count is right at the end.
@@ -106,13 +107,6 @@ class LossCluster:
 
     def remove(self, host: str, graceful: bool) -> None:
         self.processes[:] = remove_worker(self.started.web_url, self.processes, host, graceful)
-
-    def executor_logs(self) -> str:
-        """The executors' stderr (their Python workers' too), for a failure's message."""
-        return "\n".join(
-            p.read_text(errors="replace")[-4000:]
-            for p in sorted(self.folder.glob("work-*/*/*/stderr"))
-        )
 
 
 @pytest.fixture(scope="module")
