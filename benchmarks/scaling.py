@@ -1082,6 +1082,8 @@ def plot(res: dict[str, Any], png: Path) -> None:
         axes[2].set_xlim(x_lo, any_run["t_end"] - any_run["t0"] + 5)
     axes[0].set_ylabel("latency of an epoch's\nnewest rows (s)")
     axes[0].set_yscale("log")
+    axes[0].yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    axes[0].yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[0].yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     axes[2].set_ylim(0, 5)
     axes[2].yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
