@@ -345,7 +345,8 @@ def event_cmd(ctx: click.Context, name: str, payload: str | None, **kw: Any) -> 
 @click.pass_context
 @guarded
 def scaling_cmd(ctx: click.Context, spec: str, **kw: Any) -> None:
-    """Change how the job (an application's job: its application) scales, at once: fixed,
+    """Change how the job (an application's job: its application; JOB may also be an
+    application's id) scales, at once: fixed,
     reactive, or auto:min=1,max=4[,target_utilization=0.7,catch_up=5m,stabilization=1m,
     cooldown=2m]."""
     _send(_job(ctx), {"kind": "scaling", "scaling": spec}, **kw)

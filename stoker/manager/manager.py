@@ -330,8 +330,12 @@ class JobManager:
         request_id: str | None = None,
     ) -> tuple[ControlEvent, bool]:
         """Store one control event (:func:`stoker.manager.control.submit_control`); a
-        savepoint's ``dir`` must lie under the manager's allowed folders."""
-        self._job(jid)  # control is a job's: an application's id is refused with where to look
+        savepoint's ``dir`` must lie under the manager's allowed folders. Control is a job's;
+        an application takes only ``scaling`` (its executors are its jobs')."""
+        if isinstance(body, Mapping) and str(body.get("kind")) == ControlKind.SCALING:
+            self._scalable(jid)
+        else:
+            self._job(jid)  # an application's id is refused with where to look
         return control.submit_control(
             self.store,
             jid,
@@ -346,8 +350,9 @@ class JobManager:
     def control_event(
         self, jid: str, control_id: str, kind: ControlKind | None = None
     ) -> ControlEvent:
-        """One control event of the job (of ``kind``, when given)."""
-        self._job(jid)
+        """One control event of the job (of ``kind``, when given); an application's events
+        are its scaling events."""
+        self._scalable(jid)
         return control.get_control(self.store, jid, control_id, kind)
 
     def control_history(
@@ -358,8 +363,9 @@ class JobManager:
         kind: ControlKind | None = None,
         status: ControlStatus | None = None,
     ) -> dict[str, Any]:
-        """A page of the job's control events, newest first, and where the next page starts."""
-        self._job(jid)
+        """A page of the job's (or an application's) control events, newest first, and where
+        the next page starts."""
+        self._scalable(jid)
         return control.control_history(self.store, jid, limit, before, kind, status)
 
     def config_view(self, jid: str) -> dict[str, Any]:

@@ -695,8 +695,10 @@ def create_app(
     )
     async def post_control(request: Request, job_id: str = job_path) -> JSONResponse:
         """Send a control event to a job: 202 once it is stored (PENDING); it applies at the
-        job's next epoch boundary. A retry with the same ``request_id`` and event answers the
-        stored event (200); with another event, 409. Rate limited per job (429)."""
+        job's next epoch boundary. A ``scaling`` event applies at once (COMMITTED, no epoch)
+        to the job's owner, and may name an application too. A retry with the same
+        ``request_id`` and event answers the stored event (200); with another event, 409.
+        Rate limited per job (429)."""
         limiter.take(job_id)
         return await _submit(request, job_id, await _json_object(request))
 

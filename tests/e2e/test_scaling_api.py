@@ -236,12 +236,14 @@ def test_an_application_s_scaling_is_its_jobs(server: Server) -> None:
 
 
 # rescale history ----------------------------------------------------------------------------------
-def test_rescales_lists_the_owner_s_history_newest_first(server: Server) -> None:
-    assert server.submit("hist", "auto:min=1,max=4").status_code == 201
+def _history(server: Server, name: str) -> None:
+    """A job in mode auto with two rescales, as the scaler records them: a decision in use
+    12.5 s after it was made (two workers added), then an executor lost; target 3."""
+    assert server.submit(name, "auto:min=1,max=4").status_code == 201
     st = server.store()
     try:
         first = st.add_rescale(
-            job_id("hist"),
+            job_id(name),
             kind="decision",
             policy="default",
             mode="auto",
@@ -256,7 +258,7 @@ def test_rescales_lists_the_owner_s_history_newest_first(server: Server) -> None
             first.rescale_id, status="in_use", in_use_at=1012.5, workers={"added": ["w1", "w2"]}
         )
         st.add_rescale(
-            job_id("hist"),
+            job_id(name),
             kind="observed",
             policy="default",
             mode="auto",
@@ -267,9 +269,13 @@ def test_rescales_lists_the_owner_s_history_newest_first(server: Server) -> None
             status="observed",
             at=2000.0,
         )
-        st.set_executor_target(job_id("hist"), 3)
+        st.set_executor_target(job_id(name), 3)
     finally:
         st.close()
+
+
+def test_rescales_lists_the_owner_s_history_newest_first(server: Server) -> None:
+    _history(server, "hist")
     r = server.http.get("/v1/jobs/hist/rescales", headers=AUTH)
     assert r.status_code == 200, r.text
     view = r.json()
@@ -460,6 +466,19 @@ def test_a_scaling_event_to_an_application_s_job_changes_the_application(server:
     assert server.record("fleet2-a").scaling is None
     app = server.http.get("/v1/applications/fleet2", headers=AUTH).json()
     assert app["scaling"]["mode"] == "reactive"
+    # The application's own id takes a scaling event (and only that kind), kept in its history.
+    r = server.http.post(
+        "/v1/jobs/fleet2/control", json={"kind": "scaling", "scaling": "fixed"}, headers=AUTH
+    )
+    assert (r.status_code, r.json()["job_id"], r.json()["status"]) == (202, "fleet2", "COMMITTED")
+    assert server.record("fleet2").scaling["mode"] == "fixed"
+    history = server.http.get("/v1/jobs/fleet2/control", headers=AUTH).json()["events"]
+    assert [(e["kind"], e["control_id"]) for e in history] == [("scaling", r.json()["control_id"])]
+    got = server.http.get(f"/v1/jobs/fleet2/control/{r.json()['control_id']}", headers=AUTH)
+    assert got.status_code == 200 and got.json()["status"] == "COMMITTED", got.text
+    r = server.http.post("/v1/jobs/fleet2/control", json={"kind": "pause"}, headers=AUTH)
+    assert r.status_code == 404 and "it is an application" in r.json()["error"], r.text
+    assert server.http.get("/v1/jobs/fleet2/config", headers=AUTH).status_code == 404
 
 
 @pytest.mark.parametrize(
@@ -492,13 +511,14 @@ def test_a_scaling_event_to_an_ended_job_is_refused(server: Server) -> None:
 
 # auth ---------------------------------------------------------------------------------------------
 def test_scaling_calls_need_their_tokens(server: Server) -> None:
+    assert server.submit("auth-job", "auto:min=1,max=4").status_code == 201
     calls = [
-        ("GET", "/v1/jobs/hist/rescales", None),
-        ("PUT", "/v1/jobs/hist/resources", {"max_executors": 2}),
-        ("POST", "/v1/jobs/hist/control", {"kind": "scaling", "scaling": "fixed"}),
+        ("GET", "/v1/jobs/auth-job/rescales", None),
+        ("PUT", "/v1/jobs/auth-job/resources", {"max_executors": 2}),
+        ("POST", "/v1/jobs/auth-job/control", {"kind": "scaling", "scaling": "fixed"}),
         ("POST", "/v1/jobs", {"job_id": "auth-x", "entrypoint": "/x.py", "scaling": "fixed"}),
     ]
-    before = server.rescales("hist")
+    before = server.rescales("auth-job")
     for method, path, body in calls:
         for headers in ({}, {"Authorization": "Bearer wrong"}):
             r = server.http.request(method, path, json=body, headers=headers)
@@ -506,8 +526,8 @@ def test_scaling_calls_need_their_tokens(server: Server) -> None:
     for method, path, body in calls[1:]:
         r = server.http.request(method, path, json=body, headers=READ)
         assert (r.status_code, r.json()["type"]) == (403, "Forbidden"), (path, r.text)
-    assert server.rescales("hist") == before
-    assert server.record("hist").scaling == AUTO
+    assert server.rescales("auth-job") == before
+    assert server.record("auth-job").scaling == AUTO
 
 
 # metrics ------------------------------------------------------------------------------------------
@@ -607,18 +627,19 @@ def test_metrics_show_executors_target_backlog_utilization_and_rescales(server: 
 
 # the command line ---------------------------------------------------------------------------------
 def test_cli_rescales_resources_and_control_scaling_through_the_server(server: Server) -> None:
-    p = server.cli("rescales", "hist")
+    _history(server, "cli-hist")
+    p = server.cli("rescales", "cli-hist")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert lines[0] == "job        hist"
+    assert lines[0] == "job        cli-hist"
     assert lines[1].startswith("scaling    auto:min=1,max=4,") and "target 3" in lines[1]
     assert "observed" in lines[2] and "3 -> 2" in lines[2] and "executor 2 lost" in lines[2]
     assert "decision" in lines[3] and "1 -> 3" in lines[3] and "in use after 12.5s" in lines[3]
     assert "workers +2/-0" in lines[3]
-    p = server.cli("rescales", "hist", "--json", "--limit", "1")
+    p = server.cli("rescales", "cli-hist", "--json", "--limit", "1")
     assert p.returncode == 0, p.stderr
     view = json.loads(p.stdout)
-    assert view["owner"] == "hist" and len(view["rescales"]) == 1
+    assert view["owner"] == "cli-hist" and len(view["rescales"]) == 1
 
     assert server.submit("cli-job", "auto:min=1,max=4").status_code == 201
     p = server.cli("resources", "cli-job", "--min", "2", "--max", "5")
