@@ -82,7 +82,15 @@ class _GeneratorReader(DataSourceStreamReader):
         end = self.total if self.total is not None else nxt + 10_000_000
         rate = limit_of(plan, "rows_per_second", self.rate)
         if rate != self._rate_in_force:
-            self._rate_in_force, self._clock = rate, None  # a new rate counts from now
+            # A new rate counts from now; rows produced at the old one and not read yet stay
+            # owed (a backlog does not vanish because the rate changed).
+            now = time.monotonic()
+            if self._clock is not None and self._rate_in_force and rate:
+                owed = max(0.0, (now - self._clock) * self._rate_in_force)
+                self._clock = now - owed / rate
+            else:
+                self._clock = None
+            self._rate_in_force = rate
         if rate is not None:
             now = time.monotonic()
             if self._clock is None:
