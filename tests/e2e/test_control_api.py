@@ -458,6 +458,7 @@ def test_the_openapi_schema_documents_the_control_routes(server: Server) -> None
         "checkpoint",
         "event",
         "savepoint",
+        "scaling",
     ]
     assert {"200", "202", "401", "403", "404", "409", "422", "429"} <= set(post["responses"])
     assert "Retry-After" in post["responses"]["429"]["headers"]
