@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidInput
+from stoker.runtime.repartition import PROVIDER_KEY, ROCKSDB_PROVIDER
 from stoker.settings import Settings
 
 if TYPE_CHECKING:
@@ -50,6 +51,15 @@ DEFAULT_CONF = {
     # A log_level control event calls setLogLevel on the driver; with this, Spark passes the
     # level on to the executors' JVMs too (off by default: they would stay at INFO).
     "spark.executor.syncLogLevel.enabled": "true",
+    # State in RocksDB, not Spark's default HDFS-backed store: only RocksDB state can be
+    # repartitioned (stoker state repartition), and it keeps large state off the JVM heap.
+    # Spark pins the provider in a checkpoint's offset log, so a job created with the HDFS
+    # store keeps it. With changelog checkpointing an epoch writes its changes, not a copy of
+    # the store. Measured here (1000 rows into 1000 keys per epoch, 8 partitions, local[2],
+    # two runs each): median epoch 1.02x and 1.19x of the HDFS store's (475 ms), 1.38x and
+    # 1.51x without changelog checkpointing. A -D setting of either key wins, as always.
+    PROVIDER_KEY: ROCKSDB_PROVIDER,
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
 }
 
 

@@ -231,19 +231,14 @@ def test_repartition_a_stopped_job_and_resume_it(tmp_path: Path) -> None:
     Spark did not log (refused), one mid-epoch (its epoch skipped); repartitioned to 5 while a
     later -D asks for 7; resumed: 5 partitions, every count exact."""
     job = Job(tmp_path, "st-counts")
-    # RocksDB: the provider Spark can repartition (named here whatever stoker's default is).
-    rocks = f"{PROVIDER}={ROCKSDB_PROVIDER}"
 
     # 1. Created with -D 3; the driver dies right after stoker decided epoch 2.
-    run = job.start(
-        "spark.sql.shuffle.partitions=3", rocks, ST_RATE="40", STOKER_FAULT="after_decide:2"
-    )
+    run = job.start("spark.sql.shuffle.partitions=3", ST_RATE="40", STOKER_FAULT="after_decide:2")
     assert wait_exit(run) != 0
     assert job.record().spec["max_parallelism"] == 3
     assert job.pinned() == {"3"}
-    assert 2 not in [
-        int(p.name) for p in (job.checkpoint / "commits").iterdir() if p.name.isdigit()
-    ]
+    assert inspect(job.checkpoint).provider == ROCKSDB_PROVIDER  # stoker's default
+    assert inspect(job.checkpoint).last_committed == 1  # epoch 2: decided, not in Spark's log
     before = sorted(p.name for p in job.checkpoint.rglob("*"))
     refused = job.repartition("5")
     assert refused.returncode == 2, refused.stdout + refused.stderr
@@ -252,9 +247,7 @@ def test_repartition_a_stopped_job_and_resume_it(tmp_path: Path) -> None:
 
     # 2. Resumed with a later -D 7: the job keeps 3 (the spec, and Spark's checkpoint); it
     #    dies mid-epoch 5, its parts prepared and its state updated, nothing decided.
-    run = job.start(
-        "spark.sql.shuffle.partitions=7", rocks, ST_RATE="40", STOKER_FAULT="after_prepare:5"
-    )
+    run = job.start("spark.sql.shuffle.partitions=7", ST_RATE="40", STOKER_FAULT="after_prepare:5")
     assert wait_exit(run) != 0
     assert job.record().spec["max_parallelism"] == 3
     assert job.pinned() == {"3"}
@@ -285,7 +278,7 @@ def test_repartition_a_stopped_job_and_resume_it(tmp_path: Path) -> None:
     #    -D 7 again: 5 partitions, and the counts carry on from the state exactly.
     total = read + 60
     before_run = job.record().current_attempt
-    run = job.start("spark.sql.shuffle.partitions=7", rocks, ST_TOTAL=str(total), ST_RATE="20")
+    run = job.start("spark.sql.shuffle.partitions=7", ST_TOTAL=str(total), ST_RATE="20")
     try:
         wait_for(
             lambda: job.record().current_attempt > before_run and job.attempt_state() == "RUNNING",
@@ -315,9 +308,10 @@ def test_repartition_a_stopped_job_and_resume_it(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @needs_runner
-def test_an_hdfs_backed_state_is_refused(tmp_path: Path) -> None:
+def test_an_hdfs_backed_state_is_refused_and_kept(tmp_path: Path) -> None:
     """Spark cannot repartition the HDFS-backed state store (and would leave a batch behind
-    that stops the query from starting): refused up front, naming the provider."""
+    that stops the query from starting): refused up front, naming the provider. The job then
+    resumes on it although stoker's default is RocksDB."""
     job = Job(tmp_path, "st-hdfs")
     run = job.start(f"{PROVIDER}={HDFS_PROVIDER}", ST_RATE="40")
     try:
@@ -335,6 +329,20 @@ def test_an_hdfs_backed_state_is_refused(tmp_path: Path) -> None:
     assert "HDFSBackedStateStoreProvider" in res.stderr and "does not support" in res.stderr
     assert sorted(str(p) for p in job.checkpoint.rglob("*")) == before
     assert job.record().spec["max_parallelism"] == 8
+
+    # Resumed without the -D: stoker's default is RocksDB now, but the checkpoint keeps the
+    # store it was made with (Spark pins it in the offset log), and its counts carry on.
+    total = job.ids_read() + 30
+    run = job.start(ST_TOTAL=str(total))
+    assert wait_exit(run) == 0, (job.root / f"run{job.runs}.log").read_text()[-3000:]
+    assert str(job.record().state) == "FINISHED"
+    providers = {
+        json.loads(f.read_text().splitlines()[1])["conf"][PROVIDER]
+        for f in (job.checkpoint / "offsets").iterdir()
+        if f.name.isdigit()
+    }
+    assert providers == {HDFS_PROVIDER}
+    assert_exact_counts(job, total)
 
 
 # the checks, on checkpoints written here and a real SQLite store (no Spark) -------------------
