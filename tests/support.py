@@ -9,7 +9,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 APPS = Path(__file__).resolve().parent / "apps"
@@ -110,3 +112,19 @@ def exactly_once(ids: Counter[int], total: int) -> None:
         f"duplicates {dupes[:10]} ({len(dupes)}), missing {missing[:10]} ({len(missing)}), "
         f"unexpected {extra[:10]} ({len(extra)})"
     )
+
+
+def wait_for(
+    what: str | Callable[[], str], cond: Callable[[], Any], timeout: float, every: float = 0.5
+) -> Any:
+    """Poll ``cond`` until it returns something truthy; fail naming ``what`` after ``timeout``
+    (a callable ``what`` is asked only then, for the details as they are at the timeout)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            text = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {text}")
+        time.sleep(every)

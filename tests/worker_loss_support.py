@@ -27,11 +27,12 @@ again elsewhere without waiting.
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
+
+from tests.support import wait_for
 
 LOSS_APP = '''\
 """A worker-loss test driver (tests/worker_loss_support.py says what it does)."""
@@ -203,12 +204,5 @@ class SparkUI:
 
 def wait_until(cond: Any, what: str, timeout: float, every: float = 0.2) -> Any:
     """Poll ``cond()`` until it returns something true (returned); AssertionError naming
-    ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
+    ``what`` after ``timeout`` seconds (:func:`tests.support.wait_for`, condition first)."""
+    return wait_for(what, cond, timeout, every)

@@ -13,16 +13,14 @@ import os
 import signal
 import socket
 import subprocess
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from stoker.redact import redact_url
-from tests.support import REPO, stoker_cmd
+from tests.support import REPO, stoker_cmd, wait_for
 
 MANAGER_START = 90.0  # a `stoker server` importing FastAPI on a loaded machine
 
@@ -103,22 +101,6 @@ def describe(procs: Iterable[Proc]) -> str:
 
 
 # polling ---------------------------------------------------------------------------------------
-def wait_for(
-    what: str | Callable[[], str], cond: Callable[[], Any], timeout: float, every: float = 0.5
-) -> Any:
-    """Poll ``cond`` until it returns something truthy; fail naming ``what`` after ``timeout``
-    (a callable ``what`` is asked only then, for the details as they are at the timeout)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            text = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {text}")
-        time.sleep(every)
-
-
 # managers --------------------------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from stoker.runtime.repartition import (
     state_partitions,
 )
 from stoker.store import open_store
+from tests import support
 from tests.support import REPO, kill_group, start_driver, stoker_cmd, wait_group_gone
 
 pytestmark = pytest.mark.timeout(900)
@@ -195,11 +195,7 @@ class Job:
 
 
 def wait_for(cond: Any, what: str, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+    support.wait_for(what, cond, timeout, every=0.2)
 
 
 def wait_exit(proc: subprocess.Popen[bytes], timeout: float = 300.0) -> int:
