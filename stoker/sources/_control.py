@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -166,6 +168,21 @@ class ReaderControl:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+def hush_if_spark_hung_up() -> None:
+    """Silence the rest of a source runner whose JVM has closed the connection.
+
+    Call from a reader's ``stop()``. Spark's Python source runner leaves its command loop only
+    by an exception and calls ``stop()`` on the way out; ``EOFError`` there means the driver's
+    JVM closed the socket because the query stopped. The runner then reports the error on that
+    closed socket and, when the close has landed first, prints the broken pipe as a traceback on
+    the job's stderr: noise at every stop of a healthy job. Nothing more can reach a JVM that
+    hung up, so the process's remaining stderr goes to /dev/null. Any other exception (a
+    reader's own error, which the runner sends to the JVM) leaves stderr as it is.
+    """
+    if isinstance(sys.exc_info()[1], EOFError):
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives until the process exits
 
 
 def limit_of(plan: Plan, key: str, declared: float | int | None) -> float | int | None:

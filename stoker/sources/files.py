@@ -31,7 +31,13 @@ from pyspark.sql.types import StructType
 
 from stoker.errors import SourceError
 from stoker.procs import this_owner
-from stoker.sources._control import CV, ReaderControl, limit_of, partitions_for
+from stoker.sources._control import (
+    CV,
+    ReaderControl,
+    hush_if_spark_hung_up,
+    limit_of,
+    partitions_for,
+)
 from stoker.sources._fence import AttemptFence, owner_from_json, owner_to_json
 from stoker.sources._filelog import Entry, FileLog, FolderScan, list_folder
 from stoker.sources.base import FINISHED, SID, SourceContext, parse_offset_line
@@ -239,6 +245,7 @@ class _FilesReader(DataSourceStreamReader):
             yield from read_file(path, self.fmt, schema, header=self.header)
 
     def stop(self) -> None:
+        hush_if_spark_hung_up()
         if self.fence is not None:
             self.fence.close()
 

@@ -26,7 +26,13 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from stoker.errors import SourceError
-from stoker.sources._control import CV, ReaderControl, limit_of, partitions_for
+from stoker.sources._control import (
+    CV,
+    ReaderControl,
+    hush_if_spark_hung_up,
+    limit_of,
+    partitions_for,
+)
 from stoker.sources.base import FINISHED, SID, SourceContext
 
 if TYPE_CHECKING:
@@ -148,6 +154,9 @@ class _GeneratorReader(DataSourceStreamReader):
         for lo in range(partition.start, partition.end, chunk):
             hi = min(partition.end, lo + chunk)
             yield pa.RecordBatch.from_arrays([pa.array(range(lo, hi), pa.int64())], names=["id"])
+
+    def stop(self) -> None:
+        hush_if_spark_hung_up()
 
 
 def split_range(a: int, b: int, parts: int) -> list[InputPartition]:
