@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -97,6 +98,13 @@ if TYPE_CHECKING:
 )
 @click.option("--quiet", is_flag=True, help="Do not print epoch progress.")
 @click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="A local run's progress and logs on stderr: text (default) or json (one object a "
+    "line: ts, level, logger, message, job, attempt, epoch). Env: STOKER_LOG_FORMAT.",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print the result as JSON (one line per job)."
 )
 @click.option("-d", "--detached", is_flag=True, help="With --server: submit and return at once.")
@@ -120,6 +128,7 @@ def run_cmd(
     config_pairs: tuple[str, ...],
     pipeline_name: str | None,
     quiet: bool,
+    log_format: str | None,
     as_json: bool,
     detached: bool,
     app_args: tuple[str, ...],
@@ -213,7 +222,7 @@ def run_cmd(
     launch.set_launch(overrides, job_id, restart)
     launch.set_config(config)
     launch.set_from_savepoint(from_savepoint)
-    _setup_logging(quiet)
+    _setup_logging(quiet, log_format)
 
     # SIGTERM before the job runs (while the app is imported) stops this process the way
     # Ctrl-C does; while it runs, stoker.run's own handlers stop it gracefully.
@@ -337,9 +346,9 @@ class _Progress(logging.StreamHandler):
     anything not on a terminal, such as a log file or a test) gets plain lines.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tty: bool = True) -> None:
         super().__init__(sys.stderr)
-        self.tty = sys.stderr.isatty()
+        self.tty = tty and sys.stderr.isatty()
         self._open = False  # a status line is on screen without its newline
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -356,10 +365,19 @@ class _Progress(logging.StreamHandler):
             self.handleError(record)
 
 
-def _setup_logging(quiet: bool) -> None:
+def _setup_logging(quiet: bool, log_format: str | None = None) -> None:
+    from stoker import logformat
+
     level = logging.WARNING if quiet else logging.INFO
-    handler = _Progress()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    json_lines = logformat.check_format(log_format) == "json"
+    if json_lines:
+        os.environ[logformat.ENV] = "json"  # and so for any process this one starts
+    handler = _Progress(tty=not json_lines)  # a JSON line is never rewritten in place
+    handler.setFormatter(
+        logformat.JsonFormatter()
+        if json_lines
+        else logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
+    )
     root = logging.getLogger("stoker")
     root.setLevel(level)
     root.addHandler(handler)

@@ -68,6 +68,13 @@ from stoker.errors import InvalidInput
     is_flag=True,
     help="Serve the API and take submissions, never lead (no supervisor on this node).",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="text (default) or json: one JSON object a line (ts, level, logger, message; job, "
+    "attempt, epoch when known), also for the drivers it starts. Env: STOKER_LOG_FORMAT.",
+)
 @guarded
 def server_cmd(
     store: str | None,
@@ -85,6 +92,7 @@ def server_cmd(
     retention_time: str | None,
     control_rate: float,
     scaler_window: float,
+    log_format: str | None,
 ) -> None:
     """Run a job manager: REST API (docs at /docs), dispatcher and supervisor."""
     from stoker.server.main import serve
@@ -118,4 +126,5 @@ def server_cmd(
         retention=retention,
         control_rate=control_rate,
         scaler_window=scaler_window,
+        log_format=log_format,
     )

@@ -45,6 +45,7 @@ import traceback
 from pathlib import Path
 from types import FrameType
 
+from stoker import logformat
 from stoker.errors import (
     InvalidTransition,
     JobFailed,
@@ -326,9 +327,7 @@ def _launch_settings(defines: list[str], store_url: str, ttl: float) -> dict[str
 
 def main(argv: list[str] | None = None) -> int:
     ns = _parse(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s"
-    )
+    logformat.configure()  # STOKER_LOG_FORMAT: the manager's --log-format
     redact_logs()
     signals = _Signals()
     signals.install()

@@ -37,6 +37,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stoker import logformat
 from stoker.errors import SinkError, StokerError, exit_code
 from stoker.redact import redact_logs, redact_text
 
@@ -153,9 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("app", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)
 
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s"
-    )
+    logformat.configure()  # STOKER_LOG_FORMAT: the manager's --log-format
     redact_logs()
     os.environ.pop("STOKER_DRIVER_SECRETS", None)  # older managers: not needed, not kept
     if ns.app:

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import signal
 import sys
 from types import FrameType
 from typing import Any
 
+from stoker import logformat
 from stoker.errors import InvalidInput, InvalidTransition, JobSuspended, StokerError, exit_code
 from stoker.redact import redact_logs, redact_text
 from stoker.runtime import launch
@@ -90,9 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)
 
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s"
-    )
+    logformat.configure()  # STOKER_LOG_FORMAT: the manager's --log-format
+    logformat.bind(ns.job, ns.attempt, process=True)  # one job per driver process
     redact_logs()
     signal.signal(signal.SIGTERM, _sigterm)
     try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stoker import logformat
 from stoker.errors import StaleAttempt
 from stoker.runtime.attempt import LeaseKeeper
 from stoker.runtime.context import EpochContext
@@ -153,6 +154,7 @@ class EpochProcessor:
         self.pool: str | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        logformat.bind(self.job, self.attempt, batch_id)  # Spark's callback thread: name it
         with self.epoch_lock:
             if self.stopping.is_set():
                 # Nothing of this epoch was written: it runs again when the job resumes.
@@ -203,6 +205,11 @@ class EpochProcessor:
                 replay = PendingEpoch.decided(store, rec, sinks)
                 replay.commit(sinks)
                 replay.mark_committed()
+            if (self.checkpoint / "state").is_dir():
+                # A stateful query: Spark commits this batch only once every state store of
+                # it has committed, so the epoch's input goes through its stateful operators
+                # again (the same input, the same state) and the output is thrown away.
+                df.write.format("noop").mode("overwrite").save()
             self._finish(epoch, final or rec.final, t0, rec.rows_in or 0, replayed=True)
             return
         pending = PendingEpoch(store, job, epoch, attempt, rec.control_version)

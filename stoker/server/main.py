@@ -5,10 +5,10 @@ from __future__ import annotations
 import gc
 import logging
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
+from stoker import logformat
 from stoker.manager import JobManager, Supervisor, SupervisorConfig
 from stoker.redact import redact_logs, redact_url
 from stoker.scaling.policy import DefaultPolicy
@@ -34,6 +34,7 @@ def serve(
     control_rate: float = 20.0,
     scaler_tick: float = 1.0,
     scaler_window: float = 60.0,
+    log_format: str | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM. Drivers started here keep running after the manager stops.
 
@@ -42,12 +43,12 @@ def serve(
     ``control_rate``: control events per second per job (bursts of twice that; 0: no limit).
     ``scaler_tick``: seconds between the scaler's passes while this manager leads;
     ``scaler_window``: the seconds of epochs its default policy looks at (at least 10 epochs).
+    ``log_format``: text or json (None: ``STOKER_LOG_FORMAT``, else text); the drivers it
+    starts inherit it.
     """
     import uvicorn
 
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s"
-    )
+    logformat.configure(log_format)
     redact_logs()  # a store URL's password or a secret conf value never reaches the log
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -80,7 +81,7 @@ def serve(
         if supervisor is not None and scaler_store is not None
         else None
     )
-    manager = JobManager(api_store, state_dir, allow_dirs)
+    manager = JobManager(api_store, state_dir, allow_dirs, leader_ttl=leader_ttl)
     app = create_app(manager, supervisor, token, read_token, control_rate=control_rate)
     if supervisor is not None:
         supervisor.start()

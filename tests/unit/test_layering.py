@@ -26,7 +26,9 @@ from tests.support import REPO
 PACKAGE = REPO / "stoker"
 
 # Shared leaf modules every layer may use.
-LEAVES = frozenset({"errors", "types", "clock", "settings", "redact", "restart", "scalespec"})
+LEAVES = frozenset(
+    {"errors", "types", "clock", "settings", "redact", "restart", "scalespec", "logformat"}
+)
 
 # Component -> the components it may import (besides itself and the leaves).
 ALLOWED: dict[str, frozenset[str]] = {
@@ -36,6 +38,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "settings": frozenset(),
     "paths": frozenset(),
     "redact": frozenset(),
+    # How every process logs (text or JSON lines, with the job, attempt and epoch bound).
+    "logformat": frozenset(),
     "testing": frozenset(),
     "control": frozenset(),
     # Restart strategies: pure decisions, shared by the job manager and an application's driver.
