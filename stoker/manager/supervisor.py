@@ -91,6 +91,7 @@ class Supervisor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="stoker-supervisor", daemon=True)
         self._renewed = 0.0
+        self._beat = float("-inf")  # time.monotonic() of the last heartbeat recorded
         self.started_attempts = 0
         # Cluster starts and stops run on threads of their own (a start takes tens of
         # seconds): the loop never waits for a JVM. One at a time per cluster name.
@@ -104,12 +105,20 @@ class Supervisor:
 
     def stop(self, resign: bool = True) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.ident is not None:  # started (a test may step it by hand instead)
+            self._thread.join(timeout=10)
         # A cluster start left running is recorded (STARTING, its processes): the next
         # leader gives it up after _STALE_START and stops what it started.
-        if resign and self.token is not None:
+        if not resign:
+            return  # the store left as a crash would leave it
+        if self.token is not None:
             self.store.resign_leadership(self.cfg.holder, self.token)
             self.token = None
+        # Gone at once from the list of managers, instead of when its heartbeat goes stale.
+        try:
+            self.store.forget_manager(self.cfg.holder)
+        except StokerError as e:
+            log.warning("%s could not remove its heartbeat: %s", self.cfg.holder, e)
 
     @property
     def is_leader(self) -> bool:
@@ -126,6 +135,7 @@ class Supervisor:
     def step(self) -> None:
         """Lead if possible, then bring every live job one step closer to where it should be."""
         self._reap()
+        self._heartbeat()
         if not self._lead():
             return
         retention.sweep(self)  # ended jobs' old epoch records (stoker server --retention-*)
@@ -151,6 +161,25 @@ class Supervisor:
             self._tend_clusters(apps, now)
         except StokerError as e:
             log.warning("clusters: %s", e)
+
+    def _heartbeat(self) -> None:
+        """Say in the store that this manager is alive, leader or standby (the web UI and
+        ``GET /v1/managers`` list the managers from it), as often as a leader renews its lease.
+
+        Not every tick: a standby's tick already writes (it tries for the lease), and each
+        write to an SQLite store is fsynced under its one write lock, which the drivers'
+        epoch decisions wait for. A heartbeat decides nothing, so one that fails costs only
+        a warning: the election goes on.
+        """
+        now = time.monotonic()
+        if now - self._beat < self.cfg.leader_ttl / 3:
+            return
+        try:
+            self.store.heartbeat_manager(self.cfg.holder, self.cfg.address)
+        except StokerError as e:
+            log.warning("%s could not record its heartbeat: %s", self.cfg.holder, e)
+            return
+        self._beat = now
 
     def _lead(self) -> bool:
         now = time.monotonic()

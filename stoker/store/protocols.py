@@ -14,6 +14,7 @@ from stoker.store.records import (
     EpochRecord,
     JobRecord,
     LeaderLease,
+    ManagerRecord,
     NewJob,
     Owner,
     RescaleRecord,
@@ -484,7 +485,8 @@ class ScalingStore(Protocol):
 
 
 class LeaderStore(Protocol):
-    """Leadership among job managers: one lease with a growing token."""
+    """Leadership among job managers: one lease with a growing token; and who the candidates
+    are (a heartbeat per manager, shown to people, never deciding anything)."""
 
     def acquire_leadership(self, holder: str, address: str, ttl: float) -> LeaderLease | None: ...
 
@@ -493,6 +495,22 @@ class LeaderStore(Protocol):
     def resign_leadership(self, holder: str, token: int) -> None: ...
 
     def get_leader(self) -> LeaderLease | None: ...
+
+    def heartbeat_manager(self, holder: str, address: str) -> None:
+        """Record that manager ``holder`` (the id it takes the lease under), serving at
+        ``address``, is alive now: its row made (``started_at`` now) or its ``seen_at`` and
+        address refreshed. Rows of managers not seen for an hour
+        (``sql_leader.MANAGERS_FORGOTTEN_AFTER``) are dropped in the same transaction."""
+        ...
+
+    def forget_manager(self, holder: str) -> None:
+        """Drop manager ``holder``'s row (it stopped cleanly); unknown holders are ignored."""
+        ...
+
+    def list_managers(self, fresh_for: float) -> list[ManagerRecord]:
+        """The managers seen within the last ``fresh_for`` seconds (a number > 0), oldest
+        first (by ``started_at``, then holder). :class:`InvalidInput` for another value."""
+        ...
 
 
 class RetentionStore(Protocol):

@@ -366,6 +366,32 @@ class LeaderLease:
         return cls(holder=r[1], address=r[2], token=int(r[3]), expires_at=float(r[4]))
 
 
+@dataclass(frozen=True)
+class ManagerRecord:
+    """A job manager that takes part in the election, as its last heartbeat left it.
+
+    ``holder`` is the id it takes the leader lease under; ``address`` where it serves.
+    Whether it leads is the lease's to say (:class:`LeaderLease`), never this record's.
+    """
+
+    holder: str
+    address: str
+    started_at: float
+    seen_at: float
+
+    @classmethod
+    def from_row(cls, r: Any) -> ManagerRecord:
+        return cls(holder=r[0], address=r[1], started_at=float(r[2]), seen_at=float(r[3]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "holder": self.holder,
+            "address": self.address,
+            "started_at": self.started_at,
+            "seen_at": self.seen_at,
+        }
+
+
 # Rescales (issue 11). What made the row: the autoscaler's decision, executors that came or
 # went by themselves (reactive mode: joins and losses), or a user setting scaling or bounds.
 RESCALE_KINDS = ("decision", "observed", "bounds")

@@ -1,9 +1,17 @@
-"""Leadership of the job managers in SQL: one lease row with a growing token."""
+"""Leadership of the job managers in SQL: one lease row with a growing token; and a heartbeat
+row per manager, so that the standbys can be shown beside the leader."""
 
 from __future__ import annotations
 
+import math
+
+from stoker.errors import InvalidInput
 from stoker.store._sqlbase import SqlBase
-from stoker.store.records import LeaderLease
+from stoker.store.records import LeaderLease, ManagerRecord
+
+# A manager not seen for this long (it was killed, or its host went away) loses its row on the
+# next heartbeat of any manager: far beyond any freshness window a reader asks for.
+MANAGERS_FORGOTTEN_AFTER = 3600.0
 
 
 class LeaderMixin(SqlBase):
@@ -42,3 +50,27 @@ class LeaderMixin(SqlBase):
         with self._tx(write=False) as cur:
             row = self._x(cur, "get_leader").fetchone()
         return None if row is None else LeaderLease.from_row(row)
+
+    # the managers' heartbeats (not a lease: nothing is decided on them) --------------------
+    def heartbeat_manager(self, holder: str, address: str) -> None:
+        now = self.clock.now()
+        with self._tx() as cur:
+            self._x(cur, "heartbeat_manager", holder=holder, address=address, now=now)
+            self._x(cur, "prune_managers", before=now - MANAGERS_FORGOTTEN_AFTER)
+
+    def forget_manager(self, holder: str) -> None:
+        with self._tx() as cur:
+            self._x(cur, "forget_manager", holder=holder)
+
+    def list_managers(self, fresh_for: float) -> list[ManagerRecord]:
+        if (
+            isinstance(fresh_for, bool)
+            or not isinstance(fresh_for, int | float)
+            or not math.isfinite(fresh_for)
+            or fresh_for <= 0
+        ):
+            raise InvalidInput("fresh_for", f"expects seconds > 0, got {fresh_for!r}")
+        since = self.clock.now() - fresh_for
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "list_managers", since=since).fetchall()
+        return [ManagerRecord.from_row(r) for r in rows]

@@ -217,6 +217,22 @@ WHERE name = 'leader' AND holder = :holder AND token = :token;
 SELECT 1 FROM leader_lease
 WHERE name = 'leader' AND holder = :holder AND token = :token AND expires_at > :now;
 
+-- name: heartbeat_manager
+-- Made on a manager's first heartbeat; started_at stays, seen_at moves on every one.
+INSERT INTO managers (holder, address, started_at, seen_at)
+VALUES (:holder, :address, :now, :now)
+ON CONFLICT (holder) DO UPDATE SET address = excluded.address, seen_at = excluded.seen_at;
+
+-- name: prune_managers
+DELETE FROM managers WHERE seen_at < :before;
+
+-- name: forget_manager
+DELETE FROM managers WHERE holder = :holder;
+
+-- name: list_managers
+SELECT holder, address, started_at, seen_at FROM managers
+WHERE seen_at >= :since ORDER BY started_at, holder;
+
 -- name: restart_job
 UPDATE jobs SET state = 'RESTARTING', spec = :spec, failures = 0, next_attempt_at = NULL,
                 cancel_requested_at = NULL, last_error = NULL, updated_at = :now
