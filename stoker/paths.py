@@ -14,13 +14,16 @@ from stoker.errors import InvalidInput
 def check_app_path(path: str | Path, field: str = "app") -> Path:
     """The resolved path of a readable ``.py`` file, or :class:`InvalidInput` naming why not."""
     p = Path(path)
-    if not p.exists():
-        raise InvalidInput(field, f"{str(path)!r} does not exist")
-    if not p.is_file() or p.suffix != ".py":
-        raise InvalidInput(field, f"{str(path)!r} is not a Python file (.py)")
-    if not os.access(p, os.R_OK):
-        raise InvalidInput(field, f"{str(path)!r} is not readable")
-    return p.resolve()
+    try:
+        if not p.exists():
+            raise InvalidInput(field, f"{str(path)!r} does not exist")
+        if not p.is_file() or p.suffix != ".py":
+            raise InvalidInput(field, f"{str(path)!r} is not a Python file (.py)")
+        if not os.access(p, os.R_OK):
+            raise InvalidInput(field, f"{str(path)!r} is not readable")
+        return p.resolve()
+    except OSError as e:  # a name too long, a loop of links: the system's own refusal
+        raise InvalidInput(field, f"{str(path)[:200]!r} cannot be used: {e.strerror}") from None
 
 
 __all__ = ["check_app_path"]

@@ -31,6 +31,9 @@ def _identity(df: DataFrame, ctx: EpochContext) -> DataFrame:
     return df
 
 
+OUTPUT_MODES = ("append", "update", "complete")
+
+
 class Pipeline:
     """A streaming pipeline: ``Pipeline(name, config).source(...).transform(fn).sink(...)``.
 
@@ -38,8 +41,22 @@ class Pipeline:
     defaults; the transform sees them as ``ctx.config`` (pinned per epoch).
     """
 
-    def __init__(self, name: str, config: Mapping[str, Any] | type | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: Mapping[str, Any] | type | None = None,
+        *,
+        output_mode: str = "append",
+    ) -> None:
         self.name = name
+        # Spark's output mode of the streaming query: "append" (the default), or "update" /
+        # "complete" for a source map that aggregates without a watermark (each epoch's
+        # transform then sees the groups that changed, or all of them).
+        if output_mode not in OUTPUT_MODES:
+            raise InvalidPipeline(
+                "output_mode", f"must be one of {', '.join(OUTPUT_MODES)}, got {output_mode!r}"
+            )
+        self.output_mode = output_mode
         # A pydantic model class declares the config with types and constraints: its fields'
         # defaults are the defaults, and every value (at submit and by control) is checked
         # against its JSON schema, also by a job manager that never imports this file.
@@ -163,6 +180,7 @@ class Pipeline:
             "sinks": [s.describe() for s in self.sinks],
             "config": self.config,
             "events": sorted(self.handlers),
+            **({"output_mode": self.output_mode} if self.output_mode != "append" else {}),
             **({"config_schema": self.config_schema} if self.config_schema else {}),
         }
 

@@ -102,7 +102,7 @@ def status_cmd(
             + (f" (application {out['app_id']})" if out.get("app_id") else "")
         )
     if out.get("max_parallelism") is not None:
-        click.echo(f"state partitions {out['max_parallelism']} (max parallelism)")
+        click.echo(f"partitions {out['max_parallelism']} (state partitions: the max parallelism)")
     spec = out.get("spec") or {}
     if spec.get("trigger_s") is not None:
         click.echo(f"trigger    {spec['trigger_s']}s")

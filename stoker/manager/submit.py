@@ -9,6 +9,7 @@ from typing import Any
 
 from stoker.errors import InvalidInput
 from stoker.manager.restart import parse_strategy
+from stoker.manager.state import max_parallelism_of
 from stoker.paths import check_app_path
 from stoker.scalespec import ScalingSpec, parse_scaling
 from stoker.settings import Settings
@@ -42,6 +43,8 @@ class Submission:
         scaling = scaling_spec_entry(self.scaling)
         if scaling is not None:
             out["scaling"] = scaling
+        # The job's state partitions, fixed now that it is created (a bad -D: 422 on it).
+        out[MAX_PARALLELISM] = max_parallelism_of(self.conf)
         return out
 
 
@@ -134,14 +137,18 @@ def validate_submission(
 
 # A spec key the job manager fills in when it creates the job, not the submitter.
 ASSIGNED_STATE_DIR = "state_dir"
+# Fixed when the job is created and changed only by `stoker state repartition`: a later
+# submission of the same job (whatever its -D) keeps the job's own.
+MAX_PARALLELISM = "max_parallelism"
 
 
 def spec_difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     """A sentence naming the fields in which two specs differ, or None if they are the same.
 
-    The job manager's own keys (the job's state folder) are no part of what was submitted.
+    The job manager's own keys (the job's state folder) are no part of what was submitted,
+    nor is the maximum parallelism, which the job keeps from its creation.
     """
-    keys = sorted((set(old) | set(new)) - {ASSIGNED_STATE_DIR})
+    keys = sorted((set(old) | set(new)) - {ASSIGNED_STATE_DIR, MAX_PARALLELISM})
     diff = [k for k in keys if old.get(k) != new.get(k)]
     if not diff:
         return None

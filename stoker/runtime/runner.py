@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
+from stoker import logformat
 from stoker.errors import (
     InvalidInput,
     InvalidPipeline,
@@ -30,10 +31,18 @@ from stoker.runtime.attempt import LeaseKeeper, owner_is_dead, start_attempt, th
 from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.metrics import EpochMetrics
 from stoker.runtime.recovery import recover
+from stoker.runtime.repartition import repartitioning
 from stoker.runtime.resources import ResourceWatch
 from stoker.runtime.retention import Pruner, policy_of
-from stoker.runtime.session import get_session
-from stoker.runtime.supervise import ControlWatch, QueryHandle, Savepointer, brief, supervise
+from stoker.runtime.session import get_session, job_max_parallelism
+from stoker.runtime.supervise import (
+    ControlWatch,
+    QueryHandle,
+    Savepointer,
+    brief,
+    check_output_mode,
+    supervise,
+)
 from stoker.settings import Settings, parse_duration
 from stoker.sinks import descriptor_of
 from stoker.sinks.base import SinkOwner, TwoPhaseSink
@@ -508,13 +517,18 @@ def _run_job(
         given = dict(job.spec.get("config") or {})  # a job manager's job: its submission's
     elif not given:
         given = dict(job.spec.get("submitted_config") or {})  # resumed: what it was run with
+    # The job's state partitions: fixed when it was created (the checkpoint, then its spec),
+    # never by a -D given to a later run; recorded in its spec and shown in its status.
+    max_par = job_max_parallelism(None if _created else job.spec, settings, root / "checkpoint")
     if launch.attempt() is None and not _created:
         # A local resume or --restart: the job's spec is what this attempt runs with (its
         # trigger, -D settings, config), not what the first attempt ran with.
         spec = {**spec, "submitted_config": given} if given else spec
         if "from_savepoint" in job.spec and "from_savepoint" not in spec:
             spec["from_savepoint"] = job.spec["from_savepoint"]  # where the job came from
-        store.set_job_spec(jid, spec)
+        store.set_job_spec(jid, {**spec, "max_parallelism": max_par})
+    elif job.spec.get("max_parallelism") != max_par:
+        store.set_job_spec(jid, {**store.get_job(jid).spec, "max_parallelism": max_par})
     if job.uid and job.uid != owner.uid:
         # Made meanwhile by someone else (a job manager): the sinks work for that record.
         owner = SinkOwner(jid, job.uid)
@@ -529,6 +543,8 @@ def _run_job(
             attempt = _start_in_app(store, jid, settings.lease_ttl, scope.app_attempt)
         else:
             attempt = start_attempt(store, jid, settings.lease_ttl, restart=restart)
+    # Every log line of this job names it (an application's jobs: in their own threads only).
+    logformat.bind(jid, attempt.attempt, process=scope is None)
     log.info("job %s: attempt %d started", jid, attempt.attempt)
     lease = (
         LeaseKeeper(store, attempt, settings.lease_ttl)
@@ -571,7 +587,13 @@ def _run_job(
             # Stopped while Spark started or recovery ran (off the main thread no signal can
             # raise): the query is not started at all; the job resumes from here.
             result_state = JobState.SUSPENDED
+        elif (holder := repartitioning(root)) is not None:
+            # `stoker state repartition` rewrites the checkpoint now: the query must not run
+            # on it. The job waits, suspended, and resumes under the new partitions.
+            log.warning("job %s: its state is being repartitioned (%s); not started", jid, holder)
+            result_state = JobState.SUSPENDED
         else:
+            clear_half_written_logs(checkpoint)
             signals.deferred = True  # from here a signal is seen by supervise, between epochs
             # A trigger interval set by control outlives the attempt that applied it.
             trigger = store.control_snapshot(jid).trigger_s
@@ -582,6 +604,8 @@ def _run_job(
                 jid,
                 settings.trigger if trigger is None else trigger,
                 paced=_paced(settings, pipeline),
+                max_parallelism=max_par,
+                output_mode=pipeline.output_mode,
             )
             handle.start()
             log.info("job %s: query started, first epoch on its way", jid)
@@ -811,6 +835,40 @@ def _savepointer(
     return take
 
 
+# Spark's logs in a checkpoint that it requires empty when the query has planned no batch.
+_QUERY_LOGS = ("offsets", "commits")
+
+
+def clear_half_written_logs(checkpoint: Path) -> list[Path]:
+    """Remove what a killed driver left half written in a checkpoint whose query never planned
+    a batch: Spark writes each log entry to a hidden temporary file and renames it, so a
+    SIGKILL during the write of the first entry leaves only that temporary file; Spark then
+    finds the log folder not empty on batch 0 and refuses to start the query, for good
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). With no batch in the offset log there is
+    nothing to lose: the query starts from the beginning anyway. Returns what was removed."""
+    offsets = checkpoint / "offsets"
+    if not offsets.is_dir() or any(p.name.isdigit() for p in offsets.iterdir()):
+        return []
+    removed: list[Path] = []
+    for name in _QUERY_LOGS:
+        folder = checkpoint / name
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            if p.name.startswith(".") and p.is_file():
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    if removed:
+        log.warning(
+            "checkpoint %s: removed %d half-written log file(s) of a driver killed before its "
+            "first epoch was planned: %s",
+            checkpoint,
+            len(removed),
+            ", ".join(p.name for p in removed),
+        )
+    return removed
+
+
 def _open_sources(
     spark: SparkSession, pipeline: Pipeline, root: Path, context: SourceContext
 ) -> DataFrame:
@@ -822,9 +880,11 @@ def _open_sources(
             df = inp.map(df)
         frames.append(df)
     try:
-        return functools.reduce(lambda a, b: a.unionByName(b), frames)
+        stream = functools.reduce(lambda a, b: a.unionByName(b), frames)
     except Exception as e:  # AnalysisException: sources of different schemas
         raise InvalidPipeline("sources", f"sources must share one schema to be unioned: {e}") from e
+    check_output_mode(stream, pipeline.output_mode)
+    return stream
 
 
 def describe(result: JobResult) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stoker.errors import JobFailed, StaleAttempt
+from stoker.errors import InvalidPipeline, JobFailed, StaleAttempt
 from stoker.runtime.epoch import EpochProcessor, all_sources_finished
 from stoker.store.records import ControlEvent, ControlSnapshot
 from stoker.types import ControlKind, ControlStatus, Epoch, JobId, JobState
@@ -42,8 +42,18 @@ POLL_S = 0.1
 
 
 def start_query(
-    stream: DataFrame, proc: EpochProcessor, checkpoint: Path, trigger_s: float, jid: JobId
+    stream: DataFrame,
+    proc: EpochProcessor,
+    checkpoint: Path,
+    trigger_s: float,
+    jid: JobId,
+    max_parallelism: int | None = None,
+    output_mode: str = "append",
 ) -> StreamingQuery:
+    """Start the job's query. ``max_parallelism`` (the job's state partitions) is the number
+    of shuffle partitions it starts with; the first epoch pins it in the checkpoint."""
+    from stoker.runtime.session import query_partitions
+
     writer = (
         stream.writeStream.foreachBatch(proc)
         .option("checkpointLocation", str(checkpoint))
@@ -51,7 +61,55 @@ def start_query(
     )
     ms = max(0, int(trigger_s * 1000))
     writer = writer.trigger(processingTime=f"{ms} milliseconds")
-    return writer.start()
+    writer = writer.outputMode(output_mode)
+    with query_partitions(stream.sparkSession, max_parallelism):
+        try:
+            return writer.start()
+        except Exception as e:
+            refused = _pipeline_error(e)
+            if refused is None:
+                raise
+            raise refused from e
+
+
+def check_output_mode(stream: DataFrame, output_mode: str) -> None:
+    """Refuse, before the job is recorded, a query Spark would not start in ``output_mode``
+    (an aggregation without a watermark in append mode): Spark's own streaming checker, run on
+    the analysed plan. Where that checker cannot be reached (another Spark), the same refusal
+    comes when the query starts."""
+    try:
+        jvm = stream.sparkSession._jvm
+        assert jvm is not None
+        modes = jvm.org.apache.spark.sql.streaming.OutputMode
+        mode = {"append": modes.Append, "update": modes.Update, "complete": modes.Complete}[
+            output_mode
+        ]()
+        plan = stream._jdf.queryExecution().analyzed()
+        checker = jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker
+        check = checker.checkForStreaming
+    except Exception:
+        log.debug("Spark's output mode checker is not reachable", exc_info=True)
+        return
+    try:
+        check(plan, mode)
+    except Exception as e:
+        refused = _pipeline_error(e)
+        if refused is not None:
+            raise refused from e
+        log.debug("Spark's output mode checker failed", exc_info=True)
+
+
+def _pipeline_error(e: BaseException) -> InvalidPipeline | None:
+    """Spark's refusal of the query's output mode, as the pipeline's mistake it is."""
+    text = str(e)
+    if "STREAMING_OUTPUT_MODE" not in text and "output mode not supported" not in text.lower():
+        return None
+    first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+    return InvalidPipeline(
+        "output_mode",
+        "Spark refuses this query in its output mode (an aggregation without a watermark "
+        "needs Pipeline(..., output_mode='update') or 'complete'): " + first[:300],
+    )
 
 
 @dataclass
@@ -64,6 +122,8 @@ class QueryHandle:
     jid: JobId
     trigger_s: float
     paced: bool = False  # the readers pace epochs: the query itself runs at trigger 0
+    max_parallelism: int | None = None  # the job's state partitions (None: the session's)
+    output_mode: str = "append"  # Spark's output mode (the pipeline's)
     query: StreamingQuery = field(init=False)
     held: bool = False  # stopped for a pause (sources stoker does not own)
     restarts: int = 0
@@ -71,7 +131,15 @@ class QueryHandle:
     def start(self) -> None:
         self.proc.stopping.clear()
         trigger = 0.0 if self.paced else self.trigger_s
-        self.query = start_query(self.stream, self.proc, self.checkpoint, trigger, self.jid)
+        self.query = start_query(
+            self.stream,
+            self.proc,
+            self.checkpoint,
+            trigger,
+            self.jid,
+            self.max_parallelism,
+            self.output_mode,
+        )
         self.held = False
 
     def stop_between_epochs(self) -> None:

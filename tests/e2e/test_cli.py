@@ -136,9 +136,10 @@ def test_status_shows_the_finished_job(ran: _Ran) -> None:
     assert lines[2].startswith("attempt    1 FINISHED pid ")
     assert lines[3].startswith("last epoch 2 COMMITTED rows 100 at ")
     assert lines[4] == "config v0"
-    assert lines[5] == "trigger    0.1s"  # what the attempt ran with
-    assert lines[6].startswith("conf       ") and "stoker.trigger=100ms" in lines[6]
-    assert len(lines) == 7
+    assert lines[5] == "partitions 8 (state partitions: the max parallelism)"
+    assert lines[6] == "trigger    0.1s"  # what the attempt ran with
+    assert lines[7].startswith("conf       ") and "stoker.trigger=100ms" in lines[7]
+    assert len(lines) == 8
 
     proc = _stoker("status", JOB, *ran.dir_args(), "--json", cwd=ran.root)
     assert proc.returncode == 0, proc.stderr

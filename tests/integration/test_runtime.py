@@ -759,6 +759,57 @@ def test_bad_input_fails_clearly_before_anything_is_written(
     assert not (inputs / "out").exists()
 
 
+def _running_counts(df: DataFrame) -> DataFrame:
+    """A running count per key: a streaming aggregation without a watermark."""
+    return df.groupBy((df.id % 3).alias("k")).count()
+
+
+def test_a_running_aggregation_runs_in_update_mode_and_is_refused_in_append(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark refuses an aggregation without a watermark in append mode (the default): refused
+    before the job is recorded, naming output_mode and the fix. In update mode each epoch's
+    transform sees the keys whose counts changed, and the last count of each key is exact."""
+    out = tmp_path / "out"
+
+    def pipeline(**kwargs: Any) -> Pipeline:
+        gen = sources.generator(total=300, max_rows_per_epoch=100)
+        return (
+            Pipeline("counts", **kwargs)
+            .source(gen, map=_running_counts)
+            .sink(sinks.files(str(out)))
+        )
+
+    refused = tmp_path / "refused"
+    with pytest.raises(InvalidPipeline) as info:
+        stoker.run(pipeline(), state_dir=refused, trigger=TRIGGER, spark=spark)
+    assert info.value.field == "output_mode"
+    assert "output_mode='update'" in info.value.message, info.value.message
+    assert not out.exists()
+    with pytest.raises(JobNotFound):
+        _job(refused, "counts")
+
+    state = tmp_path / "state"
+    result = stoker.run(
+        pipeline(output_mode="update"), state_dir=state, trigger=TRIGGER, spark=spark
+    )
+    assert result.state == JobState.FINISHED
+    last: dict[int, int] = {}
+    for _, rows in sorted(_rows(out).items()):
+        for row in rows:
+            last[int(row["k"])] = int(row["count"])
+    assert last == {0: 100, 1: 100, 2: 100}
+    assert _job(state, "counts").spec["output_mode"] == "update"
+    assert (state / "checkpoint" / "state").is_dir()
+
+
+def test_an_unknown_output_mode_is_refused_when_the_pipeline_is_made() -> None:
+    with pytest.raises(InvalidPipeline) as info:
+        Pipeline("bad", output_mode="upsert")
+    assert info.value.field == "output_mode"
+    assert "append, update, complete" in info.value.message
+
+
 def test_a_transform_that_is_not_callable_is_refused_when_set() -> None:
     with pytest.raises(InvalidPipeline) as info:
         Pipeline("bad").transform("df.where('id > 1')")  # type: ignore[arg-type]

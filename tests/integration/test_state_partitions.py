@@ -80,23 +80,6 @@ p.sink(sinks.files(os.environ["ST_OUT"]))
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 
 
-def _runner_records_max_parallelism() -> bool:
-    """The driver side of this feature is wired in: the runner records and applies a job's
-    maximum parallelism and leaves a job alone while its state is being repartitioned."""
-    from stoker.runtime import runner
-
-    return hasattr(runner, "job_max_parallelism") and hasattr(runner, "repartitioning")
-
-
-# The two driver tests need the runner's part (stoker/runtime/runner.py, supervise.py and
-# the replay of a decided epoch in epoch.py: see the STATE helper's report); they run once it
-# is there.
-needs_runner = pytest.mark.skipif(
-    not _runner_records_max_parallelism(),
-    reason="the runner does not record max_parallelism / check the repartition lock yet",
-)
-
-
 # helpers ---------------------------------------------------------------------------------------
 class Job:
     """One job of the app above: its folders, its runs, its store."""
@@ -221,7 +204,6 @@ def assert_exact_counts(job: Job, total: int) -> None:
 
 # tests -----------------------------------------------------------------------------------------
 @pytest.mark.slow
-@needs_runner
 def test_repartition_a_stopped_job_and_resume_it(tmp_path: Path) -> None:
     """Created with 3 state partitions; crashes, one of them after stoker decided an epoch
     Spark did not log (refused), one mid-epoch (its epoch skipped); repartitioned to 5 while a
@@ -303,7 +285,6 @@ def test_repartition_a_stopped_job_and_resume_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@needs_runner
 def test_an_hdfs_backed_state_is_refused_and_kept(tmp_path: Path) -> None:
     """Spark cannot repartition the HDFS-backed state store (and would leave a batch behind
     that stops the query from starting): refused up front, naming the provider. The job then
