@@ -835,9 +835,9 @@ def analyse_step(run: dict[str, Any], rate: float, factor: float) -> dict[str, A
         lat = dur + (back / r if back is not None else 0.0)
         series.append({**e, "t": e["committed"] - t0, "rate": r, "phase": ph, "latency_s": lat})
     run["series"] = series
-    # The generator counts a new rate from the moment it sees it: rows it had produced but
-    # not yet handed out are dropped (never produced). Their count: the backlog the epoch
-    # before the change left.
+    # The backlog the epoch before each rate change left. Before the generator kept the rows it
+    # owed across a rate change, these rows were dropped at the change; now they are worked
+    # off after it (the "after" figures show it).
     dropped = []
     for ep in (up_ep, down_ep):
         prev = [e for e in run["epochs"] if ep is not None and e["epoch"] == ep - 1]
@@ -983,7 +983,7 @@ def print_step(res: dict[str, Any]) -> None:
         ("worker_seconds", "worker-seconds"),
         ("executors_min", "executors min"),
         ("executors_max", "executors max"),
-        ("rows_dropped_at_step_down", "rows dropped at the step down (generator)"),
+        ("rows_dropped_at_step_down", "backlog at the step down (rows)"),
     ):
         rows.append([label, *(f(runs[n]["figures"][key], 0) for n in names)])
     ref = "fixed max (4)"
@@ -1067,13 +1067,6 @@ def plot(res: dict[str, Any], png: Path) -> None:
                 f"{rs.get('from_executors')}->{rs.get('to_executors')}",
                 (x, 4.6), color="tab:blue", fontsize=8, ha="left",
             )  # fmt: skip
-    dropped = [r for r in runs.values() if (r.get("rows_dropped_at_rate_change") or [0, 0])[1]]
-    if dropped and any_run is not None:
-        axes[1].annotate(
-            "rate change: the generator drops\nthe rows it had not handed out",
-            (any_run["t_down"] - any_run["t0"], 0), xytext=(8, 40),
-            textcoords="offset points", fontsize=8, arrowprops={"arrowstyle": "->"},
-        )  # fmt: skip
     if any_run is not None:
         for ax in axes:
             ax.axvspan(any_run["t_up"] - any_run["t0"], any_run["t_down"] - any_run["t0"],

@@ -650,29 +650,67 @@ def add_worker(
     ``on_process`` as in :func:`start_standalone`: called before the wait, so the caller can
     record the JVM before it registers.
     """
+    return add_workers(
+        master_url,
+        web_url,
+        processes,
+        folder,
+        cores,
+        memory,
+        1,
+        timeout=timeout,
+        on_process=on_process,
+    )[0]
+
+
+def add_workers(
+    master_url: str,
+    web_url: str,
+    processes: list[ProcessInfo],
+    folder: Path,
+    cores: int,
+    memory: str,
+    count: int,
+    *,
+    timeout: float = 120.0,
+    on_process: OnProcess | None = None,
+) -> list[ProcessInfo]:
+    """Start ``count`` more workers at once, on the next loopback addresses (see
+    :func:`add_worker`), and return their dicts once the master lists every one ALIVE. They
+    start side by side: a JVM takes seconds to start, and a scale-up of several workers
+    waits for the slowest one, not for their sum. On any failure all of them are stopped
+    (ClusterError)."""
+    if count < 1:
+        raise ClusterError(f"{count} workers asked for: at least 1")
     _reap_exited()
     check_worker_shape(cores, memory, field="worker")
     memory = normalize_memory(memory, "worker")
     status = _try_status(web_url)
     if status is None:
         raise ClusterError(f"the master at {web_url} does not answer: no worker was started")
-    octet = _next_octet(processes, status)
-    if octet > LAST_WORKER_OCTET:
-        raise ClusterError(f"no loopback address left for a worker (127.0.0.{octet})")
+    first = _next_octet(processes, status)
+    if first + count - 1 > LAST_WORKER_OCTET:
+        raise ClusterError(
+            f"no loopback address left for {count} workers (127.0.0.{first + count - 1})"
+        )
     folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     record = _Recorder(on_process)
 
     try:
         home = spark_home()
-        launches = [_spawn_worker(home, folder, master_url, octet, cores, memory, record)]
+        launches = [
+            _spawn_worker(home, folder, master_url, octet, cores, memory, record)
+            for octet in range(first, first + count)
+        ]
         deadline = time.monotonic() + timeout
         _await_workers(master_url, home, folder, master_url, web_url, launches, record, deadline)
         _fill_worker_ports(web_url, launches)
-        log.info("cluster at %s: %s ALIVE", master_url, launches[0].info["id"])
-        return dict(launches[0].info)
+        for launch in launches:
+            log.info("cluster at %s: %s ALIVE", master_url, launch.info["id"])
+        return [dict(launch.info) for launch in launches]
     except BaseException:
-        _stop_quietly(record.processes(), "the new worker did not start")
+        _stop_quietly(record.processes(), "the new workers did not start")
         raise
 
 
@@ -721,7 +759,9 @@ def remove_worker(
     deadline = time.monotonic() + timeout
     started = time.monotonic()
     _decommission(web_url, target)
-    while _group_left(target) and not _drained(web_url, target):
+    while _group_left(target) and not (
+        _drained(web_url, target) and _acknowledged(target, started)
+    ):
         if time.monotonic() > deadline:
             _note(target, f"graceful removal timed out after {timeout:.0f} s: SIGKILL")
             _signal_group(target, signal.SIGKILL)
@@ -785,6 +825,30 @@ def _drained(web_url: str, target: ProcessInfo) -> bool:
     if any(w.get("host") == address and w.get("state") == "ALIVE" for w in workers):
         return False
     return set(_group_left(target)) <= {int(target["pid"])}
+
+
+_ACK_WAIT_S = 10.0
+_ACK_LINE = "Decommission worker"
+
+
+def _acknowledged(target: ProcessInfo, since: float) -> bool:
+    """The worker has logged that it is decommissioning (or ``_ACK_WAIT_S`` have passed).
+
+    The master lists a worker DECOMMISSIONED as soon as it sends the message, before the
+    worker has read it; an idle worker, with no executor to watch leave, would get SIGTERM
+    in that gap (seen under load) and skip Spark's decommission. Its log line is the worker's
+    own word that it has begun."""
+    if time.monotonic() - since > _ACK_WAIT_S:
+        return True
+    path = target.get("log")
+    if not path:
+        return True
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 65_536))  # the line is new: the tail
+            return _ACK_LINE.encode() in fh.read()
+    except OSError:
+        return True
 
 
 def _note(target: ProcessInfo, message: str) -> None:
@@ -949,11 +1013,12 @@ def _stop_quietly(processes: list[ProcessInfo], why: str) -> None:
 
 
 # Status ------------------------------------------------------------------------------------
-def master_status(web_url: str) -> dict[str, Any]:
+def master_status(web_url: str, timeout: float = _HTTP_TIMEOUT) -> dict[str, Any]:
     """The master's ``/json/``: ``workers`` (id, host, port, state, cores, coresused, memory,
-    ...), ``activeapps``, ``completedapps``, ``aliveworkers``, ``status``."""
+    ...), ``activeapps``, ``completedapps``, ``aliveworkers``, ``status``. ``timeout``: the
+    web UI's shorter one keeps a page quick when a master hangs."""
     try:
-        with _HTTP.open(f"{web_url}/json/", timeout=_HTTP_TIMEOUT) as answer:
+        with _HTTP.open(f"{web_url}/json/", timeout=timeout) as answer:
             data = json.load(answer)
     except (OSError, ValueError) as exc:
         raise ClusterError(f"the master at {web_url} does not answer: {exc}") from exc
@@ -980,6 +1045,7 @@ __all__ = [
     "ClusterSpec",
     "StartedCluster",
     "add_worker",
+    "add_workers",
     "alive_addresses",
     "app_conf",
     "check_worker_shape",

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,21 @@ log = logging.getLogger("stoker.resources")
 
 TICK_S = 1.0
 REPORT_S = 5.0
+# A new executor's cores count for the sources at the latest this long after it joined, warm
+# or not (its warm-up tasks may all have gone to others).
+WARM_LIMIT_S = 120.0
+# The FAIR pool of the warm-up jobs (in FIFO mode pools mean nothing).
+WARM_POOL = "stoker-warm-up"
+
+
+def _warm_partition(batches: Iterator[Any]) -> Iterator[Any]:
+    """A warm-up task (mapInPandas: the executor's Python worker starts and imports pandas
+    and pyarrow, as a pipeline's Python tasks do), with a short wait so that the tasks spread
+    over the idle executors' cores instead of one core taking them all."""
+    time.sleep(0.3)
+    yield from batches
+
+
 # Spark's executor limit of a standalone application that never asked for one.
 NO_LIMIT = 2**31 - 1
 
@@ -67,16 +82,30 @@ class Reading:
     executors: tuple[Executor, ...]
     cores: int  # what the executors (local mode: the driver) can run at once
 
-    def resources(self, requested: int | None, at: float) -> dict[str, Any]:
-        """The report's shape (``JobRecord.resources``)."""
+    def resources(
+        self, requested: int | None, at: float, cold: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        """The report's shape (``JobRecord.resources``). ``cold``: executors whose Python
+        workers are still starting; their cores are not counted in ``cores`` (the sources
+        split epochs by it) until they are warm, and ``warming`` counts them."""
+        gone = set(cold)
+        cores = self.cores - sum(self._cores_of(e) for e in self.executors if e.id in gone)
         return {
             "executors": len(self.executors),
-            "cores": self.cores,
+            "cores": max(cores, 1) if self.executors else self.cores,
+            "warming": sum(1 for e in self.executors if e.id in gone),
             "executor_ids": sorted((e.id for e in self.executors), key=_id_order),
             "hosts": sorted({e.host for e in self.executors if e.host}),
             "requested": requested,
             "at": at,
         }
+
+    def _cores_of(self, executor: Executor) -> int:
+        """An executor's cores; one not in Spark's status store yet counts the average."""
+        if executor.cores is not None:
+            return executor.cores
+        known = [e.cores for e in self.executors if e.cores is not None]
+        return max(1, round(sum(known) / len(known))) if known else 1
 
 
 def _id_order(executor_id: str) -> tuple[int, str]:
@@ -181,6 +210,7 @@ class ResourceWatch:
         every: float = TICK_S,
         report_every: float = REPORT_S,
         clock: Callable[[], float] = time.time,
+        warm_up: bool = True,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -200,6 +230,15 @@ class ResourceWatch:
         self.requested: int | None = None  # the executor limit this driver set; None: none
         self._leaving: set[str] = set()  # executors this driver removed, not yet gone
         self._warned: set[str] = set()
+        # Executors that joined while the owner ran: their Python workers start cold (tens
+        # of seconds on a busy machine), and an epoch that gives one of them a partition
+        # waits that long. They are warmed by a small job of their own first, and their
+        # cores count for the sources once they have run a task (or after WARM_LIMIT_S).
+        self.warm_up = warm_up
+        self._known: set[str] | None = None  # every executor seen; None: no reading yet
+        self._cold: dict[str, float] = {}  # executor id -> when it was first seen
+        self._warmer: threading.Thread | None = None
+        self._ui: str | None = None
 
     # the jobs reported to ---------------------------------------------------------------------
     def add_job(self, job: JobId) -> None:
@@ -284,7 +323,59 @@ class ResourceWatch:
         self._warned.discard("read")
         present = {e.id for e in reading.executors}
         self._leaving &= present  # gone for good: forget them
+        self._track_cold(reading)
         return reading
+
+    # warming new executors ------------------------------------------------------------------
+    def _track_cold(self, reading: Reading) -> None:
+        """Note executors that joined after the first reading (those there at the start are
+        warmed by the first epoch, which waits for them anyway); forget warm and gone ones;
+        start a warm-up job while any is cold."""
+        if reading.local:
+            return
+        present = {e.id: e for e in reading.executors}
+        now = time.monotonic()
+        if self._known is None:
+            if not present:
+                return  # no executor yet: the first ones to come are the start's
+            self._known = set(present)
+            return
+        for eid in present:
+            if eid not in self._known:
+                self._known.add(eid)
+                if self.warm_up:
+                    self._cold[eid] = now
+        for eid in list(self._cold):
+            e = present.get(eid)
+            if e is None or e.total_tasks > 0 or now - self._cold[eid] >= WARM_LIMIT_S:
+                if e is not None and e.total_tasks == 0:
+                    log.info("%s: executor %s counted although it ran no task yet", self.owner, eid)
+                del self._cold[eid]
+        if self._cold and (self._warmer is None or not self._warmer.is_alive()):
+            cores = max(1, reading.cores)
+            self._warmer = threading.Thread(
+                target=self._warm, args=(cores,), name="stoker-warm-up", daemon=True
+            )
+            self._warmer.start()
+
+    def _warm(self, cores: int) -> None:
+        """One small Python job over twice the cores present: the idle new executors take
+        its tasks and start their Python workers (pandas and pyarrow imported) outside any
+        epoch. Its Spark jobs run in a pool of their own."""
+        try:
+            sc = self._spark.sparkContext
+            sc.setLocalProperty("spark.scheduler.pool", WARM_POOL)
+            sc.setJobDescription(f"stoker: warming new executors of {self.owner}")
+            n = min(2 * cores, 256)
+            (
+                self._spark.range(n, numPartitions=n)
+                .mapInPandas(_warm_partition, "id long")
+                .write.format("noop")
+                .mode("overwrite")
+                .save()
+            )
+        except Exception as e:
+            self._warn_once("warm", f"{self.owner}: warming new executors failed: {e}")
 
     def _owner_record(self) -> tuple[dict[str, Any], int | None] | None:
         try:
@@ -367,7 +458,10 @@ class ResourceWatch:
     # reporting --------------------------------------------------------------------------------
     def _report(self, reading: Reading) -> None:
         now = self.clock()
-        res = reading.resources(self.requested, now)
+        res = reading.resources(self.requested, now, tuple(self._cold))
+        ui = self._spark_ui()
+        if ui:
+            res["spark_ui"] = ui  # the driver's Spark UI, linked from stoker's job page
         self._latest = res
         same = {k: v for k, v in res.items() if k != "at"}
         last = self._last_report
@@ -380,6 +474,15 @@ class ResourceWatch:
                 self._last_report = (same, now)
         elif fresh:
             self._report_to(fresh, res)
+
+    def _spark_ui(self) -> str | None:
+        """The address of this driver's Spark UI (None when it is off)."""
+        if self._ui is None:
+            try:
+                self._ui = str(self._spark.sparkContext.uiWebUrl or "")
+            except Exception:
+                self._ui = ""
+        return self._ui or None
 
     def _report_to(self, jobs: Iterable[JobId], res: dict[str, Any]) -> bool:
         ok = True

@@ -108,6 +108,7 @@ class _JobWindow:
     backlog: int | None  # the newest known
     growth: float  # backlog change per second over the newest epochs
     arrival: float | None  # rows arriving per second over the newest epochs (read + growth)
+    fresh_arrival: float | None  # the same over the newest ``fresh_epochs`` only
     backlog_reset: bool  # the backlog fell by more than was read: offsets re-based, ignored
     trigger_s: float
     recent: int  # epochs within the last window_s
@@ -134,7 +135,11 @@ class DefaultPolicy:
     ``growth_tolerance`` of the rate read. ``warmup_epochs``: the first epochs of each job
     after its driver started (JVMs warming up, Python workers starting, a start-up backlog)
     say nothing of its steady cost and are left out, as Flink's autoscaler ignores the
-    metrics of a stabilization period after a job starts.
+    metrics of a stabilization period after a job starts. ``fresh_epochs``: the arrival rate
+    taken is the higher of the window's and that of the newest few epochs, so that a step up
+    in input is sized from the new rate at once, not from a window still full of the old one
+    (scaling up in one decision instead of several, each paying a stabilization and a
+    cooldown); the higher rate also makes scaling down the more careful.
     """
 
     name: str = "default"
@@ -145,6 +150,7 @@ class DefaultPolicy:
     growth_epochs: int = 10
     growth_tolerance: float = 0.05
     warmup_epochs: int = 3
+    fresh_epochs: int = 3
 
     def lookback(self, triggers: Mapping[str, float]) -> float:
         """How far back the caller should read epochs for one decision."""
@@ -225,6 +231,8 @@ class DefaultPolicy:
         true_rates: list[float] = []
         for w in windows.values():
             job_arrival = w.processed if w.arrival is None else w.arrival
+            if w.fresh_arrival is not None:
+                job_arrival = max(job_arrival, w.fresh_arrival)
             wanted_rate = job_arrival + (w.backlog or 0) / catch_up
             processed += w.processed
             arrival += job_arrival
@@ -373,18 +381,12 @@ class DefaultPolicy:
             known = [s for s in recent if s.backlog is not None]
             last = known[-self.growth_epochs :]
             growth, arrival, reset = 0.0, None, False
-            if len(last) >= 2 and last[-1].at > last[0].at:
-                # Rows that arrived over the newest epochs = what they read + how much the
-                # backlog grew, over the same span. Less than nothing arrived means a source's
-                # backlog fell by more than was read (its offsets were re-based, e.g. a rate
-                # change): that backlog history says nothing; the rate read stands in.
-                span = last[-1].at - last[0].at
-                read = sum(s.rows or 0 for s in recent if last[0].at < s.at <= last[-1].at)
-                grew = int(last[-1].backlog or 0) - int(last[0].backlog or 0)
-                if read + grew < 0:
-                    reset = True
-                else:
-                    growth, arrival = grew / span, (read + grew) / span
+            measured = _arrival(recent, last)
+            if measured is None and len(last) >= 2 and last[-1].at > last[0].at:
+                reset = True
+            elif measured is not None:
+                growth, arrival = measured
+            fresh = _arrival(recent, known[-self.fresh_epochs :])
             out[job] = _JobWindow(
                 samples=recent,
                 wall_s=wall,
@@ -394,6 +396,7 @@ class DefaultPolicy:
                 backlog=known[-1].backlog if known else None,
                 growth=growth,
                 arrival=arrival,
+                fresh_arrival=None if fresh is None or reset else fresh[1],
                 backlog_reset=reset,
                 trigger_s=float(signals.triggers.get(job, 0.5)),
                 recent=sum(1 for s in recent if s.at >= now - self.window_s),
@@ -415,6 +418,24 @@ class DefaultPolicy:
         # Not known since when it runs: an epoch a whole window old says it ran that long.
         oldest = min(s.at for w in windows.values() for s in w.samples)
         return signals.now - oldest >= self.window_s
+
+
+def _arrival(
+    recent: Sequence[EpochSample], last: Sequence[EpochSample]
+) -> tuple[float, float] | None:
+    """(backlog growth, arrival) in rows per second over the epochs ``last`` (those of
+    ``recent`` with a known backlog): rows that arrived = what they read + how much the
+    backlog grew, over the same span. None when they span no time, or when less than nothing
+    arrived: a source's backlog fell by more than was read (its offsets were re-based, e.g. a
+    rate change), and that backlog history says nothing."""
+    if len(last) < 2 or last[-1].at <= last[0].at:
+        return None
+    span = last[-1].at - last[0].at
+    read = sum(s.rows or 0 for s in recent if last[0].at < s.at <= last[-1].at)
+    grew = int(last[-1].backlog or 0) - int(last[0].backlog or 0)
+    if read + grew < 0:
+        return None
+    return grew / span, (read + grew) / span
 
 
 __all__ = [

@@ -97,10 +97,11 @@ class StandaloneProvider:
             usable, removable = self._room(rec, owner)
             cores = int(cores_per_executor or rec.spec.get("cores", clusters.DEFAULT_CORES))
             memory = str(rec.spec.get("memory", clusters.DEFAULT_MEMORY))
-            while len(usable) < executors:
-                info = self._add(rec, cores, memory)
-                added.append(str(info["id"]))
-                usable.append(str(info["address"]))
+            if len(usable) < executors:
+                # Every worker this decision needs, started side by side.
+                for info in self._add(rec, cores, memory, executors - len(usable)):
+                    added.append(str(info["id"]))
+                    usable.append(str(info["address"]))
                 rec = self._running()
             surplus = len(usable) - executors
             if surplus <= 0:
@@ -169,30 +170,34 @@ class StandaloneProvider:
 
         return usable, sorted(ours, key=order)
 
-    def _add(self, rec: ClusterRecord, cores: int, memory: str) -> dict[str, Any]:
+    def _add(self, rec: ClusterRecord, cores: int, memory: str, count: int) -> list[dict[str, Any]]:
         before = list(rec.processes)
+        started: dict[str, dict[str, Any]] = {}
 
         def on_process(info: dict[str, Any]) -> None:
-            # In the store before the wait: a manager that dies now leaves it findable.
-            self.store.update_cluster(self.cluster, processes=[*before, dict(info)])
+            # In the store before the wait: a manager that dies now leaves them findable.
+            started[str(info["id"])] = dict(info)
+            self.store.update_cluster(self.cluster, processes=[*before, *started.values()])
 
         try:
-            info = clusters.add_worker(
+            infos = clusters.add_workers(
                 str(rec.master_url),
                 str(rec.web_url),
                 before,
                 self.folder,
                 cores,
                 memory,
+                count,
                 timeout=self.start_timeout,
                 on_process=on_process,
             )
         except Exception:
-            self.store.update_cluster(self.cluster, processes=before)  # it was stopped again
+            self.store.update_cluster(self.cluster, processes=before)  # they were stopped again
             raise
-        self.store.update_cluster(self.cluster, processes=[*before, info])
-        log.info("cluster %s: worker %s added (%s)", self.cluster, info["id"], info["address"])
-        return info
+        self.store.update_cluster(self.cluster, processes=[*before, *infos])
+        for info in infos:
+            log.info("cluster %s: worker %s added (%s)", self.cluster, info["id"], info["address"])
+        return infos
 
 
 def _octet(address: str) -> int:

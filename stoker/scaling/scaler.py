@@ -302,6 +302,9 @@ class Scaler:
         """Mark ``in_use`` the decision whose target the reported executors reached; return
         the decision still in flight (or None)."""
         executors = res.get("executors")
+        if isinstance(executors, int) and isinstance(res.get("warming"), int):
+            # An executor still starting its Python workers is not in use yet.
+            executors -= int(res["warming"])
         in_flight = None
         for rec in self._decided(owner.job_id):
             to, frm = int(rec.to_executors or 0), rec.from_executors

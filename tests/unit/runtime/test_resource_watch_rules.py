@@ -43,6 +43,7 @@ def test_report_shape() -> None:
     assert r.resources(2, 12.5) == {
         "executors": 3,
         "cores": 3,
+        "warming": 0,
         "executor_ids": ["2", "3", "10"],
         "hosts": ["127.0.0.10", "127.0.0.2"],
         "requested": 2,
@@ -50,3 +51,17 @@ def test_report_shape() -> None:
     }
     local = Reading(True, (), 4).resources(None, 1.0)
     assert (local["executors"], local["cores"], local["requested"]) == (0, 4, None)
+
+
+def test_cold_executors_are_reported_and_their_cores_held_back() -> None:
+    """A new executor is in the report at once; its cores count once it is warm."""
+    two = Executor("7", "127.0.0.7", 2, 0, 0)
+    r = Reading(False, (ex("1"), ex("2"), two), 4)
+    res = r.resources(None, 1.0, cold=("7",))
+    assert (res["executors"], res["cores"], res["warming"]) == (3, 2, 1)
+    # One not in Spark's status store yet counts as the average of the others.
+    unknown = Reading(False, (ex("1"), ex("2"), Executor("3", None, None, 0, 0)), 3)
+    res = unknown.resources(None, 1.0, cold=("3",))
+    assert (res["cores"], res["warming"]) == (2, 1)
+    # Never fewer than one core while executors are there.
+    assert Reading(False, (two,), 2).resources(None, 1.0, cold=("7",))["cores"] == 1

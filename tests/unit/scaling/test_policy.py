@@ -140,6 +140,23 @@ def test_scale_up_on_a_load_step_after_stabilization_and_not_before() -> None:
         assert key in d.signals
 
 
+def test_a_step_is_sized_from_the_new_rate_in_one_decision() -> None:
+    """A 5x step (100 -> 500 rows/s; one executor does 200): the window still holds a minute
+    of the old rate when the decision comes, but the newest epochs show the new one, and the
+    first decision asks for what 500 rows/s needs at the target utilization, not for a
+    share of it (every extra decision would pay a stabilization and a cooldown more)."""
+    step = T0 + 120
+    sim = _Sim(lambda t: 100.0 if t < step else 500.0, per_executor=200.0, trigger=2.0)
+    spec = parse_scaling("auto:min=1,max=8,target_utilization=0.7,stabilization=20s,cooldown=60s")
+    decided = _drive(sim, spec, 200)
+    assert decided, "no decision"
+    (at, first), *_ = decided
+    assert at <= step + 20 + 12
+    # 500 / (200 x 0.7) = 3.6: 4 executors, with the backlog to catch up maybe one more.
+    assert first.target is not None and first.target >= 4, first.signals
+    assert first.signals["input_rate"] >= 400, first.signals
+
+
 def test_stabilization_restarts_when_the_wish_goes_away() -> None:
     policy = DefaultPolicy(warmup_epochs=0, window_s=20, min_epochs=3)
     spec = parse_scaling("auto:min=1,max=4,stabilization=30s,cooldown=0s")
