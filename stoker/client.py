@@ -283,6 +283,12 @@ class Client:
         }
         return dict(self._call("PUT", f"/v1/jobs/{job_id}/resources", json=body).json())
 
+    def repartition_state(self, job_id: str, partitions: int) -> dict[str, Any]:
+        """``POST /v1/jobs/{id}/state/repartition``: give the stopped job ``partitions`` state
+        partitions (offline, on the manager's host); ``{"job_id", "from", "to", ...}``."""
+        body = {"partitions": partitions}
+        return dict(self._call("POST", f"/v1/jobs/{job_id}/state/repartition", json=body).json())
+
     def scaling(
         self, job_id: str, scaling: str | Mapping[str, Any], request_id: str | None = None
     ) -> dict[str, Any]:
@@ -500,6 +506,11 @@ class Client:
     def health(self) -> dict[str, Any]:
         """``GET /healthz``: liveness and leadership (needs no token)."""
         return dict(self._call("GET", "/healthz").json())
+
+    def managers(self) -> dict[str, Any]:
+        """``GET /v1/managers``: ``{"leader": {...} | None, "managers": [...]}``, every job
+        manager of the store with its ``role`` (``leader`` or ``standby``), oldest first."""
+        return dict(self._call("GET", "/v1/managers").json())
 
     def metrics(self) -> str:
         """``GET /metrics``: Prometheus text."""

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from stoker.cli._common import client, guarded, scaling_line, server_opts
+from stoker.cli.display import RATE_EPOCHS, LiveView, job_status, live_wanted, render_view
 from stoker.errors import InvalidInput
 from stoker.types import JobState
 from stoker.types import job_id as _job_id
@@ -102,6 +103,9 @@ def submit_and_follow_application(
 def _follow(c: Any, aid: str, poll: float, quiet: bool) -> dict[str, Any]:
     """Print what changes (the application's state and attempt, each job's state) until the
     application has ended; its last view."""
+    if not quiet and live_wanted():
+        with LiveView() as live:
+            return _follow_live(c, aid, poll, live)
     shown: dict[str, Any] = {}
     say = (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
     while True:
@@ -123,6 +127,32 @@ def _follow(c: Any, aid: str, poll: float, quiet: bool) -> dict[str, Any]:
         if view["state"] in _TERMINAL:
             if view.get("error"):
                 click.echo(f"application {aid}: {view['error']}", err=True)
+            return view
+        time.sleep(poll)
+
+
+def _follow_live(c: Any, aid: str, poll: float, live: LiveView) -> dict[str, Any]:
+    """On a terminal: the application's state and a redrawn line per job (state, epoch,
+    rows/s, backlog, last control event); a printed line per state change of either."""
+    shown: dict[str, Any] = {}
+    while True:
+        view = dict(c.application(aid))
+        statuses = []
+        for job in view["jobs"]:
+            jid = job["job_id"]
+            if shown.get(jid) != job["state"]:
+                shown[jid] = job["state"]
+                live.say(f"  job {jid}: {job['state']}")
+            events = c.control_history(jid, limit=1).get("events", [])
+            statuses.append(job_status(c.job(jid), c.epochs(jid, limit=RATE_EPOCHS), events))
+        if shown.get(aid) != view["state"]:
+            shown[aid] = view["state"]
+            live.say(f"application {aid}: {view['state']}")
+        title = f"application {aid}: {view['state']} (attempt {view['attempt']})"
+        live.update(render_view(title, statuses))
+        if view["state"] in _TERMINAL:
+            if view.get("error"):
+                live.say(f"application {aid}: {view['error']}")
             return view
         time.sleep(poll)
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,8 +31,10 @@ from stoker.manager.applications import (
     validate_application,
 )
 from stoker.manager.batch import CreateBatcher
+from stoker.manager.managers import list_managers
 from stoker.manager.processes import child_env
 from stoker.manager.rescales import RescaleTally
+from stoker.manager.state import keep_max_parallelism
 from stoker.manager.submit import (
     ASSIGNED_STATE_DIR,
     check_savepoint_source,
@@ -40,7 +42,7 @@ from stoker.manager.submit import (
     validate_submission,
 )
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
-from stoker.store.records import ClusterRecord
+from stoker.store.records import ClusterRecord, RescaleRecord
 from stoker.types import (
     AttemptNo,
     ControlKind,
@@ -64,8 +66,11 @@ class JobManager:
     """Submissions, queries and cancels of jobs and applications, and session clusters,
     over one store."""
 
-    def __init__(self, store: Store, state_dir: Path, allowed_dirs: list[Path]) -> None:
+    def __init__(
+        self, store: Store, state_dir: Path, allowed_dirs: list[Path], leader_ttl: float = 3.0
+    ) -> None:
         self.store = store
+        self.leader_ttl = leader_ttl  # the managers' (stoker server --leader-ttl)
         self.allowed_dirs = [d.resolve() for d in allowed_dirs]
         self.state_dir = state_dir.resolve()
         self.jobs_dir = self.state_dir / "jobs"
@@ -202,7 +207,8 @@ class JobManager:
                 raise JobTerminal(name, str(job.state))
             # From the job's last checkpoint: its folder stays the one it ran in.
             kept = job.spec.get(ASSIGNED_STATE_DIR) or spec[ASSIGNED_STATE_DIR]
-            job = self.store.restart_job(name, {**spec, ASSIGNED_STATE_DIR: kept})
+            kept_spec = keep_max_parallelism({**spec, ASSIGNED_STATE_DIR: kept}, job.spec)
+            job = self.store.restart_job(name, kept_spec)
             if job.state == JobState.RESTARTING:
                 if job.scaling != scaling:
                     job = self._with_scaling(job, scaling, force=True)
@@ -310,6 +316,13 @@ class JobManager:
         low, high = rescales.parse_bounds(body)
         return rescales.set_bounds(self.store, record, low, high, sender=sender)
 
+    def repartition_state(self, jid: str, partitions: int) -> dict[str, Any]:
+        """Give a stopped job ``partitions`` state partitions, offline, on this host
+        (:func:`stoker.manager.state.repartition`)."""
+        from stoker.manager.state import repartition
+
+        return repartition(self.store, jid, partitions)
+
     def scaling_series(self) -> dict[str, dict[str, float]]:
         """Per-job gauges of ``/metrics`` (:func:`rescales.job_series`)."""
         return rescales.job_series(self.store, self.store.list_jobs(kind=None))
@@ -318,6 +331,39 @@ class JobManager:
         """Rescales recorded, by kind (``tally`` remembers what it counted)."""
         owners = [j for j in self.store.list_jobs(kind=None) if j.app_id is None]
         return tally.totals(self.store, owners)
+
+    # observability (metrics, events): bounded reads of many jobs ---------------------------
+    def all_records(self) -> list[JobRecord]:
+        """Every job and application record (one read)."""
+        return self.store.list_jobs(kind=None)
+
+    def recent_epochs_of(self, jids: Iterable[JobId], limit: int) -> dict[JobId, list[EpochRecord]]:
+        """The newest ``limit`` epochs of each job, newest first (a job gone meanwhile: none)."""
+        return {j: self.store.list_epochs(j, limit=limit) for j in jids}
+
+    def recent_controls_of(
+        self, jids: Iterable[JobId], limit: int
+    ) -> dict[JobId, list[ControlEvent]]:
+        """The newest ``limit`` control events of each job, newest first."""
+        out: dict[JobId, list[ControlEvent]] = {}
+        for j in jids:
+            try:
+                out[j] = self.store.list_controls(j, limit=limit)
+            except JobNotFound:
+                continue  # deleted since the jobs were read
+        return out
+
+    def recent_rescales_of(
+        self, jids: Iterable[JobId], limit: int
+    ) -> dict[JobId, list[RescaleRecord]]:
+        """The newest ``limit`` rescales of each owner, newest first."""
+        out: dict[JobId, list[RescaleRecord]] = {}
+        for j in jids:
+            try:
+                out[j] = self.store.list_rescales(j, limit=limit)
+            except JobNotFound:
+                continue
+        return out
 
     # control -------------------------------------------------------------------------------
     def submit_control(
@@ -580,6 +626,12 @@ class JobManager:
     def stop_cluster(self, name: str) -> dict[str, Any]:
         """:meth:`SessionClusters.stop`: session clusters only."""
         return self.sessions.stop(name)
+
+    # the job managers ----------------------------------------------------------------------
+    def managers(self) -> dict[str, Any]:
+        """:func:`~stoker.manager.managers.list_managers`: the leader lease and every manager
+        seen lately, each as leader or standby."""
+        return list_managers(self.store, self.leader_ttl)
 
 
 # In a child process (the manager imports no Spark and no user code): the Pipeline the file

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -38,6 +38,7 @@ from stoker.manager.applications import CLUSTER_PATH_PATTERN
 from stoker.manager.control import HISTORY_MAX, control_view
 from stoker.manager.rescales import RESCALES_MAX, RescaleTally
 from stoker.redact import redact_answer, redact_text
+from stoker.server import events, ui
 from stoker.server.docs import (
     CONTROL_BODY,
     DOCS_URL,
@@ -45,6 +46,7 @@ from stoker.server.docs import (
     JOB_ID_MAX,
     JOB_ID_PATTERN,
     OPENAPI_URL,
+    REPARTITION_BODY,
     RESOURCES_BODY,
     SAVEPOINT_BODY,
     SCALING_HELP,
@@ -54,6 +56,7 @@ from stoker.server.docs import (
     ConfigView,
     ControlEventView,
     ControlHistory,
+    ManagersView,
     RescalesView,
     ResourcesView,
     WorkerBody,
@@ -63,7 +66,7 @@ from stoker.server.docs import (
     json_body,
     scaling_field,
 )
-from stoker.server.metrics import Histogram, counter, gauge, labelled_counter
+from stoker.server.metrics import Histogram, exposition, registry_for
 from stoker.store import ControlEvent
 from stoker.types import ControlKind, ControlStatus, JobState
 from stoker.types import job_id as check_job_id
@@ -85,17 +88,6 @@ HTTP_STATUS: dict[type[StokerError], int] = {
     ClusterConflict: 409,  # before ClusterError in every class's MRO: the state refuses it
     ClusterError: 500,  # a cluster could not be started, changed or stopped
 }
-
-
-_SCALING_SERIES = (
-    ("executors", "Executors the job's driver reports registered (the driver not counted)."),
-    ("executor_target", "Executors the autoscaler wants for the job's owner."),
-    ("backlog", "Rows or files the job's sources had beyond its newest epoch's end."),
-    (
-        "utilization",
-        "The newest epoch's duration over the trigger interval in force (none at trigger 0).",
-    ),
-)
 
 
 def _status(err: StokerError) -> int:
@@ -145,8 +137,10 @@ class SubmitBody(BaseModel):
 # description (a browser cannot send a bearer token with the page it opens): the docs page,
 # its assets and the schema, which hold no job, log or setting. The calls the page makes go
 # with the token typed into its "Authorize" dialog.
-OPEN_PATHS = frozenset({"/healthz", DOCS_URL, OPENAPI_URL})
-_OPEN_PREFIX = STATIC_URL + "/"
+# The web UI's pages and assets are open for the same reason (they hold no data; what they
+# show comes in guarded fragments, see stoker.server.ui).
+OPEN_PATHS = frozenset({"/healthz", DOCS_URL, OPENAPI_URL, *ui.OPEN_PATHS})
+_OPEN_PREFIX = (STATIC_URL + "/", *ui.OPEN_PREFIXES)
 # A refusal names the REST fix (the header); the CLI adds its own (--token, STOKER_TOKEN).
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
@@ -367,48 +361,21 @@ def create_app(
             "leader_address": leader.address if leader else None,
         }
 
-    @app.get("/metrics", response_class=PlainTextResponse, responses=errors(*guarded_, 503))
-    def metrics() -> str:
-        """Prometheus metrics: jobs and applications by state, attempts, epochs committed,
-        submit latency."""
-        by_state = {str(s): 0.0 for s in JobState}
-        for j in manager.list_jobs():
-            by_state[str(j.state)] += 1
-        apps_by_state = {str(s): 0.0 for s in JobState}
-        for a in manager.applications():
-            apps_by_state[str(a["state"])] += 1
-        counts = manager.store.counts()
-        lines = gauge("stoker_jobs", "Jobs by state.", by_state, "state")
-        lines += gauge("stoker_applications", "Applications by state.", apps_by_state, "state")
-        lines += counter(
-            "stoker_attempts_started_total", "Attempts started (all jobs).", counts["attempts"]
-        )
-        lines += counter(
-            "stoker_epochs_committed_total",
-            "Epochs committed (all jobs).",
-            counts["epochs_committed"],
-        )
-        lines += gauge(
-            "stoker_leader",
-            "1 if this manager holds the leader lease.",
-            {"self": 1.0 if supervisor and supervisor.is_leader else 0.0},
-            "manager",
-        )
-        lines += submit_latency.render(
-            "stoker_submit_latency_seconds", "Time to answer POST /v1/jobs."
-        )
-        # Scaling, per live job and application (an application's job: its application's
-        # target); a series a job has no value for yet is left out.
-        series = manager.scaling_series()
-        for name, help_text in _SCALING_SERIES:
-            lines += gauge(f"stoker_job_{name}", help_text, series[name], "job_id")
-        lines += labelled_counter(
-            "stoker_rescales_total",
-            "Rescales recorded (all owners), by kind: decision, observed, bounds.",
-            manager.rescale_totals(rescale_tally),
-            "kind",
-        )
-        return "\n".join(lines) + "\n"
+    registry = registry_for(manager, supervisor, submit_latency, rescale_tally)
+    events.mount(app, manager, errors(*guarded_, 422, 503))
+
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        responses=errors(*guarded_, 503),
+    )
+    def metrics() -> Response:
+        """Prometheus metrics (text exposition format): jobs and applications by state, attempts,
+        epochs committed, submit latency, rescales; per job (``job_id``): epoch duration by
+        step, rows, input and processing rate, backlog, control apply latency, executors,
+        attempts, restarts, state."""
+        body, content_type = exposition(registry)
+        return Response(body, media_type=content_type)
 
     @app.post(
         "/v1/jobs",
@@ -526,6 +493,25 @@ def create_app(
         body = await _json_object(request)
         sender = "operator" if token is not None else "api"
         out = await run_in_threadpool(lambda: manager.set_resources(job_id, body, sender=sender))
+        return JSONResponse(redact_answer(out))
+
+    @app.post(
+        "/v1/jobs/{job_id}/state/repartition",
+        responses=errors(*writes, 404, 409, 422, 500, 503),
+        openapi_extra=json_body(REPARTITION_BODY),
+    )
+    async def repartition_state(request: Request, job_id: str = job_path) -> JSONResponse:
+        """Give a stopped job N state partitions (its maximum parallelism), offline, through
+        Spark's checkpoint repartitioning on the manager's host: ``{"partitions": N}``. 422
+        naming the reason when the job runs, its state store cannot be repartitioned, or N is
+        not a whole number >= 1 or is the job's number already; nothing changes then."""
+        body = await _json_object(request)
+        unknown = sorted(set(body) - {"partitions"})
+        if unknown:
+            raise InvalidInput(unknown[0], 'unknown field (the body is {"partitions": N})')
+        if "partitions" not in body:
+            raise InvalidInput("partitions", "required: the number of state partitions")
+        out = await run_in_threadpool(lambda: manager.repartition_state(job_id, body["partitions"]))
         return JSONResponse(redact_answer(out))
 
     # applications --------------------------------------------------------------------------
@@ -765,4 +751,13 @@ def create_app(
         """One savepoint and how far it got (its folder in ``result.path`` once written)."""
         return _event_answer(manager.control_event(job_id, control_id, ControlKind.SAVEPOINT))
 
+    # the job managers ----------------------------------------------------------------------
+    @app.get("/v1/managers", response_model=ManagersView, responses=errors(*guarded_, 503))
+    def list_managers() -> JSONResponse:
+        """The job managers sharing this store: the leader (the live lease's holder) and the
+        standbys, each seen within 3 leader TTLs, oldest first. A heartbeat each, shown
+        only; the lease alone decides who leads. An --api-only manager is not listed."""
+        return JSONResponse(redact_answer(manager.managers()))
+
+    ui.mount(app, manager, supervisor, token, read_token)
     return app

@@ -378,6 +378,19 @@ RESOURCES_BODY: dict[str, Any] = {
     "description": "New executor bounds of the job's owner (the job, or its application); "
     "its mode stays. max_executors must be at least min_executors (422 otherwise).",
 }
+REPARTITION_BODY: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "partitions": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100_000,
+            "description": "The job's new number of state partitions (its maximum parallelism).",
+        },
+    },
+    "required": ["partitions"],
+    "additionalProperties": False,
+}
 SAVEPOINT_BODY: dict[str, Any] = {
     "type": "object",
     "properties": {**_SAVEPOINT_FIELDS, "request_id": _REQUEST_ID},
@@ -450,6 +463,35 @@ class ResourcesView(BaseModel):
     executor_target: int | None = None
     resources: dict[str, Any] | None = None
     rescale: RescaleView
+
+
+# The job managers --------------------------------------------------------------------------------
+class LeaderView(BaseModel):
+    """The leader lease while it is live."""
+
+    holder: str = Field(..., description="The leading manager's id.")
+    address: str = Field(..., description="Where the leader serves.")
+    token: int = Field(..., description="The fencing token: grows with every new leader.")
+    expires_at: float = Field(..., description="Unless renewed (epoch seconds).")
+
+
+class ManagerView(BaseModel):
+    """A job manager that takes part in the election (an --api-only one does not)."""
+
+    holder: str = Field(..., description="The id it takes the leader lease under.")
+    address: str = Field(..., description="Where it serves.")
+    role: str = Field(..., description="`leader` (it holds the live lease) or `standby`.")
+    started_at: float = Field(..., description="Its first heartbeat (epoch seconds).")
+    seen_at: float = Field(..., description="Its last heartbeat (epoch seconds).")
+
+
+class ManagersView(BaseModel):
+    """The leader and every manager whose heartbeat is fresh, oldest first."""
+
+    leader: LeaderView | None = Field(
+        ..., description="null while no manager holds a live lease (a takeover under way)."
+    )
+    managers: list[ManagerView]
 
 
 def json_body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:

@@ -2,13 +2,15 @@
 JVMs (one master, workers of 512m on 127.0.0.2, .3), real process checks through /proc.
 
 One cluster is started for the module and changed step by step, so the tests depend on the
-file's order: start, look, refuse, add a worker, remove it gracefully, stop (no JVM left).
+file's order: start, look, refuse, add a worker, remove it gracefully, the same through the
+web UI's Clusters page (Debian's chromium driven by Playwright), stop (no JVM left).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -28,6 +30,7 @@ READ_TOKEN = "cluster-read-t0ken"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 NAME = "shared"
 SLOW = 400.0  # JVMs starting on a loaded 2-core machine
+CHROMIUM = shutil.which("chromium")
 
 
 APP = """\
@@ -229,6 +232,80 @@ def test_remove_worker_gracefully(world: World) -> None:
     view = cluster(world)
     assert [x["address"] for x in view["processes"]] == ["127.0.0.1", "127.0.0.2"]
     assert alive_workers(view) == ["127.0.0.2"]
+
+
+def _shows(w: World, page: Any, box: Any, selector: str, state: str = "visible") -> None:
+    """Wait until ``selector`` in the cluster's section is ``state``; a failure says what the
+    page, its last message and the manager's log showed."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        box.locator(selector).wait_for(state=state)
+    except PlaywrightTimeout:
+        raise AssertionError(
+            f"{selector} never {state}; message: {page.locator('#toast').text_content()!r}\n"
+            f"section: {box.inner_html()}\n{w.manager.log_tail()}"
+        ) from None
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
+)
+def test_clusters_page_adds_and_removes_a_worker(world: World) -> None:
+    from playwright.sync_api import sync_playwright
+
+    section = f'section[aria-label="Cluster {NAME}"]'
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            # The read-only token sees the cluster, its workers and what runs on it, and no
+            # action.
+            ctx = browser.new_context()
+            ctx.set_default_timeout(SLOW * 1000)
+            ctx.add_init_script(f"sessionStorage.setItem('stoker-token', {READ_TOKEN!r});")
+            page = ctx.new_page()
+            page.goto(f"{world.url}/ui/clusters")
+            page.locator(f'{section} tr[data-worker="worker-1"] .s-ALIVE').wait_for()
+            assert page.locator(f"{section} button").count() == 0
+            assert page.get_by_role("button", name=f"Add a worker to {NAME}").count() == 0
+            ctx.close()
+
+            ctx = browser.new_context()
+            ctx.set_default_timeout(SLOW * 1000)
+            ctx.add_init_script(f"sessionStorage.setItem('stoker-token', {TOKEN!r});")
+            page = ctx.new_page()
+            page.goto(f"{world.url}/ui/clusters")
+            box = page.locator(section)
+            box.locator('tr[data-worker="worker-1"] .s-ALIVE').wait_for()
+            assert box.locator("tr[data-worker]").count() == 1
+            assert box.locator(".master-error").count() == 0
+            # What ran on it: the master's ended application, linked to stoker's; no job runs.
+            done = box.locator("table.apps tbody tr", has_text="stoker:shared_app")
+            assert "FINISHED" in (done.text_content() or "")
+            assert done.locator('a[href="/ui/applications/shared_app"]').count() == 1
+            assert "No running job" in (box.locator("table.jobs").text_content() or "")
+
+            # Add: a worker JVM on the next loopback address (past 127.0.0.3, which the master
+            # still lists as the worker removed before), its row once the master lists it ALIVE.
+            page.get_by_role("button", name=f"Add a worker to {NAME}").click()
+            _shows(world, page, box, 'tr[data-worker="worker-3"] .s-ALIVE')
+            view = cluster(world)
+            added = next(x for x in view["processes"] if x["id"] == "worker-3")
+            assert added["address"] == "127.0.0.4" and alive(added)
+            assert alive_workers(view) == ["127.0.0.2", "127.0.0.4"]
+            assert "127.0.0.4" in (box.locator('tr[data-worker="worker-3"]').text_content() or "")
+
+            # Remove it gracefully: the row goes once the worker has left.
+            page.get_by_role("button", name="Remove worker-3").click()
+            _shows(world, page, box, 'tr[data-worker="worker-3"]', "detached")
+            view = cluster(world)
+            assert [x["address"] for x in view["processes"]] == ["127.0.0.1", "127.0.0.2"]
+            assert alive_workers(view) == ["127.0.0.2"]
+            assert not alive(added)
+            assert box.locator("tr[data-worker]").count() == 1
+            ctx.close()
+        finally:
+            browser.close()
 
 
 def test_stop_leaves_no_jvm(world: World) -> None:
