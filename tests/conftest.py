@@ -11,6 +11,21 @@ import pytest
 
 from tests.pg import ThrowawayPostgres
 
+
+# The driver JVM's class archive -----------------------------------------------------------------
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Make the driver JVM's class archive once, before any test (stoker.runtime.jvmcache):
+    every driver of the run then starts in about half the time, as on a user's machine from
+    its second driver on. Without it, the first driver would start a builder in the
+    background, in the middle of a test. The controller does it, not each xdist worker."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from stoker.runtime import jvmcache
+
+    if jvmcache.enabled(""):
+        jvmcache.build()
+
+
 # PostgreSQL ------------------------------------------------------------------------------------
 _db_numbers = itertools.count(1)
 
@@ -35,3 +50,37 @@ def pg_dsn(pg_server: ThrowawayPostgres) -> Iterator[str]:
 def sqlite_path(tmp_path: Path) -> Path:
     """Where a test's SQLite store file goes (not created yet)."""
     return tmp_path / "store.db"
+
+
+# Parallel runs (pytest-xdist, `--dist loadgroup`) ----------------------------------------------
+# Modules that start standalone clusters (masters and workers on 127.0.0.2, .3, ...) run one
+# after the other on one process: two clusters at once would share loopback addresses and
+# double the JVMs on a 2-core machine. Every other module runs whole on one process (its module
+# fixtures, servers and jobs, are set up once, and some run their tests in order), except those
+# whose tests stand alone and are long, which spread over the processes test by test.
+_CLUSTER_MODULES = frozenset(
+    {
+        "tests/e2e/test_applications_api.py",
+        "tests/e2e/test_autoscaling.py",
+        "tests/e2e/test_client.py",
+        "tests/e2e/test_clusters_api.py",
+        "tests/e2e/test_driver_mode.py",
+        "tests/integration/test_pg_retries.py",
+        "tests/integration/test_reactive.py",
+        "tests/integration/test_scaler.py",
+        "tests/integration/test_standalone_clusters.py",
+        "tests/integration/test_worker_loss.py",
+    }
+)
+_SPREAD_MODULES = frozenset({"tests/integration/test_crash.py"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(str(config.rootpath))
+    for item in items:
+        module = Path(str(item.path)).relative_to(root).as_posix()
+        if module in _SPREAD_MODULES:
+            continue
+        group = "clusters" if module in _CLUSTER_MODULES else module
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -140,7 +140,8 @@ def attempt_states(attempts: list[AttemptRecord]) -> list[tuple[int, str]]:
 
 def roles(procs: list[Proc]) -> dict[str, int]:
     """How many processes of each kind: Spark's daemons and executors, stoker's application
-    drivers and their JVMs (a positive control: the checks for leftovers see them running)."""
+    drivers and their JVMs (a positive control: the checks for leftovers see them running).
+    Seen in CI: 'driver-jvm': 2, the second a child of the first not yet exec'd."""
     kinds = {
         "master": "org.apache.spark.deploy.master.Master",
         "worker": "org.apache.spark.deploy.worker.Worker",
@@ -148,8 +149,13 @@ def roles(procs: list[Proc]) -> dict[str, int]:
         "driver": "stoker.runtime.appdriver",
         "driver-jvm": "org.apache.spark.deploy.SparkSubmit",
     }
+    # A child the JVM forked (to start a Python worker or a source's runner) carries the JVM's
+    # command line until it execs: it is not a second JVM, so it is left out.
+    argv_of = {p.pid: p.argv for p in procs}
     out: dict[str, int] = {}
     for p in procs:
+        if argv_of.get(p.ppid) == p.argv:
+            continue
         for kind, word in kinds.items():
             if word in p.argv and (kind != "driver" or p.pgid == p.pid):
                 out[kind] = out.get(kind, 0) + 1
@@ -298,7 +304,14 @@ def test_three_jobs_on_their_own_standalone_cluster_and_cancel_leaves_nothing(
         )
 
     wait_for(lambda: f"nothing of {app} to run: {describe(left())}", lambda: not left(), 60)
-    assert [p for p in world.manager.driver_procs() if "java" in p.argv[0]] == []
+
+    # A JVM whose driver exited a moment ago may take a few seconds more on a loaded machine.
+    def jvms() -> list[Proc]:
+        return [p for p in world.manager.driver_procs() if "java" in p.argv[0]]
+
+    wait_for(
+        lambda: f"no JVM of the refused and failed applications: {jvms()}", lambda: not jvms(), 60
+    )
     # Every id once in every job's output.
     assert ids_once(out / "backfill", 200) == 200
     for name in ("stream-a", "stream-b"):
@@ -743,7 +756,14 @@ def test_bad_input_is_refused_and_leaves_nothing_behind(world: World) -> None:
     for app in ("thief", "relative"):
         wait_gone(world, app)
     assert naming([*(f"--app {a}" for a in refused), str(world.out / "relative")]) == []
-    assert [p for p in world.manager.driver_procs() if "java" in p.argv[0]] == []
+
+    # A JVM whose driver exited a moment ago may take a few seconds more on a loaded machine.
+    def jvms() -> list[Proc]:
+        return [p for p in world.manager.driver_procs() if "java" in p.argv[0]]
+
+    wait_for(
+        lambda: f"no JVM of the refused and failed applications: {jvms()}", lambda: not jvms(), 60
+    )
 
 
 def owned_job(world: World) -> str:

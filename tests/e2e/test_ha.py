@@ -38,6 +38,7 @@ import httpx
 import psycopg
 import pytest
 
+from tests import support
 from tests.support import REPO, exactly_once, file_sink_ids, stoker_cmd
 
 pytestmark = pytest.mark.slow
@@ -174,17 +175,8 @@ def note(msg: str) -> None:
 def wait_for(
     what: str | Callable[[], str], cond: Callable[[], Any], timeout: float, every: float = 0.2
 ) -> Any:
-    """Poll ``cond`` until it returns something truthy; fail naming ``what`` after ``timeout``
-    (a callable ``what`` is asked only then, for details as they are at the timeout)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            text = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {text}")
-        time.sleep(every)
+    """:func:`tests.support.wait_for`, polling every 0.2 s (the leader kills here are quick)."""
+    return support.wait_for(what, cond, timeout, every)
 
 
 # managers ------------------------------------------------------------------------------------

@@ -295,9 +295,11 @@ MAX_DELAY = {"start-up": 6.0, "first epoch": 4.0, "epochs": 8.0}
 @pytest.mark.timeout(2400)
 def test_random_kills_are_exactly_once(tmp_path: Path, pg_dsn: str) -> None:
     state, out = tmp_path / "state", tmp_path / "out"
-    total, per_epoch = 10_000, 200
+    # Six kills of the same kinds (start-up, first epoch, amid epochs) at random points: ten
+    # cost the suite two more minutes and found nothing the six do not reach.
+    total, per_epoch = 6_000, 200
     n_epochs = total // per_epoch
-    kills = 10
+    kills = 6
     env = ids_env(out, pg_dsn, total, per_epoch)
     seed = int(os.environ.get("STOKER_CRASH_SEED") or random.SystemRandom().randrange(2**31))
     rng = random.Random(seed)
