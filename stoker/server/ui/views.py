@@ -327,9 +327,9 @@ def _jobs_by_cluster(
 def manager_panel(manager: JobManager, supervisor: Supervisor | None) -> dict[str, Any]:
     """Who leads, this manager's role, the store, the version; and every manager of the store
     (``managers``: as ``GET /v1/managers`` lists them, leader or standby, this one marked)."""
-    lease = manager.store.get_leader()  # as /healthz reads it
     store_url = supervisor.cfg.store_url if supervisor is not None else None
-    listed = manager.managers()["managers"]
+    view = manager.managers()  # as GET /v1/managers answers: a lapsed lease names no leader
+    listed, lead = view["managers"], view["leader"]
     now = time.time()
     me = supervisor.cfg.holder if supervisor is not None else None
     for row in listed:
@@ -339,12 +339,10 @@ def manager_panel(manager: JobManager, supervisor: Supervisor | None) -> dict[st
         "managers": redact_answer(listed),
         "fresh_for": round(FRESH_TTLS * manager.leader_ttl, 1),
         "leader": None
-        if lease is None
+        if lead is None
         else {
-            "holder": lease.holder,
-            "address": lease.address,
-            "token": lease.token,
-            "expires_in": round(lease.expires_at - time.time(), 1),
+            **{k: lead[k] for k in ("holder", "address", "token")},
+            "expires_in": round(lead["expires_at"] - now, 1),
         },
         "is_leader": bool(supervisor and supervisor.is_leader),
         "role": "API only (never leads)"
