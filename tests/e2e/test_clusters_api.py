@@ -294,6 +294,9 @@ def test_clusters_page_adds_and_removes_a_worker(world: World) -> None:
             assert added["address"] == "127.0.0.4" and alive(added)
             assert alive_workers(view) == ["127.0.0.2", "127.0.0.4"]
             assert "127.0.0.4" in (box.locator('tr[data-worker="worker-3"]').text_content() or "")
+            # With STOKER_SCREENSHOTS set, the page as it is now goes to docs/screenshots/.
+            shots = REPO / "docs" / "screenshots" if os.environ.get("STOKER_SCREENSHOTS") else None
+            page.screenshot(path=str((shots or world.root) / "clusters.png"), full_page=True)
 
             # Remove it gracefully: the row goes once the worker has left.
             page.get_by_role("button", name="Remove worker-3").click()
