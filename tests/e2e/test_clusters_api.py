@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.manager_fixtures import Manager, stop_all
-from tests.support import REPO, file_sink_ids, stoker_cmd
+from tests.support import REPO, file_sink_ids, stoker_cmd, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -214,7 +214,18 @@ def test_an_application_on_the_session_cluster_leaves_it_running(world: World) -
     view = cluster(world)
     assert view["state"] == "RUNNING" and view["processes"] == before
     assert all(alive(x) for x in before)
-    assert [a["name"] for a in view["status"]["completedapps"]] == ["stoker:shared_app"]
+
+    # The master lists the Spark application as completed once its driver has disconnected,
+    # which may be a moment after stoker recorded the application FINISHED.
+    def completed() -> list[str] | None:
+        names = [
+            a["name"] for a in ((cluster(world).get("status") or {}).get("completedapps") or [])
+        ]
+        return names or None
+
+    assert wait_for("the master to list the ended application", completed, 60, every=0.5) == [
+        "stoker:shared_app"
+    ]
     assert view["used_by"] == []
 
 
