@@ -26,7 +26,15 @@ from typing import Any
 
 from stoker.store import AttemptRecord, EpochRecord, Store, open_store
 from stoker.types import EpochState, JobId, JobKind
-from tests.e2e.manager_fixtures import Manager, Proc, kill_all, processes, stop_all, wait_for
+from tests.e2e.manager_fixtures import (
+    Manager,
+    Proc,
+    forks_left_out,
+    kill_all,
+    processes,
+    stop_all,
+    wait_for,
+)
 from tests.support import APPS, REPO, file_sink_ids, stoker_cmd
 
 APP_FILES = ("app_driver_trio.py", "app_driver_raises.py", "app_driver_misuse.py")
@@ -165,8 +173,7 @@ def app_drivers(app: str, root: Path) -> list[Proc]:
         state = argv[argv.index("--state-dir") + 1] if "--state-dir" in argv else ""
         if i + 1 < len(argv) and argv[i + 1] == app and state.startswith(str(root)):
             found.append(p)
-    pids = {p.pid for p in found}
-    return [p for p in found if p.ppid not in pids]
+    return forks_left_out(found)
 
 
 def kill_group(pgid: int) -> None:

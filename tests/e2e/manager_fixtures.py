@@ -61,6 +61,15 @@ def processes() -> list[Proc]:
     return out
 
 
+def forks_left_out(procs: Iterable[Proc]) -> list[Proc]:
+    """``procs`` less the children forked by one of them and not yet exec'd: such a child
+    carries its parent's command line until it execs (a driver launching its JVM, a JVM starting
+    a Python worker) and is not a second process of that kind."""
+    procs = list(procs)
+    argv_of = {p.pid: p.argv for p in procs}
+    return [p for p in procs if argv_of.get(p.ppid) != p.argv]
+
+
 def process_tree(pgid: int | None = None, root: int | None = None) -> set[Proc]:
     """The members of process group ``pgid`` and/or process ``root``, with all descendants."""
     table = processes()

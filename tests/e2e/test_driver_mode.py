@@ -62,7 +62,7 @@ from tests.e2e.driver_fixtures import (
     two_managers,
     wait_for,
 )
-from tests.e2e.manager_fixtures import Proc
+from tests.e2e.manager_fixtures import Proc, forks_left_out
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -149,13 +149,8 @@ def roles(procs: list[Proc]) -> dict[str, int]:
         "driver": "stoker.runtime.appdriver",
         "driver-jvm": "org.apache.spark.deploy.SparkSubmit",
     }
-    # A child the JVM forked (to start a Python worker or a source's runner) carries the JVM's
-    # command line until it execs: it is not a second JVM, so it is left out.
-    argv_of = {p.pid: p.argv for p in procs}
     out: dict[str, int] = {}
-    for p in procs:
-        if argv_of.get(p.ppid) == p.argv:
-            continue
+    for p in forks_left_out(procs):
         for kind, word in kinds.items():
             if word in p.argv and (kind != "driver" or p.pgid == p.pid):
                 out[kind] = out.get(kind, 0) + 1
