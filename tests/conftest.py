@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.pg import ThrowawayPostgres
+from tests.support import LIGHT_JVM
 
 # Light JVMs for every Spark process the tests start -------------------------------------------
 # The suite runs hundreds of short Spark JVMs on two cores, where the C2 compiler and G1's
@@ -20,7 +21,6 @@ from tests.pg import ThrowawayPostgres
 # spark.executor.defaultJavaOptions, which a job's extraJavaOptions extend), the daemons' and the
 # launcher's variables reach the masters, workers and spark-class's launcher. A variable the
 # caller set is kept.
-LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 os.environ.setdefault(
     "SPARK_SUBMIT_OPTS", f"{LIGHT_JVM} -Dspark.executor.defaultJavaOptions='{LIGHT_JVM}'"
 )

@@ -15,6 +15,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 APPS = Path(__file__).resolve().parent / "apps"
+# C1 only and the serial collector: cheaper JVMs for a suite of short Spark runs on two cores
+# (tests/conftest.py gives them to every Spark JVM the tests start).
+LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def stoker_cmd(*args: str) -> list[str]:
