@@ -12,18 +12,9 @@ from stoker.manager import JobManager
 from stoker.manager.rescales import RescaleTally
 from stoker.server.events import EventFeed
 from stoker.server.metrics import Histogram, StokerCollector, epoch_steps, rates
-from stoker.store import Store, open_store
+from stoker.store import Store
 from stoker.store.records import EpochRecord, Owner
 from stoker.types import AttemptNo, ControlKind, ControlVersion, Epoch, EpochState, JobId, job_id
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    st = open_store(f"sqlite:///{tmp_path / 'store.db'}")
-    try:
-        yield st
-    finally:
-        st.close()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ The real master's ``/json/`` is read in tests/e2e/test_clusters_api.py."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from fastapi.testclient import TestClient
 from stoker.manager import JobManager
 from stoker.server.app import create_app
 from stoker.server.ui import views
-from stoker.store import Owner, Store, open_store
+from stoker.store import Owner, Store
 from stoker.types import AttemptNo, ClusterState, JobState, job_id
 
 TOKEN = "full-t0ken"
@@ -36,15 +35,6 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    st = open_store(f"sqlite:///{tmp_path / 'store.db'}")
-    try:
-        yield st
-    finally:
-        st.close()
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ what is stored, and the per-job rate limiter (time is a ManualClock)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +41,9 @@ SPEC = {
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    st = open_store(tmp_path / "store.db")
-    st.create_job(JOB, "orders", SPEC, {"min_amount": 10.0, "tag": "a"})
-    yield st
-    st.close()
+def store(store: Store) -> Store:
+    store.create_job(JOB, "orders", SPEC, {"min_amount": 10.0, "tag": "a"})
+    return store
 
 
 def _events(store: Store) -> list[Any]:

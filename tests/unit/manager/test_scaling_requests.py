@@ -4,7 +4,6 @@ a control event of kind ``scaling``, new bounds; and what the job manager then r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from stoker.manager.rescales import (
 )
 from stoker.manager.submit import Submission, check_scaling, scaling_spec_entry
 from stoker.scalespec import ScalingSpec
-from stoker.store import Store, open_store
+from stoker.store import Store
 from stoker.types import ControlKind, ControlStatus, JobId, JobKind, JobState, job_id
 
 JOB = job_id("orders")
@@ -33,13 +32,11 @@ SPEC: dict[str, Any] = {"name": "orders", "sources": ["generator(rows_per_second
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    st = open_store(tmp_path / "store.db")
-    st.create_job(JOB, "orders", SPEC, {})
-    st.create_job(APP, APP, {"kind": "application"}, {}, kind=JobKind.APPLICATION)
-    st.create_job(job_id("shop-a"), "a", {**SPEC, "trigger_s": 2.0}, {}, app_id=JobId(APP))
-    yield st
-    st.close()
+def store(store: Store) -> Store:
+    store.create_job(JOB, "orders", SPEC, {})
+    store.create_job(APP, APP, {"kind": "application"}, {}, kind=JobKind.APPLICATION)
+    store.create_job(job_id("shop-a"), "a", {**SPEC, "trigger_s": 2.0}, {}, app_id=JobId(APP))
+    return store
 
 
 # a submission's scaling --------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,7 @@ import pytest
 from stoker.errors import InvalidTransition, SinkError
 from stoker.runtime.pending import PendingEpoch, PendingStatus
 from stoker.sinks.base import Decision, Prepared, Recovered, SinkOwner
-from stoker.store import Owner, Store, open_store
+from stoker.store import Owner, Store
 from stoker.types import AttemptNo, ControlVersion, Epoch, EpochState, TxnState, job_id
 
 JOB = job_id("pending-job")
@@ -48,12 +48,10 @@ class RecordingSink:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    st = open_store(tmp_path / "store.db")
-    st.create_job(JOB, "p", {}, {})
-    st.start_attempt(JOB, Owner("h", 1, "b"), 30.0, expected_current=AttemptNo(0))
-    yield st
-    st.close()
+def store(store: Store) -> Store:
+    store.create_job(JOB, "p", {}, {})
+    store.start_attempt(JOB, Owner("h", 1, "b"), 30.0, expected_current=AttemptNo(0))
+    return store
 
 
 def pinned(store: Store) -> PendingEpoch:

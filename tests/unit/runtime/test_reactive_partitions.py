@@ -6,7 +6,6 @@ reads the same rows."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +16,16 @@ from stoker.sources import files, generator
 from stoker.sources._control import FALLBACK_PARTITIONS, ReaderControl, partitions_for
 from stoker.sources.files import FilesDataSource, parse_simple_ddl
 from stoker.sources.generator import GeneratorDataSource, split_range
-from stoker.store import Store, open_store
+from stoker.store import Store
 from stoker.types import job_id
 
 JOB = job_id("reactive-job")
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    st = open_store(tmp_path / "store.db")
-    st.create_job(JOB, "p", {}, {})
-    yield st
-    st.close()
+def store(store: Store) -> Store:
+    store.create_job(JOB, "p", {}, {})
+    return store
 
 
 def report(store: Store, cores: int) -> None:
