@@ -10,13 +10,13 @@ application, and ``stoker apps``, ``stoker app status|cancel|logs`` follow it;
 ``stoker cluster start|list|status|add-worker|remove-worker|stop`` manage session clusters;
 ``stoker rescales`` and ``stoker resources`` show and bound how a job scales;
 ``stoker state repartition`` changes a stopped job's state partitions;
-``stoker server`` runs a job manager.
+``stoker server`` runs a job manager and ``stoker managers`` lists the managers of its store.
 
 Modules: :mod:`.run` (the run command), :mod:`.jobs` (commands on existing jobs),
 :mod:`.control` (control of a running job), :mod:`.remote` (submit to a server and follow the
 job), :mod:`.apps` (applications), :mod:`.clusters` (session clusters), :mod:`.scaling`
 (rescale history and executor bounds), :mod:`.state` (state partitions), :mod:`.server` (the
-server command).
+server and managers commands).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ for _cmd in (*control.COMMANDS, *apps.COMMANDS, *clusters.COMMANDS, *scaling.COM
     main.add_command(_cmd)
 main.add_command(state.state_group)
 main.add_command(server.server_cmd)
+main.add_command(server.managers_cmd)
 # --debug (full tracebacks) on the group and on every command: `stoker run app.py --debug`.
 main.params.append(debug_option())
 for _cmd in main.commands.values():

@@ -1,12 +1,16 @@
-"""``stoker server``: run a job manager (REST API, dispatcher, supervisor)."""
+"""``stoker server``: run a job manager (REST API, dispatcher, supervisor); ``stoker managers``:
+the job managers of its store, the leader and the standbys (``GET /v1/managers``)."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
+from typing import Any
 
 import click
 
-from stoker.cli._common import guarded
+from stoker.cli._common import client, guarded, server_opts
 from stoker.errors import InvalidInput
 
 
@@ -128,3 +132,38 @@ def server_cmd(
         scaler_window=scaler_window,
         log_format=log_format,
     )
+
+
+def _ago(now: float, t: float) -> str:
+    return f"{max(0.0, now - t):.0f}s ago"
+
+
+def _manager_line(m: dict[str, Any], lease: dict[str, Any] | None, now: float) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m["started_at"]))
+    token = f"  token {lease['token']}" if lease and lease["holder"] == m["holder"] else ""
+    return (
+        f"{m['role']:<8} {m['address'] or '-':<28} holder {m['holder']}  started {started}  "
+        f"seen {_ago(now, m['seen_at'])}{token}"
+    )
+
+
+@click.command("managers")
+@server_opts
+@click.option("--json", "as_json", is_flag=True, help="Print the answer's JSON.")
+@guarded
+def managers_cmd(server: str | None, token: str | None, as_json: bool) -> None:
+    """List the job managers of the server's store: the leader (it holds the leader lease) and
+    the standbys, each with the address it serves at and when it was last seen. Any manager of
+    the store answers the same; a lapsed lease names no leader."""
+    if not server:
+        raise InvalidInput("--server", "give a job manager's URL (or STOKER_SERVER)")
+    with client(server, token) as c:
+        out = c.managers()
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    now = time.time()
+    for m in out["managers"]:
+        click.echo(_manager_line(m, out["leader"], now))
+    if out["leader"] is None:
+        click.echo("no leader: the leader lease has lapsed; a manager takes it within its TTL")

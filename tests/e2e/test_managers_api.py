@@ -8,6 +8,7 @@ seconds.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from stoker.client import Client
 from stoker.server.docs import ManagersView
+from tests.e2e.driver_fixtures import cli
 from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -107,6 +109,24 @@ def test_the_leader_and_the_standby_are_listed_and_shown(managers: list[Manager]
         assert f'data-holder="{leader["holder"]}"' in html
         assert f'data-holder="{standby["holder"]}"' in html
     assert api.http.get("/ui/f/manager").status_code == 401
+
+    # `stoker managers` says the same: a line a manager, its role first; --json is the answer.
+    out = cli("managers", "--server", api.url, "--token", TOKEN)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert sorted(line.split()[:2] for line in lines) == sorted(
+        [x["role"], x["address"]] for x in rows
+    )
+    assert f"token {got['leader']['token']}" in next(x for x in lines if x.startswith("leader"))
+    out = cli("managers", "--server", api.url, "--token", TOKEN, "--json")
+    assert out.returncode == 0, out.stderr
+    assert {x["holder"] for x in json.loads(out.stdout)["managers"]} == {x["holder"] for x in rows}
+    # Refused without the token (and the wrong one is not echoed); no --server is bad input.
+    out = cli("managers", "--server", api.url, "--token", "wr0ng-t0ken")
+    assert out.returncode != 0 and "wr0ng-t0ken" not in out.stdout + out.stderr
+    assert "wrong token" in out.stderr, out.stderr
+    out = cli("managers")
+    assert out.returncode == 2 and "--server" in out.stderr, out.stderr
 
     # The leader stops cleanly: gone from the list as soon as it has exited (no waiting for
     # its heartbeat to go stale), and the standby takes over.
