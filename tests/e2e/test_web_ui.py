@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from stoker.store import open_store
 from stoker.types import JobState, job_id
 from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
-from tests.support import REPO
+from tests.support import JVM_OPTS, REPO
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = [
@@ -61,7 +62,10 @@ pipeline.sink(sinks.files({out!r}))
 CONF = {
     "stoker.master": "local[1]",
     "stoker.trigger": "500ms",
-    "spark.driver.extraJavaOptions": "-Xss16m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": JVM_OPTS,
+    # The driver's Spark UI, on a port the OS picks: the job page links to it.
+    "spark.ui.enabled": "true",
+    "spark.ui.port": "0",
 }
 # Ended jobs beside the live one, written into the store before the manager starts.
 ENDED = {"orders-backfill": JobState.CANCELED, "clicks-v1": JobState.FAILED}
@@ -218,6 +222,12 @@ def test_job_page_shows_state_epochs_charts_and_timeline(server: Server, page: A
         " return !l.hidden && l.textContent !== 'Loading…'; }"
     )
     assert "Refused" not in (page.locator("#log").text_content() or "")
+    # The link to the driver's Spark UI (the job runs with spark.ui.enabled), and it answers.
+    link = page.locator("#spark-ui a")
+    spark_ui = link.get_attribute("href")
+    assert spark_ui and spark_ui.startswith("http://") and spark_ui == link.text_content()
+    apps = httpx.get(f"{spark_ui}/api/v1/applications", timeout=10.0)
+    assert apps.status_code == 200 and len(apps.json()) == 1, apps.text
     shot(page, server, "job")
 
 
