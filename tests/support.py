@@ -18,6 +18,8 @@ APPS = Path(__file__).resolve().parent / "apps"
 # C1 only and the serial collector: cheaper JVMs for a suite of short Spark runs on two cores
 # (tests/conftest.py gives them to every Spark JVM the tests start).
 LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# A driver's Java options in tests that set them: stoker's stack size (SPARK_FACTS) and LIGHT_JVM.
+JVM_OPTS = f"-Xss16m {LIGHT_JVM}"
 
 
 def stoker_cmd(*args: str) -> list[str]:

@@ -35,7 +35,7 @@ from tests.e2e.manager_fixtures import (
     stop_all,
     wait_for,
 )
-from tests.support import APPS, LIGHT_JVM, REPO, file_sink_ids, stoker_cmd
+from tests.support import APPS, JVM_OPTS, REPO, file_sink_ids, stoker_cmd
 
 APP_FILES = ("app_driver_trio.py", "app_driver_raises.py", "app_driver_misuse.py")
 
@@ -47,7 +47,6 @@ LIVE_ATTEMPT = ("STARTING", "RUNNING")
 # Such attempts are told apart by their error where attempts are counted (as in test_ha.py).
 SPARK_STARTUP_FLAKES = ("Python worker failed to connect back",)
 # Light JVMs: C1 only and one GC thread cost less CPU on a loaded 2-core machine.
-JVM_OPTS = f"-Xss16m {LIGHT_JVM}"
 TUNING = [
     "-D", f"spark.driver.extraJavaOptions={JVM_OPTS}",
     "-D", f"spark.executor.extraJavaOptions={JVM_OPTS}",

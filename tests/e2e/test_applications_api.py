@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.manager_fixtures import Manager, process_tree, stop_all, wait_for
-from tests.support import REPO, file_sink_ids, stoker_cmd
+from tests.support import JVM_OPTS, REPO, file_sink_ids, stoker_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -35,7 +35,7 @@ QUICK = 90.0
 TUNING = [
     "-D", "stoker.trigger=200ms",
     # A short-lived JVM: C1 only and one GC thread cost less CPU on a loaded machine.
-    "-D", "spark.driver.extraJavaOptions=-Xss16m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "-D", f"spark.driver.extraJavaOptions={JVM_OPTS}",
 ]  # fmt: skip
 DEFINES = ["-D", "spark.master=local[1]", *TUNING]
 

@@ -31,7 +31,7 @@ from stoker.types import (
     TxnState,
 )
 from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
-from tests.support import REPO, file_sink_ids, pg_ids, pg_prepared, stoker_cmd
+from tests.support import JVM_OPTS, LIGHT_JVM, REPO, file_sink_ids, pg_ids, pg_prepared, stoker_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -39,7 +39,7 @@ JOB_TIMEOUT = 420.0  # a cold Spark driver on a loaded 2-core machine
 CONF = {
     "stoker.master": "local[1]",
     "stoker.trigger": "200ms",
-    "spark.driver.extraJavaOptions": "-Xss16m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": JVM_OPTS,
 }
 
 # An endless-enough generator into PostgreSQL and files; only defines the pipeline (the driver
@@ -261,7 +261,7 @@ def test_an_in_process_run_that_fails_leaves_nothing_prepared(tmp_path: Path, pg
             "-D",
             "stoker.master=local[2]",
             "-D",
-            "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            f"spark.driver.extraJavaOptions={LIGHT_JVM}",
         ),
         cwd=str(REPO),
         capture_output=True,

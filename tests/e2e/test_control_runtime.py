@@ -32,7 +32,7 @@ from stoker.sources.base import parse_offset_line
 from stoker.store import Store, open_store
 from stoker.store.records import ControlEvent, EpochRecord
 from stoker.types import ControlKind, ControlStatus, Epoch, EpochState, JobState, TxnState, job_id
-from tests.support import APPS, REPO, exactly_once, kill_group, start_driver, stoker_cmd
+from tests.support import APPS, JVM_OPTS, REPO, exactly_once, kill_group, start_driver, stoker_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -51,7 +51,7 @@ CONF = [
     "-D",
     "spark.sql.streaming.minBatchesToRetain=100000",
     "-D",
-    "spark.driver.extraJavaOptions=-Xss16m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    f"spark.driver.extraJavaOptions={JVM_OPTS}",
 ]
 ERROR_LEVEL = 40  # logging.ERROR: the Python level of a log_level event "ERROR"
 

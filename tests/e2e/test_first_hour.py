@@ -13,7 +13,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from tests.support import file_sink_ids, stoker_cmd
+from tests.support import LIGHT_JVM, file_sink_ids, stoker_cmd
 
 SPARK_RUN_TIMEOUT = 420.0  # a cold Spark driver on a loaded 2-core machine
 QUICK_TIMEOUT = 120.0
@@ -167,7 +167,7 @@ def test_a_module_level_udf_with_a_ddl_type_runs_quietly_with_progress_and_a_sum
         "stoker.trigger=100ms",
         # The user's own Java options: stoker's stack size and log4j2 file are added to them.
         "-D",
-        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        f"spark.driver.extraJavaOptions={LIGHT_JVM}",
         cwd=tmp_path,
         timeout=600,
     )

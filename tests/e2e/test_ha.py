@@ -39,7 +39,7 @@ import psycopg
 import pytest
 
 from tests import support
-from tests.support import REPO, exactly_once, file_sink_ids, stoker_cmd
+from tests.support import JVM_OPTS, REPO, exactly_once, file_sink_ids, stoker_cmd
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ LEASE_TTL = 5.0
 DRIVER_CONF = {
     "stoker.master": "local[1]",
     # A short-lived JVM: C1 only and one GC thread cost less CPU on a loaded machine.
-    "spark.driver.extraJavaOptions": "-Xss16m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": JVM_OPTS,
 }
 SPARK_START = 420.0  # a cold Spark driver on a 2-core machine that other suites share
 # Spark gives a Python worker a fixed 10 s to connect back to the JVM; on an overloaded machine

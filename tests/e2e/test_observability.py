@@ -25,7 +25,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.manager_fixtures import Manager
-from tests.support import REPO, wait_for
+from tests.support import JVM_OPTS, REPO, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -39,7 +39,7 @@ STEP_TIMEOUT = 240.0
 CONF = {
     "stoker.master": "local[1]",
     "stoker.trigger": "500ms",
-    "spark.driver.extraJavaOptions": "-Xss16m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": JVM_OPTS,
 }
 APP = """\
 from stoker import Pipeline, sinks, sources

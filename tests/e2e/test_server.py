@@ -39,7 +39,7 @@ from tests.e2e.manager_fixtures import (
     wait_for,
 )
 from tests.pg import ThrowawayPostgres
-from tests.support import REPO, exactly_once, file_sink_ids, stoker_cmd
+from tests.support import JVM_OPTS, REPO, exactly_once, file_sink_ids, stoker_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -50,7 +50,7 @@ CONF = {
     "stoker.master": "local[1]",
     "stoker.trigger": "200ms",
     # A short-lived JVM: C1 only and one GC thread cost less CPU on a loaded machine.
-    "spark.driver.extraJavaOptions": "-Xss16m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": JVM_OPTS,
 }
 TOKEN = "t0ken-for-tests"
 WRONG_TOKEN = (

@@ -24,7 +24,7 @@ from stoker.manager import processes
 from stoker.store import Owner, open_store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobState, TxnState, job_id
 from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
-from tests.support import REPO, exactly_once, file_sink_ids, start_driver, stoker_cmd
+from tests.support import JVM_OPTS, REPO, exactly_once, file_sink_ids, start_driver, stoker_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -34,7 +34,7 @@ LOCAL = ["-D", "stoker.master=local[1]", "-D", "stoker.trigger=200ms"]
 CONF = {
     "stoker.master": "local[1]",
     "stoker.trigger": "200ms",
-    "spark.driver.extraJavaOptions": "-Xss16m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": JVM_OPTS,
 }
 
 # A pipeline file; the driver (or `stoker run`) finds the module-level Pipeline and runs it.
