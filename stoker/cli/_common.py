@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import click
 
-from stoker.errors import JobNotFound, StokerError, Unauthorized, exit_code
+from stoker.errors import InvalidInput, JobNotFound, StokerError, Unauthorized, exit_code
 from stoker.types import job_id as _job_id
 
 # A message longer than this (a Java stack trace folded into an error) is cut on the one line.
@@ -97,6 +98,20 @@ def server_opts(fn: Callable[..., Any]) -> Callable[..., Any]:
         default=None,
         help="Job manager URL, e.g. http://127.0.0.1:8081 (env STOKER_SERVER).",
     )(fn)
+
+
+def need_server(
+    server: str | None, why: str = "applications and clusters live in a job manager"
+) -> str:
+    """``server``, or :class:`InvalidInput` on ``--server`` saying ``why`` it is required."""
+    if not server:
+        raise InvalidInput("--server", f"{why}: give --server URL (or STOKER_SERVER)")
+    return server
+
+
+def when(t: float | None) -> str:
+    """A store timestamp as local time to the second, ``-`` for none."""
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def client(server: str, token: str | None) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from stoker.cli._common import client, guarded, scaling_line, server_opts
+from stoker.cli._common import client, guarded, need_server, scaling_line, server_opts, when
 from stoker.cli.display import RATE_EPOCHS, LiveView, job_status, live_wanted, render_view
 from stoker.errors import InvalidInput
 from stoker.types import JobState
@@ -23,20 +23,6 @@ from stoker.types import job_id as _job_id
 # How the attached CLI exits for each terminal state of the application.
 _EXIT = {"FINISHED": 0, "CANCELED": 0, "FAILED": 8}
 _TERMINAL = frozenset(_EXIT)
-
-
-def need_server(server: str | None) -> str:
-    """Applications and clusters live in a job manager: ``--server`` is required."""
-    if not server:
-        raise InvalidInput(
-            "--server",
-            "applications and clusters live in a job manager: give --server URL (or STOKER_SERVER)",
-        )
-    return server
-
-
-def _ts(t: float | None) -> str:
-    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 # stoker run --driver ------------------------------------------------------------------------
@@ -194,7 +180,7 @@ def print_status(view: dict[str, Any]) -> None:
         where = f" pid {current['pid']} on {current['host']}" if current["pid"] else ""
         click.echo(
             f"attempt     {current['attempt']} {current['state']}{where}, "
-            f"started {_ts(current['started_at'])}"
+            f"started {when(current['started_at'])}"
         )
         if current.get("error"):
             click.echo(f"  error     {current['error']}")

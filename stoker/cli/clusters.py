@@ -20,8 +20,7 @@ from typing import Any
 
 import click
 
-from stoker.cli._common import client, guarded, server_opts
-from stoker.cli.apps import need_server
+from stoker.cli._common import client, guarded, need_server, server_opts
 
 _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 

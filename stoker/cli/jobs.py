@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import Any
 
 import click
@@ -21,6 +20,7 @@ from stoker.cli._common import (
     server_opts,
     state_dir_opt,
     store_opt,
+    when,
 )
 from stoker.errors import InvalidInput
 from stoker.redact import redact_answer
@@ -29,10 +29,6 @@ from stoker.types import job_id as _job_id
 _open = open_job_store
 _store_opt = store_opt
 _dir_opt = state_dir_opt
-
-
-def _ts(t: float | None) -> str:
-    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def _view(st: Any, jid: Any) -> dict[str, Any]:
@@ -85,14 +81,14 @@ def status_cmd(
     if a:
         click.echo(
             f"attempt    {a['attempt']} {a['state']} pid {a['pid']} on {a['host']}, "
-            f"started {_ts(a['started_at'])}, lease until {_ts(a['lease_expires_at'])}"
+            f"started {when(a['started_at'])}, lease until {when(a['lease_expires_at'])}"
         )
         if a.get("error"):
             click.echo(f"  error    {a['error']}")
     e = out.get("last_epoch")
     if e:
         click.echo(
-            f"last epoch {e['epoch']} {e['state']} rows {e['rows']} at {_ts(e['committed_at'])}"
+            f"last epoch {e['epoch']} {e['state']} rows {e['rows']} at {when(e['committed_at'])}"
         )
     click.echo(f"config v{out['control_version']}")
     scaling = scaling_line(out)
@@ -152,7 +148,7 @@ def epochs_cmd(
         flag = " final" if e["final"] else ""
         click.echo(
             f"{e['epoch']:>7} {e['state']:<10} {rows:>9} {e['control_version']:>4} "
-            f"{e['decided_by'] or '-':>3}  {_ts(e['committed_at'])}{flag}"
+            f"{e['decided_by'] or '-':>3}  {when(e['committed_at'])}{flag}"
         )
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stoker.cli._common import guarded, server_opts
+from stoker.cli._common import guarded, need_server, server_opts
 from stoker.errors import InvalidInput, JobSuspended
 from stoker.paths import check_app_path
 from stoker.redact import redact_answer, redact_url
@@ -154,7 +154,7 @@ def run_cmd(
     args = [*app_args, *positional_args]
     if driver:
         _refuse_with_driver(job_id, pipeline_name, config, from_savepoint)
-        from stoker.cli.apps import need_server, submit_and_follow_application
+        from stoker.cli.apps import submit_and_follow_application
 
         srv = need_server(server)
         sys.exit(

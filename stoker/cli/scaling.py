@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import getpass
 import json
-import time
 from typing import Any
 
 import click
@@ -25,14 +24,11 @@ from stoker.cli._common import (
     server_opts,
     state_dir_opt,
     store_opt,
+    when,
 )
 from stoker.errors import InvalidInput
 from stoker.redact import redact_answer
 from stoker.types import job_id as _job_id
-
-
-def _ts(t: float | None) -> str:
-    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 def _user() -> str:
@@ -59,7 +55,7 @@ def rescale_line(r: dict[str, Any]) -> str:
         workers = f" workers +{len(added)}/-{len(removed)}"
     error = f" error: {r['error']}" if r.get("error") else ""
     return (
-        f"{_ts(r['at'])} #{r['rescale_id']} {r['kind']:<8} {r['status']:<10} "
+        f"{when(r['at'])} #{r['rescale_id']} {r['kind']:<8} {r['status']:<10} "
         f"{_count(r.get('from_executors'))} -> {_count(r.get('to_executors'))}"
         f"{workers}{extra}{who}: {r['reason']}{error}"
     )

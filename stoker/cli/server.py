@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from stoker.cli._common import client, guarded, server_opts
+from stoker.cli._common import client, guarded, need_server, server_opts, when
 from stoker.errors import InvalidInput
 
 
@@ -139,7 +139,7 @@ def _ago(now: float, t: float) -> str:
 
 
 def _manager_line(m: dict[str, Any], lease: dict[str, Any] | None, now: float) -> str:
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m["started_at"]))
+    started = when(m["started_at"])
     token = f"  token {lease['token']}" if lease and lease["holder"] == m["holder"] else ""
     return (
         f"{m['role']:<8} {m['address'] or '-':<28} holder {m['holder']}  started {started}  "
@@ -155,9 +155,7 @@ def managers_cmd(server: str | None, token: str | None, as_json: bool) -> None:
     """List the job managers of the server's store: the leader (it holds the leader lease) and
     the standbys, each with the address it serves at and when it was last seen. Any manager of
     the store answers the same; a lapsed lease names no leader."""
-    if not server:
-        raise InvalidInput("--server", "give a job manager's URL (or STOKER_SERVER)")
-    with client(server, token) as c:
+    with client(need_server(server, "the managers are read from one of them"), token) as c:
         out = c.managers()
     if as_json:
         click.echo(json.dumps(out, indent=2))
