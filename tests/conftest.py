@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -68,44 +68,53 @@ def sqlite_path(tmp_path: Path) -> Path:
     return tmp_path / "store.db"
 
 
+# Lanes ----------------------------------------------------------------------------------------
+# Markers say what a test costs (declared in pyproject.toml): `cluster` starts standalone
+# clusters (masters and workers, minutes of JVMs), `soak` repeats faults or loops for minutes,
+# `browser` drives a real Chromium. The fast lane (`--fast`) leaves out `cluster` and `soak`
+# and asks the repeated-fault tests that stay for fewer rounds (the `rounds` fixture), never
+# fewer kinds of fault: it still starts real Spark drivers and SIGKILLs them at every step of
+# the protocol.
+FAST_LANE = "not cluster and not soak"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help=f"the fast lane: -m '{FAST_LANE}', fewer rounds of the repeated-fault tests",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--fast"):
+        chosen = config.option.markexpr
+        config.option.markexpr = f"({chosen}) and {FAST_LANE}" if chosen else FAST_LANE
+
+
+@pytest.fixture
+def rounds(request: pytest.FixtureRequest) -> Callable[[int, int], int]:
+    """``rounds(full, fast)``: how many times a repeated-fault test repeats its faults, ``full``
+    in the whole suite, ``fast`` in the fast lane (each kind of fault still at least once)."""
+    fast_lane = bool(request.config.getoption("--fast"))
+    return lambda full, fast: fast if fast_lane else full
+
+
 # Parallel runs (pytest-xdist, `--dist loadgroup`) ----------------------------------------------
-# Modules that start standalone clusters (masters and workers on 127.0.0.2, .3, ...) run one
-# after the other on one process: two clusters at once would share loopback addresses and
-# double the JVMs on a 2-core machine. Every other module runs whole on one process (its module
-# fixtures, servers and jobs, are set up once, and some run their tests in order), except those
-# whose tests stand alone and are long, which spread over the processes test by test.
-_CLUSTER_MODULES = frozenset(
-    {
-        "tests/e2e/test_applications_api.py",
-        "tests/e2e/test_autoscaling.py",
-        "tests/e2e/test_client.py",
-        "tests/e2e/test_clusters_api.py",
-        "tests/e2e/test_driver_mode.py",
-        "tests/integration/test_pg_retries.py",
-        "tests/integration/test_reactive.py",
-        "tests/integration/test_scaler.py",
-        "tests/integration/test_standalone_clusters.py",
-        "tests/integration/test_worker_loss.py",
-    }
-)
-_SPREAD_MODULES = frozenset(
-    {
-        "tests/integration/test_crash.py",
-        "tests/e2e/test_signals.py",
-        "tests/integration/test_state_partitions.py",
-    }
-)
-
-
-def _rank(module: str) -> int:
-    """When a module's tests are handed out: longest first, so that the two processes end
-    together (xdist keeps the order given with --no-loadscope-reorder; its own order, by number
-    of tests, put the longest single crash tests last, where one process ran them while the
-    other sat idle). The cluster modules (about 20 minutes on one process), then the crash
-    tests, then the other Spark tests, then the quick ones that fill the end."""
-    if module in _CLUSTER_MODULES:
+# Tests marked `cluster` (standalone clusters on 127.0.0.2, .3, ...) run one after the other on
+# one process: two clusters at once would share loopback addresses and double the JVMs on a
+# 2-core machine. Every other module runs whole on one process (its module fixtures, servers and
+# jobs, are set up once, and some run their tests in order), except modules marked `spread`,
+# whose tests stand alone and are long: they spread over the processes test by test.
+def _rank(item: pytest.Item, module: str) -> int:
+    """When a test is handed out: longest first, so that the two processes end together
+    (xdist keeps the order given with --no-loadscope-reorder; its own order, by number of
+    tests, put the longest single crash tests last, where one process ran them while the other
+    sat idle). The clusters (about 20 minutes on one process), then the long lone tests, then
+    the other Spark tests, then the quick ones that fill the end."""
+    if item.get_closest_marker("cluster"):
         return 0
-    if module == "tests/integration/test_crash.py":
+    if item.get_closest_marker("spread"):
         return 1
     if module.startswith(("tests/unit/", "tests/integration/store/")):
         return 3
@@ -117,10 +126,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     root = Path(str(config.rootpath))
     modules = [Path(str(item.path)).relative_to(root).as_posix() for item in items]
     for item, module in zip(items, modules, strict=True):
-        if module in _SPREAD_MODULES:
-            continue
-        group = "clusters" if module in _CLUSTER_MODULES else module
-        item.add_marker(pytest.mark.xdist_group(group))
+        if item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group("clusters"))
+        elif not item.get_closest_marker("spread"):
+            item.add_marker(pytest.mark.xdist_group(module))
     # A stable sort: each module keeps its tests' order (every process collects the same).
-    order = sorted(range(len(items)), key=lambda i: _rank(modules[i]))
+    order = sorted(range(len(items)), key=lambda i: _rank(items[i], modules[i]))
     items[:] = [items[i] for i in order]

@@ -24,7 +24,7 @@ import pytest
 from tests.e2e.manager_fixtures import Manager, process_tree, stop_all, wait_for
 from tests.support import JVM_OPTS, REPO, file_sink_ids, stoker_cmd
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1200)]
 
 TOKEN = "apps-t0ken"
 READ_TOKEN = "apps-read-t0ken"

@@ -48,7 +48,7 @@ from tests.e2e.test_driver_mode import (
     wait_stopped,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 APP_FILE = "app_scaling.py"
 STABILIZATION, COOLDOWN, WINDOW = 4.0, 8.0, 12.0

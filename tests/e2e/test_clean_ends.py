@@ -33,7 +33,7 @@ from stoker.types import (
 from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
 from tests.support import JVM_OPTS, LIGHT_JVM, REPO, file_sink_ids, pg_ids, pg_prepared, stoker_cmd
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 JOB_TIMEOUT = 420.0  # a cold Spark driver on a loaded 2-core machine
 CONF = {

@@ -24,7 +24,7 @@ from stoker.errors import (
 )
 from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 TOKEN = "client-t0ken"
 READ_TOKEN = "client-read-t0ken"

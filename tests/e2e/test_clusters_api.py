@@ -23,7 +23,7 @@ import pytest
 from tests.e2e.manager_fixtures import Manager, stop_all
 from tests.support import REPO, file_sink_ids, stoker_cmd, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 TOKEN = "cluster-t0ken"
 READ_TOKEN = "cluster-read-t0ken"
@@ -259,6 +259,7 @@ def _shows(w: World, page: Any, box: Any, selector: str, state: str = "visible")
         ) from None
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(
     CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"
 )

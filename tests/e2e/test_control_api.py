@@ -22,7 +22,7 @@ from stoker.store import Store, open_store
 from stoker.types import ControlStatus, JobState, job_id
 from tests.e2e.manager_fixtures import Manager, stop_all
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 TOKEN = "ctl-t0ken"
 READ_TOKEN = "ctl-read-t0ken"

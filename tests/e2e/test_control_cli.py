@@ -21,7 +21,7 @@ from stoker.types import JobState, job_id
 from tests.e2e.manager_fixtures import Manager, stop_all
 from tests.support import REPO, stoker_cmd
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 TOKEN = "cli-ctl-t0ken"
 SPEC: dict[str, Any] = {

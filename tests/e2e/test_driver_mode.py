@@ -64,7 +64,7 @@ from tests.e2e.driver_fixtures import (
 )
 from tests.e2e.manager_fixtures import Proc, forks_left_out
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 TRIO = "app_driver_trio.py"
 RAISES = "app_driver_raises.py"

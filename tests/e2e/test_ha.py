@@ -41,8 +41,6 @@ import pytest
 from tests import support
 from tests.support import JVM_OPTS, REPO, exactly_once, file_sink_ids, stoker_cmd
 
-pytestmark = pytest.mark.slow
-
 LEADER_TTL = 2.0
 LEASE_TTL = 5.0
 DRIVER_CONF = {

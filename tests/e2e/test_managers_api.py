@@ -20,7 +20,7 @@ from stoker.server.docs import ManagersView
 from tests.e2e.driver_fixtures import cli
 from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 TOKEN = "managers-t0ken"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.manager_fixtures import Manager
 from tests.support import JVM_OPTS, REPO, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 TOKEN = "obs-t0ken"
 READ_TOKEN = "obs-read-t0ken"
@@ -273,6 +273,21 @@ def test_grafana_dashboard_uses_only_series_the_endpoint_exposes(world: World) -
 # events ------------------------------------------------------------------------------------
 def test_events_show_the_job_starting_committing_and_its_control(world: World) -> None:
     s = world.stream
+
+    def control() -> list[str]:
+        return [e["status"] for e in s.of("control") if e["control_id"] == world.control_id]
+
+    # The REST API said COMMITTED first (the fixture): the stream shows it when it next polls.
+    wait_for(
+        lambda: f"the stream to show the config event COMMITTED (it showed {control()})",
+        lambda: "COMMITTED" in control(),
+        STEP_TIMEOUT,
+    )
+    wait_for(
+        "the stream to show the job RUNNING",
+        lambda: "RUNNING" in [e["state"] for e in s.of("job")],
+        STEP_TIMEOUT,
+    )
     jobs = s.of("job")
     assert jobs[0]["previous"] is None  # a new job (CREATED, or RUNNING already if quick)
     assert "RUNNING" in [e["state"] for e in jobs]
@@ -281,7 +296,7 @@ def test_events_show_the_job_starting_committing_and_its_control(world: World) -
     epochs = [e["epoch"] for e in s.of("epoch")]
     assert epochs == sorted(set(epochs))  # each once, in order
     assert all(e["job_id"] == JOB and e["rows"] is not None for e in s.of("epoch"))
-    statuses = [e["status"] for e in s.of("control") if e["control_id"] == world.control_id]
+    statuses = control()
     assert statuses[-1] == "COMMITTED" and statuses == sorted(
         set(statuses), key=["PENDING", "APPLIED", "COMMITTED"].index
     )

@@ -25,7 +25,7 @@ from stoker.server.docs import JOB_ID_MAX, JOB_ID_PATTERN
 from stoker.types import job_id
 from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 TOKEN = "contract-t0ken"
 READ_TOKEN = "contract-read-t0ken"

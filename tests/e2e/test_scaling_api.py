@@ -27,7 +27,7 @@ from stoker.types import AttemptNo, ControlVersion, Epoch, JobId, JobKind, JobSt
 from tests.e2e.manager_fixtures import Manager, stop_all
 from tests.support import REPO, stoker_cmd
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 TOKEN = "scale-t0ken"
 READ_TOKEN = "scale-read-t0ken"

@@ -23,7 +23,7 @@ from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
 from tests.pg import ThrowawayPostgres
 from tests.support import REPO, stoker_cmd
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 TOKEN = "full-t0ken"
 READ_TOKEN = "read-0nly-t0ken"

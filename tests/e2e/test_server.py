@@ -41,7 +41,7 @@ from tests.e2e.manager_fixtures import (
 from tests.pg import ThrowawayPostgres
 from tests.support import JVM_OPTS, REPO, exactly_once, file_sink_ids, stoker_cmd
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = pytest.mark.timeout(1200)
 
 JOB_TIMEOUT = 420.0  # a cold Spark driver, another beside it, on 2 cores other suites share
 QUICK = 90.0  # a CLI call; a job that fails before Spark starts, submitted minutes ago

@@ -26,7 +26,7 @@ from stoker.types import AttemptNo, AttemptState, EpochState, JobState, TxnState
 from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
 from tests.support import JVM_OPTS, REPO, exactly_once, file_sink_ids, start_driver, stoker_cmd
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.spread, pytest.mark.timeout(1500)]
 
 JOB_TIMEOUT = 420.0  # a cold Spark driver on 2 cores other suites share
 SUSPENDED_EXIT = 13  # stoker.errors.EXIT_CODES[JobSuspended]

@@ -27,7 +27,7 @@ from tests.support import JVM_OPTS, REPO
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.browser,
     pytest.mark.timeout(900),
     pytest.mark.skipif(
         CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"

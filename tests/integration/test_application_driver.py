@@ -31,7 +31,7 @@ from stoker.store import AttemptRecord, EpochRecord, Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobKind, JobState, job_id
 from tests.support import APPS, REPO, exactly_once, kill_group, wait_group_gone
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 APP_FILE = APPS / "app_three_jobs.py"
 STREAMS = ("stream-a", "stream-b")

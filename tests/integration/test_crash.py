@@ -39,7 +39,7 @@ from tests.support import (
 )
 
 # pytest-timeout's default (600 s) is too tight for two Spark start-ups on a busy machine.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.spread, pytest.mark.timeout(1200)]
 
 JOB = job_id("ids")
 # Spark start-up alone takes 8-15 s on an idle 2-core machine and several times that when

@@ -32,7 +32,7 @@ from tests.integration.test_crash import (
 )
 from tests.support import pg_prepared, start_driver, wait_group_gone
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1500)]
 
 TOTAL, PER_EPOCH = 4_000, 400  # 10 epochs of 2 generator partitions each
 

@@ -59,7 +59,7 @@ from tests.support import (
     wait_group_gone,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1200)]
 
 JOB = job_id("reactive")
 SPEC = "standalone:workers=1,cores=1,memory=512m"

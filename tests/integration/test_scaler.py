@@ -25,6 +25,8 @@ from stoker.scaling.scaler import Scaler
 from stoker.store import JobRecord, Owner, Store, open_store
 from stoker.types import AttemptNo, ClusterState, ControlVersion, Epoch, JobId, JobKind, job_id
 
+pytestmark = pytest.mark.cluster
+
 T0 = 1_000_000.0
 JOB = job_id("orders")
 APP = job_id("shop")

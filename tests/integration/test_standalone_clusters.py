@@ -34,6 +34,8 @@ from stoker.manager.clusters import (
 )
 from stoker.procs import process_start_marker
 
+pytestmark = pytest.mark.cluster
+
 SECRET = "s3cr3t-value-never-in-a-jvm"
 
 

@@ -33,7 +33,7 @@ from stoker.store import open_store
 from tests import support
 from tests.support import REPO, kill_group, start_driver, stoker_cmd, wait_group_gone
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.spread, pytest.mark.timeout(900)]
 
 KEYS = 5
 PER_EPOCH = 10
@@ -203,7 +203,6 @@ def assert_exact_counts(job: Job, total: int) -> None:
 
 
 # tests -----------------------------------------------------------------------------------------
-@pytest.mark.slow
 def test_repartition_a_stopped_job_and_resume_it(tmp_path: Path) -> None:
     """Created with 3 state partitions; crashes, one of them after stoker decided an epoch
     Spark did not log (refused), one mid-epoch (its epoch skipped); repartitioned to 5 while a
@@ -284,7 +283,6 @@ def test_repartition_a_stopped_job_and_resume_it(tmp_path: Path) -> None:
     assert_exact_counts(job, total)
 
 
-@pytest.mark.slow
 def test_an_hdfs_backed_state_is_refused_and_kept(tmp_path: Path) -> None:
     """Spark cannot repartition the HDFS-backed state store (and would leave a batch behind
     that stops the query from starting): refused up front, naming the provider. The job then

@@ -62,7 +62,7 @@ from tests.integration.test_crash import (
 from tests.support import kill_group, pg_prepared, start_driver, wait_group_gone
 from tests.worker_loss_support import LOSS_APP, Executor, SparkUI, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 WORKERS = 3
 SPEC = parse_cluster(f"standalone:workers={WORKERS},cores=1,memory=512m")
