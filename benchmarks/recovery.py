@@ -5,7 +5,7 @@ Two real drivers, each its own process group (so the kill takes the Spark JVM wi
 the same filter and parquet output:
 
 * **stoker**: ``stoker run benchmarks/apps/recovery_stoker.py`` (started with
-  ``tests/support.py``'s ``start_driver``); the first epoch committed by the new attempt is
+  ``tests/support``'s ``start_driver``); the first epoch committed by the new attempt is
   read from the job's SQLite store (``committed_at`` of the first epoch it decided);
 * **plain**: ``python benchmarks/apps/recovery_plain.py``, a Structured Streaming query with
   ``foreachBatch`` restarted from its checkpoint; its first batch written by the new process.

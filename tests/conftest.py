@@ -6,6 +6,7 @@ import itertools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,6 +60,17 @@ def pg_dsn(pg_server: ThrowawayPostgres) -> Iterator[str]:
     name = f"t{os.getpid()}_{next(_db_numbers)}"
     yield pg_server.create_database(name)
     pg_server.drop_database(name)
+
+
+# Spark -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """One local SparkSession for the tests of a module that run pipelines in the test's own
+    process, stopped after the module: ``local[2]``, or the module's ``SPARK_MASTER``."""
+    from tests.support.spark import local_session
+
+    master = getattr(request.module, "SPARK_MASTER", "local[2]")
+    yield from local_session(master, request.module.__name__.rpartition(".")[2])
 
 
 # SQLite ----------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,6 +30,7 @@ from types import TracebackType
 from typing import Any, LiteralString
 
 from stoker.errors import StokerError
+from tests.support import free_port
 
 __all__ = ["PostgresUnavailable", "ThrowawayPostgres", "find_postgres_bin"]
 
@@ -132,12 +132,6 @@ def _default_base_dir() -> str:
         if st.f_bavail * st.f_frsize >= 1 << 30 and os.access(shm, os.W_OK | os.X_OK):
             return shm
     return tempfile.gettempdir()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ThrowawayPostgres:
@@ -370,7 +364,7 @@ class ThrowawayPostgres:
         env["LC_ALL"] = "C"
         # A free port can be taken by someone else before the server binds it: try a few.
         for _ in range(5):
-            port = _free_port()
+            port = free_port()
             self._write_settings(port)  # later lines win in postgresql.conf
             with (self._dir / "server.log").open("ab") as log:
                 # Our own child rather than pg_ctl's daemon, so that stop() can reap it.

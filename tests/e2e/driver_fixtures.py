@@ -26,16 +26,9 @@ from typing import Any
 
 from stoker.store import AttemptRecord, EpochRecord, Store, open_store
 from stoker.types import EpochState, JobId, JobKind
-from tests.e2e.manager_fixtures import (
-    Manager,
-    Proc,
-    forks_left_out,
-    kill_all,
-    processes,
-    stop_all,
-    wait_for,
-)
-from tests.support import APPS, JVM_OPTS, REPO, file_sink_ids, stoker_cmd
+from tests.support import APPS, JVM_OPTS, REPO, file_sink_ids, stoker_cmd, wait_for
+from tests.support.manager import Manager, stop_all
+from tests.support.procs import Proc, forks_left_out, kill_all, processes
 
 APP_FILES = ("app_driver_trio.py", "app_driver_raises.py", "app_driver_misuse.py")
 

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.manager_fixtures import Manager, process_tree, stop_all, wait_for
-from tests.support import JVM_OPTS, REPO, file_sink_ids, stoker_cmd
+from tests.support import JVM_OPTS, REPO, file_sink_ids, stoker_cmd, wait_for
+from tests.support.manager import Manager, stop_all
+from tests.support.procs import process_tree
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1200)]
 

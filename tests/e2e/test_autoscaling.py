@@ -39,7 +39,6 @@ from tests.e2e.driver_fixtures import (
     note,
     one_manager,
 )
-from tests.e2e.manager_fixtures import wait_for
 from tests.e2e.test_driver_mode import (
     attempt_states,
     left_of,
@@ -47,6 +46,7 @@ from tests.e2e.test_driver_mode import (
     wait_gone,
     wait_stopped,
 )
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 

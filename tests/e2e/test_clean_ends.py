@@ -30,8 +30,17 @@ from stoker.types import (
     JobState,
     TxnState,
 )
-from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
-from tests.support import JVM_OPTS, LIGHT_JVM, REPO, file_sink_ids, pg_ids, pg_prepared, stoker_cmd
+from tests.support import (
+    JVM_OPTS,
+    LIGHT_JVM,
+    REPO,
+    file_sink_ids,
+    pg_ids,
+    pg_prepared,
+    stoker_cmd,
+    wait_for,
+)
+from tests.support.manager import Manager, stop_all
 
 pytestmark = pytest.mark.timeout(900)
 

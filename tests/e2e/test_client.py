@@ -22,7 +22,8 @@ from stoker.errors import (
     JobTerminal,
     Unauthorized,
 )
-from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
+from tests.support import wait_for
+from tests.support.manager import Manager, stop_all
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.manager_fixtures import Manager, stop_all
 from tests.support import REPO, file_sink_ids, stoker_cmd, wait_for
+from tests.support.manager import Manager, stop_all
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 

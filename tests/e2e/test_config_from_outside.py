@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.manager_fixtures import Manager, wait_for
-from tests.support import file_sink_ids, stoker_cmd
+from tests.support import file_sink_ids, stoker_cmd, wait_for
+from tests.support.manager import Manager
 
 SPARK = 600.0  # a cold Spark driver on a loaded 2-core machine
 QUICK = 120.0

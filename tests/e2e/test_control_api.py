@@ -20,7 +20,7 @@ import pytest
 
 from stoker.store import Store, open_store
 from stoker.types import ControlStatus, JobState, job_id
-from tests.e2e.manager_fixtures import Manager, stop_all
+from tests.support.manager import Manager, stop_all
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -18,8 +18,8 @@ import pytest
 
 from stoker.store import open_store
 from stoker.types import JobState, job_id
-from tests.e2e.manager_fixtures import Manager, stop_all
 from tests.support import REPO, stoker_cmd
+from tests.support.manager import Manager, stop_all
 
 pytestmark = pytest.mark.timeout(600)
 

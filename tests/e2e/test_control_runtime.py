@@ -32,6 +32,7 @@ from stoker.sources.base import parse_offset_line
 from stoker.store import Store, open_store
 from stoker.store.records import ControlEvent, EpochRecord
 from stoker.types import ControlKind, ControlStatus, Epoch, EpochState, JobState, TxnState, job_id
+from tests import support
 from tests.support import APPS, JVM_OPTS, REPO, exactly_once, kill_group, start_driver, stoker_cmd
 
 pytestmark = pytest.mark.timeout(1800)
@@ -59,15 +60,9 @@ T = TypeVar("T")
 
 
 def wait_for(what: Callable[[], str] | str, check: Callable[[], T | None], timeout: float) -> T:
-    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
-        time.sleep(0.1)
+    """:func:`tests.support.wait_for`, polling every 0.1 s."""
+    got: T = support.wait_for(what, check, timeout, every=0.1)
+    return got
 
 
 @dataclass

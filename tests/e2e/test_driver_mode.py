@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,7 +61,8 @@ from tests.e2e.driver_fixtures import (
     two_managers,
     wait_for,
 )
-from tests.e2e.manager_fixtures import Proc, forks_left_out
+from tests.support import free_port
+from tests.support.procs import Proc, forks_left_out
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -188,12 +188,6 @@ def executors_on_every_worker(cluster: dict[str, Any]) -> bool:
         and len(alive) == cluster["workers"]
         and all(int(w.get("coresused", 0)) == int(w.get("cores", 0)) for w in alive)
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # 1. three jobs on the application's own cluster ----------------------------------------------

@@ -24,8 +24,6 @@ import itertools
 import os
 import re
 import signal
-import socket
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -39,7 +37,8 @@ import psycopg
 import pytest
 
 from tests import support
-from tests.support import JVM_OPTS, REPO, exactly_once, file_sink_ids, stoker_cmd
+from tests.support import JVM_OPTS, exactly_once, file_sink_ids
+from tests.support.manager import Manager
 
 LEADER_TTL = 2.0
 LEASE_TTL = 5.0
@@ -96,12 +95,6 @@ FAILING_APP = "raise SystemExit('probe: this app exits at once')\n"
 
 
 # processes -----------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class Proc:
     pid: int
@@ -179,67 +172,45 @@ def wait_for(
 
 # managers ------------------------------------------------------------------------------------
 class Managers:
-    """``stoker server`` processes sharing one PostgreSQL store; slot i keeps its port."""
+    """``stoker server`` processes (:class:`tests.support.manager.Manager`) sharing one
+    PostgreSQL store; slot i keeps its port and its log across restarts."""
 
     def __init__(self, root: Path, store: str, apps: Path, n: int = 2) -> None:
         self.root = root
         self.store = store
         self.apps = apps
-        self.ports = [_free_port() for _ in range(n)]
-        self.procs: list[subprocess.Popen[bytes] | None] = [None] * n
+        self.ports = [support.free_port() for _ in range(n)]
+        self.slots: list[Manager | None] = [None] * n
         self.http = httpx.Client(timeout=10.0)
 
     def url(self, i: int) -> str:
         return f"http://127.0.0.1:{self.ports[i]}"
 
     def start(self, i: int) -> None:
-        log = open(self.root / f"m{i}.log", "ab")  # noqa: SIM115 - handed to the child
-        argv = stoker_cmd(
-            "server",
-            "--port",
-            str(self.ports[i]),
-            "--state-dir",
-            str(self.root / f"m{i}"),
-            "--store",
+        self.slots[i] = Manager(
+            f"manager {i}",
             self.store,
-            "--allow-dir",
-            str(self.apps),
-            "--leader-ttl",
-            str(LEADER_TTL),
-            "--lease-ttl",
-            str(LEASE_TTL),
+            self.root / f"m{i}",
+            [self.apps],
+            self.root / f"m{i}.log",
+            lease_ttl=LEASE_TTL,
+            leader_ttl=LEADER_TTL,
+            port=self.ports[i],
         )
-        self.procs[i] = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=str(REPO),
-            start_new_session=True,  # its own group: a kill of it reaches no driver
-        )
-        log.close()
 
     def health(self, i: int, timeout: float = 2.0) -> dict[str, Any] | None:
-        try:
-            r = self.http.get(self.url(i) + "/healthz", timeout=timeout)
-        except httpx.HTTPError:
-            return None
-        return r.json() if r.status_code == 200 else None
+        m = self.slots[i]
+        return None if m is None else m.health(timeout)
 
     def wait_up(self, i: int) -> None:
-        def up() -> bool:
-            proc = self.procs[i]
-            assert proc is not None and proc.poll() is None, (
-                f"manager {i} exited:\n{self.log_tail(i)}"
-            )
-            return self.health(i) is not None
-
-        wait_for(f"manager {i} to answer /healthz", up, MANAGER_START, every=0.1)
+        m = self.slots[i]
+        assert m is not None, f"manager {i} is not started"
+        m.wait_up(MANAGER_START, every=0.1)
 
     def start_all(self) -> None:
-        for i in range(len(self.procs)):
+        for i in range(len(self.slots)):
             self.start(i)
-        for i in range(len(self.procs)):
+        for i in range(len(self.slots)):
             self.wait_up(i)
 
     def leader(self, timeout: float = 30.0) -> int:
@@ -247,7 +218,7 @@ class Managers:
 
         def one() -> int | None:
             says = [
-                i for i in range(len(self.procs)) if (self.health(i) or {}).get("leader") is True
+                i for i in range(len(self.slots)) if (self.health(i) or {}).get("leader") is True
             ]
             assert len(says) <= 1, f"managers {says} all say they lead"
             return says[0] + 1 if says else None  # +1: slot 0 is truthy too
@@ -256,19 +227,17 @@ class Managers:
 
     def kill(self, i: int) -> None:
         """kill -9 the manager of slot ``i`` (its own process group; no driver is in it)."""
-        proc = self.procs[i]
-        assert proc is not None
-        assert not any(p.pgid == proc.pid for p in drivers(self.store)), "a driver in its group"
-        kill_group(proc.pid)
-        proc.wait(timeout=30)
-        self.procs[i] = None
+        m = self.slots[i]
+        assert m is not None
+        assert not any(p.pgid == m.proc.pid for p in drivers(self.store)), "a driver in its group"
+        m.kill()
+        self.slots[i] = None
 
     def close(self) -> None:
-        for i, proc in enumerate(self.procs):
-            if proc is not None:
-                kill_group(proc.pid)
-                proc.wait(timeout=30)
-                self.procs[i] = None
+        for i, m in enumerate(self.slots):
+            if m is not None:
+                m.kill()
+                self.slots[i] = None
         self.http.close()
 
     def log_tail(self, i: int, n: int = 4000) -> str:

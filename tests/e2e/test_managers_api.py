@@ -18,7 +18,8 @@ import pytest
 from stoker.client import Client
 from stoker.server.docs import ManagersView
 from tests.e2e.driver_fixtures import cli
-from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
+from tests.support import wait_for
+from tests.support.manager import Manager, stop_all
 
 pytestmark = pytest.mark.timeout(300)
 

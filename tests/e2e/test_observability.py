@@ -24,8 +24,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.manager_fixtures import Manager
 from tests.support import JVM_OPTS, REPO, wait_for
+from tests.support.manager import Manager
 
 pytestmark = pytest.mark.timeout(900)
 

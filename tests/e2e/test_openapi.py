@@ -23,7 +23,8 @@ import pytest
 from stoker.errors import InvalidInput
 from stoker.server.docs import JOB_ID_MAX, JOB_ID_PATTERN
 from stoker.types import job_id
-from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
+from tests.support import wait_for
+from tests.support.manager import Manager, stop_all
 
 pytestmark = pytest.mark.timeout(600)
 

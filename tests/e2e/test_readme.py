@@ -23,14 +23,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.manager_fixtures import free_port
+from tests.support import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_RUN_TIMEOUT = 600.0  # a cold Spark driver on a loaded 2-core machine
@@ -223,16 +222,15 @@ def server(work: Path) -> Iterator[str]:
         argv, cwd=work, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + QUICK_TIMEOUT
-    while True:
+
+    def up() -> bool:
         assert proc.poll() is None, (work / "server.log").read_text()
         try:
-            if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
-                break
+            return httpx.get(f"{url}/healthz", timeout=5).status_code == 200
         except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "stoker server did not come up"
-        time.sleep(0.3)
+            return False
+
+    wait_for("stoker server to come up", up, QUICK_TIMEOUT, every=0.3)
     try:
         yield url
     finally:

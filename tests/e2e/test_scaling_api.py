@@ -24,8 +24,8 @@ import pytest
 from stoker.store import Store, open_store
 from stoker.store.records import Owner
 from stoker.types import AttemptNo, ControlVersion, Epoch, JobId, JobKind, JobState, job_id
-from tests.e2e.manager_fixtures import Manager, stop_all
 from tests.support import REPO, stoker_cmd
+from tests.support.manager import Manager, stop_all
 
 pytestmark = pytest.mark.timeout(600)
 

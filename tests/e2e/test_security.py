@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from stoker.types import JobState
-from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
 from tests.pg import ThrowawayPostgres
-from tests.support import REPO, stoker_cmd
+from tests.support import REPO, stoker_cmd, wait_for
+from tests.support.manager import Manager, stop_all
 
 pytestmark = pytest.mark.timeout(600)
 

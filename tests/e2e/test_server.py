@@ -29,17 +29,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.manager_fixtures import (
-    Manager,
-    Proc,
-    describe,
-    process_tree,
-    still_alive,
-    stop_all,
-    wait_for,
-)
 from tests.pg import ThrowawayPostgres
-from tests.support import JVM_OPTS, REPO, exactly_once, file_sink_ids, stoker_cmd
+from tests.support import JVM_OPTS, REPO, exactly_once, file_sink_ids, stoker_cmd, wait_for
+from tests.support.manager import Manager, stop_all
+from tests.support.procs import Proc, describe, process_tree, still_alive
 
 pytestmark = pytest.mark.timeout(1200)
 

@@ -23,8 +23,16 @@ import pytest
 from stoker.manager import processes
 from stoker.store import Owner, open_store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobState, TxnState, job_id
-from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
-from tests.support import JVM_OPTS, REPO, exactly_once, file_sink_ids, start_driver, stoker_cmd
+from tests.support import (
+    JVM_OPTS,
+    REPO,
+    exactly_once,
+    file_sink_ids,
+    start_driver,
+    stoker_cmd,
+    wait_for,
+)
+from tests.support.manager import Manager, stop_all
 
 pytestmark = [pytest.mark.spread, pytest.mark.timeout(1500)]
 

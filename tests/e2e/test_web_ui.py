@@ -22,8 +22,8 @@ import pytest
 
 from stoker.store import open_store
 from stoker.types import JobState, job_id
-from tests.e2e.manager_fixtures import Manager, stop_all, wait_for
-from tests.support import JVM_OPTS, REPO
+from tests.support import JVM_OPTS, REPO, wait_for
+from tests.support.manager import Manager, stop_all
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = [

@@ -29,7 +29,7 @@ import pytest
 from stoker.errors import InvalidInput, JobOwnedElsewhere
 from stoker.store import AttemptRecord, EpochRecord, Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobKind, JobState, job_id
-from tests.support import APPS, REPO, exactly_once, kill_group, wait_group_gone
+from tests.support import APPS, REPO, exactly_once, kill_group, wait_for, wait_group_gone
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -168,15 +168,21 @@ class AppRun:
         return "\n".join(parts)
 
     def wait_for(self, cond: Callable[[], bool], what: str, timeout: float = STARTUP) -> None:
-        """Poll ``cond``; fail with the drivers' logs on timeout or when the driver exits."""
-        deadline = time.monotonic() + timeout
-        while not cond():
+        """Poll ``cond`` (:func:`tests.support.wait_for`); fail with the drivers' logs on
+        timeout or when the driver exits."""
+
+        def check() -> bool:
+            if cond():
+                return True
             live = self.procs[-1]
             if live.poll() is not None:
                 pytest.fail(f"driver exited ({live.returncode}) waiting for {what}\n{self.tail()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{self.tail()}")
-            time.sleep(0.2)
+            return False
+
+        try:
+            wait_for(what, check, timeout, every=0.2)
+        except AssertionError as timed_out:
+            pytest.fail(f"{timed_out}\n{self.tail()}")
 
     def wait_exit(self, proc: subprocess.Popen[bytes], timeout: float = RUN) -> int:
         """The driver's exit code; its process group (the JVM, Python workers) gone too."""
@@ -360,8 +366,7 @@ def test_zombie_driver_decides_nothing_and_a_signal_suspends_the_new_one(
     )
     freeze(run, first.pid)
     lease = run.store.list_attempts(run.app)[0].lease_expires_at
-    while run.store.clock.now() <= lease:
-        time.sleep(0.2)
+    wait_for("the lease of attempt 1 to lapse", lambda: run.store.clock.now() > lease, 60, 0.2)
     run.store.attempt_failed(
         run.app, AttemptNo(1), "the lease of attempt 1 expired", run.store.clock.now()
     )

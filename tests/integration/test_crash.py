@@ -27,6 +27,7 @@ import pytest
 
 from stoker.store import EpochRecord, Store, open_store
 from stoker.types import AttemptState, EpochState, JobState, TxnState, job_id
+from tests import support
 from tests.support import (
     APPS,
     exactly_once,
@@ -95,17 +96,23 @@ def wait_for(
     timeout: float = STARTUP,
     every: float = 0.2,
 ) -> None:
-    """Poll ``cond``; fail with the log tail on timeout or when ``proc`` ends first."""
-    deadline = time.monotonic() + timeout
-    while not cond():
+    """Poll ``cond`` (:func:`tests.support.wait_for`); fail with the log tail on timeout or
+    when ``proc`` ends first."""
+
+    def check() -> bool:
+        if cond():
+            return True
         if proc is not None and proc.poll() is not None:
             rc = proc.returncode
             pytest.fail(f"driver ended (rc {rc}) while waiting for {what}\n{tail(log)}")
-        if time.monotonic() > deadline:
-            if proc is not None:
-                kill_group(proc)
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{tail(log)}")
-        time.sleep(every)
+        return False
+
+    try:
+        support.wait_for(what, check, timeout, every)
+    except AssertionError as timed_out:
+        if proc is not None:
+            kill_group(proc)
+        pytest.fail(f"{timed_out}\n{tail(log)}")
 
 
 def ids_env(out: Path, dsn: str, total: int, per_epoch: int) -> dict[str, str]:

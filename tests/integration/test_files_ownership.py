@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,8 +16,6 @@ import pytest
 import stoker
 from stoker import JobState, Pipeline, SinkError, sinks, sources
 from stoker.runtime.context import EpochContext
-from stoker.runtime.session import get_session
-from stoker.settings import Settings
 from stoker.sinks._files_owner import MARKER, read_claim
 from stoker.store import open_store
 from stoker.types import JobId
@@ -28,14 +25,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 TRIGGER = "100ms"
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    conf = {"spark.python.authenticate.socketTimeout": "120s"}
-    session = get_session(Settings(master="local[2]", spark_conf=conf), "files-ownership")
-    yield session
-    session.stop()
 
 
 def _ids(jid: str, out: Path, total: int = 30) -> Pipeline:

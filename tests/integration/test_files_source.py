@@ -14,7 +14,7 @@ import textwrap
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,23 +22,13 @@ import pytest
 
 import stoker
 from stoker import JobState, Pipeline, sinks, sources
-from stoker.runtime.session import get_session
-from stoker.settings import Settings
 from stoker.sources._filelog import FileLog
-from tests.support import file_sink_ids, kill_group, start_driver
+from tests.support import file_sink_ids, kill_group, start_driver, wait_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 TRIGGER = "100ms"
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    conf = {"spark.python.authenticate.socketTimeout": "120s"}
-    session = get_session(Settings(master="local[2]", spark_conf=conf), "tests-files-source")
-    yield session
-    session.stop()
 
 
 def _put(folder: Path, name: str, ids: range) -> Path:
@@ -53,14 +43,13 @@ def _put(folder: Path, name: str, ids: range) -> Path:
 def _wait(
     what: str, pred: Callable[[], bool], timeout: float = 120.0, log: Path | None = None
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            extra = ""
-            if log is not None and log.exists():
-                extra = "\n" + "\n".join(log.read_text(errors="replace").splitlines()[-40:])
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}{extra}")
-        time.sleep(0.1)
+    def details() -> str:
+        extra = ""
+        if log is not None and log.exists():
+            extra = "\n" + "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+        return f"{what}{extra}"
+
+    wait_for(details, pred, timeout, every=0.1)
 
 
 class _Background:

@@ -12,7 +12,6 @@ the task).
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ from tests.integration.test_crash import (
     tail,
     wait_exit,
 )
-from tests.support import pg_prepared, start_driver, wait_group_gone
+from tests.support import pg_prepared, start_driver, wait_for, wait_group_gone
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1500)]
 
@@ -112,14 +111,18 @@ def test_worker_death_after_prepare_retried_then_driver_killed(tmp_path: Path, p
 # (a) + (c): a zombie task attempt that prepares only after the epoch's commit --------------
 def wait_zombie(folder: Path, epoch: int, log: Path, timeout: float = 120.0) -> dict[str, str]:
     path = folder / f"zombie-{epoch}-0.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def prepared() -> dict[str, str] | None:
         if path.exists():
             note = json.loads(path.read_text())
             if note["state"] != "holding":
                 return dict(note)
-        time.sleep(0.1)
-    pytest.fail(f"zombie of epoch {epoch} did not prepare within {timeout}s\n{tail(log)}")
+        return None
+
+    got: dict[str, str] = wait_for(
+        lambda: f"the zombie of epoch {epoch} to prepare\n{tail(log)}", prepared, timeout, 0.1
+    )
+    return got
 
 
 def test_zombie_task_attempt_that_prepares_after_the_commit(tmp_path: Path, pg_dsn: str) -> None:

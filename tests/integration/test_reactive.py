@@ -47,12 +47,13 @@ from stoker.manager.clusters import (
 from stoker.scalespec import parse_scaling
 from stoker.store import Store, open_store
 from stoker.types import EpochState, JobState, job_id
-from tests.cluster import free_port
+from tests import support
 from tests.integration.test_crash import assert_finished_exactly_once, ids_env, wait_exit
 from tests.support import (
     APPS,
     exactly_once,
     file_sink_ids,
+    free_port,
     kill_group,
     pg_prepared,
     start_driver,
@@ -85,15 +86,9 @@ T = TypeVar("T")
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT_S) -> T:
     """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
     t0 = time.monotonic()
-    deadline = t0 + timeout
-    while True:
-        got = probe()
-        if got:
-            print(f"{time.strftime('%H:%M:%S')} {what}: {time.monotonic() - t0:.1f} s")
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
+    got: T = support.wait_for(what, probe, timeout, every=0.2)
+    print(f"{time.strftime('%H:%M:%S')} {what}: {time.monotonic() - t0:.1f} s")
+    return got
 
 
 # 0. a replay split differently -------------------------------------------------------------------

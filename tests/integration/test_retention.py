@@ -7,7 +7,6 @@ points of :mod:`stoker.testing`), real SQLite.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,8 +14,6 @@ import pytest
 
 import stoker
 from stoker import JobState, Pipeline, sinks, sources
-from stoker.runtime.session import get_session
-from stoker.settings import Settings
 from stoker.store import EpochRecord, open_store
 from stoker.types import AttemptState, EpochState, TxnState, job_id
 from tests.support import APPS, exactly_once, file_sink_ids, start_driver, wait_group_gone
@@ -25,14 +22,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 RETAIN = {"stoker.retention.epochs": "5", "stoker.retention.interval": "200ms"}
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    conf = {"spark.python.authenticate.socketTimeout": "120s"}
-    session = get_session(Settings(master="local[2]", spark_conf=conf), "tests-retention")
-    yield session
-    session.stop()
 
 
 def _records(state: Path, jid: str) -> dict[int, EpochRecord]:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,12 +37,10 @@ from stoker.clock import ManualClock
 from stoker.runtime.attempt import LeaseKeeper, start_attempt
 from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.recovery import recover
-from stoker.runtime.session import get_session
-from stoker.settings import Settings
 from stoker.sinks.base import Recovered, SinkOwner
 from stoker.store import Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, ControlVersion, Epoch, EpochState, job_id
-from tests.support import exactly_once, file_sink_ids
+from tests.support import exactly_once, file_sink_ids, wait_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -52,16 +49,6 @@ if TYPE_CHECKING:
 
 TRIGGER = "100ms"
 SCHEMA = "id long, name string, score double"
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    # A loaded machine (other Spark drivers run beside this suite) can delay the Python data
-    # source runner's connection back to the JVM past the 15 s default.
-    conf = {"spark.python.authenticate.socketTimeout": "120s"}
-    session = get_session(Settings(master="local[2]", spark_conf=conf), "tests")
-    yield session
-    session.stop()
 
 
 # helpers ---------------------------------------------------------------------------------------
@@ -151,11 +138,7 @@ def _parquet(folder: Path, name: str, columns: dict[str, pa.Array]) -> Path:
 
 
 def _wait(what: str, pred: Callable[[], bool], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
+    wait_for(what, pred, timeout, every=0.1)
 
 
 class _Background:

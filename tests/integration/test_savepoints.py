@@ -13,9 +13,8 @@ import json
 import os
 import subprocess
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +25,6 @@ import stoker
 from stoker import InvalidInput, JobState, Pipeline, sinks, sources
 from stoker.control import events
 from stoker.runtime import restore, savepoint
-from stoker.runtime.session import get_session
-from stoker.settings import Settings
 from stoker.sinks._files_owner import read_claim
 from stoker.sinks.base import SinkOwner
 from stoker.store import Store, open_store
@@ -40,6 +37,7 @@ from tests.support import (
     pg_ids,
     pg_prepared,
     stoker_cmd,
+    wait_for,
 )
 
 if TYPE_CHECKING:
@@ -50,12 +48,8 @@ if TYPE_CHECKING:
 TRIGGER = "200ms"
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    conf = {"spark.python.authenticate.socketTimeout": "120s"}
-    session = get_session(Settings(master="local[1]", spark_conf=conf), "savepoints")
-    yield session
-    session.stop()
+# One core: see the ``spark`` fixture (tests/conftest.py).
+SPARK_MASTER = "local[1]"
 
 
 # helpers ---------------------------------------------------------------------------------------
@@ -66,11 +60,7 @@ def _store(state: Path) -> Store:
 
 
 def _wait(what: str, pred: Callable[[], bool], timeout: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
+    wait_for(what, pred, timeout, every=0.1)
 
 
 def _committed(state: Path, jid: str) -> list[int]:

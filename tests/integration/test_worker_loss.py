@@ -50,7 +50,6 @@ from stoker.manager.clusters import (
     stop_processes,
 )
 from stoker.types import AttemptState, Epoch, EpochState, JobState, TxnState, job_id
-from tests.cluster import free_port
 from tests.integration.test_crash import (
     assert_finished_exactly_once,
     epochs,
@@ -59,7 +58,7 @@ from tests.integration.test_crash import (
     tail,
     wait_exit,
 )
-from tests.support import kill_group, pg_prepared, start_driver, wait_group_gone
+from tests.support import free_port, kill_group, pg_prepared, start_driver, wait_group_gone
 from tests.worker_loss_support import LOSS_APP, Executor, SparkUI, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]

@@ -1,9 +1,9 @@
-"""Helpers for end-to-end tests of ``stoker server``: manager processes, the process table,
-polling, and application files written for a test.
+"""Job managers for the tests: real ``stoker server`` processes and an HTTP client of each.
 
-Every manager is a real ``stoker server`` process in a session of its own; the drivers it
-starts are its children, each leading a process group of its own (the JVM and the Python
-workers join it). Stopping a manager here also kills every process it started.
+Every manager runs in a session of its own; the drivers it starts are its children, each
+leading a process group of its own (the JVM and the Python workers join it). Stopping a
+manager here also kills every process it started; killing it (``kill -9`` of its group)
+reaches none of its drivers.
 """
 
 from __future__ import annotations
@@ -11,110 +11,18 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from stoker.redact import redact_url
-from tests.support import REPO, stoker_cmd, wait_for
+from tests.support.core import REPO, free_port, stoker_cmd, wait_for
+from tests.support.procs import Proc, kill_all, process_tree, processes
 
 MANAGER_START = 90.0  # a `stoker server` importing FastAPI on a loaded machine
-
-
-# the process table -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Proc:
-    """One process as /proc shows it; ``start`` (clock ticks since boot) tells reused pids."""
-
-    pid: int
-    ppid: int
-    pgid: int
-    start: str
-    argv: tuple[str, ...]
-
-
-def _read(pid: int) -> Proc | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
-        return None  # exited; only its parent's wait is missing
-    argv = tuple(raw.rstrip(b"\0").decode(errors="replace").split("\0")) if raw else ()
-    return Proc(pid, int(fields[1]), int(fields[2]), fields[19], argv)
-
-
-def processes() -> list[Proc]:
-    """Every live (not zombie) process of the machine."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            p = _read(int(entry))
-            if p is not None:
-                out.append(p)
-    return out
-
-
-def forks_left_out(procs: Iterable[Proc]) -> list[Proc]:
-    """``procs`` less the children forked by one of them and not yet exec'd: such a child
-    carries its parent's command line until it execs (a driver launching its JVM, a JVM starting
-    a Python worker) and is not a second process of that kind."""
-    procs = list(procs)
-    argv_of = {p.pid: p.argv for p in procs}
-    return [p for p in procs if argv_of.get(p.ppid) != p.argv]
-
-
-def process_tree(pgid: int | None = None, root: int | None = None) -> set[Proc]:
-    """The members of process group ``pgid`` and/or process ``root``, with all descendants."""
-    table = processes()
-    found = {p for p in table if p.pgid == pgid or p.pid == root}
-    while True:
-        pids = {p.pid for p in found}
-        more = {p for p in table if p.ppid in pids and p not in found}
-        if not more:
-            return found
-        found |= more
-
-
-def alive(p: Proc) -> bool:
-    """Whether this very process (not a later one with its pid) still runs."""
-    now = _read(p.pid)
-    return now is not None and now.start == p.start
-
-
-def still_alive(procs: Iterable[Proc]) -> list[Proc]:
-    return sorted((p for p in procs if alive(p)), key=lambda p: p.pid)
-
-
-def kill_all(procs: Iterable[Proc]) -> None:
-    """SIGKILL these processes and their groups (never the test's own group)."""
-    own = os.getpgrp()
-    for p in procs:
-        if not alive(p):
-            continue
-        if p.pgid not in (own, 0, 1):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pgid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(p.pid, signal.SIGKILL)
-
-
-def describe(procs: Iterable[Proc]) -> str:
-    return "; ".join(f"{p.pid} (pgid {p.pgid}): {' '.join(p.argv)[:120]}" for p in procs)
-
-
-# polling ---------------------------------------------------------------------------------------
-# managers --------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Manager:
@@ -134,11 +42,12 @@ class Manager:
         lease_ttl: float = 5.0,
         leader_ttl: float = 2.0,
         extra_args: list[str] | None = None,
+        port: int | None = None,
     ) -> None:
         self.name = name
         self.store = store
         self.log = log
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         argv = stoker_cmd(
             "server",
@@ -174,15 +83,20 @@ class Manager:
             )
         self.http = httpx.Client(base_url=self.url, timeout=60.0)
 
-    def wait_up(self, timeout: float = MANAGER_START) -> None:
+    def health(self, timeout: float = 5.0) -> dict[str, Any] | None:
+        """``GET /healthz``'s answer, or None while the manager does not answer 200."""
+        try:
+            r = self.http.get("/healthz", timeout=timeout)
+        except httpx.HTTPError:
+            return None
+        return r.json() if r.status_code == 200 else None
+
+    def wait_up(self, timeout: float = MANAGER_START, every: float = 0.2) -> None:
         def up() -> bool:
             assert self.proc.poll() is None, f"{self.name} exited:\n{self.log_tail()}"
-            try:
-                return self.http.get("/healthz", timeout=5.0).status_code == 200
-            except httpx.HTTPError:
-                return False
+            return self.health() is not None
 
-        wait_for(f"{self.name} to answer /healthz", up, timeout, every=0.2)
+        wait_for(f"{self.name} to answer /healthz", up, timeout, every=every)
 
     def log_tail(self, n: int = 4000) -> str:
         try:
@@ -206,6 +120,14 @@ class Manager:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         kill_all(started)
+        self.http.close()
+
+    def kill(self) -> None:
+        """``kill -9`` the manager's process group (the manager alone: every driver it started
+        leads a group of its own and lives on)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
         self.http.close()
 
 
