@@ -25,7 +25,7 @@ from stoker.errors import (
 from tests.support import wait_for
 from tests.support.manager import Manager, stop_all
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 TOKEN = "client-t0ken"
 READ_TOKEN = "client-read-t0ken"

@@ -31,7 +31,7 @@ from tests.integration.test_crash import (
 )
 from tests.support import pg_prepared, start_driver, wait_for, wait_group_gone
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1500)]
+pytestmark = pytest.mark.timeout(1500)
 
 TOTAL, PER_EPOCH = 4_000, 400  # 10 epochs of 2 generator partitions each
 
@@ -159,6 +159,7 @@ def test_zombie_task_attempt_that_prepares_after_the_commit(tmp_path: Path, pg_d
 
 
 # (b) + (c): speculation for real on a standalone cluster -----------------------------------
+@pytest.mark.cluster
 def test_speculative_copy_wins_over_a_slow_prepared_first_attempt(
     tmp_path: Path,
     pg_dsn: str,

@@ -25,8 +25,6 @@ from stoker.scaling.scaler import Scaler
 from stoker.store import JobRecord, Owner, Store, open_store
 from stoker.types import AttemptNo, ClusterState, ControlVersion, Epoch, JobId, JobKind, job_id
 
-pytestmark = pytest.mark.cluster
-
 T0 = 1_000_000.0
 JOB = job_id("orders")
 APP = job_id("shop")
@@ -405,6 +403,7 @@ def cluster(
         clusters.stop_processes(list(seen.values()))
 
 
+@pytest.mark.cluster
 def test_standalone_provider_adds_a_worker_and_removes_one_gracefully(
     cluster: tuple[Path, clusters.StartedCluster], tmp_path: Path
 ) -> None:
@@ -477,6 +476,7 @@ def test_standalone_provider_adds_a_worker_and_removes_one_gracefully(
         store.close()
 
 
+@pytest.mark.cluster
 def test_a_decision_made_while_the_provider_works_is_provided_for_afterwards(
     store: Store, clock: ManualClock, tmp_path: Path
 ) -> None:
@@ -525,6 +525,7 @@ def test_a_decision_made_while_the_provider_works_is_provided_for_afterwards(
         scaler.stop()
 
 
+@pytest.mark.cluster
 def test_nothing_new_is_decided_while_a_decision_is_on_its_way(
     store: Store, clock: ManualClock, tmp_path: Path, recorder: Recorder
 ) -> None:
