@@ -18,6 +18,7 @@ import pytest
 from stoker.clock import ManualClock
 from stoker.errors import ClusterError
 from stoker.manager import clusters
+from stoker.manager.clusters.jvm import group_left
 from stoker.scalespec import parse_scaling
 from stoker.scaling.policy import DefaultPolicy
 from stoker.scaling.provider import SparkExecutorsOnly, StandaloneProvider
@@ -464,7 +465,7 @@ def test_standalone_provider_adds_a_worker_and_removes_one_gracefully(
             left[0]["address"]
         }
         removed = workers[1]
-        assert not clusters._group_left(removed)  # its JVM is gone
+        assert not group_left(removed)  # its JVM is gone
         with open(removed["log"], encoding="utf-8", errors="replace") as fh:
             assert "SIGKILL" not in fh.read()  # gracefully: no kill after a timeout
     finally:

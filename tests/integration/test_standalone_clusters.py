@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from stoker.errors import ClusterError, InvalidInput
-from stoker.manager import clusters
 from stoker.manager.clusters import (
     ClusterSpec,
     StartedCluster,
@@ -32,6 +31,7 @@ from stoker.manager.clusters import (
     start_standalone,
     stop_processes,
 )
+from stoker.manager.clusters import start as cluster_start
 from stoker.procs import process_start_marker
 
 SECRET = "s3cr3t-value-never-in-a-jvm"
@@ -233,7 +233,7 @@ def test_a_failed_start_raises_and_leaves_nothing(
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     taken_port = int(taken.getsockname()[1])
-    real_free_port = clusters._free_port
+    real_free_port = cluster_start._free_port
     handed: list[int] = []
 
     def first_one_taken(address: str) -> int:
@@ -241,7 +241,7 @@ def test_a_failed_start_raises_and_leaves_nothing(
         handed.append(port)
         return port
 
-    monkeypatch.setattr(clusters, "_free_port", first_one_taken)
+    monkeypatch.setattr(cluster_start, "_free_port", first_one_taken)
     reported: list[dict[str, Any]] = []
     spec = ClusterSpec("standalone", workers=1, cores=1, memory="0m")
     try:
