@@ -8,7 +8,6 @@ is stopped at the end whatever happened, so a failing test leaves no JVM behind.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from stoker import procs
 from stoker.errors import ClusterError, InvalidInput
 from stoker.manager.clusters import (
     ClusterSpec,
@@ -49,19 +49,8 @@ class Cluster:
 
 
 def _group(pgid: int) -> list[int]:
-    """Live pids of process group ``pgid`` (zombies excluded), read from /proc."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(int(name))
-    return found
+    """Live pids of process group ``pgid`` (zombies excluded), as /proc shows them."""
+    return procs.group_pids(pgid)
 
 
 def _environ(pid: int) -> dict[str, str]:

@@ -21,13 +21,13 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stoker import procs
 from stoker.errors import ClusterError
-from stoker.procs import process_start_marker
 from stoker.redact import is_secret_key, redact_text
 
 log = logging.getLogger("stoker.clusters")
@@ -180,7 +180,7 @@ def spawn(argv: list[str], info: ProcessInfo, env: dict[str, str]) -> Launch:
     except OSError as exc:
         raise ClusterError(f"cannot start {info['id']} ({argv[0]}): {exc}") from exc
     info["pid"] = popen.pid
-    info["pid_started"] = process_start_marker(popen.pid)
+    info["pid_started"] = procs.process_start_marker(popen.pid)
     _CHILDREN[popen.pid] = popen
     return Launch(popen, info, log_from)
 
@@ -262,30 +262,7 @@ def group_left(p: ProcessInfo) -> list[int]:
     marker = str(p.get("pid_started"))
     if pgid <= 1 or not marker.isdigit():
         return []
-    leader = _stat(pgid)
-    if leader is not None and leader[3] != marker:
+    leader = procs.stat(pgid)
+    if leader is not None and leader.started != marker:
         return []
-    since = int(marker)
-    return [
-        pid
-        for pid, (state, _ppid, pgrp, started) in _processes()
-        if pgrp == pgid and state != "Z" and int(started) >= since
-    ]
-
-
-def _stat(pid: int) -> tuple[str, int, int, str] | None:
-    """(state, ppid, process group, start marker) of ``pid``, or None when there is none."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[1]), int(fields[2]), fields[19]
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _processes() -> Iterable[tuple[int, tuple[str, int, int, str]]]:
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            stat = _stat(int(name))
-            if stat is not None:
-                yield int(name), stat
+    return procs.group_pids(pgid, started_since=int(marker))

@@ -8,11 +8,11 @@ of a task on the original's host, and the master decommissions workers by host).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from dataclasses import dataclass
 
+from stoker import procs
 from stoker.errors import InvalidInput
 
 FIELD = "cluster"
@@ -156,11 +156,8 @@ def memory_mb(text: str, field: str = FIELD) -> int:
 
 def machine_memory_mb() -> int:
     """This machine's MemTotal in MiB (a large figure where /proc is missing)."""
-    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) // 1024
-    return 1 << 40
+    total = procs.memory_total_mb()
+    return 1 << 40 if total is None else total
 
 
 def check_worker_shape(cores: int, memory: str, *, workers: int = 1, field: str = FIELD) -> None:
