@@ -8,7 +8,7 @@ master says). Callers use the names listed here.
 
 from __future__ import annotations
 
-from stoker.manager.clusters.jvm import OnProcess, ProcessInfo, spark_home
+from stoker.manager.clusters.jvm import OnProcess, spark_home
 from stoker.manager.clusters.spec import (
     DECOMMISSION_CONF,
     DEFAULT_CORES,
@@ -32,7 +32,6 @@ __all__ = [
     "DEFAULT_MEMORY",
     "ClusterSpec",
     "OnProcess",
-    "ProcessInfo",
     "StartedCluster",
     "add_worker",
     "add_workers",

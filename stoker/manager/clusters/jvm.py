@@ -4,10 +4,11 @@ Every JVM is started with pyspark's own ``bin/spark-class`` (it execs java, so t
 is the JVM's) as the leader of a new process group, so its executors and their Python workers
 go with it when the group is signalled.
 
-Each process is described by a plain dict (the shape of ``ClusterRecord.processes``) that
-carries its identity: host, pid and the kernel's start marker of that pid. The caller stores
-these dicts; a different process (a new leader after a failover) can then stop exactly these
-JVMs and never a process that happens to reuse one of their pids.
+Each process is described by a :class:`~stoker.store.ClusterProcess` (an item of
+``ClusterRecord.processes``) that carries its identity: host, pid and the kernel's start marker
+of that pid. The caller stores these records; a different process (a new leader after a
+failover) can then stop exactly these JVMs and never a process that happens to reuse one of
+their pids.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from stoker import procs
 from stoker.errors import ClusterError
 from stoker.redact import is_secret_key, redact_text
+from stoker.store import ClusterProcess
 
 log = logging.getLogger("stoker.clusters")
 
@@ -39,8 +40,8 @@ POLL = 0.25
 # Popen does not warn that it was dropped while its child ran.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
-ProcessInfo = dict[str, Any]
-OnProcess = Callable[[ProcessInfo], None]
+# Called with each JVM's record as soon as it is started (the caller stores it).
+OnProcess = Callable[[ClusterProcess], None]
 
 
 def spark_home() -> Path:
@@ -63,7 +64,7 @@ class Launch:
     """One JVM being started: its Popen (while we are its parent), record and log offset."""
 
     popen: subprocess.Popen[bytes]
-    info: ProcessInfo
+    info: ClusterProcess
     log_from: int
     tries: int = 1
 
@@ -73,7 +74,7 @@ class Launch:
     def new_log(self) -> str:
         """What this JVM wrote to its log (not what an earlier try wrote)."""
         try:
-            with open(self.info["log"], "rb") as fh:
+            with open(self.info.log, "rb") as fh:
                 fh.seek(self.log_from)
                 return fh.read().decode("utf-8", errors="replace")
         except OSError:
@@ -95,18 +96,18 @@ class Launch:
 
 class Recorder:
     """Every process a start launched, by id (a JVM started again after a lost port race
-    replaces its earlier dict), each passed on to ``on_process`` as soon as it is known."""
+    replaces its earlier record), each passed on to ``on_process`` as soon as it is known."""
 
     def __init__(self, on_process: OnProcess | None) -> None:
-        self._started: dict[str, ProcessInfo] = {}
+        self._started: dict[str, ClusterProcess] = {}
         self._on_process = on_process
 
-    def __call__(self, info: ProcessInfo) -> None:
-        self._started[info["id"]] = info
+    def __call__(self, info: ClusterProcess) -> None:
+        self._started[info.id] = info
         if self._on_process is not None:
-            self._on_process(dict(info))
+            self._on_process(info)
 
-    def processes(self) -> list[ProcessInfo]:
+    def processes(self) -> list[ClusterProcess]:
         return list(self._started.values())
 
 
@@ -119,38 +120,38 @@ def process_info(
     folder: Path,
     cores: int,
     memory: str,
-) -> ProcessInfo:
-    """A process's dict before it runs (pid and start marker are filled by spawn)."""
-    return {
-        "role": role,
-        "id": pid_id,
-        "host": socket.gethostname(),
-        "address": address,
-        "pid": 0,
-        "pid_started": "unknown",
-        "port": port,
-        "web_port": web_port,
-        "log": str(folder / f"{pid_id}.log"),
-        "cores": cores,
-        "memory": memory,
-    }
+) -> ClusterProcess:
+    """A JVM's record before it runs (pid and start marker are filled by spawn)."""
+    return ClusterProcess(
+        role=role,
+        id=pid_id,
+        host=socket.gethostname(),
+        address=address,
+        pid=0,
+        pid_started=procs.UNKNOWN,
+        port=port,
+        web_port=web_port,
+        log=str(folder / f"{pid_id}.log"),
+        cores=cores,
+        memory=memory,
+    )
 
 
 def daemon_env(
-    home: Path, folder: Path, info: ProcessInfo, opts_var: str, conf: dict[str, str]
+    home: Path, folder: Path, info: ClusterProcess, opts_var: str, conf: dict[str, str]
 ) -> dict[str, str]:
     """A daemon's environment: ours without stoker's variables and secret-looking ones (the
     executors under a worker run user code: the manager's store password and API tokens are
     not theirs), plus Spark's settings for this daemon."""
     env = {k: v for k, v in os.environ.items() if not _scrubbed(k)}
-    local = folder / "local" / info["id"]
+    local = folder / "local" / info.id
     local.mkdir(parents=True, exist_ok=True)
     env.update(
         {
             "SPARK_HOME": str(home),
             "SPARK_NO_DAEMONIZE": "1",
             # Web UIs bind SPARK_LOCAL_IP (else every interface): loopback only.
-            "SPARK_LOCAL_IP": info["address"],
+            "SPARK_LOCAL_IP": info.address,
             "SPARK_LOCAL_DIRS": str(local),
             opts_var: " ".join(f"-D{k}={v}" for k, v in sorted(conf.items())),
         }
@@ -162,9 +163,9 @@ def _scrubbed(key: str) -> bool:
     return key.startswith("STOKER_") or is_secret_key(key)
 
 
-def spawn(argv: list[str], info: ProcessInfo, env: dict[str, str]) -> Launch:
+def spawn(argv: list[str], info: ClusterProcess, env: dict[str, str]) -> Launch:
     """Start one JVM as a new process group's leader, its output appended to its log."""
-    log_path = Path(info["log"])
+    log_path = Path(info.log)
     try:
         with open(log_path, "ab") as out:
             log_from = out.tell()
@@ -178,24 +179,23 @@ def spawn(argv: list[str], info: ProcessInfo, env: dict[str, str]) -> Launch:
                 start_new_session=True,
             )
     except OSError as exc:
-        raise ClusterError(f"cannot start {info['id']} ({argv[0]}): {exc}") from exc
-    info["pid"] = popen.pid
-    info["pid_started"] = procs.process_start_marker(popen.pid)
+        raise ClusterError(f"cannot start {info.id} ({argv[0]}): {exc}") from exc
     _CHILDREN[popen.pid] = popen
-    return Launch(popen, info, log_from)
+    started = replace(info, pid=popen.pid, pid_started=procs.process_start_marker(popen.pid))
+    return Launch(popen, started, log_from)
 
 
-def note(target: ProcessInfo, message: str) -> None:
+def note(target: ClusterProcess, message: str) -> None:
     """Say it in our log and in the worker's own log (where a user reading it will look)."""
-    log.warning("worker %s (%s): %s", target["id"], target["address"], message)
-    path = target.get("log")
+    log.warning("worker %s (%s): %s", target.id, target.address, message)
+    path = target.log
     if not path:
         return
     with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as fh:
         fh.write(f"stoker: {time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
 
 
-def terminate(batch: list[ProcessInfo], timeout: float) -> None:
+def terminate(batch: list[ClusterProcess], timeout: float) -> None:
     """SIGTERM each group, wait up to ``timeout``, SIGKILL what is left, wait until gone."""
     for p in batch:
         signal_group(p, signal.SIGTERM)
@@ -206,7 +206,7 @@ def terminate(batch: list[ProcessInfo], timeout: float) -> None:
     wait_gone(left, 30.0)
 
 
-def wait_gone(batch: list[ProcessInfo], timeout: float) -> list[ProcessInfo]:
+def wait_gone(batch: list[ClusterProcess], timeout: float) -> list[ClusterProcess]:
     """Wait until no process of the batch's groups is left; return those still there."""
     deadline = time.monotonic() + timeout
     while True:
@@ -218,23 +218,23 @@ def wait_gone(batch: list[ProcessInfo], timeout: float) -> list[ProcessInfo]:
         time.sleep(POLL)
 
 
-def check_gone(batch: list[ProcessInfo], what: str) -> None:
+def check_gone(batch: list[ClusterProcess], what: str) -> None:
     left = [p for p in batch if group_left(p)]
     if left:
-        pids = ", ".join(f"{p['id']}: {group_left(p)}" for p in left)
+        pids = ", ".join(f"{p.id}: {group_left(p)}" for p in left)
         raise ClusterError(f"{what} still running after SIGKILL: {pids}")
 
 
-def signal_group(p: ProcessInfo, sig: int) -> None:
+def signal_group(p: ClusterProcess, sig: int) -> None:
     """Signal the process's group, only while it is provably the recorded one's."""
     if group_left(p):
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(int(p["pid"]), sig)
+            os.killpg(int(p.pid), sig)
 
 
-def _reap(p: ProcessInfo) -> None:
+def _reap(p: ClusterProcess) -> None:
     """Collect the exit status of a JVM this process started (else it stays a zombie)."""
-    pid = int(p.get("pid") or 0)
+    pid = int(p.pid or 0)
     popen = _CHILDREN.get(pid)
     if popen is not None and popen.poll() is not None:
         _CHILDREN.pop(pid, None)
@@ -248,7 +248,7 @@ def reap_exited() -> None:
             _CHILDREN.pop(pid, None)
 
 
-def group_left(p: ProcessInfo) -> list[int]:
+def group_left(p: ClusterProcess) -> list[int]:
     """Live (non-zombie) pids of the recorded process's group, on this host.
 
     The group's id is the leader's pid. A live process at that pid with another start marker
@@ -256,10 +256,10 @@ def group_left(p: ProcessInfo) -> list[int]:
     nothing of ours is left. Otherwise every member started no earlier than our leader is
     ours (the leader itself, its executors, their Python workers).
     """
-    if p.get("host") != socket.gethostname():
+    if p.host != socket.gethostname():
         return []
-    pgid = int(p.get("pid") or 0)
-    marker = str(p.get("pid_started"))
+    pgid = int(p.pid or 0)
+    marker = str(p.pid_started)
     if pgid <= 1 or not marker.isdigit():
         return []
     leader = procs.stat(pgid)

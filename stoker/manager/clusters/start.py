@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ from stoker.manager.clusters.jvm import (
     POLL,
     Launch,
     OnProcess,
-    ProcessInfo,
     Recorder,
     daemon_env,
     process_info,
@@ -32,6 +31,7 @@ from stoker.manager.clusters.jvm import (
 from stoker.manager.clusters.spec import DECOMMISSION_CONF, FIELD, FIRST_WORKER_OCTET, ClusterSpec
 from stoker.manager.clusters.status import try_status
 from stoker.manager.clusters.stop import stop_quietly
+from stoker.store import ClusterProcess
 
 log = logging.getLogger("stoker.clusters")
 
@@ -50,7 +50,7 @@ class StartedCluster:
 
     master_url: str
     web_url: str
-    processes: list[ProcessInfo]
+    processes: list[ClusterProcess]
 
 
 def start_standalone(
@@ -63,9 +63,9 @@ def start_standalone(
     """Start a master and ``spec.workers`` workers; return once the master lists them ALIVE.
 
     Logs go to ``folder/<id>.log``, work and local folders under ``folder``. ``on_process``
-    is called with each process's dict as soon as it is started, before any waiting, so the
+    is called with each process's record as soon as it is started, before any waiting, so the
     caller can record it (a JVM that lost a port race is started again under the same id: the
-    later dict replaces the earlier). On any failure, or after ``timeout`` seconds, everything
+    later record replaces the earlier). On any failure, or after ``timeout`` seconds, everything
     started is stopped and :class:`ClusterError` says which process failed and why.
     """
     if spec.kind != "standalone":
@@ -79,8 +79,8 @@ def start_standalone(
     try:
         home = spark_home()
         master = _start_master(name, home, folder, record, deadline)
-        master_url = f"spark://{MASTER_ADDRESS}:{master.info['port']}"
-        web_url = f"http://{MASTER_ADDRESS}:{master.info['web_port']}"
+        master_url = f"spark://{MASTER_ADDRESS}:{master.info.port}"
+        web_url = f"http://{MASTER_ADDRESS}:{master.info.web_port}"
         launches = [
             spawn_worker(home, folder, master_url, octet, spec.cores, spec.memory, record)
             for octet in range(FIRST_WORKER_OCTET, FIRST_WORKER_OCTET + spec.workers)
@@ -89,7 +89,7 @@ def start_standalone(
         fill_worker_ports(web_url, launches)
         processes = [master.info, *(launch.info for launch in launches)]
         log.info("cluster %s: master %s, %d workers ALIVE", name, master_url, spec.workers)
-        return StartedCluster(master_url, web_url, [dict(p) for p in processes])
+        return StartedCluster(master_url, web_url, processes)
     except BaseException:
         stop_quietly(record.processes(), f"cluster {name!r} did not start")
         raise
@@ -197,16 +197,16 @@ def await_workers(
             if launch.exited() is None:
                 continue
             if launch.tries == 1 and launch.bind_failed():
-                log.info("cluster %s: %s lost a port race; again", name, launch.info["id"])
-                octet = int(launch.info["address"].rsplit(".", 1)[1])
+                log.info("cluster %s: %s lost a port race; again", name, launch.info.id)
+                octet = int(launch.info.address.rsplit(".", 1)[1])
                 info = launch.info
                 launches[i] = spawn_worker(
-                    home, folder, master_url, octet, info["cores"], info["memory"], record, 2
+                    home, folder, master_url, octet, info.cores, info.memory, record, 2
                 )
                 continue
             raise _exited_error(name, launch, folder)
         if time.monotonic() > deadline:
-            late = [ln.info["id"] for ln in launches if not _registered(status, ln.info)]
+            late = [ln.info.id for ln in launches if not _registered(status, ln.info)]
             raise ClusterError(
                 f"cluster {name!r}: {', '.join(late)} not ALIVE on the master in time; "
                 f"{_logs(folder)}"
@@ -214,14 +214,14 @@ def await_workers(
         time.sleep(POLL)
 
 
-def _registered(status: dict[str, Any] | None, info: ProcessInfo) -> dict[str, Any] | None:
+def _registered(status: dict[str, Any] | None, info: ClusterProcess) -> dict[str, Any] | None:
     """The master's ALIVE entry of this very worker: its address and the web UI port we gave
     it (an earlier worker on the same address, gone now, may still be listed)."""
     for entry in (status or {}).get("workers", []):
         if (
-            entry.get("host") == info["address"]
+            entry.get("host") == info.address
             and entry.get("state") == "ALIVE"
-            and str(entry.get("webuiaddress", "")).endswith(f":{info['web_port']}")
+            and str(entry.get("webuiaddress", "")).endswith(f":{info.web_port}")
         ):
             return dict(entry)
     return None
@@ -232,12 +232,12 @@ def fill_worker_ports(web_url: str, launches: list[Launch]) -> None:
     status = try_status(web_url)
     for launch in launches:
         entry = _registered(status, launch.info) or {}
-        launch.info["port"] = int(entry.get("port") or 0)
+        launch.info = replace(launch.info, port=int(entry.get("port") or 0))
 
 
 def _exited_error(name: str, launch: Launch, folder: Path) -> ClusterError:
     code = launch.exited()
-    what = f"{launch.info['id']} ({launch.info['address']})"
+    what = f"{launch.info.id} ({launch.info.address})"
     return ClusterError(
         f"cluster {name!r}: {what} exited with code {code}: {launch.why()}; {_logs(folder)}"
     )

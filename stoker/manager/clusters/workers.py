@@ -18,7 +18,6 @@ from stoker.errors import ClusterError, InvalidInput
 from stoker.manager.clusters.jvm import (
     POLL,
     OnProcess,
-    ProcessInfo,
     Recorder,
     check_gone,
     group_left,
@@ -38,6 +37,7 @@ from stoker.manager.clusters.spec import (
 from stoker.manager.clusters.start import await_workers, fill_worker_ports, spawn_worker
 from stoker.manager.clusters.status import HTTP, HTTP_TIMEOUT, try_status
 from stoker.manager.clusters.stop import stop_quietly
+from stoker.store import ClusterProcess
 
 log = logging.getLogger("stoker.clusters")
 
@@ -57,16 +57,16 @@ def cluster_lock(name: str) -> threading.Lock:
 def add_worker(
     master_url: str,
     web_url: str,
-    processes: list[ProcessInfo],
+    processes: list[ClusterProcess],
     folder: Path,
     cores: int,
     memory: str,
     *,
     timeout: float = 120.0,
     on_process: OnProcess | None = None,
-) -> ProcessInfo:
+) -> ClusterProcess:
     """Start one more worker on the next loopback address past those this cluster uses or
-    its master still lists, and return its dict once the master lists it ALIVE (on failure
+    its master still lists, and return its record once the master lists it ALIVE (on failure
     it is stopped: ClusterError).
 
     ``on_process`` as in :func:`start_standalone`: called before the wait, so the caller can
@@ -88,7 +88,7 @@ def add_worker(
 def add_workers(
     master_url: str,
     web_url: str,
-    processes: list[ProcessInfo],
+    processes: list[ClusterProcess],
     folder: Path,
     cores: int,
     memory: str,
@@ -96,9 +96,9 @@ def add_workers(
     *,
     timeout: float = 120.0,
     on_process: OnProcess | None = None,
-) -> list[ProcessInfo]:
+) -> list[ClusterProcess]:
     """Start ``count`` more workers at once, on the next loopback addresses (see
-    :func:`add_worker`), and return their dicts once the master lists every one ALIVE. They
+    :func:`add_worker`), and return their records once the master lists every one ALIVE. They
     start side by side: a JVM takes seconds to start, and a scale-up of several workers
     waits for the slowest one, not for their sum. On any failure all of them are stopped
     (ClusterError)."""
@@ -129,17 +129,17 @@ def add_workers(
         await_workers(master_url, home, folder, master_url, web_url, launches, record, deadline)
         fill_worker_ports(web_url, launches)
         for launch in launches:
-            log.info("cluster at %s: %s ALIVE", master_url, launch.info["id"])
-        return [dict(launch.info) for launch in launches]
+            log.info("cluster at %s: %s ALIVE", master_url, launch.info.id)
+        return [launch.info for launch in launches]
     except BaseException:
         stop_quietly(record.processes(), "the new workers did not start")
         raise
 
 
-def _next_octet(processes: list[ProcessInfo], status: dict[str, Any] | None) -> int:
+def _next_octet(processes: list[ClusterProcess], status: dict[str, Any] | None) -> int:
     """Past every address this cluster's workers use or the master still lists (a worker
     removed a moment ago), so that a new worker is never mistaken for an old one."""
-    hosts = [str(p.get("address")) for p in processes if p.get("role") == "worker"]
+    hosts = [str(p.address) for p in processes if p.role == "worker"]
     hosts += [str(w.get("host")) for w in (status or {}).get("workers", [])]
     prefix = "127.0.0."
     octets = [
@@ -150,12 +150,12 @@ def _next_octet(processes: list[ProcessInfo], status: dict[str, Any] | None) -> 
 
 def remove_worker(
     web_url: str,
-    processes: list[ProcessInfo],
+    processes: list[ClusterProcess],
     worker: str,
     graceful: bool,
     *,
     timeout: float = 120.0,
-) -> list[ProcessInfo]:
+) -> list[ClusterProcess]:
     """Take one worker (its id or address) out; return the processes left.
 
     Graceful: the master decommissions the worker's host (``POST /workers/kill/``): it stops
@@ -175,8 +175,8 @@ def remove_worker(
     if not graceful:
         signal_group(target, signal.SIGKILL)
         wait_gone([target], 30.0)
-        check_gone([target], f"worker {target['id']}")
-        log.info("worker %s (%s) killed", target["id"], target["address"])
+        check_gone([target], f"worker {target.id}")
+        log.info("worker %s (%s) killed", target.id, target.address)
         return rest
     deadline = time.monotonic() + timeout
     started = time.monotonic()
@@ -188,30 +188,30 @@ def remove_worker(
             break
         time.sleep(POLL)
     terminate([target], max(5.0, deadline - time.monotonic()))
-    check_gone([target], f"worker {target['id']}")
+    check_gone([target], f"worker {target.id}")
     log.info(
         "worker %s (%s) removed gracefully in %.1f s",
-        target["id"],
-        target["address"],
+        target.id,
+        target.address,
         time.monotonic() - started,
     )
     return rest
 
 
-def _find_worker(processes: list[ProcessInfo], worker: str) -> ProcessInfo:
+def _find_worker(processes: list[ClusterProcess], worker: str) -> ClusterProcess:
     for p in processes:
-        if p.get("role") == "worker" and worker in (p.get("id"), p.get("address")):
+        if p.role == "worker" and worker in (p.id, p.address):
             return p
-    known = ", ".join(f"{p['id']} ({p['address']})" for p in processes if p["role"] == "worker")
+    known = ", ".join(f"{p.id} ({p.address})" for p in processes if p.role == "worker")
     raise InvalidInput(
         "worker", f"no worker {worker!r} in this cluster; workers: {known or 'none'}"
     )
 
 
-def _decommission(web_url: str, target: ProcessInfo) -> None:
+def _decommission(web_url: str, target: ClusterProcess) -> None:
     """Ask the master to decommission the worker's host; a host it no longer knows (404) is
     fine: the worker left already."""
-    query = urllib.parse.urlencode({"host": target["address"]})
+    query = urllib.parse.urlencode({"host": target.address})
     request = urllib.request.Request(f"{web_url}/workers/kill/?{query}", data=b"", method="POST")
     try:
         with HTTP.open(request, timeout=HTTP_TIMEOUT):
@@ -220,17 +220,17 @@ def _decommission(web_url: str, target: ProcessInfo) -> None:
         if exc.code == 404:
             return
         raise ClusterError(
-            f"the master at {web_url} refused to decommission {target['id']} "
-            f"({target['address']}): HTTP {exc.code}"
+            f"the master at {web_url} refused to decommission {target.id} "
+            f"({target.address}): HTTP {exc.code}"
         ) from exc
     except OSError as exc:
         raise ClusterError(
-            f"the master at {web_url} does not answer ({exc}); remove {target['id']} "
+            f"the master at {web_url} does not answer ({exc}); remove {target.id} "
             "without graceful=true"
         ) from exc
 
 
-def _drained(web_url: str, target: ProcessInfo) -> bool:
+def _drained(web_url: str, target: ClusterProcess) -> bool:
     """The master lists no ALIVE worker at the target's address, and the worker's process
     group holds only the worker itself: its executors have exited.
 
@@ -240,18 +240,18 @@ def _drained(web_url: str, target: ProcessInfo) -> bool:
     status = try_status(web_url)
     if status is None:
         return False
-    address = target["address"]
+    address = target.address
     workers = status.get("workers", [])
     if any(w.get("host") == address and w.get("state") == "ALIVE" for w in workers):
         return False
-    return set(group_left(target)) <= {int(target["pid"])}
+    return set(group_left(target)) <= {int(target.pid)}
 
 
 _ACK_WAIT_S = 10.0
 _ACK_LINE = "Decommission worker"
 
 
-def _acknowledged(target: ProcessInfo, since: float) -> bool:
+def _acknowledged(target: ClusterProcess, since: float) -> bool:
     """The worker has logged that it is decommissioning (or ``_ACK_WAIT_S`` have passed).
 
     The master lists a worker DECOMMISSIONED as soon as it sends the message, before the
@@ -260,7 +260,7 @@ def _acknowledged(target: ProcessInfo, since: float) -> bool:
     own word that it has begun."""
     if time.monotonic() - since > _ACK_WAIT_S:
         return True
-    path = target.get("log")
+    path = target.log
     if not path:
         return True
     try:
