@@ -8,12 +8,10 @@ is stopped at the end whatever happened, so a failing test leaves no JVM behind.
 
 from __future__ import annotations
 
-import signal
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -185,37 +183,6 @@ def test_stop_processes_leaves_no_process_of_any_group(cluster: Cluster) -> None
     for p in cluster.reported:
         assert _group(p.pid) == [], f"{p.id} (group {p.pid}) is still running"
     stop_processes(cluster.reported)  # nothing left to stop: returns at once
-
-
-def test_stop_never_signals_a_process_that_is_not_the_recorded_one(tmp_path: Path) -> None:
-    sleeper = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    try:
-        marker = process_start_marker(sleeper.pid)
-        record = ClusterProcess(
-            role="worker",
-            id="worker-1",
-            host=socket.gethostname(),
-            address="127.0.0.2",
-            pid=sleeper.pid,
-            pid_started=str(int(marker) - 1),  # an older process that had this pid
-            port=0,
-            web_port=0,
-            log=str(tmp_path / "worker-1.log"),
-            cores=1,
-            memory="512m",
-        )
-        stop_processes([record], timeout=1.0)
-        assert sleeper.poll() is None, "a reused pid was signalled"
-        elsewhere = replace(record, pid_started=marker, host="another-host")
-        with pytest.raises(ClusterError, match="another host"):
-            stop_processes([elsewhere], timeout=1.0)
-        assert sleeper.poll() is None
-        stop_processes([replace(record, pid_started=marker)], timeout=5.0)
-        assert sleeper.wait(timeout=5) == -signal.SIGTERM
-    finally:
-        if sleeper.poll() is None:
-            sleeper.kill()
-            sleeper.wait()
 
 
 def test_a_failed_start_raises_and_leaves_nothing(
