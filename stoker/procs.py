@@ -1,25 +1,111 @@
-"""Process identity: who owns an attempt, and whether that process is provably gone.
+"""Processes as the kernel shows them (``/proc``), and process identity.
+
+The one place that reads ``/proc``: a process's stat (state, parent, group, start time), its
+command line, the members of a process group, every process of the machine, the machine's
+memory. Identity: who owns an attempt (host, pid and the pid's start time, which tells a
+reused pid), and whether that process is provably gone.
 
 Shared by the runtime (an attempt's owner is its driver) and the job manager (it watches the
-drivers it started). No Spark here: the manager imports it.
+drivers and the cluster JVMs it started). No Spark here: the manager imports it.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from stoker.store import Owner
 
+_PROC = "/proc"
+# process_start_marker's answer when the start time cannot be read.
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """What ``/proc/<pid>/stat`` says of one process (the fields stoker reads)."""
+
+    pid: int
+    state: str  # R, S, D, Z (zombie: exited, not yet collected by its parent), ...
+    ppid: int
+    pgid: int
+    # The kernel's start time (clock ticks since boot), as written: with the pid, it tells one
+    # process from a later one that reuses its pid.
+    started: str
+
+    @property
+    def zombie(self) -> bool:
+        return self.state == "Z"
+
+
+def stat(pid: int) -> ProcStat | None:
+    """``pid``'s stat, or None when there is no such process (or it cannot be read)."""
+    try:
+        with open(f"{_PROC}/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            text = fh.read()
+        # The command name, in parentheses, may hold spaces and parentheses: split after it.
+        fields = text.rsplit(")", 1)[1].split()
+        return ProcStat(pid, fields[0], int(fields[1]), int(fields[2]), fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cmdline(pid: int) -> list[str] | None:
+    """``pid``'s argv, or None when there is no such process; [] for a zombie or a kernel
+    thread (they have none)."""
+    try:
+        with open(f"{_PROC}/{pid}/cmdline", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]] if raw else []
+
+
+def pids() -> list[int]:
+    """The pids of every process of the machine now."""
+    try:
+        return sorted(int(name) for name in os.listdir(_PROC) if name.isdigit())
+    except OSError:
+        return []
+
+
+def all_stats() -> Iterator[ProcStat]:
+    """The stat of every process of the machine (those that exit meanwhile are skipped)."""
+    for pid in pids():
+        found = stat(pid)
+        if found is not None:
+            yield found
+
+
+def group_pids(pgid: int, started_since: int = 0) -> list[int]:
+    """Live (not zombie) pids of process group ``pgid`` that started no earlier than
+    ``started_since`` (clock ticks since boot)."""
+    return [
+        s.pid
+        for s in all_stats()
+        if s.pgid == pgid and not s.zombie and int(s.started) >= started_since
+    ]
+
+
+def memory_total_mb() -> int | None:
+    """This machine's MemTotal in MiB, or None where ``/proc/meminfo`` cannot be read."""
+    try:
+        with open(f"{_PROC}/meminfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
 
 def process_start_marker(pid: int) -> str:
-    """The kernel's start time of ``pid`` (clock ticks since boot): distinguishes reused pids."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            stat = fh.read()
-        return stat.rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return "unknown"
+    """The kernel's start time of ``pid`` (clock ticks since boot): distinguishes reused pids;
+    ``"unknown"`` when there is no such process."""
+    found = stat(pid)
+    return UNKNOWN if found is None else found.started
 
 
 def this_owner() -> Owner:
@@ -39,7 +125,19 @@ def owner_is_dead(owner: Owner) -> bool:
     except PermissionError:
         return False
     marker = process_start_marker(owner.pid)
-    return marker != "unknown" and owner.pid_started != "unknown" and marker != owner.pid_started
+    return marker != UNKNOWN and owner.pid_started != UNKNOWN and marker != owner.pid_started
 
 
-__all__ = ["owner_is_dead", "process_start_marker", "this_owner"]
+__all__ = [
+    "UNKNOWN",
+    "ProcStat",
+    "all_stats",
+    "cmdline",
+    "group_pids",
+    "memory_total_mb",
+    "owner_is_dead",
+    "pids",
+    "process_start_marker",
+    "stat",
+    "this_owner",
+]

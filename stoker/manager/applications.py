@@ -35,7 +35,7 @@ from stoker.manager.submit import (
 )
 from stoker.scalespec import ScalingSpec
 from stoker.store import AttemptRecord, JobRecord, Store
-from stoker.store.records import ClusterRecord
+from stoker.store.records import ClusterProcess, ClusterRecord
 from stoker.types import AttemptState, ClusterState, JobId, JobKind, job_id
 
 # A session cluster's name (what a cluster spec takes as a bare name): it becomes a folder
@@ -293,12 +293,12 @@ class SessionClusters:
             rec, created = self.store.create_cluster(name, "session", cluster_spec_dict(spec))
             if not created:
                 raise ClusterConflict(f"cluster {name!r} was just created by another call")
-        recorded: dict[str, dict[str, Any]] = {}  # by id: a JVM started again replaces its try
+        recorded: dict[str, ClusterProcess] = {}  # by id: a JVM started again replaces its try
 
-        def on_process(info: dict[str, Any]) -> None:
+        def on_process(info: ClusterProcess) -> None:
             # In the store before the wait for it: a manager that dies now leaves a record
             # whose processes can still be found and stopped.
-            recorded[str(info["id"])] = dict(info)
+            recorded[info.id] = info
             self.store.update_cluster(name, processes=list(recorded.values()))
 
         try:
@@ -381,9 +381,9 @@ class SessionClusters:
             _session_spec(1, c, m)  # the same checks as a new cluster's workers
             before = list(rec.processes)
 
-            def on_process(info: dict[str, Any]) -> None:
+            def on_process(info: ClusterProcess) -> None:
                 # Recorded before the wait: a manager that dies now leaves it findable.
-                self.store.update_cluster(name, processes=[*before, dict(info)])
+                self.store.update_cluster(name, processes=[*before, info])
 
             try:
                 info = clusters.add_worker(
@@ -399,7 +399,7 @@ class SessionClusters:
                 self.store.update_cluster(name, processes=before)  # it was stopped again
                 raise
             rec = self.store.update_cluster(name, processes=[*before, info])
-        return {"worker": dict(info), "cluster": cluster_view(rec)}
+        return {"worker": info.to_json(), "cluster": cluster_view(rec)}
 
     def remove_worker(self, name: str, worker: str, graceful: bool = False) -> dict[str, Any]:
         """Stop one worker (its ``id`` or address): ``graceful`` decommissions it through the
@@ -505,7 +505,7 @@ def cluster_of(app: JobRecord, lookup: Callable[[str], ClusterRecord | None]) ->
     if rec is not None:
         out["state"] = str(rec.state)
         out["master_url"] = rec.master_url
-        out["workers"] = sum(1 for p in rec.processes if p.get("role") == "worker")
+        out["workers"] = sum(1 for p in rec.processes if p.role == "worker")
     return out
 
 
@@ -519,8 +519,8 @@ def cluster_view(rec: ClusterRecord) -> dict[str, Any]:
         "state": str(rec.state),
         "master_url": rec.master_url,
         "web_url": rec.web_url,
-        "workers": sum(1 for p in rec.processes if p.get("role") == "worker"),
-        "processes": [dict(p) for p in rec.processes],
+        "workers": sum(1 for p in rec.processes if p.role == "worker"),
+        "processes": [p.to_json() for p in rec.processes],
         "error": rec.error,
         "created_at": rec.created_at,
         "updated_at": rec.updated_at,

@@ -39,7 +39,7 @@ from stoker.manager.applications import app_cluster_name, cluster_spec_dict
 from stoker.manager.restart import Failure, parse_strategy
 from stoker.manager.submit import ASSIGNED_STATE_DIR
 from stoker.store import AttemptRecord, JobRecord, Owner, RetentionPolicy, Store
-from stoker.store.records import ClusterRecord
+from stoker.store.records import ClusterProcess, ClusterRecord
 from stoker.types import AttemptNo, AttemptState, ClusterState, JobId, JobKind, JobState
 
 log = logging.getLogger("stoker.supervisor")
@@ -512,10 +512,10 @@ class Supervisor:
     def _start_own_cluster(self, name: str, spec: clusters.ClusterSpec) -> None:
         """On a thread: start the cluster, recording each process as it starts; RUNNING when
         every worker is ALIVE, FAILED with the error otherwise (what started is stopped)."""
-        recorded: dict[str, dict[str, Any]] = {}  # by id: a JVM started again replaces its try
+        recorded: dict[str, ClusterProcess] = {}  # by id: a JVM started again replaces its try
 
-        def on_process(info: dict[str, Any]) -> None:
-            recorded[str(info["id"])] = dict(info)
+        def on_process(info: ClusterProcess) -> None:
+            recorded[info.id] = info
             self.store.update_cluster(name, processes=list(recorded.values()))
 
         try:

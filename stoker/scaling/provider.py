@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from stoker.errors import ClusterError
 from stoker.manager import clusters
 from stoker.store import JobRecord, Store
-from stoker.store.records import ClusterRecord
+from stoker.store.records import ClusterProcess, ClusterRecord
 from stoker.types import ClusterState
 
 log = logging.getLogger("stoker.scaling")
@@ -100,8 +100,8 @@ class StandaloneProvider:
             if len(usable) < executors:
                 # Every worker this decision needs, started side by side.
                 for info in self._add(rec, cores, memory, executors - len(usable)):
-                    added.append(str(info["id"]))
-                    usable.append(str(info["address"]))
+                    added.append(info.id)
+                    usable.append(info.address)
                 rec = self._running()
             surplus = len(usable) - executors
             if surplus <= 0:
@@ -120,16 +120,16 @@ class StandaloneProvider:
                 remaining = clusters.remove_worker(
                     str(rec.web_url),
                     rec.processes,
-                    str(info["id"]),
+                    info.id,
                     graceful=True,
                     timeout=self.remove_timeout,
                 )
                 self.store.update_cluster(self.cluster, processes=remaining)
-                removed.append(str(info["id"]))
+                removed.append(info.id)
                 log.info(
                     "cluster %s: worker %s removed for %s (%d executors wanted)",
                     self.cluster,
-                    info["id"],
+                    info.id,
                     owner.job_id,
                     executors,
                 )
@@ -147,7 +147,7 @@ class StandaloneProvider:
             raise ClusterError(f"cluster {self.cluster!r} is {rec.state}: workers cannot change")
         return rec
 
-    def _room(self, rec: ClusterRecord, owner: JobRecord) -> tuple[list[str], list[dict[str, Any]]]:
+    def _room(self, rec: ClusterRecord, owner: JobRecord) -> tuple[list[str], list[ClusterProcess]]:
         """(hosts of ALIVE workers with room for the owner, stoker's workers among them in the
         order to remove them: idle first, then the newest)."""
         status = clusters.master_status(str(rec.web_url))
@@ -158,25 +158,21 @@ class StandaloneProvider:
         usable = [
             host for host, w in alive.items() if int(w.get("coresused") or 0) == 0 or host in mine
         ]
-        ours = [
-            p
-            for p in rec.processes
-            if p.get("role") == "worker" and str(p.get("address")) in usable
-        ]
+        ours = [p for p in rec.processes if p.role == "worker" and p.address in usable]
 
-        def order(p: dict[str, Any]) -> tuple[int, int]:
-            busy = int(alive[str(p["address"])].get("coresused") or 0) > 0
-            return (1 if busy else 0, -_octet(str(p["address"])))
+        def order(p: ClusterProcess) -> tuple[int, int]:
+            busy = int(alive[p.address].get("coresused") or 0) > 0
+            return (1 if busy else 0, -_octet(p.address))
 
         return usable, sorted(ours, key=order)
 
-    def _add(self, rec: ClusterRecord, cores: int, memory: str, count: int) -> list[dict[str, Any]]:
+    def _add(self, rec: ClusterRecord, cores: int, memory: str, count: int) -> list[ClusterProcess]:
         before = list(rec.processes)
-        started: dict[str, dict[str, Any]] = {}
+        started: dict[str, ClusterProcess] = {}
 
-        def on_process(info: dict[str, Any]) -> None:
+        def on_process(info: ClusterProcess) -> None:
             # In the store before the wait: a manager that dies now leaves them findable.
-            started[str(info["id"])] = dict(info)
+            started[info.id] = info
             self.store.update_cluster(self.cluster, processes=[*before, *started.values()])
 
         try:
@@ -196,7 +192,7 @@ class StandaloneProvider:
             raise
         self.store.update_cluster(self.cluster, processes=[*before, *infos])
         for info in infos:
-            log.info("cluster %s: worker %s added (%s)", self.cluster, info["id"], info["address"])
+            log.info("cluster %s: worker %s added (%s)", self.cluster, info.id, info.address)
         return infos
 
 

@@ -10,6 +10,7 @@ from stoker.store._retention import PruneResult, RetentionPolicy
 from stoker.store.base import Store
 from stoker.store.records import (
     AttemptRecord,
+    ClusterProcess,
     ClusterRecord,
     ControlEvent,
     ControlSnapshot,
@@ -25,6 +26,7 @@ from stoker.store.records import (
 
 __all__ = [
     "AttemptRecord",
+    "ClusterProcess",
     "ClusterRecord",
     "ControlEvent",
     "ControlSnapshot",

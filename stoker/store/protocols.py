@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from stoker.store._retention import PruneResult, RetentionPolicy
 from stoker.store.records import (
     AttemptRecord,
+    ClusterProcess,
     ClusterRecord,
     ControlEvent,
     ControlSnapshot,
@@ -382,7 +383,7 @@ class ClusterStore(Protocol):
         state: ClusterState | None = None,
         master_url: str | None = None,
         web_url: str | None = None,
-        processes: list[dict[str, Any]] | None = None,
+        processes: list[ClusterProcess] | None = None,
         error: str | None = None,
     ) -> ClusterRecord:
         """Change what is given (None: unchanged), in one transaction; a new ``state`` is

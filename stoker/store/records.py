@@ -162,6 +162,63 @@ class AttemptRecord:
 
 
 @dataclass(frozen=True)
+class ClusterProcess:
+    """One JVM (master or worker) of a cluster stoker started: its identity (host, pid and the
+    kernel's start time of that pid, which tells it from a later process reusing the pid),
+    where it listens and what it offers. Stored as a JSON object (:meth:`to_json`)."""
+
+    role: str  # "master" | "worker"
+    id: str  # "master", "worker-1", ...
+    host: str
+    address: str  # its loopback address: 127.0.0.1 for the master, .2, .3 ... for workers
+    pid: int
+    pid_started: str  # "unknown" until it runs
+    port: int  # RPC; a worker's is Spark's pick, 0 until the master lists it
+    web_port: int
+    log: str
+    cores: int  # 0 for the master
+    memory: str  # "" for the master
+
+    @property
+    def owner(self) -> Owner:
+        """Its identity, as an attempt's owner is written."""
+        return Owner(self.host, self.pid, self.pid_started)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object the store keeps and the API shows."""
+        return {
+            "role": self.role,
+            "id": self.id,
+            "host": self.host,
+            "address": self.address,
+            "pid": self.pid,
+            "pid_started": self.pid_started,
+            "port": self.port,
+            "web_port": self.web_port,
+            "log": self.log,
+            "cores": self.cores,
+            "memory": self.memory,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ClusterProcess:
+        """Back from :meth:`to_json`'s object (a key missing: its empty value)."""
+        return cls(
+            role=str(d.get("role") or ""),
+            id=str(d.get("id") or ""),
+            host=str(d.get("host") or ""),
+            address=str(d.get("address") or ""),
+            pid=int(d.get("pid") or 0),
+            pid_started=str(d.get("pid_started") or "unknown"),
+            port=int(d.get("port") or 0),
+            web_port=int(d.get("web_port") or 0),
+            log=str(d.get("log") or ""),
+            cores=int(d.get("cores") or 0),
+            memory=str(d.get("memory") or ""),
+        )
+
+
+@dataclass(frozen=True)
 class ClusterRecord:
     """A Spark standalone cluster stoker started: its processes, so that whichever manager
     leads can tear it down (``stop_processes``) after the one that started it is gone."""
@@ -173,9 +230,7 @@ class ClusterRecord:
     state: ClusterState
     master_url: str | None
     web_url: str | None
-    # Each: {"role": "master"|"worker", "id", "host", "address", "pid", "pid_started", "port",
-    # "web_port", "log", "cores", "memory"}: enough to tell the recorded process from a pid reuse.
-    processes: list[dict[str, Any]]
+    processes: list[ClusterProcess]
     error: str | None
     created_at: float
     updated_at: float
@@ -190,7 +245,7 @@ class ClusterRecord:
             state=ClusterState(r[4]),
             master_url=r[5],
             web_url=r[6],
-            processes=list(json.loads(r[7])),
+            processes=[ClusterProcess.from_json(p) for p in json.loads(r[7])],
             error=r[8],
             created_at=float(r[9]),
             updated_at=float(r[10]),
@@ -205,7 +260,7 @@ class ClusterRecord:
             "state": str(self.state),
             "master_url": self.master_url,
             "web_url": self.web_url,
-            "processes": [dict(p) for p in self.processes],
+            "processes": [p.to_json() for p in self.processes],
             "error": self.error,
             "created_at": self.created_at,
             "updated_at": self.updated_at,

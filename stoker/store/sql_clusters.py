@@ -11,7 +11,7 @@ from typing import Any
 
 from stoker.errors import ApplicationNotFound, ClusterNotFound, InvalidInput, InvalidTransition
 from stoker.store._sqlbase import SqlBase
-from stoker.store.records import ClusterRecord, JobRecord
+from stoker.store.records import ClusterProcess, ClusterRecord, JobRecord
 from stoker.types import ClusterState, JobId, JobKind, check_cluster_transition
 
 CLUSTER_KINDS = ("app", "session")
@@ -66,7 +66,7 @@ class ClustersMixin(SqlBase):
         state: ClusterState | None = None,
         master_url: str | None = None,
         web_url: str | None = None,
-        processes: list[dict[str, Any]] | None = None,
+        processes: list[ClusterProcess] | None = None,
         error: str | None = None,
     ) -> ClusterRecord:
         now = self.clock.now()
@@ -84,7 +84,9 @@ class ClustersMixin(SqlBase):
                 state=str(target),
                 master_url=old.master_url if master_url is None else master_url,
                 web_url=old.web_url if web_url is None else web_url,
-                processes=json.dumps(old.processes if processes is None else processes),
+                processes=json.dumps(
+                    [p.to_json() for p in (old.processes if processes is None else processes)]
+                ),
                 error=old.error if error is None else error,
                 now=now,
                 from_state=str(old.state),

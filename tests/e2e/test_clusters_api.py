@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from stoker import procs
 from tests.support import REPO, file_sink_ids, stoker_cmd, wait_for
 from tests.support.manager import Manager, stop_all
 
@@ -94,12 +95,8 @@ def cluster(w: World, name: str = NAME) -> dict[str, Any]:
 
 def alive(p: dict[str, Any]) -> bool:
     """The recorded process still runs (same pid and kernel start time)."""
-    try:
-        stat = Path(f"/proc/{p['pid']}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat.rsplit(")", 1)[1].split()
-    return fields[0] not in ("Z", "X") and fields[19] == p["pid_started"]
+    stat = procs.stat(int(p["pid"]))
+    return stat is not None and stat.state not in ("Z", "X") and stat.started == p["pid_started"]
 
 
 def alive_workers(view: dict[str, Any]) -> list[str]:

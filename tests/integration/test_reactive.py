@@ -36,7 +36,6 @@ from typing import Any, TypeVar
 import pytest
 
 from stoker.manager.clusters import (
-    ProcessInfo,
     StartedCluster,
     add_worker,
     app_conf,
@@ -45,7 +44,7 @@ from stoker.manager.clusters import (
     stop_processes,
 )
 from stoker.scalespec import parse_scaling
-from stoker.store import Store, open_store
+from stoker.store import ClusterProcess, Store, open_store
 from stoker.types import EpochState, JobState, job_id
 from tests import support
 from tests.integration.test_crash import assert_finished_exactly_once, ids_env, wait_exit
@@ -133,8 +132,8 @@ def test_a_replay_on_more_cores_is_split_differently_and_exactly_once(
 class Module:
     folder: Path
     cluster: StartedCluster
-    processes: list[ProcessInfo]
-    reported: list[ProcessInfo]
+    processes: list[ClusterProcess]
+    reported: list[ClusterProcess]
     driver: subprocess.Popen[bytes]
     log: Path
     out: Path
@@ -188,7 +187,7 @@ def tail(path: Path, lines: int = 60) -> str:
 @pytest.fixture(scope="module")
 def mod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     folder = tmp_path_factory.mktemp("reactive")
-    reported: list[ProcessInfo] = []
+    reported: list[ClusterProcess] = []
     spec = parse_cluster(SPEC)
     driver: subprocess.Popen[bytes] | None = None
     store: Store | None = None
@@ -267,7 +266,7 @@ def test_a_worker_that_joins_runs_tasks_from_the_second_epoch_after_it_registers
     # Every epoch planned from here on sees the two cores.
     planned_before = mod.last_pinned()
     assert res["cores"] == 2
-    assert sorted(res["hosts"]) == sorted({"127.0.0.2", worker["address"]})
+    assert sorted(res["hosts"]) == sorted({"127.0.0.2", worker.address})
     new_id = next(i for i in res["executor_ids"] if i not in first["executor_ids"])
 
     second = planned_before + 2

@@ -18,11 +18,12 @@ import pytest
 from stoker.clock import ManualClock
 from stoker.errors import ClusterError
 from stoker.manager import clusters
+from stoker.manager.clusters.jvm import group_left
 from stoker.scalespec import parse_scaling
 from stoker.scaling.policy import DefaultPolicy
 from stoker.scaling.provider import SparkExecutorsOnly, StandaloneProvider
 from stoker.scaling.scaler import Scaler
-from stoker.store import JobRecord, Owner, Store, open_store
+from stoker.store import ClusterProcess, JobRecord, Owner, Store, open_store
 from stoker.types import AttemptNo, ClusterState, ControlVersion, Epoch, JobId, JobKind, job_id
 
 T0 = 1_000_000.0
@@ -393,9 +394,9 @@ def cluster(
 ) -> Iterator[tuple[Path, clusters.StartedCluster]]:
     folder = tmp_path_factory.mktemp("scaler-cluster")
     spec = clusters.ClusterSpec("standalone", workers=1, cores=1, memory="512m")
-    seen: dict[str, dict[str, Any]] = {}
+    seen: dict[str, ClusterProcess] = {}
     started = clusters.start_standalone(
-        "scale", spec, folder / "clusters" / "scale", on_process=lambda p: seen.update({p["id"]: p})
+        "scale", spec, folder / "clusters" / "scale", on_process=lambda p: seen.update({p.id: p})
     )
     try:
         yield folder, started
@@ -425,7 +426,7 @@ def test_standalone_provider_adds_a_worker_and_removes_one_gracefully(
         grown = provider.ensure(owner, 2, 1)
         assert len(grown["added"]) == 1 and grown["removed"] == []
         rec = store.get_cluster("scale")
-        workers = [p for p in rec.processes if p["role"] == "worker"]
+        workers = [p for p in rec.processes if p.role == "worker"]
         assert len(workers) == 2
         assert len(clusters.alive_addresses(clusters.master_status(started.web_url))) == 2
         assert provider.ensure(owner, 2, 1) == {"added": [], "removed": []}  # idempotent
@@ -459,19 +460,19 @@ def test_standalone_provider_adds_a_worker_and_removes_one_gracefully(
         shrunk = provider.ensure(store.get_job(JOB), 1, 1)
         assert shrunk["added"] == [] and shrunk["removed"] == grown["added"]  # the newest goes
         rec = store.get_cluster("scale")
-        left = [p for p in rec.processes if p["role"] == "worker"]
-        assert [p["id"] for p in left] == [p["id"] for p in workers[:1]]
+        left = [p for p in rec.processes if p.role == "worker"]
+        assert [p.id for p in left] == [p.id for p in workers[:1]]
         assert clusters.alive_addresses(clusters.master_status(started.web_url)) == {
-            left[0]["address"]
+            left[0].address
         }
         removed = workers[1]
-        assert not clusters._group_left(removed)  # its JVM is gone
-        with open(removed["log"], encoding="utf-8", errors="replace") as fh:
+        assert not group_left(removed)  # its JVM is gone
+        with open(removed.log, encoding="utf-8", errors="replace") as fh:
             assert "SIGKILL" not in fh.read()  # gracefully: no kill after a timeout
     finally:
-        first = {p["id"] for p in started.processes}
+        first = {p.id for p in started.processes}
         with contextlib.suppress(Exception):
-            extra = [p for p in store.get_cluster("scale").processes if p["id"] not in first]
+            extra = [p for p in store.get_cluster("scale").processes if p.id not in first]
             clusters.stop_processes(extra)
         store.close()
 

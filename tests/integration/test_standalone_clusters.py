@@ -8,10 +8,7 @@ is stopped at the end whatever happened, so a failing test leaves no JVM behind.
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from stoker import procs
 from stoker.errors import ClusterError, InvalidInput
-from stoker.manager import clusters
 from stoker.manager.clusters import (
     ClusterSpec,
     StartedCluster,
@@ -32,7 +29,9 @@ from stoker.manager.clusters import (
     start_standalone,
     stop_processes,
 )
+from stoker.manager.clusters import start as cluster_start
 from stoker.procs import process_start_marker
+from stoker.store import ClusterProcess
 
 pytestmark = pytest.mark.cluster
 
@@ -46,24 +45,13 @@ class Cluster:
 
     folder: Path
     started: StartedCluster
-    processes: list[dict[str, Any]]
-    reported: list[dict[str, Any]] = field(default_factory=list)
+    processes: list[ClusterProcess]
+    reported: list[ClusterProcess] = field(default_factory=list)
 
 
 def _group(pgid: int) -> list[int]:
-    """Live pids of process group ``pgid`` (zombies excluded), read from /proc."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(int(name))
-    return found
+    """Live pids of process group ``pgid`` (zombies excluded), as /proc shows them."""
+    return procs.group_pids(pgid)
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -79,7 +67,7 @@ def _alive_workers(web_url: str) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder = tmp_path_factory.mktemp("clusters") / "c1"
-    reported: list[dict[str, Any]] = []
+    reported: list[ClusterProcess] = []
     spec = parse_cluster("standalone:workers=2,cores=1,memory=512m")
     try:
         with pytest.MonkeyPatch.context() as mp:
@@ -94,37 +82,37 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 def test_start_records_each_process_and_the_master_lists_the_workers(cluster: Cluster) -> None:
     started = cluster.started
-    ids = [p["id"] for p in cluster.reported]
+    ids = [p.id for p in cluster.reported]
     assert ids == ["master", "worker-1", "worker-2"]
-    assert [p["id"] for p in started.processes] == ids
+    assert [p.id for p in started.processes] == ids
     host = socket.gethostname()
     for p in started.processes:
-        assert p["host"] == host
-        assert p["pid_started"] == process_start_marker(p["pid"]) != "unknown"
-        assert _group(p["pid"]), f"{p['id']} is not running"
-        assert Path(p["log"]) == cluster.folder.resolve() / f"{p['id']}.log"
-        env = _environ(p["pid"])
-        assert SECRET not in env.values(), f"{p['id']} got a secret in its environment"
+        assert p.host == host
+        assert p.pid_started == process_start_marker(p.pid) != "unknown"
+        assert _group(p.pid), f"{p.id} is not running"
+        assert Path(p.log) == cluster.folder.resolve() / f"{p.id}.log"
+        env = _environ(p.pid)
+        assert SECRET not in env.values(), f"{p.id} got a secret in its environment"
         assert not [k for k in env if k.startswith("STOKER_")]
-        assert env["SPARK_LOCAL_IP"] == p["address"]
+        assert env["SPARK_LOCAL_IP"] == p.address
     master = started.processes[0]
-    assert (master["role"], master["address"]) == ("master", "127.0.0.1")
-    assert started.master_url == f"spark://127.0.0.1:{master['port']}"
-    assert started.web_url == f"http://127.0.0.1:{master['web_port']}"
+    assert (master.role, master.address) == ("master", "127.0.0.1")
+    assert started.master_url == f"spark://127.0.0.1:{master.port}"
+    assert started.web_url == f"http://127.0.0.1:{master.web_port}"
     workers = started.processes[1:]
-    assert [w["address"] for w in workers] == ["127.0.0.2", "127.0.0.3"]
-    assert all((w["role"], w["cores"], w["memory"]) == ("worker", 1, "512m") for w in workers)
+    assert [w.address for w in workers] == ["127.0.0.2", "127.0.0.3"]
+    assert all((w.role, w.cores, w.memory) == ("worker", 1, "512m") for w in workers)
     alive = _alive_workers(started.web_url)
     assert set(alive) == {"127.0.0.2", "127.0.0.3"}
     for w in workers:
-        assert alive[w["address"]]["port"] == w["port"]
-        assert alive[w["address"]]["memory"] == 512
+        assert alive[w.address]["port"] == w.port
+        assert alive[w.address]["memory"] == 512
 
 
 def test_add_worker_takes_the_next_loopback_host(cluster: Cluster) -> None:
-    seen: list[dict[str, Any]] = []
+    seen: list[ClusterProcess] = []
 
-    def record(info: dict[str, Any]) -> None:
+    def record(info: ClusterProcess) -> None:
         seen.append(info)
         cluster.reported.append(info)
 
@@ -138,22 +126,22 @@ def test_add_worker_takes_the_next_loopback_host(cluster: Cluster) -> None:
         on_process=record,
     )
     cluster.processes.append(new)
-    assert (new["id"], new["address"], new["role"]) == ("worker-3", "127.0.0.4", "worker")
-    assert [s["pid"] for s in seen] == [new["pid"]]
+    assert (new.id, new.address, new.role) == ("worker-3", "127.0.0.4", "worker")
+    assert [s.pid for s in seen] == [new.pid]
     assert set(_alive_workers(cluster.started.web_url)) == {"127.0.0.2", "127.0.0.3", "127.0.0.4"}
 
 
 def test_remove_worker_gracefully_decommissions_it(cluster: Cluster) -> None:
-    target = next(p for p in cluster.processes if p["id"] == "worker-3")
+    target = next(p for p in cluster.processes if p.id == "worker-3")
     begun = time.monotonic()
     left = remove_worker(cluster.started.web_url, cluster.processes, "127.0.0.4", graceful=True)
     print(f"graceful removal of an idle worker: {time.monotonic() - begun:.2f} s")
-    assert [p["id"] for p in left] == ["master", "worker-1", "worker-2"]
-    assert _group(target["pid"]) == []
+    assert [p.id for p in left] == ["master", "worker-1", "worker-2"]
+    assert _group(target.pid) == []
     assert set(_alive_workers(cluster.started.web_url)) == {"127.0.0.2", "127.0.0.3"}
     states = {w["state"] for w in master_status(cluster.started.web_url)["workers"]}
     assert states <= {"ALIVE", "DECOMMISSIONED", "DEAD"}
-    log = Path(target["log"]).read_text(errors="replace")
+    log = Path(target.log).read_text(errors="replace")
     assert "Decommission worker" in log
     assert "SIGKILL" not in log
     cluster.processes[:] = left
@@ -168,11 +156,11 @@ def test_remove_worker_gracefully_decommissions_it(cluster: Cluster) -> None:
         "512m",
         on_process=cluster.reported.append,
     )
-    assert (new["id"], new["address"]) == ("worker-4", "127.0.0.5")
+    assert (new.id, new.address) == ("worker-4", "127.0.0.5")
     cluster.processes[:] = remove_worker(
         cluster.started.web_url, [*cluster.processes, new], "worker-4", graceful=False
     )
-    assert _group(new["pid"]) == []
+    assert _group(new.pid) == []
 
 
 def test_remove_worker_without_grace_kills_its_group(cluster: Cluster) -> None:
@@ -181,10 +169,10 @@ def test_remove_worker_without_grace_kills_its_group(cluster: Cluster) -> None:
     assert caught.value.field == "worker"
     assert "worker-1 (127.0.0.2), worker-2 (127.0.0.3)" in caught.value.message
 
-    target = next(p for p in cluster.processes if p["id"] == "worker-2")
+    target = next(p for p in cluster.processes if p.id == "worker-2")
     left = remove_worker(cluster.started.web_url, cluster.processes, "worker-2", graceful=False)
-    assert [p["id"] for p in left] == ["master", "worker-1"]
-    assert _group(target["pid"]) == []
+    assert [p.id for p in left] == ["master", "worker-1"]
+    assert _group(target.pid) == []
     cluster.processes[:] = left
     # already gone: removing it again from the old list is a no-op
     again = remove_worker(cluster.started.web_url, [*left, target], "worker-2", graceful=True)
@@ -192,38 +180,11 @@ def test_remove_worker_without_grace_kills_its_group(cluster: Cluster) -> None:
 
 
 def test_stop_processes_leaves_no_process_of_any_group(cluster: Cluster) -> None:
-    assert all(_group(p["pid"]) for p in cluster.processes)
+    assert all(_group(p.pid) for p in cluster.processes)
     stop_processes(cluster.processes)
     for p in cluster.reported:
-        assert _group(p["pid"]) == [], f"{p['id']} (group {p['pid']}) is still running"
+        assert _group(p.pid) == [], f"{p.id} (group {p.pid}) is still running"
     stop_processes(cluster.reported)  # nothing left to stop: returns at once
-
-
-def test_stop_never_signals_a_process_that_is_not_the_recorded_one(tmp_path: Path) -> None:
-    sleeper = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    try:
-        marker = process_start_marker(sleeper.pid)
-        record = {
-            "role": "worker",
-            "id": "worker-1",
-            "host": socket.gethostname(),
-            "address": "127.0.0.2",
-            "pid": sleeper.pid,
-            "pid_started": str(int(marker) - 1),  # an older process that had this pid
-            "log": str(tmp_path / "worker-1.log"),
-        }
-        stop_processes([record], timeout=1.0)
-        assert sleeper.poll() is None, "a reused pid was signalled"
-        elsewhere = {**record, "pid_started": marker, "host": "another-host"}
-        with pytest.raises(ClusterError, match="another host"):
-            stop_processes([elsewhere], timeout=1.0)
-        assert sleeper.poll() is None
-        stop_processes([{**record, "pid_started": marker}], timeout=5.0)
-        assert sleeper.wait(timeout=5) == -signal.SIGTERM
-    finally:
-        if sleeper.poll() is None:
-            sleeper.kill()
-            sleeper.wait()
 
 
 def test_a_failed_start_raises_and_leaves_nothing(
@@ -235,7 +196,7 @@ def test_a_failed_start_raises_and_leaves_nothing(
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     taken_port = int(taken.getsockname()[1])
-    real_free_port = clusters._free_port
+    real_free_port = cluster_start._free_port
     handed: list[int] = []
 
     def first_one_taken(address: str) -> int:
@@ -243,8 +204,8 @@ def test_a_failed_start_raises_and_leaves_nothing(
         handed.append(port)
         return port
 
-    monkeypatch.setattr(clusters, "_free_port", first_one_taken)
-    reported: list[dict[str, Any]] = []
+    monkeypatch.setattr(cluster_start, "_free_port", first_one_taken)
+    reported: list[ClusterProcess] = []
     spec = ClusterSpec("standalone", workers=1, cores=1, memory="0m")
     try:
         with pytest.raises(ClusterError) as caught:
@@ -256,8 +217,8 @@ def test_a_failed_start_raises_and_leaves_nothing(
     print(message)
     assert "cluster 'broken': worker-1 (127.0.0.2) exited with code" in message
     assert "IllegalStateException: Memory is below 1MB" in message
-    masters = [p for p in reported if p["id"] == "master"]
+    masters = [p for p in reported if p.id == "master"]
     assert len(masters) == 2, "the master was not started again after losing its port"
-    assert masters[0]["port"] == taken_port != masters[1]["port"]
+    assert masters[0].port == taken_port != masters[1].port
     for p in reported:
-        assert _group(p["pid"]) == [], f"{p['id']} (group {p['pid']}) is still running"
+        assert _group(p.pid) == [], f"{p.id} (group {p.pid}) is still running"

@@ -39,7 +39,6 @@ import pytest
 from stoker.control import events
 from stoker.errors import JobNotFound
 from stoker.manager.clusters import (
-    ProcessInfo,
     StartedCluster,
     add_worker,
     app_conf,
@@ -49,6 +48,7 @@ from stoker.manager.clusters import (
     start_standalone,
     stop_processes,
 )
+from stoker.store import ClusterProcess
 from stoker.types import AttemptState, Epoch, EpochState, JobState, TxnState, job_id
 from tests.integration.test_crash import (
     assert_finished_exactly_once,
@@ -81,8 +81,8 @@ class LossCluster:
 
     folder: Path
     started: StartedCluster
-    processes: list[ProcessInfo]
-    reported: list[ProcessInfo] = field(default_factory=list)
+    processes: list[ClusterProcess]
+    reported: list[ClusterProcess] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -92,7 +92,7 @@ class LossCluster:
         workers = master_status(self.started.web_url)["workers"]
         return {str(w["host"]) for w in workers if w["state"] == "ALIVE"}
 
-    def add(self) -> ProcessInfo:
+    def add(self) -> ClusterProcess:
         new = add_worker(
             self.url,
             self.started.web_url,
@@ -112,7 +112,7 @@ class LossCluster:
 @pytest.fixture(scope="module")
 def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LossCluster]:
     folder = tmp_path_factory.mktemp("worker-loss") / "cluster"
-    reported: list[ProcessInfo] = []
+    reported: list[ClusterProcess] = []
     try:
         started = start_standalone("loss", SPEC, folder, on_process=reported.append)
         yield LossCluster(folder, started, list(started.processes), reported)
@@ -476,7 +476,7 @@ def test_stateful_job_keeps_its_state_partitions_across_scaling(
         d.wait_epochs(2)
         assert state_partitions(d.state) == list(range(partitions))
         # Up by one: a fresh worker; its executor runs tasks of the following epochs.
-        new = cluster.add()["address"]
+        new = cluster.add().address
         d.wait(
             lambda: any(e.completed_tasks > 0 for e in d.ui.executors() if e.host == new),
             f"a task done by the executor on {new}",

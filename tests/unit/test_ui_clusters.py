@@ -6,6 +6,7 @@ The real master's ``/json/`` is read in tests/e2e/test_clusters_api.py."""
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,20 +15,25 @@ from fastapi.testclient import TestClient
 from stoker.manager import JobManager
 from stoker.server.app import create_app
 from stoker.server.ui import views
-from stoker.store import Owner, Store
+from stoker.store import ClusterProcess, Owner, Store
 from stoker.types import AttemptNo, ClusterState, JobState, job_id
 
 TOKEN = "full-t0ken"
 READ_TOKEN = "read-t0ken"
-WORKER = {
-    "id": "worker-1",
-    "role": "worker",
-    "address": "127.0.0.2",
-    "cores": 1,
-    "memory": "512m",
-    "pid": 1,
-    "port": 40001,
-}
+WORKER = ClusterProcess(
+    role="worker",
+    id="worker-1",
+    host="box-1",
+    address="127.0.0.2",
+    pid=1,
+    pid_started="1",
+    port=40001,
+    web_port=40002,
+    log="/state/worker-1.log",
+    cores=1,
+    memory="512m",
+)
+MASTER = replace(WORKER, role="master", id="master", address="127.0.0.1", cores=0, memory="")
 
 
 def _closed_port() -> int:
@@ -47,7 +53,7 @@ def manager(store: Store, tmp_path: Path) -> JobManager:
         state=ClusterState.RUNNING,
         master_url="spark://127.0.0.1:7077",
         web_url=f"http://127.0.0.1:{_closed_port()}",
-        processes=[{**WORKER, "id": "master", "role": "master", "address": "127.0.0.1"}, WORKER],
+        processes=[MASTER, WORKER],
     )
     store.create_cluster("old", "session", {"cluster": "standalone:workers=1"})
     for state in (ClusterState.RUNNING, ClusterState.STOPPING, ClusterState.STOPPED):
@@ -125,7 +131,8 @@ def test_a_worker_is_matched_to_its_own_entry_of_the_master() -> None:
     alive = {"host": "127.0.0.2", "port": 40001, "state": "ALIVE", "coresused": 1}
     other = {"host": "127.0.0.3", "port": 40001, "state": "ALIVE", "coresused": 1}
     listed = [dead, alive, other]
-    assert views._listed_worker(listed, WORKER) is alive
-    assert views._listed_worker(listed, {**WORKER, "port": 40000}) is dead
-    assert views._listed_worker(listed, {**WORKER, "port": 0}) is alive  # port not known yet
-    assert views._listed_worker(listed, {**WORKER, "address": "127.0.0.4"}) is None
+    shown = WORKER.to_json()  # as the API shows it
+    assert views._listed_worker(listed, shown) is alive
+    assert views._listed_worker(listed, {**shown, "port": 40000}) is dead
+    assert views._listed_worker(listed, {**shown, "port": 0}) is alive  # port not known yet
+    assert views._listed_worker(listed, {**shown, "address": "127.0.0.4"}) is None

@@ -6,13 +6,13 @@ Run against SQLite and PostgreSQL alike (fixtures in conftest.py).
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 import pytest
 
 from stoker.clock import ManualClock
 from stoker.errors import ApplicationNotFound, ClusterNotFound, InvalidInput, InvalidTransition
-from stoker.store import ClusterRecord, Store
+from stoker.store import ClusterProcess, ClusterRecord, Store
 from stoker.types import CLUSTER_TRANSITIONS, ClusterState, JobId, JobKind
 from tests.integration.store.support import (
     APP,
@@ -27,31 +27,31 @@ from tests.integration.store.support import (
 
 SESSION = "shared-1"
 SESSION_SPEC = {"kind": "standalone", "workers": 2, "cores": 1, "memory": "1g"}
-MASTER: dict[str, Any] = {
-    "role": "master",
-    "id": "master",
-    "host": "box-1",
-    "address": "127.0.0.1",
-    "pid": 4242,
-    "pid_started": "918273",
-    "port": 40001,
-    "web_port": 40002,
-    "log": "/state/clusters/shared-1/master.log",
-    "cores": 0,
-    "memory": "",
-}
-WORKER = {
-    **MASTER,
-    "role": "worker",
-    "id": "worker-1",
-    "address": "127.0.0.2",
-    "pid": 4343,
-    "port": 40003,
-    "web_port": 40004,
-    "log": "/state/clusters/shared-1/worker-1.log",
-    "cores": 1,
-    "memory": "1g",
-}
+MASTER = ClusterProcess(
+    role="master",
+    id="master",
+    host="box-1",
+    address="127.0.0.1",
+    pid=4242,
+    pid_started="918273",
+    port=40001,
+    web_port=40002,
+    log="/state/clusters/shared-1/master.log",
+    cores=0,
+    memory="",
+)
+WORKER = replace(
+    MASTER,
+    role="worker",
+    id="worker-1",
+    address="127.0.0.2",
+    pid=4343,
+    port=40003,
+    web_port=40004,
+    log="/state/clusters/shared-1/worker-1.log",
+    cores=1,
+    memory="1g",
+)
 # The moves that bring a new (STARTING) cluster to each state.
 PATHS: dict[ClusterState, list[ClusterState]] = {
     ClusterState.STARTING: [],
