@@ -99,7 +99,7 @@ def server_cmd(
     log_format: str | None,
 ) -> None:
     """Run a job manager: REST API (docs at /docs), dispatcher and supervisor."""
-    from stoker.server.main import serve
+    from stoker.service import serve
     from stoker.settings import parse_window
     from stoker.store import RetentionPolicy
 

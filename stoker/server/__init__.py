@@ -1,4 +1,5 @@
-"""``stoker server``: the job manager's REST API and its supervisor."""
+"""The job manager's REST API (the process that serves it with the supervisor and the
+scaler is composed in :mod:`stoker.service`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The API's contract and its docs page: the one error model, the answers each call can give,
-the job id pattern, the control, application, cluster and scaling request bodies and answers,
-the security schemes, and Swagger UI served from the package (``/docs`` works without
-internet)."""
+the job id pattern and the other shapes several routers share, the security schemes, and
+Swagger UI served from the package (``/docs`` works without internet). Each resource's own
+request bodies and answers are beside its routes (:mod:`stoker.server.routes`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,8 @@ from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from starlette.staticfiles import StaticFiles
-
-from stoker.manager.applications import CLUSTER_NAME_PATTERN
-from stoker.manager.rescales import MAX_EXECUTORS
 
 SWAGGER_UI_VERSION = "5.35.0"  # npm swagger-ui-dist, copied into static/swagger-ui
 STATIC_DIR = Path(__file__).parent / "static"
@@ -35,12 +32,6 @@ JOB_ID_HELP = (
 )
 # A JVM memory amount with its unit (the manager checks it against the host's memory).
 MEMORY_PATTERN = r"^[1-9][0-9]{0,8}[kKmMgGtT][bB]?$"
-CLUSTER_SPEC_HELP = (
-    "Where the driver's Spark runs: `local` (local[*] inside the driver), "
-    "`standalone:workers=2,cores=1,memory=1g` (a cluster stoker starts for this application "
-    "and tears down when it ends), `spark://host:port` (a master you run; left alone), or "
-    "the name of a RUNNING session cluster (POST /v1/clusters)."
-)
 SCALING_HELP = (
     "How the job (or application: all of its jobs) scales: `fixed` (default: the executors "
     "it starts with), `reactive` (every executor the cluster offers), or `auto` (the scaler "
@@ -149,49 +140,6 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return out
 
 
-# Control ----------------------------------------------------------------------------------------
-class ControlEventView(BaseModel):
-    """One control event: what was asked, by whom, and how far it got."""
-
-    control_id: str = Field(..., description="The event's id.")
-    job_id: str
-    version: int = Field(..., description="The control version the event made.")
-    kind: str = Field(
-        ...,
-        description="config, rate_limit, log_level, trigger, pause, resume, "
-        "checkpoint, event, savepoint or scaling.",
-    )
-    status: str = Field(
-        ...,
-        description="PENDING -> APPLIED (at `applied_epoch`) -> COMMITTED (that epoch "
-        "committed), or REJECTED (`reason`). A scaling event is COMMITTED at once, without "
-        "an epoch.",
-    )
-    applied_epoch: int | None = Field(None, description="The epoch the event applied at.")
-    reason: str | None = Field(None, description="Why it was rejected.")
-    result: dict[str, Any] | None = Field(
-        None,
-        description="What it produced (a savepoint's `path` and `epoch`; a scaling event's "
-        "`owner`, new `scaling` and `rescale_id`).",
-    )
-    request_id: str | None = Field(None, description="The caller's retry key, if one was sent.")
-    sender: str = Field(..., description="`operator` (the token), `anonymous` or `local:<user>`.")
-    origin: str | None = Field(None, description="Where the request came from (client address).")
-    created_at: float
-    applied_at: float | None = None
-    ended_at: float | None = None
-    body: dict[str, Any] = Field(..., description="The event's own fields, as checked.")
-
-
-class ControlHistory(BaseModel):
-    """A page of a job's control events, newest first."""
-
-    events: list[ControlEventView]
-    next: int | None = Field(
-        None, description="Pass as `before` for the next (older) page; null on the last page."
-    )
-
-
 def scaling_field(description: str) -> Any:
     """A body's ``scaling``: checked by :func:`stoker.scalespec.parse_scaling` (a 422 naming
     ``scaling`` and the key at fault), described here as what it reads."""
@@ -200,298 +148,6 @@ def scaling_field(description: str) -> Any:
         description=description,
         json_schema_extra={"anyOf": [*SCALING_VALUE["anyOf"], {"type": "null"}]},
     )
-
-
-class ApplicationBody(BaseModel):
-    """``POST /v1/applications``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    app_id: str | None = Field(
-        None,
-        min_length=1,
-        max_length=JOB_ID_MAX,
-        pattern=JOB_ID_PATTERN,
-        description=f"Default: the entrypoint's file name without .py. {JOB_ID_HELP}. "
-        "Applications and jobs share one id space.",
-    )
-    entrypoint: str = Field(
-        ...,
-        min_length=1,
-        description="The program (.py) on the manager's host, under an --allow-dir: top-level "
-        "code or a main() that runs jobs with stoker.run / stoker.submit.",
-    )
-    args: list[str] = Field(default_factory=list, description="The program's sys.argv[1:].")
-    conf: dict[str, str] = Field(
-        default_factory=dict, description="spark.* and stoker.* keys for the driver."
-    )
-    cluster: str = Field("local", min_length=1, description=CLUSTER_SPEC_HELP)
-    restart_strategy: dict[str, Any] | None = Field(
-        None, description='For the driver, e.g. {"strategy": "fixed-delay", "attempts": 3}'
-    )
-    driver_memory: str | None = Field(
-        None, pattern=MEMORY_PATTERN, description="spark.driver.memory, e.g. 2g."
-    )
-    driver_cores: int | None = Field(None, ge=1, le=1024, description="spark.driver.cores.")
-    restart: bool = Field(False, description="Run an ended application again.")
-    scaling: Any = scaling_field(
-        SCALING_HELP + " The application's jobs share its executors and scaling."
-    )
-
-
-class ClusterBody(BaseModel):
-    """``POST /v1/clusters``: a session cluster (Spark standalone) that outlives applications."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str | None = Field(
-        None,
-        pattern=CLUSTER_NAME_PATTERN,
-        description="Default: cluster-<6 hex>. Applications run on it with cluster=<name>.",
-    )
-    workers: int = Field(2, ge=1, le=64)
-    cores: int = Field(1, ge=1, le=1024, description="Cores of each worker.")
-    memory: str = Field("1g", pattern=MEMORY_PATTERN, description="Memory of each worker.")
-
-
-class WorkerBody(BaseModel):
-    """``POST /v1/clusters/{name}/workers``: one more worker (default: the cluster's sizes)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    cores: int | None = Field(None, ge=1, le=1024)
-    memory: str | None = Field(None, pattern=MEMORY_PATTERN)
-
-
-class ConfigView(BaseModel):
-    """A job's effective config and control state now."""
-
-    job_id: str
-    version: int = Field(..., description="The latest control version.")
-    config: dict[str, Any] = Field(..., description="What the transform sees as ctx.config.")
-    paused: bool
-    trigger_s: float | None = Field(None, description="Set by control; null: the job's own.")
-    rate_limit: dict[str, Any] = Field(..., description="Limits set by control.")
-    log_level: dict[str, Any] = Field(..., description='{"root": ..., "loggers": {...}}')
-    pending: int = Field(..., description="Events stored and not yet applied.")
-
-
-_REQUEST_ID = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": 200,
-    "pattern": r"\S",
-    "description": "Retry key: the same request_id with the same event answers the stored "
-    "event (200); with another event, 409.",
-}
-_NUMBER_OR_NULL = {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "null"}]}
-_COUNT_OR_NULL = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]}
-
-
-def _kind(name: str, fields: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "title": name,
-        "properties": {"kind": {"const": name}, **fields, "request_id": _REQUEST_ID},
-        "required": ["kind", *required],
-        "additionalProperties": False,
-    }
-
-
-_SAVEPOINT_FIELDS = {
-    "stop": {"type": "boolean", "description": "Stop the job after the savepoint."},
-    "dir": {
-        "anyOf": [{"type": "string", "minLength": 1, "pattern": r"^/"}, {"type": "null"}],
-        "description": "An absolute folder under one of the manager's --allow-dir folders "
-        "(default: a folder in the job's state folder).",
-    },
-}
-CONTROL_BODY: dict[str, Any] = {
-    "oneOf": [
-        _kind(
-            "config",
-            {
-                "set": {"type": "object", "description": "Declared config keys and values."},
-                "unset": {"type": "array", "items": {"type": "string"}},
-            },
-        ),
-        _kind(
-            "rate_limit",
-            {
-                "rows_per_second": _NUMBER_OR_NULL,
-                "max_rows_per_epoch": _COUNT_OR_NULL,
-                "max_files_per_epoch": _COUNT_OR_NULL,
-            },
-        ),
-        _kind(
-            "log_level",
-            {
-                "level": {
-                    "type": "string",
-                    "enum": ["ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
-                },
-                "logger": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_.$-]{0,199}$"},
-            },
-            ("level",),
-        ),
-        _kind(
-            "trigger",
-            {
-                "interval": {
-                    "anyOf": [
-                        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h)?\s*$"},
-                        {"type": "number", "minimum": 0, "maximum": 86400},
-                    ],
-                    "description": "e.g. '2s', '500ms', '1m', or seconds; 0 = as fast as possible",
-                }
-            },
-            ("interval",),
-        ),
-        _kind("pause", {}),
-        _kind("resume", {}),
-        _kind("checkpoint", {}),
-        _kind(
-            "event",
-            {
-                "name": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$"},
-                "payload": {"description": "Any JSON (at most 64 KiB)."},
-            },
-            ("name",),
-        ),
-        _kind("savepoint", _SAVEPOINT_FIELDS),
-        _kind("scaling", {"scaling": SCALING_VALUE}, ("scaling",)),
-    ],
-    "description": "One control event. Config keys and value types, event names and the rate "
-    "limits a job's sources obey are checked against the job's pipeline (422 naming the field).",
-}
-_BOUND = {
-    "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_EXECUTORS}, {"type": "null"}],
-}
-RESOURCES_BODY: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "min_executors": {**_BOUND, "description": "The fewest executors (null: kept)."},
-        "max_executors": {**_BOUND, "description": "The most executors (null: kept)."},
-    },
-    "additionalProperties": False,
-    "minProperties": 1,
-    "description": "New executor bounds of the job's owner (the job, or its application); "
-    "its mode stays. max_executors must be at least min_executors (422 otherwise).",
-}
-REPARTITION_BODY: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "partitions": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 100_000,
-            "description": "The job's new number of state partitions (its maximum parallelism).",
-        },
-    },
-    "required": ["partitions"],
-    "additionalProperties": False,
-}
-SAVEPOINT_BODY: dict[str, Any] = {
-    "type": "object",
-    "properties": {**_SAVEPOINT_FIELDS, "request_id": _REQUEST_ID},
-    "additionalProperties": False,
-}
-
-
-# Scaling -----------------------------------------------------------------------------------------
-class ScalingView(BaseModel):
-    """A scaling spec in force (durations in seconds)."""
-
-    mode: str = Field(..., description="fixed, reactive or auto.")
-    min_executors: int
-    max_executors: int | None = None
-    target_utilization: float
-    catch_up: float = Field(..., description="Seconds to catch a backlog up in.")
-    stabilization: float = Field(..., description="Seconds a change must hold before acting.")
-    cooldown: float = Field(..., description="Seconds after a change before the next one.")
-
-
-class RescaleView(BaseModel):
-    """One scaling decision or observation of an owner of executors."""
-
-    rescale_id: int
-    job_id: str = Field(..., description="The owner (a lone job or an application).")
-    at: float
-    kind: str = Field(
-        ...,
-        description="`decision` (the autoscaler), `observed` (executors came or went by "
-        "themselves) or `bounds` (a user changed the scaling or its bounds).",
-    )
-    policy: str = Field(..., description="The policy that decided, or `user`.")
-    mode: str
-    signals: dict[str, Any] = Field(..., description="What the decision was made from.")
-    from_executors: int | None = None
-    to_executors: int | None = None
-    workers: dict[str, Any] = Field(..., description='{"added": [ids], "removed": [ids]}')
-    reason: str
-    status: str = Field(
-        ...,
-        description="decided -> in_use | failed | superseded; observed; recorded (bounds).",
-    )
-    in_use_at: float | None = None
-    seconds_to_in_use: float | None = Field(
-        None, description="From the decision until the new size was in use."
-    )
-    error: str | None = None
-    sender: str | None = Field(None, description="Who changed the bounds (kind bounds).")
-
-
-class RescalesView(BaseModel):
-    """An owner's scaling now and its rescale history, newest first."""
-
-    job_id: str = Field(..., description="The id asked for.")
-    owner: str = Field(..., description="Whose executors: the job itself, or its application.")
-    scaling: ScalingView
-    executor_target: int | None = Field(None, description="What the scaler wants now.")
-    resources: dict[str, Any] | None = Field(
-        None, description="What the owner's driver reports: executors, cores, hosts, at."
-    )
-    rescales: list[RescaleView]
-
-
-class ResourcesView(BaseModel):
-    """The owner's scaling after new bounds, and the rescale that records them."""
-
-    job_id: str
-    owner: str
-    scaling: ScalingView
-    executor_target: int | None = None
-    resources: dict[str, Any] | None = None
-    rescale: RescaleView
-
-
-# The job managers --------------------------------------------------------------------------------
-class LeaderView(BaseModel):
-    """The leader lease while it is live."""
-
-    holder: str = Field(..., description="The leading manager's id.")
-    address: str = Field(..., description="Where the leader serves.")
-    token: int = Field(..., description="The fencing token: grows with every new leader.")
-    expires_at: float = Field(..., description="Unless renewed (epoch seconds).")
-
-
-class ManagerView(BaseModel):
-    """A job manager that takes part in the election (an --api-only one does not)."""
-
-    holder: str = Field(..., description="The id it takes the leader lease under.")
-    address: str = Field(..., description="Where it serves.")
-    role: str = Field(..., description="`leader` (it holds the live lease) or `standby`.")
-    started_at: float = Field(..., description="Its first heartbeat (epoch seconds).")
-    seen_at: float = Field(..., description="Its last heartbeat (epoch seconds).")
-
-
-class ManagersView(BaseModel):
-    """The leader and every manager whose heartbeat is fresh, oldest first."""
-
-    leader: LeaderView | None = Field(
-        ..., description="null while no manager holds a live lease (a takeover under way)."
-    )
-    managers: list[ManagerView]
 
 
 def json_body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
@@ -522,10 +178,17 @@ def install_docs(app: FastAPI) -> None:
         )
 
 
-def install_openapi(app: FastAPI, *, token: bool, open_paths: frozenset[str]) -> None:
+def install_openapi(
+    app: FastAPI, *, token: bool, read_token: bool, open_paths: frozenset[str]
+) -> None:
     """``/openapi.json`` as the server behaves: with a token, every operation but
-    ``open_paths`` declares the bearer token (or ``X-Stoker-Token``); FastAPI's own 422 model,
-    which this server never sends, is gone."""
+    ``open_paths`` declares the bearer token (or ``X-Stoker-Token``); the auth answers the
+    routes declare are kept only where this server can give them (401: with a token; 403:
+    with a read-only token too); FastAPI's own 422 model, which this server never sends, is
+    gone."""
+    never = {"401"} if not token else set()
+    if not read_token:
+        never.add("403")
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
@@ -539,6 +202,8 @@ def install_openapi(app: FastAPI, *, token: bool, open_paths: frozenset[str]) ->
         comps = schema.setdefault("components", {})
         for ops in schema.get("paths", {}).values():
             for op in ops.values():
+                for code in never & set(op.get("responses", {})):
+                    del op["responses"][code]
                 for code, answer in op.get("responses", {}).items():
                     content = answer.get("content", {})
                     # A refusal is JSON even where the success is text (logs, metrics).

@@ -30,8 +30,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, Header, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi import Request
 
 from stoker.errors import StokerError
 from stoker.types import JobKind
@@ -342,49 +341,4 @@ async def stream(
         feed.detach()
 
 
-def mount(app: FastAPI, manager: JobManager, responses: dict[int | str, Any]) -> EventFeed:
-    """Serve ``GET /v1/events`` on ``app`` (behind its token middleware, as every read)."""
-    feed = EventFeed(manager)
-    app.router.on_shutdown.append(feed.close)
-
-    @app.get(
-        "/v1/events",
-        response_class=StreamingResponse,
-        responses={
-            200: {
-                "description": "A stream of server-sent events (never ends by itself).",
-                "content": {"text/event-stream": {"schema": {"type": "string"}}},
-            },
-            **responses,
-        },
-    )
-    async def events(
-        request: Request,
-        job_id: str | None = Query(
-            None,
-            min_length=1,
-            max_length=200,
-            description="Only this job's (or application's) events.",
-        ),
-        last_event_id: str | None = Header(
-            None,
-            alias="Last-Event-ID",
-            max_length=100,
-            description="Resume after this event (its `id:`); sent by EventSource itself.",
-        ),
-    ) -> StreamingResponse:
-        """Server-sent events of every job: ``job`` (state changes, new jobs), ``epoch``
-        (committed), ``control`` (status changes of control events), ``rescale`` (recorded
-        or changed), each with an ``id:``; a reconnect with ``Last-Event-ID`` resumes after
-        it (``resync`` first when events were missed). ``?job_id=`` keeps one job's. The
-        store is polled twice a second by one poller shared by every client."""
-        return StreamingResponse(
-            stream(feed, request, job_id, last_event_id),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-
-    return feed
-
-
-__all__ = ["KINDS", "Event", "EventFeed", "frame", "mount", "stream"]
+__all__ = ["KINDS", "Event", "EventFeed", "frame", "stream"]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from stoker.client import Client
-from stoker.server.docs import ManagersView
+from stoker.server.routes.managers import ManagersView
 from tests.e2e.driver_fixtures import cli
 from tests.support import wait_for
 from tests.support.manager import Manager, stop_all

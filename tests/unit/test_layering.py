@@ -52,8 +52,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "manager": frozenset({"store", "procs", "paths", "control"}),
     # The scaler acts through the job manager's clusters and the store.
     "scaling": frozenset({"manager", "store", "procs", "paths", "control"}),
-    "server": frozenset({"manager", "store", "procs", "paths", "control", "scaling"}),
-    "cli": frozenset({"server", "manager", "store", "client", "procs", "paths", "control"}),
+    "server": frozenset({"manager", "store", "procs", "paths", "control"}),
+    # The manager process composed (API + supervisor + scaler): only the CLI starts it.
+    "service": frozenset({"server", "manager", "scaling", "store"}),
+    "cli": frozenset(
+        {"server", "service", "manager", "store", "client", "procs", "paths", "control"}
+    ),
     # Sources and sinks sit between the runtime and the store (a source may check its fence);
     # their Spark tasks have fault points too.
     "sinks": frozenset({"store", "procs", "testing"}),
@@ -78,6 +82,7 @@ SPARK_FREE = [
     "paths",
     "scaling",
     "scalespec",
+    "service",
 ]
 
 
@@ -165,6 +170,11 @@ def layering_violations(package: Path = PACKAGE) -> list[str]:
 def test_no_layer_imports_a_layer_above_it() -> None:
     bad = layering_violations()
     assert not bad, "layering broken:\n" + "\n".join(bad)
+
+
+def test_only_the_command_line_starts_the_manager_process() -> None:
+    assert sorted(c for c, deps in ALLOWED.items() if "service" in deps) == ["cli"]
+    assert "scaling" not in ALLOWED["server"]  # the API is composed with the scaler outside
 
 
 def test_the_scan_sees_function_local_and_relative_imports(tmp_path: Path) -> None:

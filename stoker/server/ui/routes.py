@@ -17,6 +17,7 @@ from fastapi.staticfiles import StaticFiles
 from stoker.errors import StokerError
 from stoker.manager import JobManager, Supervisor
 from stoker.redact import redact_answer
+from stoker.server.errors import status_of  # the one map of errors to statuses
 from stoker.server.ui import views
 from stoker.types import JobState
 
@@ -114,9 +115,7 @@ def mount(
         return HTMLResponse(html, status_code=code, headers=headers)
 
     def failed(request: Request, err: StokerError) -> Response:
-        from stoker.server.app import _status  # the one map of errors to statuses
-
-        status = _status(err)
+        status = status_of(err)
         shown = status if status in _SHOWN_ERRORS else 200
         return fragment("f_error.html", request, shown, error=str(err), status=status)
 

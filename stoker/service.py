@@ -1,4 +1,9 @@
-"""Starting a job manager process: store, manager, supervisor, scaler, HTTP server."""
+"""The job manager process, composed: the store connections, the :class:`JobManager` (the
+facade the API serves), the :class:`Supervisor` (leadership and the jobs' lifecycle), the
+:class:`Scaler` (acting while the supervisor leads) and the HTTP server over
+:func:`stoker.server.create_app`, run until SIGINT/SIGTERM. It sits above ``server``,
+``manager`` and ``scaling`` (so the API imports no scaler); only the command line
+(``stoker server``) starts it."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from stoker.manager import JobManager, Supervisor, SupervisorConfig
 from stoker.redact import redact_logs, redact_url
 from stoker.scaling.policy import DefaultPolicy
 from stoker.scaling.scaler import Scaler
-from stoker.server.app import create_app
+from stoker.server import create_app
 from stoker.store import RetentionPolicy, open_store
 
 

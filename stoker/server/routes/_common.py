@@ -1,0 +1,39 @@
+"""What several routers share: the job id in a path, the answers each kind of call can give
+besides its success, and a body read as a JSON object by the route itself."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import Path, Request
+
+from stoker.errors import InvalidInput
+from stoker.server.docs import JOB_ID_HELP, JOB_ID_MAX, JOB_ID_PATTERN, errors
+
+BIGINT = 2**63 - 1  # the store's attempt numbers
+
+# The auth answers: every guarded call may get a 401, a call that changes state a 403 too.
+# Declared on every route; the schema keeps them only for a server that can give them
+# (stoker.server.docs.install_openapi: 401 with a token, 403 with a read-only token too).
+GUARDED = (401,)
+WRITES = (401, 403)
+READS = errors(*GUARDED, 404, 422, 503)
+
+job_path: Any = Path(
+    ..., min_length=1, max_length=JOB_ID_MAX, pattern=JOB_ID_PATTERN, description=JOB_ID_HELP
+)
+
+
+async def json_object(request: Request, empty: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The request's body as a JSON object (``empty`` for no body at all, when given)."""
+    raw = await request.body()
+    if not raw.strip() and empty is not None:
+        return dict(empty)
+    try:
+        body = json.loads(raw)
+    except ValueError:  # UnicodeDecodeError is one
+        raise InvalidInput("body", "malformed JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidInput("body", f"expects a JSON object, got {type(body).__name__}")
+    return body

@@ -1,0 +1,144 @@
+"""``/v1/applications``: programs whose driver the leader starts and supervises."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Path, Query
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from stoker.redact import redact_answer, redact_text
+from stoker.server.deps import Manager
+from stoker.server.docs import (
+    JOB_ID_HELP,
+    JOB_ID_MAX,
+    JOB_ID_PATTERN,
+    MEMORY_PATTERN,
+    SCALING_HELP,
+    errors,
+    scaling_field,
+)
+from stoker.server.routes._common import BIGINT, GUARDED, READS, WRITES
+from stoker.types import JobState
+
+router = APIRouter()
+
+CLUSTER_SPEC_HELP = (
+    "Where the driver's Spark runs: `local` (local[*] inside the driver), "
+    "`standalone:workers=2,cores=1,memory=1g` (a cluster stoker starts for this application "
+    "and tears down when it ends), `spark://host:port` (a master you run; left alone), or "
+    "the name of a RUNNING session cluster (POST /v1/clusters)."
+)
+
+
+class ApplicationBody(BaseModel):
+    """``POST /v1/applications``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    app_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=JOB_ID_MAX,
+        pattern=JOB_ID_PATTERN,
+        description=f"Default: the entrypoint's file name without .py. {JOB_ID_HELP}. "
+        "Applications and jobs share one id space.",
+    )
+    entrypoint: str = Field(
+        ...,
+        min_length=1,
+        description="The program (.py) on the manager's host, under an --allow-dir: top-level "
+        "code or a main() that runs jobs with stoker.run / stoker.submit.",
+    )
+    args: list[str] = Field(default_factory=list, description="The program's sys.argv[1:].")
+    conf: dict[str, str] = Field(
+        default_factory=dict, description="spark.* and stoker.* keys for the driver."
+    )
+    cluster: str = Field("local", min_length=1, description=CLUSTER_SPEC_HELP)
+    restart_strategy: dict[str, Any] | None = Field(
+        None, description='For the driver, e.g. {"strategy": "fixed-delay", "attempts": 3}'
+    )
+    driver_memory: str | None = Field(
+        None, pattern=MEMORY_PATTERN, description="spark.driver.memory, e.g. 2g."
+    )
+    driver_cores: int | None = Field(None, ge=1, le=1024, description="spark.driver.cores.")
+    restart: bool = Field(False, description="Run an ended application again.")
+    scaling: Any = scaling_field(
+        SCALING_HELP + " The application's jobs share its executors and scaling."
+    )
+
+
+app_path: Any = Path(
+    ..., min_length=1, max_length=JOB_ID_MAX, pattern=JOB_ID_PATTERN, description=JOB_ID_HELP
+)
+
+
+@router.post(
+    "/v1/applications",
+    status_code=201,
+    responses={
+        200: {"description": "Live with the same spec (`duplicate`), or `restarted`."},
+        **errors(*WRITES, 409, 422, 503),
+    },
+)
+async def submit_application(body: ApplicationBody, manager: Manager) -> JSONResponse:
+    """Submit a program (an application): the leader starts its driver on its cluster and
+    supervises it (restart strategy, HA). 201 created; 200 when live with the same spec
+    (``duplicate``) or ``restarted``; 409 for another spec while live, an ended one
+    without ``restart``, or an id taken by a job."""
+    res = await run_in_threadpool(
+        manager.submit_application,
+        body.app_id,
+        body.entrypoint,
+        body.args,
+        body.conf,
+        body.cluster,
+        body.restart_strategy,
+        body.driver_memory,
+        body.driver_cores,
+        body.restart,
+        body.scaling,
+    )
+    out = await run_in_threadpool(manager.application, res.job.job_id)
+    out["duplicate"] = res.outcome == "duplicate"
+    out["restarted"] = res.outcome == "restarted"
+    return JSONResponse(redact_answer(out), status_code=201 if res.outcome == "created" else 200)
+
+
+@router.get("/v1/applications", responses=errors(*GUARDED, 422, 503))
+def list_applications(
+    manager: Manager, state: JobState | None = Query(None)
+) -> list[dict[str, Any]]:
+    """Every application, in brief (state, attempt, cluster, number of jobs)."""
+    return [redact_answer(a) for a in manager.applications(state)]
+
+
+@router.get("/v1/applications/{app_id}", responses=READS)
+def get_application(manager: Manager, app_id: str = app_path) -> dict[str, Any]:
+    """State, every driver attempt, the live driver (pid, host), the cluster, each job with
+    its state and last epoch, the last error."""
+    return dict(redact_answer(manager.application(app_id)))
+
+
+@router.post(
+    "/v1/applications/{app_id}/cancel",
+    status_code=202,
+    responses=errors(*WRITES, 404, 409, 422, 503),
+)
+def cancel_application(manager: Manager, app_id: str = app_path) -> dict[str, Any]:
+    """Graceful: every job of the application stops after its epoch in flight commits,
+    then the driver ends; the application's own cluster is torn down."""
+    return dict(redact_answer(manager.cancel_application(app_id)))
+
+
+@router.get("/v1/applications/{app_id}/log", response_class=PlainTextResponse, responses=READS)
+def application_log(
+    manager: Manager,
+    app_id: str = app_path,
+    attempt: int | None = Query(None, ge=1, le=BIGINT, description="Default: the current attempt."),
+    tail: int | None = Query(None, ge=1, le=1_000_000, description="Only the last N lines."),
+) -> str:
+    """The driver's log of one attempt of the application."""
+    return redact_text(manager.application_log(app_id, attempt, tail))

@@ -1,0 +1,105 @@
+"""``/v1/clusters``: session clusters (Spark standalone on this host) and their workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from stoker.manager.applications import CLUSTER_NAME_PATTERN, CLUSTER_PATH_PATTERN
+from stoker.redact import redact_answer
+from stoker.server.deps import Manager
+from stoker.server.docs import MEMORY_PATTERN, errors
+from stoker.server.routes._common import GUARDED, READS, WRITES
+
+router = APIRouter()
+
+
+class ClusterBody(BaseModel):
+    """``POST /v1/clusters``: a session cluster (Spark standalone) that outlives applications."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(
+        None,
+        pattern=CLUSTER_NAME_PATTERN,
+        description="Default: cluster-<6 hex>. Applications run on it with cluster=<name>.",
+    )
+    workers: int = Field(2, ge=1, le=64)
+    cores: int = Field(1, ge=1, le=1024, description="Cores of each worker.")
+    memory: str = Field("1g", pattern=MEMORY_PATTERN, description="Memory of each worker.")
+
+
+class WorkerBody(BaseModel):
+    """``POST /v1/clusters/{name}/workers``: one more worker (default: the cluster's sizes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cores: int | None = Field(None, ge=1, le=1024)
+    memory: str | None = Field(None, pattern=MEMORY_PATTERN)
+
+
+cluster_path: Any = Path(
+    ...,
+    pattern=CLUSTER_PATH_PATTERN,
+    description="A cluster's name (app-<id>: an application's own).",
+)
+CLUSTER_WRITES = errors(*WRITES, 404, 409, 422, 500, 503)
+
+
+@router.post("/v1/clusters", status_code=201, responses=errors(*WRITES, 409, 422, 500, 503))
+def start_cluster(manager: Manager, body: ClusterBody | None = None) -> dict[str, Any]:
+    """Start a session cluster (a Spark standalone master and its workers on this host);
+    answers once every worker is ALIVE (tens of seconds). 409: the name is in use;
+    500: it could not start (what was started is stopped again)."""
+    b = body or ClusterBody.model_validate({})
+    return dict(redact_answer(manager.start_session_cluster(b.name, b.workers, b.cores, b.memory)))
+
+
+@router.get("/v1/clusters", responses=errors(*GUARDED, 422, 503))
+def list_clusters(
+    manager: Manager,
+    include_stopped: bool = Query(False, description="Also the STOPPED ones."),
+) -> list[dict[str, Any]]:
+    """Every cluster stoker started: session clusters and applications' own."""
+    return [redact_answer(c) for c in manager.clusters(include_stopped)]
+
+
+@router.get("/v1/clusters/{name}", responses=READS)
+def get_cluster(manager: Manager, name: str = cluster_path) -> dict[str, Any]:
+    """One cluster: its record, what its master says now (``status``) and the live
+    applications on it (``used_by``)."""
+    return dict(redact_answer(manager.cluster(name)))
+
+
+@router.post("/v1/clusters/{name}/workers", status_code=201, responses=CLUSTER_WRITES)
+def add_worker(
+    manager: Manager, name: str = cluster_path, body: WorkerBody | None = None
+) -> dict[str, Any]:
+    """Start one more worker (default: the cluster's cores and memory per worker)."""
+    b = body or WorkerBody.model_validate({})
+    return dict(redact_answer(manager.add_worker(name, b.cores, b.memory)))
+
+
+@router.delete("/v1/clusters/{name}/workers/{worker}", responses=CLUSTER_WRITES)
+def remove_worker(
+    manager: Manager,
+    name: str = cluster_path,
+    worker: str = Path(
+        ..., pattern=r"^[A-Za-z0-9._:-]{1,128}$", description="A worker's id or address."
+    ),
+    graceful: bool = Query(
+        False, description="Decommission it first: running work moves, no task fails."
+    ),
+) -> dict[str, Any]:
+    """Stop one worker of a RUNNING cluster."""
+    return dict(redact_answer(manager.remove_worker(name, worker, graceful)))
+
+
+@router.post("/v1/clusters/{name}/stop", responses=CLUSTER_WRITES)
+def stop_cluster(manager: Manager, name: str = cluster_path) -> dict[str, Any]:
+    """Stop a session cluster and every process of it. Applications still on it are named
+    in ``used_by`` (not stopped). An application's own cluster: 409 (it goes when the
+    application ends)."""
+    return dict(redact_answer(manager.stop_cluster(name)))

@@ -1,0 +1,53 @@
+"""``GET /v1/events``: the app's :class:`~stoker.server.events.EventFeed` as server-sent
+events (behind the token middleware, as every read)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import StreamingResponse
+
+from stoker.server.deps import Ctx
+from stoker.server.docs import errors
+from stoker.server.events import stream
+from stoker.server.routes._common import GUARDED
+
+router = APIRouter()
+
+
+@router.get(
+    "/v1/events",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "A stream of server-sent events (never ends by itself).",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **errors(*GUARDED, 422, 503),
+    },
+)
+async def events(
+    request: Request,
+    ctx: Ctx,
+    job_id: str | None = Query(
+        None,
+        min_length=1,
+        max_length=200,
+        description="Only this job's (or application's) events.",
+    ),
+    last_event_id: str | None = Header(
+        None,
+        alias="Last-Event-ID",
+        max_length=100,
+        description="Resume after this event (its `id:`); sent by EventSource itself.",
+    ),
+) -> StreamingResponse:
+    """Server-sent events of every job: ``job`` (state changes, new jobs), ``epoch``
+    (committed), ``control`` (status changes of control events), ``rescale`` (recorded
+    or changed), each with an ``id:``; a reconnect with ``Last-Event-ID`` resumes after
+    it (``resync`` first when events were missed). ``?job_id=`` keeps one job's. The
+    store is polled twice a second by one poller shared by every client."""
+    return StreamingResponse(
+        stream(ctx.feed, request, job_id, last_event_id),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,145 @@
+"""``/v1/jobs``: submit, list, read a job, its attempts, their logs and its epochs; cancel."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from stoker.redact import redact_answer, redact_text
+from stoker.server.deps import Ctx, Manager
+from stoker.server.docs import (
+    JOB_ID_HELP,
+    JOB_ID_MAX,
+    JOB_ID_PATTERN,
+    SCALING_HELP,
+    errors,
+    scaling_field,
+)
+from stoker.server.routes._common import BIGINT, GUARDED, READS, WRITES, job_path
+from stoker.types import JobState
+
+router = APIRouter()
+
+
+class SubmitBody(BaseModel):
+    """``POST /v1/jobs``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=JOB_ID_MAX,
+        pattern=JOB_ID_PATTERN,
+        description=f"Default: the name of the app's Pipeline. {JOB_ID_HELP}.",
+    )
+    entrypoint: str = Field(
+        ...,
+        min_length=1,
+        description="The application file (.py) on the manager's host, under an --allow-dir.",
+    )
+    args: list[str] = Field(default_factory=list)
+    conf: dict[str, str] = Field(default_factory=dict, description="spark.* and stoker.* keys.")
+    restart: bool = Field(False, description="Run an ended job again from its checkpoint.")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Pipeline config: declared keys only, each of its default's type.",
+    )
+    restart_strategy: dict[str, Any] | None = Field(
+        None, description='e.g. {"strategy": "fixed-delay", "attempts": 3, "delay": 1}'
+    )
+    from_savepoint: str | None = Field(
+        None,
+        min_length=1,
+        description="A savepoint folder (absolute, under an --allow-dir) the job starts from: "
+        "its checkpoint, source logs, outputs and control state; exactly once across the switch.",
+    )
+    scaling: Any = scaling_field(SCALING_HELP)
+
+
+@router.post(
+    "/v1/jobs",
+    status_code=201,
+    responses={
+        200: {"description": "Live with the same spec (`duplicate`), or `restarted`."},
+        **errors(*WRITES, 409, 422, 503),
+    },
+)
+async def submit(body: SubmitBody, ctx: Ctx) -> JSONResponse:
+    """Submit a job. 201 created; 200 with ``duplicate`` when live with the same spec,
+    or ``restarted`` for an ended job submitted with ``restart``; 409 otherwise."""
+    manager = ctx.manager
+    t0 = time.perf_counter()
+    try:
+        res = await manager.submit_async(
+            body.job_id,
+            body.entrypoint,
+            body.args,
+            body.conf,
+            body.restart,
+            body.restart_strategy,
+            config=body.config,
+            from_savepoint=body.from_savepoint,
+            scaling=body.scaling,
+        )
+    finally:
+        ctx.submit_latency.observe(time.perf_counter() - t0)
+    out = manager.submitted_view(res.job)
+    out["duplicate"] = res.outcome == "duplicate"
+    out["restarted"] = res.outcome == "restarted"
+    return JSONResponse(redact_answer(out), status_code=201 if res.outcome == "created" else 200)
+
+
+@router.get("/v1/jobs", responses=errors(*GUARDED, 422, 503))
+def list_jobs(manager: Manager, state: JobState | None = Query(None)) -> list[dict[str, Any]]:
+    """All jobs (from the store: complete even while a new leader recovers). A RUNNING job
+    that control paused shows ``"state": "PAUSED"``."""
+    return [redact_answer(j) for j in manager.list_views(state)]
+
+
+@router.get("/v1/jobs/{job_id}", responses=READS)
+def get_job(manager: Manager, job_id: str = job_path) -> dict[str, Any]:
+    """State, current attempt (pid, host, lease expiry), last epoch, timings. A RUNNING job
+    that control paused shows ``"state": "PAUSED"`` and ``"paused": true``."""
+    return dict(redact_answer(manager.view(job_id)))
+
+
+@router.get("/v1/jobs/{job_id}/attempts", responses=READS)
+def attempts(manager: Manager, job_id: str = job_path) -> list[dict[str, Any]]:
+    """Every attempt of the job, oldest first."""
+    return [redact_answer(a.to_dict()) for a in manager.attempts(job_id)]
+
+
+@router.get(
+    "/v1/jobs/{job_id}/attempts/{attempt}/log",
+    response_class=PlainTextResponse,
+    responses=READS,
+)
+def attempt_log(
+    manager: Manager,
+    job_id: str = job_path,
+    attempt: int = Path(..., ge=1, le=BIGINT, description="The attempt's number (from 1)."),
+    tail: int | None = Query(None, ge=1, description="Only the last this many bytes."),
+) -> str:
+    """The driver's log of one attempt (422 for an attempt no job manager started)."""
+    return redact_text(manager.attempt_log(job_id, attempt, tail))
+
+
+@router.get("/v1/jobs/{job_id}/epochs", responses=READS)
+def epochs(
+    manager: Manager, job_id: str = job_path, limit: int = Query(100, ge=1, le=100_000)
+) -> list[dict[str, Any]]:
+    """The job's epochs, newest first (those retention kept)."""
+    return [redact_answer(e.to_dict()) for e in manager.epochs(job_id, limit)]
+
+
+@router.post(
+    "/v1/jobs/{job_id}/cancel", status_code=202, responses=errors(*WRITES, 404, 409, 422, 503)
+)
+def cancel(manager: Manager, job_id: str = job_path) -> dict[str, Any]:
+    """Graceful: the current epoch completes and commits, then the driver stops."""
+    return dict(redact_answer(manager.cancel(job_id).to_dict()))
