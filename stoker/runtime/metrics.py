@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from stoker.sources._files_reader import backlog as files_backlog
 from stoker.sources.base import SID
-from stoker.sources.files import backlog as files_backlog
 from stoker.sources.generator import backlog as generator_backlog
 from stoker.sources.spark import kafka_backlog
 from stoker.types import Epoch, JobId

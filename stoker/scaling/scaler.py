@@ -32,11 +32,10 @@ from stoker.scalespec import ScalingSpec, parse_scaling
 from stoker.scaling.policy import (
     Decision,
     DefaultPolicy,
-    EpochSample,
     PolicyMemory,
     ScalingPolicy,
-    Signals,
 )
+from stoker.scaling.policy_input import read_signals
 from stoker.scaling.provider import ResourceProvider, SparkExecutorsOnly, StandaloneProvider
 from stoker.store import JobRecord, Store
 from stoker.store.records import RescaleRecord
@@ -44,11 +43,8 @@ from stoker.types import JobId, JobKind, JobState
 
 log = logging.getLogger("stoker.scaling")
 
-# How far back epochs are read when the policy does not say (seconds).
-_DEFAULT_LOOKBACK = 600.0
 # Rescale records looked at for decisions still in flight.
 _IN_FLIGHT_LOOKUP = 20
-_DEFAULT_TRIGGER = 0.5
 # A decision not in use after this long (a worker that never came) makes way for others.
 _IN_FLIGHT_PATIENCE = 300.0
 
@@ -205,7 +201,9 @@ class Scaler:
             # changed, or a decision stuck for long, make way for another.
             decision = Decision(None, "a decision is on its way")
         else:
-            decision = self.policy.decide(spec, self._signals(owner, res, now), st.memory)
+            decision = self.policy.decide(
+                spec, read_signals(self.store, self.policy, owner, res, now), st.memory
+            )
         if decision.target is None:
             if in_flight is not None and (
                 in_flight.rescale_id not in st.ensured or in_flight.workers.get("waiting")
@@ -346,75 +344,6 @@ class Scaler:
             if rec.kind in ("decision",):
                 st.memory.last_change_at = rec.in_use_at or rec.at
                 return
-
-    def _signals(self, owner: JobRecord, res: dict[str, Any], now: float) -> Signals:
-        if owner.kind == JobKind.APPLICATION:
-            jobs = [
-                j
-                for j in self.store.list_jobs(kind=JobKind.JOB, app_id=owner.job_id)
-                if not j.state.terminal
-            ]
-        else:
-            jobs = [owner]
-        triggers = {str(j.job_id): self._trigger(j) for j in jobs}
-        lookback = getattr(self.policy, "lookback", None)
-        back = float(lookback(triggers)) if callable(lookback) else _DEFAULT_LOOKBACK
-        ids = [j.job_id for j in jobs]
-        epochs = list(self.store.recent_epochs(ids, now - back)) if ids else []
-        seen = {e.job_id for e in epochs}
-        for jid in ids:
-            if jid not in seen:  # no epoch lately: its newest one says what it left behind
-                newest = next(
-                    (e for e in self.store.list_epochs(jid, limit=5) if e.committed_at), None
-                )
-                if newest is not None:
-                    epochs.append(newest)
-        samples = [
-            EpochSample(
-                job_id=str(e.job_id),
-                epoch=int(e.epoch),
-                at=float(e.committed_at or e.pinned_at),
-                duration_s=None if e.duration_ms is None else e.duration_ms / 1000.0,
-                rows=e.rows_in,
-                backlog=e.backlog,
-                executors=e.executors,
-                cores=e.cores,
-            )
-            for e in epochs
-        ]
-        in_flight: dict[str, float] = {}
-        for jid in ids:
-            newest = next(iter(self.store.list_epochs(jid, limit=1)), None)
-            if newest is not None and newest.committed_at is None:
-                in_flight[str(jid)] = float(newest.pinned_at)
-        executors = res.get("executors")
-        cores = res.get("cores")
-        return Signals(
-            now=now,
-            samples=sorted(samples, key=lambda s: (s.at, s.epoch)),
-            triggers=triggers,
-            executors=None if executors is None else int(executors),
-            cores=None if cores is None else int(cores),
-            target=owner.executor_target,
-            running_since=self._running_since(owner),
-            in_flight=in_flight,
-        )
-
-    def _trigger(self, job: JobRecord) -> float:
-        """The trigger interval in force: set by control, else the job's own."""
-        try:
-            t = self.store.control_snapshot(job.job_id).trigger_s
-        except StokerError:
-            t = None
-        if t is None:
-            t = job.spec.get("trigger_s")
-        return float(_DEFAULT_TRIGGER if t is None else t)
-
-    def _running_since(self, owner: JobRecord) -> float | None:
-        if not owner.current_attempt:
-            return None
-        att = self.store.get_attempt(owner.job_id, owner.current_attempt)
-        return None if att is None else att.started_at
 
     # reactive ------------------------------------------------------------------------------
     def _observe(self, owner: JobRecord, st: _OwnerState, res: dict[str, Any], now: float) -> None:

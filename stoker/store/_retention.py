@@ -87,7 +87,7 @@ class PruneResult:
 
 
 class RetentionMixin(SqlBase):
-    """Implements :class:`stoker.store.protocols.RetentionStore`."""
+    """Implements :class:`stoker.store.protocols.runs.RetentionStore`."""
 
     def prune_epochs(
         self,

@@ -1,6 +1,6 @@
 """The store protocol: every piece of durable metadata goes through it.
 
-It is the union of one protocol per concept (``protocols.py``). Both backends (SQLite,
+It is the union of one protocol per concept (``protocols/``). Both backends (SQLite,
 PostgreSQL) implement it with the same SQL (``sql/queries.sql``) and pass the same contract
 tests (``tests/integration/store/``).
 """
@@ -10,17 +10,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from stoker.clock import Clock
-from stoker.store.protocols import (
-    AttemptStore,
-    ClusterStore,
-    ControlStore,
-    EpochStore,
-    JobStore,
-    LeaderStore,
-    RetentionStore,
-    ScalingStore,
-    TxnStore,
-)
+from stoker.store.protocols.fleet import ClusterStore, LeaderStore, ScalingStore
+from stoker.store.protocols.jobs import ControlStore, JobStore
+from stoker.store.protocols.runs import AttemptStore, EpochStore, RetentionStore, TxnStore
 
 
 class Store(

@@ -27,7 +27,7 @@ from stoker.types import (
 
 
 class AttemptsMixin(SqlBase):
-    """Implements :class:`stoker.store.protocols.AttemptStore`."""
+    """Implements :class:`stoker.store.protocols.runs.AttemptStore`."""
 
     def start_attempt(
         self,

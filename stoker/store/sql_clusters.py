@@ -18,7 +18,7 @@ CLUSTER_KINDS = ("app", "session")
 
 
 class ClustersMixin(SqlBase):
-    """Implements :class:`stoker.store.protocols.ClusterStore`."""
+    """Implements :class:`stoker.store.protocols.fleet.ClusterStore`."""
 
     def create_cluster(
         self, name: str, kind: str, spec: dict[str, Any], owner_app: JobId | None = None

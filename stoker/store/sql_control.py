@@ -74,7 +74,7 @@ def end_controls_in(store: SqlBase, cur: Any, job_id: JobId, state: JobState, no
 
 
 class ControlMixin(SqlBase):
-    """Implements :class:`stoker.store.protocols.ControlStore`."""
+    """Implements :class:`stoker.store.protocols.jobs.ControlStore`."""
 
     # versions -------------------------------------------------------------------------------
     def _version_in(

@@ -16,7 +16,7 @@ from stoker.types import (
 
 
 class EpochsMixin(SqlBase):
-    """Implements :class:`stoker.store.protocols.EpochStore`."""
+    """Implements :class:`stoker.store.protocols.runs.EpochStore`."""
 
     def pin_epoch(
         self, job_id: JobId, epoch: Epoch, attempt: AttemptNo, control_version: ControlVersion

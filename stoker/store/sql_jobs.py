@@ -32,7 +32,7 @@ def _owner(job: JobRecord) -> str:
 
 
 class JobsMixin(SqlBase):
-    """Implements :class:`stoker.store.protocols.JobStore`."""
+    """Implements :class:`stoker.store.protocols.jobs.JobStore`."""
 
     def create_job(
         self,

@@ -15,7 +15,7 @@ MANAGERS_FORGOTTEN_AFTER = 3600.0
 
 
 class LeaderMixin(SqlBase):
-    """Implements :class:`stoker.store.protocols.LeaderStore`."""
+    """Implements :class:`stoker.store.protocols.fleet.LeaderStore`."""
 
     def acquire_leadership(self, holder: str, address: str, ttl: float) -> LeaderLease | None:
         """Take (or keep) the leader lease if it is free or ours; None if another holds it."""

@@ -25,7 +25,7 @@ from stoker.types import Epoch, JobId
 
 
 class ScalingMixin(SqlBase):
-    """Implements :class:`stoker.store.protocols.ScalingStore`."""
+    """Implements :class:`stoker.store.protocols.fleet.ScalingStore`."""
 
     def set_scaling(self, job_id: JobId, scaling: dict[str, Any] | None) -> JobRecord:
         doc = None if scaling is None else _json_object("scaling", scaling)

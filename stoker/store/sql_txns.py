@@ -11,7 +11,7 @@ from stoker.types import AttemptNo, Epoch, JobId, TxnState, check_txn_transition
 
 
 class TxnsMixin(SqlBase):
-    """Implements :class:`stoker.store.protocols.TxnStore`."""
+    """Implements :class:`stoker.store.protocols.runs.TxnStore`."""
 
     def record_txn(
         self,

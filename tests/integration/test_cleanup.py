@@ -18,8 +18,8 @@ import pyarrow as pa
 from psycopg import sql
 
 from stoker.sinks import FilesSink, PostgresSink, descriptor_of
+from stoker.sinks._pg_task import _copy_and_mark, _Task
 from stoker.sinks.base import SinkOwner
-from stoker.sinks.postgres import _copy_and_mark, _Task
 from stoker.store import Owner, Store, open_store
 from stoker.types import (
     AttemptNo,

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from stoker.runtime.recovery import recover
+from stoker.sinks._pg_parts import parse_gid
 from stoker.sinks.base import SinkOwner
-from stoker.sinks.postgres import PostgresSink, parse_gid
+from stoker.sinks.postgres import PostgresSink
 from stoker.types import AttemptNo, Epoch, job_id
 from tests.cluster import StandaloneCluster, spark_cluster  # noqa: F401 - the fixture
 from tests.integration.test_crash import (

@@ -14,7 +14,7 @@ from stoker.cli.run import parse_config_pairs
 from stoker.errors import InvalidInput
 from stoker.pipeline import merge_config
 from stoker.runtime.appfile import inspect_app
-from stoker.sources.files import _FilesReader
+from stoker.sources._files_reader import _FilesReader
 
 DEFAULTS = {"n": 1, "ratio": 0.5, "name": "a", "on": False, "tags": ["x"], "any": None}
 

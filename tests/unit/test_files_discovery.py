@@ -13,7 +13,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from stoker import sources
 from stoker.errors import SourceError
-from stoker.sources.files import _FilesReader, parse_age
+from stoker.sources._files_reader import _FilesReader
+from stoker.sources.files import parse_age
 
 H = 3600 * 10**9
 T = 1_800_000_000 * 10**9  # the newest file's mtime (ns)

@@ -14,7 +14,8 @@ import pytest
 from stoker.errors import SourceError
 from stoker.sources import files, generator
 from stoker.sources._control import FALLBACK_PARTITIONS, ReaderControl, partitions_for
-from stoker.sources.files import FilesDataSource, parse_simple_ddl
+from stoker.sources._files_format import parse_simple_ddl
+from stoker.sources.files import FilesDataSource
 from stoker.sources.generator import GeneratorDataSource, split_range
 from stoker.store import Store
 from stoker.types import job_id

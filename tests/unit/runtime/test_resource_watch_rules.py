@@ -3,7 +3,8 @@ stoker manages, and the shape of a report."""
 
 from __future__ import annotations
 
-from stoker.runtime.resources import Executor, Reading, managed_cluster, surplus
+from stoker.runtime.executors import Executor, Reading, surplus
+from stoker.runtime.resources import managed_cluster
 
 
 def ex(eid: str, active: int = 0) -> Executor:

@@ -17,8 +17,9 @@ from stoker.runtime.metrics import (
     ran_batch,
     source_backlog,
 )
-from stoker.sources.files import FilesDataSource, parse_simple_ddl
-from stoker.sources.files import backlog as files_backlog
+from stoker.sources._files_format import parse_simple_ddl
+from stoker.sources._files_reader import backlog as files_backlog
+from stoker.sources.files import FilesDataSource
 from stoker.sources.generator import GeneratorDataSource
 from stoker.sources.generator import backlog as generator_backlog
 from stoker.sources.spark import kafka_backlog
@@ -168,7 +169,7 @@ def test_files_source_reports_every_file_discovered(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("files", "parts", "sizes"), [(7, 3, [3, 2, 2]), (2, 8, [1, 1])])
 def test_files_are_grouped_in_contiguous_runs(files: int, parts: int, sizes: list[int]) -> None:
-    from stoker.sources.files import group_files
+    from stoker.sources._files_reader import group_files
 
     paths = [f"/in/{i}" for i in range(files)]
     groups = group_files(paths, parts)

@@ -16,8 +16,10 @@ import pytest
 from psycopg import sql
 
 from stoker.errors import SinkError
+from stoker.sinks._pg_parts import GID_MAX, make_gid
+from stoker.sinks._pg_task import _copy_and_mark, _Task
 from stoker.sinks.base import SinkOwner
-from stoker.sinks.postgres import GID_MAX, PostgresSink, _copy_and_mark, _Task, make_gid
+from stoker.sinks.postgres import PostgresSink
 from stoker.types import AttemptNo, Epoch, JobId
 from tests.support import pg_ids, pg_prepared
 

@@ -1,0 +1,146 @@
+"""What a PostgreSQL sink asks of its server before it writes: a connection (the DSN checked),
+room for its prepared transactions (``max_prepared_transactions`` against the writers), a
+plain table name, a column type for each Spark type, and the marker table its parts commit
+their rows in (:data:`~stoker.sinks._pg_parts.MARKERS`)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import TYPE_CHECKING, Any
+
+from stoker.errors import SinkError
+from stoker.sinks._pg_parts import MARKERS, _markers_name
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType
+
+_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$")
+
+
+def connect(dsn: str) -> Any:
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+    except psycopg.Error as e:
+        raise SinkError("postgres.dsn", f"cannot connect to PostgreSQL: {e}".strip()) from e
+
+
+# bounds ----------------------------------------------------------------------------------------
+def default_writers(max_prepared: int) -> int:
+    """Writers when ``max_writers`` is not set: a quarter of the server's prepared
+    transactions, leaving room for retried and speculative copies, strays awaiting the
+    next commit's scan, and other jobs on the same server."""
+    return max(1, max_prepared // 4)
+
+
+def fit_writers(max_prepared: int, max_writers: int | None) -> int:
+    """The writer count for a server with ``max_prepared``; SinkError if it cannot fit."""
+    if max_prepared <= 0:
+        raise SinkError(
+            "postgres",
+            "the server has max_prepared_transactions = 0, so it cannot hold prepared "
+            "transactions; set max_prepared_transactions to at least the number of "
+            "parallel tasks (e.g. 64) in postgresql.conf (or ALTER SYSTEM SET "
+            "max_prepared_transactions = 64) and restart the server",
+        )
+    writers = max_writers or default_writers(max_prepared)
+    # Every writer may hold a second prepared part at once (a retry or a speculative copy
+    # of its task, until the commit rolls it back).
+    if 2 * writers > max_prepared:
+        what = (
+            f"max_writers = {writers}"
+            if max_writers
+            else "the default of 1 writer (max_writers not set)"
+        )
+        raise SinkError(
+            "postgres.max_writers",
+            f"{what} needs max_prepared_transactions >= {2 * writers} (a retried or "
+            f"speculative copy of each writer task may hold a second prepared transaction), "
+            f"but the server has max_prepared_transactions = {max_prepared}: set max_writers "
+            f"to at most {max(1, max_prepared // 2)}"
+            + (" or raise" if max_prepared >= 2 else "; raise")
+            + " max_prepared_transactions in postgresql.conf (and restart the server)",
+        )
+    return writers
+
+
+def check_options(table: str, max_writers: int | None) -> None:
+    """The sink's own options, before the server is asked anything."""
+    if not _TABLE.match(table):
+        raise SinkError(
+            "postgres.table",
+            f"{table!r} is not a plain table name "
+            "(letters, digits and '_', optionally schema.table)",
+        )
+    if max_writers is not None and (
+        isinstance(max_writers, bool) or not isinstance(max_writers, int) or max_writers < 1
+    ):
+        raise SinkError(
+            "postgres.max_writers",
+            f"must be a whole number >= 1 (or None for the server's default), got {max_writers!r}",
+        )
+
+
+def max_prepared(conn: Any) -> int:
+    row = conn.execute("SHOW max_prepared_transactions").fetchone()
+    return int(row[0]) if row else 0
+
+
+# tables ----------------------------------------------------------------------------------------
+def ensure_markers(conn: Any, table: str) -> None:
+    """Create the marker table beside ``table`` if it is missing."""
+    from psycopg import errors, sql
+
+    name = sql.Identifier(*_markers_name(table))
+    qualified = ".".join(_markers_name(table))
+    # Only when missing: CREATE INDEX IF NOT EXISTS would wait for the prepared parts
+    # that hold the table (recovery comes after open), for ever.
+    if conn.execute("SELECT to_regclass(%s)", (qualified,)).fetchone()[0] is not None:
+        return
+    # Two drivers creating it at once: one wins, the other sees it exist.
+    with (
+        contextlib.suppress(errors.UniqueViolation, errors.DuplicateTable),
+        conn.transaction(),
+    ):
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (uid TEXT NOT NULL, gid TEXT NOT NULL, "
+                "job_id TEXT NOT NULL, epoch BIGINT NOT NULL, attempt INTEGER NOT NULL, "
+                "part INTEGER NOT NULL, made_at TIMESTAMPTZ NOT NULL DEFAULT now(), "
+                "PRIMARY KEY (uid, gid))"
+            ).format(name)
+        )
+        conn.execute(
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (uid, epoch)").format(
+                sql.Identifier(f"{MARKERS}_uid_epoch"), name
+            )
+        )
+
+
+def _pg_type(dt: DataType) -> str:
+    from pyspark.sql import types as T
+
+    simple: list[tuple[type, str]] = [
+        (T.LongType, "BIGINT"),
+        (T.IntegerType, "INTEGER"),
+        (T.ShortType, "SMALLINT"),
+        (T.ByteType, "SMALLINT"),
+        (T.DoubleType, "DOUBLE PRECISION"),
+        (T.FloatType, "REAL"),
+        (T.StringType, "TEXT"),
+        (T.BooleanType, "BOOLEAN"),
+        (T.TimestampNTZType, "TIMESTAMP"),
+        (T.TimestampType, "TIMESTAMPTZ"),
+        (T.DateType, "DATE"),
+        (T.BinaryType, "BYTEA"),
+    ]
+    for cls, name in simple:
+        if isinstance(dt, cls):
+            return name
+    if isinstance(dt, T.DecimalType):
+        return f"NUMERIC({dt.precision},{dt.scale})"
+    raise SinkError(
+        "postgres.schema", f"no PostgreSQL column type for Spark type {dt.simpleString()}"
+    )

@@ -1,0 +1,181 @@
+"""What the job manager runs the jobs on and with: clusters, the scaling of executors, and
+leadership among managers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from stoker.store.records import (
+    ClusterProcess,
+    ClusterRecord,
+    EpochRecord,
+    JobRecord,
+    LeaderLease,
+    ManagerRecord,
+    RescaleRecord,
+)
+from stoker.types import (
+    ClusterState,
+    Epoch,
+    JobId,
+)
+
+
+class ClusterStore(Protocol):
+    """Spark standalone clusters stoker started, and their processes: whichever manager leads
+    can stop them. States move only along ``CLUSTER_TRANSITIONS``."""
+
+    def create_cluster(
+        self, name: str, kind: str, spec: dict[str, Any], owner_app: JobId | None = None
+    ) -> tuple[ClusterRecord, bool]:
+        """Insert the cluster STARTING if the name is free; the record and whether this call
+        created it (an existing one is returned as it is). ``kind`` is 'app' (``owner_app``,
+        an existing application, required) or 'session' (no ``owner_app``): else
+        :class:`InvalidInput` or :class:`ApplicationNotFound`."""
+        ...
+
+    def get_cluster(self, name: str) -> ClusterRecord:
+        """The cluster, or :class:`~stoker.errors.ClusterNotFound`."""
+        ...
+
+    def list_clusters(self, include_stopped: bool = False) -> list[ClusterRecord]:
+        """Clusters oldest first; STOPPED ones only with ``include_stopped``."""
+        ...
+
+    def update_cluster(
+        self,
+        name: str,
+        *,
+        state: ClusterState | None = None,
+        master_url: str | None = None,
+        web_url: str | None = None,
+        processes: list[ClusterProcess] | None = None,
+        error: str | None = None,
+    ) -> ClusterRecord:
+        """Change what is given (None: unchanged), in one transaction; a new ``state`` is
+        checked with ``check_cluster_transition`` (:class:`InvalidTransition`)."""
+        ...
+
+    def delete_cluster(self, name: str) -> None:
+        """Forget a STOPPED cluster; :class:`InvalidTransition` for any other state (its
+        processes may still run), :class:`ClusterNotFound` for an unknown name."""
+        ...
+
+
+class ScalingStore(Protocol):
+    """Scaling of owners of executors (a lone job, or an application whose jobs share its
+    driver's executors): the spec, the scaler's executor target, what the driver reports, each
+    epoch's cost, and the history of rescales. None of these moves a job's ``updated_at``."""
+
+    def set_scaling(self, job_id: JobId, scaling: dict[str, Any] | None) -> JobRecord:
+        """Record the owner's scaling spec (``ScalingSpec.to_dict()``; None: mode fixed) and
+        return the record. :class:`JobNotFound` for an unknown id; :class:`InvalidInput` for
+        anything but a JSON object."""
+        ...
+
+    def set_executor_target(self, job_id: JobId, target: int | None) -> None:
+        """The executor count the scaler wants for the owner (None: no target). A whole number
+        >= 0 (:class:`InvalidInput`); :class:`JobNotFound` for an unknown id."""
+        ...
+
+    def report_resources(self, job_id: JobId, resources: dict[str, Any]) -> None:
+        """What the driver has now, replacing the last report: ``{"executors", "cores",
+        "executor_ids", "hosts", "requested", "at"}``. :class:`JobNotFound` for an unknown
+        id."""
+        ...
+
+    def set_epoch_metrics(
+        self,
+        job_id: JobId,
+        epoch: Epoch,
+        *,
+        duration_ms: float | None = None,
+        backlog: int | None = None,
+        executors: int | None = None,
+        cores: int | None = None,
+    ) -> None:
+        """Record what the epoch cost and left behind; only the values given (None keeps
+        what is recorded). An epoch with no record (not pinned, or pruned) is left alone."""
+        ...
+
+    def add_rescale(
+        self,
+        job_id: JobId,
+        *,
+        kind: str,
+        policy: str,
+        mode: str,
+        signals: dict[str, Any],
+        from_executors: int | None,
+        to_executors: int | None,
+        reason: str,
+        status: str,
+        workers: dict[str, Any] | None = None,
+        sender: str | None = None,
+        at: float | None = None,
+    ) -> RescaleRecord:
+        """Record one rescale of the owner ``job_id`` under a new id (growing across the
+        store). ``kind`` is one of ``RESCALE_KINDS`` and ``status`` one its kind allows
+        (``RESCALE_STATUSES``): else :class:`InvalidInput`, nothing stored. ``workers``
+        defaults to ``{"added": [], "removed": []}``, ``at`` to now; ``signals`` and
+        ``workers`` must be JSON objects (finite numbers). :class:`JobNotFound` for an
+        unknown id."""
+        ...
+
+    def update_rescale(
+        self,
+        rescale_id: int,
+        *,
+        status: str | None = None,
+        in_use_at: float | None = None,
+        workers: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> RescaleRecord:
+        """Change what is given (None: unchanged). A new ``status`` follows
+        ``RESCALE_TRANSITIONS`` (decided -> in_use | failed | superseded; the same status
+        again changes only the other fields): else :class:`InvalidTransition`. Becoming
+        in_use with no ``in_use_at`` recorded or given sets it to now.
+        :class:`RescaleNotFound` for an unknown id."""
+        ...
+
+    def list_rescales(
+        self, job_id: JobId, limit: int = 100, since: float | None = None
+    ) -> list[RescaleRecord]:
+        """The owner's rescales at or after ``since`` (None: all), newest first (by ``at``,
+        then id), at most ``limit``. :class:`JobNotFound` for an unknown id."""
+        ...
+
+    def recent_epochs(self, job_ids: Sequence[JobId], since: float) -> list[EpochRecord]:
+        """The COMMITTED epochs of ``job_ids`` committed at or after ``since``, oldest first
+        (by commit time, then job id and epoch). Unknown ids have none."""
+        ...
+
+
+class LeaderStore(Protocol):
+    """Leadership among job managers: one lease with a growing token; and who the candidates
+    are (a heartbeat per manager, shown to people, never deciding anything)."""
+
+    def acquire_leadership(self, holder: str, address: str, ttl: float) -> LeaderLease | None: ...
+
+    def renew_leadership(self, holder: str, token: int, ttl: float) -> bool: ...
+
+    def resign_leadership(self, holder: str, token: int) -> None: ...
+
+    def get_leader(self) -> LeaderLease | None: ...
+
+    def heartbeat_manager(self, holder: str, address: str) -> None:
+        """Record that manager ``holder`` (the id it takes the lease under), serving at
+        ``address``, is alive now: its row made (``started_at`` now) or its ``seen_at`` and
+        address refreshed. Rows of managers not seen for an hour
+        (``sql_leader.MANAGERS_FORGOTTEN_AFTER``) are dropped in the same transaction."""
+        ...
+
+    def forget_manager(self, holder: str) -> None:
+        """Drop manager ``holder``'s row (it stopped cleanly); unknown holders are ignored."""
+        ...
+
+    def list_managers(self, fresh_for: float) -> list[ManagerRecord]:
+        """The managers seen within the last ``fresh_for`` seconds (a number > 0), oldest
+        first (by ``started_at``, then holder). :class:`InvalidInput` for another value."""
+        ...

@@ -1,0 +1,194 @@
+"""An attempt's run: its lease, its epochs and their sink transactions, and how the committed
+epochs are pruned."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from stoker.store._retention import PruneResult, RetentionPolicy
+from stoker.store.records import (
+    AttemptRecord,
+    EpochRecord,
+    JobRecord,
+    Owner,
+    SinkTxn,
+)
+from stoker.types import (
+    AttemptNo,
+    AttemptState,
+    ControlVersion,
+    Epoch,
+    JobId,
+    JobState,
+    TxnState,
+)
+
+
+class AttemptStore(Protocol):
+    """Attempts of a job and their leases: who may run it now."""
+
+    def start_attempt(
+        self,
+        job_id: JobId,
+        owner: Owner,
+        lease_ttl: float,
+        expected_current: AttemptNo,
+        previous_dead: bool = False,
+        restart: bool = False,
+        state: AttemptState = AttemptState.RUNNING,
+        log_path: str | None = None,
+        leader: tuple[str, int] | None = None,
+        app_attempt: AttemptNo | None = None,
+    ) -> AttemptRecord:
+        """Make a new attempt the owner of the job.
+
+        Succeeds only if the job's current attempt is still ``expected_current`` (compare and
+        swap) and that attempt has ended, its lease has expired, or the caller has seen its
+        process gone (``previous_dead``). The new attempt number is one higher.
+        Raises :class:`~stoker.errors.DuplicateJob` otherwise, and
+        :class:`~stoker.errors.JobTerminal` for an ended job unless ``restart``.
+        A job manager makes the attempt ``STARTING`` (its driver claims it) and passes its
+        ``leader`` (holder, token): checked in the same transaction, :class:`NotLeader` if lost.
+
+        ``app_attempt``: an application's driver makes the attempt, under its own application
+        attempt. The job must belong to an application (:class:`InvalidInput` otherwise) whose
+        current attempt, read in the same transaction, is ``app_attempt`` and STARTING or
+        RUNNING (:class:`StaleAttempt` otherwise). A live current attempt of the job made under
+        an older application attempt (or by no application) is then ended SUPERSEDED whatever
+        its lease: the newer driver re-adopts the job. ``expected_current`` still applies.
+        """
+        ...
+
+    def claim_attempt(
+        self, job_id: JobId, attempt: AttemptNo, owner: Owner, lease_ttl: float
+    ) -> AttemptRecord:
+        """A driver adopts its STARTING attempt (-> RUNNING); :class:`StaleAttempt` if it is not
+        current or ``ATTEMPT_TRANSITIONS`` refuses the claim (it is RUNNING or ended)."""
+        ...
+
+    def set_attempt_owner(self, job_id: JobId, attempt: AttemptNo, owner: Owner) -> None: ...
+
+    def attempt_failed(
+        self,
+        job_id: JobId,
+        attempt: AttemptNo,
+        error: str,
+        next_attempt_at: float | None,
+        count: bool = True,
+        reset: bool = False,
+    ) -> JobRecord:
+        """End the attempt FAILED; its job restarts at ``next_attempt_at`` or fails.
+
+        ``count=False``: the failure was the manager's, not the job's (no restart is used up).
+        ``reset=True``: the restart strategy forgave the earlier failures (count starts at this
+        one). Either way a failure is counted only by the call that moves the job on.
+        """
+        ...
+
+    def finish_attempt(
+        self,
+        job_id: JobId,
+        attempt: AttemptNo,
+        attempt_state: AttemptState,
+        job_state: JobState | None,
+        error: str | None = None,
+    ) -> JobRecord:
+        """End the attempt and, while it is current, move its job to ``job_state``: one
+        transaction. ``job_state`` None leaves the job to the job manager."""
+        ...
+
+    def get_attempt(self, job_id: JobId, attempt: AttemptNo) -> AttemptRecord | None: ...
+
+    def note_attempt_error(self, job_id: JobId, attempt: AttemptNo, error: str) -> bool:
+        """Record ``error`` on an attempt that ended FINISHED (its driver crashed after the
+        job's end); its state stays. Whether it was recorded."""
+        ...
+
+    def list_attempts(self, job_id: JobId) -> list[AttemptRecord]: ...
+
+    def renew_lease(self, job_id: JobId, attempt: AttemptNo, lease_ttl: float) -> bool:
+        """Extend the lease; False when the attempt no longer owns the job or its lease lapsed,
+        or (an attempt with ``app_attempt``) its application attempt is no longer current."""
+        ...
+
+    def end_attempt(
+        self, job_id: JobId, attempt: AttemptNo, state: AttemptState, error: str | None = None
+    ) -> None:
+        """End a live attempt as ``state``, checked against ``ATTEMPT_TRANSITIONS``
+        (:class:`InvalidTransition` otherwise). An attempt that has ended already is left as it
+        ended: ends are idempotent. The same holds wherever the store ends an attempt."""
+        ...
+
+
+class EpochStore(Protocol):
+    """Epochs: pinned, decided (the commit point, fenced), committed."""
+
+    def pin_epoch(
+        self, job_id: JobId, epoch: Epoch, attempt: AttemptNo, control_version: ControlVersion
+    ) -> EpochRecord:
+        """Insert the epoch record if absent; either way return the record now stored.
+
+        In the same transaction, every PENDING control event (except savepoints, which the
+        runtime performs itself) with a version at or below the record's control version
+        becomes APPLIED at this epoch. A replay finds the record and its events as they were.
+        """
+        ...
+
+    def decide_epoch(
+        self, job_id: JobId, epoch: Epoch, attempt: AttemptNo, rows_in: int, final: bool
+    ) -> EpochRecord:
+        """The commit point (PINNED -> DECIDED): fenced, atomic. The same attempt deciding again
+        gets the record back; otherwise :class:`~stoker.errors.StaleAttempt`. An attempt with
+        ``app_attempt`` decides only while that is its application's current attempt (in the
+        same statement)."""
+        ...
+
+    def mark_epoch_committed(self, job_id: JobId, epoch: Epoch) -> None:
+        """DECIDED -> COMMITTED. Again, or for an epoch pruned since, nothing changes; a PINNED
+        epoch is :class:`~stoker.errors.InvalidTransition` (``EPOCH_TRANSITIONS``). In the same
+        transaction the control events APPLIED at this epoch become COMMITTED."""
+        ...
+
+    def get_epoch(self, job_id: JobId, epoch: Epoch) -> EpochRecord | None: ...
+
+    def list_epochs(self, job_id: JobId, limit: int = 100) -> list[EpochRecord]: ...
+
+    def epochs_in_state(self, job_id: JobId, state: str) -> list[EpochRecord]: ...
+
+
+class TxnStore(Protocol):
+    """Sink transactions of each epoch, moved only along ``TXN_TRANSITIONS``."""
+
+    def record_txn(
+        self,
+        job_id: JobId,
+        epoch: Epoch,
+        sink: str,
+        attempt: AttemptNo,
+        state: TxnState,
+        detail: dict[str, Any],
+    ) -> SinkTxn:
+        """Move the transaction to ``state`` (PREPARED -> COMMITTED | ABORTED, checked);
+        ``detail`` is merged into what was recorded. :class:`InvalidTransition` otherwise."""
+        ...
+
+    def get_txn(
+        self, job_id: JobId, epoch: Epoch, sink: str, attempt: AttemptNo
+    ) -> SinkTxn | None: ...
+
+    def list_txns(self, job_id: JobId, state: TxnState | None = None) -> list[SinkTxn]: ...
+
+
+class RetentionStore(Protocol):
+    """Bounded growth: old committed epochs go, what recovery needs stays (``_retention.py``)."""
+
+    def prune_epochs(
+        self,
+        job_id: JobId,
+        policy: RetentionPolicy,
+        batch_size: int = 1000,
+        max_batches: int | None = None,
+    ) -> PruneResult:
+        """Delete the epochs (and their sink transactions) ``policy`` does not keep, in
+        transactions of at most ``batch_size`` epochs, at most ``max_batches`` of them."""
+        ...
