@@ -1,27 +1,19 @@
-"""The job manager's facade: the only code the REST API calls, and the only code of the
-manager that talks to the store."""
+"""The job manager's facade: the one object the REST API, the web UI and the metrics call.
+
+It holds what a manager process keeps (the store, its folders, the group-commit thread, the
+cache of pipeline descriptions, the session clusters) and delegates each request to the module
+of its concept: :mod:`.submissions`, and the modules named at each section below."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import subprocess
-import sys
-import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import (
-    ApplicationNotFound,
-    InvalidInput,
-    JobConflict,
-    JobNotFound,
-    JobTerminal,
-)
+from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
 from stoker.manager import control, rescales
+from stoker.manager.appinspect import PipelineDescriptions
 from stoker.manager.applications import (
     SessionClusters,
     attempt_view,
@@ -30,17 +22,10 @@ from stoker.manager.applications import (
     tail_lines,
     validate_application,
 )
-from stoker.manager.batch import CreateBatcher
 from stoker.manager.managers import list_managers
-from stoker.manager.processes import child_env
 from stoker.manager.rescales import RescaleTally
-from stoker.manager.state import keep_max_parallelism
-from stoker.manager.submit import (
-    ASSIGNED_STATE_DIR,
-    check_savepoint_source,
-    spec_difference,
-    validate_submission,
-)
+from stoker.manager.submissions import JobSubmissions, SubmitResult, settle
+from stoker.manager.submit import ASSIGNED_STATE_DIR
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
 from stoker.store.records import ClusterRecord, RescaleRecord
 from stoker.types import (
@@ -52,14 +37,6 @@ from stoker.types import (
     JobState,
     job_id,
 )
-
-
-@dataclass(frozen=True)
-class SubmitResult:
-    """A submission's outcome: the job, and whether it was created, already live, or restarted."""
-
-    job: JobRecord
-    outcome: str  # "created" | "duplicate" | "restarted"
 
 
 class JobManager:
@@ -77,11 +54,8 @@ class JobManager:
         self.apps_dir = self.state_dir / "apps"
         self.clusters_dir = self.state_dir / "clusters"
         self.sessions = SessionClusters(store, self.clusters_dir)
-        self._batcher = CreateBatcher(store)
-        # Pipeline descriptions read from application files, by (path, mtime): a child
-        # process each, for control requests that come before a driver declared its own.
-        self._described: dict[tuple[str, int], dict[str, Any]] = {}
-        self._described_lock = threading.Lock()
+        self._submissions = JobSubmissions(store, self.allowed_dirs, self.jobs_dir)
+        self._descriptions = PipelineDescriptions()
 
     def submit(
         self,
@@ -95,17 +69,19 @@ class JobManager:
         from_savepoint: str | None = None,
         scaling: Any = None,
     ) -> SubmitResult:
-        """Create the job, or return the live one; never a second live instance.
-
-        The store's primary key decides between concurrent submissions of one id, whichever
-        manager receives them. ``scaling`` (text or object, :mod:`stoker.scalespec`) is set on
-        the job once it is created; a live job submitted again keeps the scaling it has now.
-        """
-        name, spec, start = self._plan(
-            jid, entrypoint, args, conf, restart_strategy, config, from_savepoint, scaling
+        """Create the job, or return the live one; never a second live instance
+        (:meth:`JobSubmissions.submit`)."""
+        return self._submissions.submit(
+            jid,
+            entrypoint,
+            args,
+            conf,
+            restart,
+            restart_strategy,
+            config,
+            from_savepoint,
+            scaling,
         )
-        job, created = self.store.create_job(name, name, spec, start)
-        return self._settle(name, spec, job, created, restart)
 
     async def submit_async(
         self,
@@ -119,121 +95,28 @@ class JobManager:
         from_savepoint: str | None = None,
         scaling: Any = None,
     ) -> SubmitResult:
-        """:meth:`submit` for an event loop: the insert joins the next group commit.
-
-        Only the common path runs on the loop (validation is a few file-system calls); an
-        omitted id (a child process reads the pipeline's name), a restart and a scaling spec
-        to store run in a thread.
-        """
-        if jid is None or config:  # a child process reads the app's pipeline
-            return await asyncio.to_thread(
-                self.submit,
-                jid,
-                entrypoint,
-                args,
-                conf,
-                restart,
-                restart_strategy,
-                config,
-                from_savepoint,
-                scaling,
-            )
-        name, spec, start = self._plan(
-            jid, entrypoint, args, conf, restart_strategy, None, from_savepoint, scaling
-        )
-        job, created = await asyncio.wrap_future(self._batcher.create(name, name, spec, start))
-        if (not created and job.state.terminal and restart) or "scaling" in spec:
-            return await asyncio.to_thread(self._settle, name, spec, job, created, restart)
-        return self._settle(name, spec, job, created, restart)
-
-    def _plan(
-        self,
-        jid: str | None,
-        entrypoint: str,
-        args: list[str] | None,
-        conf: dict[str, str] | None,
-        restart_strategy: dict[str, Any] | None,
-        config: dict[str, Any] | None,
-        from_savepoint: str | None = None,
-        scaling: Any = None,
-    ) -> tuple[JobId, dict[str, Any], dict[str, Any]]:
-        """The job's id, spec and starting config, every field checked; nothing is written.
-
-        The starting config (version 0) is the pipeline's declared defaults with the submitted
-        ``config`` on top; the manager learns the defaults only when it reads the app (an id
-        omitted, or a config given), otherwise the driver declares them.
-        """
-        sub = validate_submission(
+        """:meth:`submit` for an event loop: the insert joins the next group commit
+        (:meth:`JobSubmissions.submit_async`)."""
+        return await self._submissions.submit_async(
+            jid,
             entrypoint,
-            list(args or []),
-            dict(conf or {}),
+            args,
+            conf,
+            restart,
             restart_strategy,
-            self.allowed_dirs,
-            scaling=scaling,
+            config,
+            from_savepoint,
+            scaling,
         )
-        if from_savepoint is not None:
-            sub = replace(
-                sub, from_savepoint=check_savepoint_source(from_savepoint, self.allowed_dirs)
-            )
-        start: dict[str, Any] = {}
-        if jid is None or config:
-            found, start, _spec = _inspect_app(sub.entrypoint, dict(config or {}))
-            name = job_id(jid) if jid is not None else job_id(found)
-            sub = replace(sub, config=dict(config or {}))
-        else:
-            name = job_id(jid)
-        spec = sub.spec()
-        # The job's folder (Spark checkpoint, sink state) is chosen once, by the manager that
-        # creates the job, and kept in the store: every attempt runs in it, whichever manager
-        # leads when the attempt starts. A folder per launching manager would start a job that
-        # failed over from an empty checkpoint.
-        spec[ASSIGNED_STATE_DIR] = str(self.jobs_dir / name)
-        return name, spec, start
-
-    def _settle(
-        self, name: JobId, spec: dict[str, Any], job: JobRecord, created: bool, restart: bool
-    ) -> SubmitResult:
-        """What the submission amounts to, given what the store holds for its id.
-
-        The submitted scaling is set on a record this submission created or restarted; a
-        live record keeps the scaling it has (control may have changed it since), unless
-        none was ever stored (the manager stopped between creating it and storing it).
-        """
-        scaling = spec.get("scaling")
-        if created:
-            return SubmitResult(self._with_scaling(job, scaling), "created")
-        if job.state.terminal:
-            if not restart:
-                raise JobTerminal(name, str(job.state))
-            # From the job's last checkpoint: its folder stays the one it ran in.
-            kept = job.spec.get(ASSIGNED_STATE_DIR) or spec[ASSIGNED_STATE_DIR]
-            kept_spec = keep_max_parallelism({**spec, ASSIGNED_STATE_DIR: kept}, job.spec)
-            job = self.store.restart_job(name, kept_spec)
-            if job.state == JobState.RESTARTING:
-                if job.scaling != scaling:
-                    job = self._with_scaling(job, scaling, force=True)
-                return SubmitResult(job, "restarted")
-        diff = spec_difference(job.spec, spec)
-        if diff is not None:
-            raise JobConflict(name, diff)
-        return SubmitResult(self._with_scaling(job, scaling), "duplicate")
-
-    def _with_scaling(
-        self, job: JobRecord, scaling: dict[str, Any] | None, force: bool = False
-    ) -> JobRecord:
-        """``job`` with ``scaling`` stored, if it has none yet (or ``force``)."""
-        if (scaling is None or job.scaling is not None) and not force:
-            return job
-        return self.store.set_scaling(job.job_id, scaling)
 
     def submitted_view(self, job: JobRecord) -> dict[str, Any]:
         """A submitted job as ``POST /v1/jobs`` answers it: its record and its scaling (its
         own: a submitted job owns its executors), with no further read of the store."""
-        return {**job.to_dict(), **rescales.scaling_fields(self.store, job, job)}
+        return self._submissions.submitted_view(job)
 
     def close(self) -> None:
         """Stop the group-commit thread (the store stays open: the caller owns it)."""
-        self._batcher.close()
+        self._submissions.close()
 
     def list_jobs(self, state: JobState | None = None) -> list[JobRecord]:
         """Jobs (those of applications included), never application records."""
@@ -422,26 +305,7 @@ class JobManager:
     def describe_pipeline(self, jid: str) -> dict[str, Any]:
         """The pipeline description of a job no driver has declared yet, read from its
         application file in a child process (user code never runs inside the manager)."""
-        job = self._job(jid)
-        entry = job.spec.get("entrypoint")
-        if not isinstance(entry, str):
-            return {}
-        path = Path(entry)
-        try:
-            key = (str(path), path.stat().st_mtime_ns)
-        except OSError:
-            raise InvalidInput(
-                "entrypoint", f"the job's application file {entry!r} cannot be read"
-            ) from None
-        with self._described_lock:
-            found = self._described.get(key)
-        if found is None:
-            found = _inspect_app(path, {})[2]
-            with self._described_lock:
-                if len(self._described) > 256:
-                    self._described.clear()
-                self._described[key] = found
-        return found
+        return self._descriptions.describe(self._job(jid).spec.get("entrypoint"))
 
     def attempt_log(self, jid: str, attempt: int, tail: int | None = None) -> str:
         """The driver log of one attempt (the last ``tail`` bytes if given)."""
@@ -499,7 +363,7 @@ class JobManager:
         app, created = self.store.create_job(
             sub.app_id, sub.app_id, spec, {}, kind=JobKind.APPLICATION
         )
-        return self._settle(sub.app_id, spec, app, created, restart)
+        return settle(self.store, sub.app_id, spec, app, created, restart)
 
     def _app(self, app_id: str) -> JobRecord:
         """The application record ``app_id``; :class:`ApplicationNotFound` otherwise (also for
@@ -632,57 +496,3 @@ class JobManager:
         """:func:`~stoker.manager.managers.list_managers`: the leader lease and every manager
         seen lately, each as leader or standby."""
         return list_managers(self.store, self.leader_ttl)
-
-
-# In a child process (the manager imports no Spark and no user code): the Pipeline the file
-# runs, its starting config and its description.
-_INSPECT = """\
-import json, sys
-from stoker.errors import InvalidInput
-from stoker.runtime.appfile import check_app_path, inspect_pipeline
-
-def inspect(app, config):
-    pipeline = inspect_pipeline(app)
-    return pipeline.name, pipeline.check_config(config), pipeline.spec()
-
-try:
-    name, config, spec = inspect(check_app_path(sys.argv[1]), json.loads(sys.argv[2]))
-except InvalidInput as e:
-    print(json.dumps({"field": e.field, "message": e.message}))
-    sys.exit(2)
-print(json.dumps({"name": name, "config": config, "spec": spec}))
-"""
-
-
-def _inspect_app(
-    entrypoint: Path, config: dict[str, Any]
-) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """The name of the Pipeline the file runs, its starting config (declared defaults with
-    ``config`` on top, checked) and its description (``Pipeline.spec()``: declared config,
-    sources, registered control events), found in a child process: user code never runs
-    inside the manager. A refusal is :class:`InvalidInput` naming the field once."""
-    code = _INSPECT
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(entrypoint), json.dumps(config)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(entrypoint.parent),
-        env=child_env(),  # user code: not the manager's tokens
-    )
-    answer: dict[str, Any] = {}
-    lines = proc.stdout.strip().splitlines()
-    if lines:
-        try:
-            answer = json.loads(lines[-1])
-        except ValueError:
-            answer = {}
-    if proc.returncode == 2 and "field" in answer:
-        field = str(answer["field"])
-        if not field.startswith("config"):
-            field = "job_id" if field == "job_id" else "entrypoint"
-        raise InvalidInput(field, str(answer["message"]))
-    if proc.returncode != 0 or "name" not in answer:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise InvalidInput("entrypoint", f"reading the app's pipeline failed: {last}")
-    return str(answer["name"]), dict(answer["config"]), dict(answer["spec"])
