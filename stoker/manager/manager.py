@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
-from stoker.manager import control, rescales
+from stoker.manager import control, jobs, rescales
 from stoker.manager.appinspect import PipelineDescriptions
 from stoker.manager.applications import (
     SessionClusters,
@@ -118,70 +118,36 @@ class JobManager:
         """Stop the group-commit thread (the store stays open: the caller owns it)."""
         self._submissions.close()
 
+    # jobs: queries, views and cancel (jobs.py) --------------------------------------------
     def list_jobs(self, state: JobState | None = None) -> list[JobRecord]:
         """Jobs (those of applications included), never application records."""
-        return self.store.list_jobs(state, kind=JobKind.JOB)
+        return jobs.list_jobs(self.store, state)
 
     def list_views(self, state: JobState | None = None) -> list[dict[str, Any]]:
-        """Every job (only those in ``state``) as the API lists it: a paused one shows
-        ``"state": "PAUSED"`` and ``"paused": true``; a job of an application names it in
-        ``app_id`` (null for a job submitted alone)."""
-        owners: dict[JobId, JobRecord] = {}
-        out = []
-        for j in self.list_jobs(state):
-            if j.app_id is not None and j.app_id not in owners:
-                owners[j.app_id] = self.store.get_job(j.app_id)
-            out.append(self._job_dict(j, owners.get(j.app_id) if j.app_id else None))
-        return out
-
-    def _job_dict(self, job: JobRecord, owner: JobRecord | None = None) -> dict[str, Any]:
-        """A job as the API shows it; its scaling is its owner's (its application's, if
-        any): ``scaling``, ``executor_target``, ``resources``, ``max_parallelism``."""
-        out = job.to_dict()
-        out["state"], out["paused"] = control.display_state(self.store, job)
-        out["app_id"] = job.app_id
-        out.update(rescales.scaling_fields(self.store, job, owner))
-        return out
+        """Every job (only those in ``state``) as the API lists it (:func:`jobs.list_views`)."""
+        return jobs.list_views(self.store, state)
 
     def _job(self, jid: str) -> JobRecord:
         """The job ``jid``; an application's id is not a job's (404 naming where to look)."""
-        job = self.store.get_job(job_id(jid))
-        if job.kind == JobKind.APPLICATION:
-            err = JobNotFound(job.job_id)
-            err.args = (
-                f"{err} (it is an application: GET /v1/applications/{job.job_id}, "
-                f"stoker app status {job.job_id})",
-            )
-            raise err
-        return job
+        return jobs.job_record(self.store, jid)
 
     def view(self, jid: str) -> dict[str, Any]:
-        """Everything about one job: state, attempt (pid, host, lease), last epoch, timings.
-
-        A RUNNING job whose control paused it shows ``"state": "PAUSED"``, ``"paused": true``.
-        """
-        job = self._job(jid)
-        out = self._job_dict(job)
-        att = (
-            self.store.get_attempt(job.job_id, job.current_attempt) if job.current_attempt else None
-        )
-        out["attempt"] = att.to_dict() if att else None
-        last = self.store.list_epochs(job.job_id, limit=1)
-        out["last_epoch"] = last[0].to_dict() if last else None
-        return out
+        """Everything about one job: state, attempt (pid, host, lease), last epoch, timings
+        (:func:`jobs.job_view`)."""
+        return jobs.job_view(self.store, jid)
 
     def attempts(self, jid: str) -> list[AttemptRecord]:
-        job = self._job(jid)
-        return self.store.list_attempts(job.job_id)
+        """Every attempt of the job."""
+        return jobs.attempts(self.store, jid)
 
     def epochs(self, jid: str, limit: int = 100) -> list[EpochRecord]:
-        job = self._job(jid)
-        return self.store.list_epochs(job.job_id, limit=limit)
+        """The job's newest ``limit`` epochs."""
+        return jobs.epochs(self.store, jid, limit)
 
     def cancel(self, jid: str) -> JobRecord:
         """Ask the job to stop after its current epoch; the leader enforces a timeout (a job
         of an application: its application's driver stops it)."""
-        return self.store.request_cancel(self._job(jid).job_id)
+        return jobs.cancel(self.store, jid)
 
     # scaling (rescales.py does the work) -----------------------------------------------------
     def _scalable(self, jid: str) -> JobRecord:
@@ -222,31 +188,19 @@ class JobManager:
 
     def recent_epochs_of(self, jids: Iterable[JobId], limit: int) -> dict[JobId, list[EpochRecord]]:
         """The newest ``limit`` epochs of each job, newest first (a job gone meanwhile: none)."""
-        return {j: self.store.list_epochs(j, limit=limit) for j in jids}
+        return jobs.recent_epochs_of(self.store, jids, limit)
 
     def recent_controls_of(
         self, jids: Iterable[JobId], limit: int
     ) -> dict[JobId, list[ControlEvent]]:
         """The newest ``limit`` control events of each job, newest first."""
-        out: dict[JobId, list[ControlEvent]] = {}
-        for j in jids:
-            try:
-                out[j] = self.store.list_controls(j, limit=limit)
-            except JobNotFound:
-                continue  # deleted since the jobs were read
-        return out
+        return jobs.recent_controls_of(self.store, jids, limit)
 
     def recent_rescales_of(
         self, jids: Iterable[JobId], limit: int
     ) -> dict[JobId, list[RescaleRecord]]:
         """The newest ``limit`` rescales of each owner, newest first."""
-        out: dict[JobId, list[RescaleRecord]] = {}
-        for j in jids:
-            try:
-                out[j] = self.store.list_rescales(j, limit=limit)
-            except JobNotFound:
-                continue
-        return out
+        return jobs.recent_rescales_of(self.store, jids, limit)
 
     # control -------------------------------------------------------------------------------
     def submit_control(
