@@ -20,8 +20,8 @@ from stoker.manager.applications import (
     cluster_of,
     driver_of,
     tail_lines,
-    validate_application,
 )
+from stoker.manager.appsubmit import validate_application
 from stoker.manager.managers import list_managers
 from stoker.manager.rescales import RescaleTally
 from stoker.manager.submissions import JobSubmissions, SubmitResult, settle
