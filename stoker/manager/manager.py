@@ -15,7 +15,6 @@ from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
 from stoker.manager import control, jobs, rescales
 from stoker.manager.appinspect import PipelineDescriptions
 from stoker.manager.applications import (
-    SessionClusters,
     attempt_view,
     cluster_of,
     driver_of,
@@ -24,6 +23,7 @@ from stoker.manager.applications import (
 from stoker.manager.appsubmit import validate_application
 from stoker.manager.managers import list_managers
 from stoker.manager.rescales import RescaleTally
+from stoker.manager.sessions import SessionClusters
 from stoker.manager.submissions import JobSubmissions, SubmitResult, settle
 from stoker.manager.submit import ASSIGNED_STATE_DIR
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store

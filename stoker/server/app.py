@@ -34,7 +34,7 @@ from stoker.errors import (
     TooManyRequests,
 )
 from stoker.manager import ControlRateLimiter, JobManager, Supervisor
-from stoker.manager.applications import CLUSTER_PATH_PATTERN
+from stoker.manager.cluster_records import CLUSTER_PATH_PATTERN
 from stoker.manager.control import HISTORY_MAX, control_view
 from stoker.manager.rescales import RESCALES_MAX, RescaleTally
 from stoker.redact import redact_answer, redact_text

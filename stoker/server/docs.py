@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.staticfiles import StaticFiles
 
-from stoker.manager.applications import CLUSTER_NAME_PATTERN
+from stoker.manager.cluster_records import CLUSTER_NAME_PATTERN
 from stoker.manager.rescales import MAX_EXECUTORS
 
 SWAGGER_UI_VERSION = "5.35.0"  # npm swagger-ui-dist, copied into static/swagger-ui
