@@ -1,6 +1,7 @@
-"""Applications as the job manager shows them: a driver attempt, the live driver, the cluster
-an application runs on. A submission's checks are :mod:`.appsubmit`'s; the clusters' records,
-:mod:`.cluster_records`; session clusters, :mod:`.sessions`.
+"""Applications as the job manager reads them: one, the list, its cancel; and how a driver
+attempt, the live driver and the cluster an application runs on are shown. A submission is
+:mod:`.appsubmit`'s; the clusters' records, :mod:`.cluster_records`; session clusters,
+:mod:`.sessions`.
 
 An application is a record of the jobs table (``kind='application'``) whose driver runs a
 user's program (``stoker.runtime.appdriver``); the jobs the program submits name it as their
@@ -11,18 +12,105 @@ settings and a cluster spec.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import InvalidInput
-from stoker.manager import clusters
+from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
+from stoker.manager import clusters, control, rescales
 from stoker.manager.cluster_records import app_cluster_name
-from stoker.store import AttemptRecord, JobRecord
+from stoker.store import AttemptRecord, JobRecord, Store
 from stoker.store.records import ClusterRecord
-from stoker.types import AttemptState
+from stoker.types import AttemptState, JobKind, JobState, job_id
 
 _LIVE_ATTEMPT = (AttemptState.STARTING, AttemptState.RUNNING)
+
+
+def app_record(store: Store, app_id: str) -> JobRecord:
+    """The application record ``app_id``; :class:`ApplicationNotFound` otherwise (also for
+    a job's id, naming where to look)."""
+    aid = job_id(app_id)
+    try:
+        app = store.get_job(aid)
+    except JobNotFound:
+        raise ApplicationNotFound(aid) from None
+    if app.kind != JobKind.APPLICATION:
+        err = ApplicationNotFound(aid)
+        err.args = (f"{err} (it is a job: GET /v1/jobs/{aid}, stoker status {aid})",)
+        raise err
+    return app
+
+
+def list_applications(store: Store, state: JobState | None = None) -> list[dict[str, Any]]:
+    """Every application (only those in ``state``), in brief: state, attempt, cluster
+    spec, how many jobs it has made, the last error."""
+    apps = store.list_jobs(state, kind=JobKind.APPLICATION)
+    counts = Counter(j.app_id for j in store.list_jobs(kind=JobKind.JOB) if j.app_id)
+    return [
+        {
+            "app_id": a.job_id,
+            "state": str(a.state),
+            "attempt": a.current_attempt,
+            "cluster": a.spec.get("cluster"),
+            "jobs": counts.get(a.job_id, 0),
+            "error": a.last_error,
+            "created_at": a.created_at,
+            "updated_at": a.updated_at,
+        }
+        for a in apps
+    ]
+
+
+def application_view(
+    store: Store, app_id: str, find_cluster: Callable[[str], ClusterRecord | None]
+) -> dict[str, Any]:
+    """One application: state, every driver attempt, the live driver (pid, host), its
+    cluster (``find_cluster`` looks its record up by name), each of its jobs with its state
+    and last epoch, the last error."""
+    app = app_record(store, app_id)
+    attempts = store.list_attempts(app.job_id)
+    jobs = store.list_jobs(kind=JobKind.JOB, app_id=app.job_id)
+    return {
+        "app_id": app.job_id,
+        "state": str(app.state),
+        "attempt": app.current_attempt,
+        "attempts": [attempt_view(a) for a in attempts],
+        "driver": driver_of(attempts, app.current_attempt),
+        "cluster": cluster_of(app, find_cluster),
+        "jobs": [_app_job(store, j) for j in jobs],
+        **rescales.scaling_fields(store, app, app),
+        "error": app.last_error,
+        "spec": app.spec,
+        "failures": app.failures,
+        "next_attempt_at": app.next_attempt_at,
+        "cancel_requested_at": app.cancel_requested_at,
+        "created_at": app.created_at,
+        "updated_at": app.updated_at,
+    }
+
+
+def _app_job(store: Store, job: JobRecord) -> dict[str, Any]:
+    last = store.list_epochs(job.job_id, limit=1)
+    state, _paused = control.display_state(store, job)
+    return {
+        "job_id": job.job_id,
+        "state": state,
+        "last_epoch": last[0].epoch if last else None,
+        "attempt": job.current_attempt,
+        "error": job.last_error,
+    }
+
+
+def cancel_application(
+    store: Store, app_id: str, find_cluster: Callable[[str], ClusterRecord | None]
+) -> dict[str, Any]:
+    """Ask the application to stop: its driver cancels every job gracefully (each epoch
+    in flight commits), then ends; the leader kills it after the cancel timeout. An
+    application not running yet ends CANCELED at once. Answers the application's view."""
+    app = app_record(store, app_id)
+    store.request_cancel(app.job_id)
+    return application_view(store, app.job_id, find_cluster)
 
 
 # Views ------------------------------------------------------------------------------------------
@@ -99,8 +187,12 @@ def tail_lines(path: Path, lines: int | None) -> str:
 
 
 __all__ = [
+    "app_record",
+    "application_view",
     "attempt_view",
+    "cancel_application",
     "cluster_of",
     "driver_of",
+    "list_applications",
     "tail_lines",
 ]

@@ -1,7 +1,8 @@
-"""An application's submission checked: its id, program, arguments, Spark settings, cluster
-spec, driver resources and scaling, every field before anything is written (no user code runs
-in the manager). :func:`validate_application` gives the :class:`ApplicationSubmission` whose
-``spec()`` the store keeps."""
+"""An application's submission: every field checked (its id, program, arguments, Spark
+settings, cluster spec, driver resources, scaling) before anything is written, and no user
+code run in the manager; :func:`validate_application` gives the
+:class:`ApplicationSubmission` whose ``spec()`` the store keeps, :func:`submit_application`
+creates the record or settles against the one its id has."""
 
 from __future__ import annotations
 
@@ -14,10 +15,17 @@ from typing import Any
 from stoker.errors import ClusterNotFound, InvalidInput
 from stoker.manager import clusters
 from stoker.manager.restart import parse_strategy
-from stoker.manager.submit import check_scaling, scaling_spec_entry, validate_submission
+from stoker.manager.submissions import SubmitResult, settle
+from stoker.manager.submit import (
+    ASSIGNED_STATE_DIR,
+    check_scaling,
+    scaling_spec_entry,
+    validate_submission,
+)
 from stoker.scalespec import ScalingSpec
+from stoker.store import Store
 from stoker.store.records import ClusterRecord
-from stoker.types import ClusterState, JobId, job_id
+from stoker.types import ClusterState, JobId, JobKind, job_id
 
 # Spark refuses a driver heap under 450 MiB ("System memory ... must be at least ...").
 _MIN_DRIVER_MEMORY_MB = 450
@@ -183,3 +191,44 @@ def _driver_resources(
         cpus = os.cpu_count() or 1
         if int(text) > cpus:
             raise InvalidInput(fld, f"{text} is more than this host's {cpus} cores")
+
+
+def submit_application(
+    store: Store,
+    allowed_dirs: list[Path],
+    apps_dir: Path,
+    app_id: str | None,
+    entrypoint: str,
+    args: list[str] | None = None,
+    conf: dict[str, str] | None = None,
+    cluster: str | None = None,
+    restart_strategy: dict[str, Any] | None = None,
+    driver_memory: str | None = None,
+    driver_cores: int | None = None,
+    restart: bool = False,
+    scaling: Any = None,
+) -> SubmitResult:
+    """Create the application, or return the live one, as a job's submission does
+    (:func:`~stoker.manager.submissions.settle`): the same spec again is a duplicate, another
+    spec while live a :class:`JobConflict`, an ended one runs again only with ``restart``. An
+    id taken by a job (or a job of another application) is :class:`JobOwnedElsewhere`. Its
+    driver is the leader's to start (on its cluster); nothing runs here."""
+    sub = validate_application(
+        app_id,
+        entrypoint,
+        list(args or []),
+        dict(conf or {}),
+        cluster,
+        restart_strategy,
+        driver_memory,
+        driver_cores,
+        allowed_dirs,
+        store.get_cluster,
+        scaling,
+    )
+    spec = sub.spec()
+    # The application's folder (its jobs' checkpoints under jobs/<job id>), chosen once
+    # by the manager that creates it, as a job's is.
+    spec[ASSIGNED_STATE_DIR] = str(apps_dir / sub.app_id)
+    app, created = store.create_job(sub.app_id, sub.app_id, spec, {}, kind=JobKind.APPLICATION)
+    return settle(store, sub.app_id, spec, app, created, restart)

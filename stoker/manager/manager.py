@@ -6,26 +6,21 @@ of its concept: :mod:`.submissions`, and the modules named at each section below
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
-from stoker.manager import control, jobs, rescales
+from stoker.manager import applications as apps
+from stoker.manager import appsubmit, control, jobs, rescales
 from stoker.manager.appinspect import PipelineDescriptions
 from stoker.manager.applications import (
-    attempt_view,
-    cluster_of,
-    driver_of,
     tail_lines,
 )
-from stoker.manager.appsubmit import validate_application
 from stoker.manager.managers import list_managers
 from stoker.manager.rescales import RescaleTally
 from stoker.manager.sessions import SessionClusters
-from stoker.manager.submissions import JobSubmissions, SubmitResult, settle
-from stoker.manager.submit import ASSIGNED_STATE_DIR
+from stoker.manager.submissions import JobSubmissions, SubmitResult
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
 from stoker.store.records import ClusterRecord, RescaleRecord
 from stoker.types import (
@@ -33,7 +28,6 @@ from stoker.types import (
     ControlKind,
     ControlStatus,
     JobId,
-    JobKind,
     JobState,
     job_id,
 )
@@ -278,7 +272,7 @@ class JobManager:
                 fh.seek(max(0, size - tail))
             return fh.read().decode("utf-8", errors="replace")
 
-    # applications --------------------------------------------------------------------------
+    # applications: appsubmit.py submits, applications.py shows and cancels ---------------
     def submit_application(
         self,
         app_id: str | None,
@@ -292,108 +286,44 @@ class JobManager:
         restart: bool = False,
         scaling: Any = None,
     ) -> SubmitResult:
-        """Create the application, or return the live one, as :meth:`submit` does for a job:
-        the same spec again is a duplicate, another spec while live a :class:`JobConflict`,
-        an ended one runs again only with ``restart``. An id taken by a job (or a job of
-        another application) is :class:`JobOwnedElsewhere`. Its driver is the leader's to
-        start (on its cluster); nothing runs here."""
-        sub = validate_application(
+        """Create the application, or return the live one, as :meth:`submit` does for a job
+        (:func:`appsubmit.submit_application`); its driver is the leader's to start."""
+        return appsubmit.submit_application(
+            self.store,
+            self.allowed_dirs,
+            self.apps_dir,
             app_id,
             entrypoint,
-            list(args or []),
-            dict(conf or {}),
+            args,
+            conf,
             cluster,
             restart_strategy,
             driver_memory,
             driver_cores,
-            self.allowed_dirs,
-            self.store.get_cluster,
+            restart,
             scaling,
         )
-        spec = sub.spec()
-        # The application's folder (its jobs' checkpoints under jobs/<job id>), chosen once
-        # by the manager that creates it, as a job's is.
-        spec[ASSIGNED_STATE_DIR] = str(self.apps_dir / sub.app_id)
-        app, created = self.store.create_job(
-            sub.app_id, sub.app_id, spec, {}, kind=JobKind.APPLICATION
-        )
-        return settle(self.store, sub.app_id, spec, app, created, restart)
 
     def _app(self, app_id: str) -> JobRecord:
         """The application record ``app_id``; :class:`ApplicationNotFound` otherwise (also for
         a job's id, naming where to look)."""
-        aid = job_id(app_id)
-        try:
-            app = self.store.get_job(aid)
-        except JobNotFound:
-            raise ApplicationNotFound(aid) from None
-        if app.kind != JobKind.APPLICATION:
-            err = ApplicationNotFound(aid)
-            err.args = (f"{err} (it is a job: GET /v1/jobs/{aid}, stoker status {aid})",)
-            raise err
-        return app
+        return apps.app_record(self.store, app_id)
 
     def applications(self, state: JobState | None = None) -> list[dict[str, Any]]:
         """Every application (only those in ``state``), in brief: state, attempt, cluster
         spec, how many jobs it has made, the last error."""
-        apps = self.store.list_jobs(state, kind=JobKind.APPLICATION)
-        counts = Counter(j.app_id for j in self.store.list_jobs(kind=JobKind.JOB) if j.app_id)
-        return [
-            {
-                "app_id": a.job_id,
-                "state": str(a.state),
-                "attempt": a.current_attempt,
-                "cluster": a.spec.get("cluster"),
-                "jobs": counts.get(a.job_id, 0),
-                "error": a.last_error,
-                "created_at": a.created_at,
-                "updated_at": a.updated_at,
-            }
-            for a in apps
-        ]
+        return apps.list_applications(self.store, state)
 
     def application(self, app_id: str) -> dict[str, Any]:
         """One application: state, every driver attempt, the live driver (pid, host), its
         cluster, each of its jobs with its state and last epoch, the last error."""
-        app = self._app(app_id)
-        attempts = self.store.list_attempts(app.job_id)
-        jobs = self.store.list_jobs(kind=JobKind.JOB, app_id=app.job_id)
-        return {
-            "app_id": app.job_id,
-            "state": str(app.state),
-            "attempt": app.current_attempt,
-            "attempts": [attempt_view(a) for a in attempts],
-            "driver": driver_of(attempts, app.current_attempt),
-            "cluster": cluster_of(app, self._find_cluster),
-            "jobs": [self._app_job(j) for j in jobs],
-            **rescales.scaling_fields(self.store, app, app),
-            "error": app.last_error,
-            "spec": app.spec,
-            "failures": app.failures,
-            "next_attempt_at": app.next_attempt_at,
-            "cancel_requested_at": app.cancel_requested_at,
-            "created_at": app.created_at,
-            "updated_at": app.updated_at,
-        }
-
-    def _app_job(self, job: JobRecord) -> dict[str, Any]:
-        last = self.store.list_epochs(job.job_id, limit=1)
-        state, _paused = control.display_state(self.store, job)
-        return {
-            "job_id": job.job_id,
-            "state": state,
-            "last_epoch": last[0].epoch if last else None,
-            "attempt": job.current_attempt,
-            "error": job.last_error,
-        }
+        return apps.application_view(self.store, app_id, self._find_cluster)
 
     def cancel_application(self, app_id: str) -> dict[str, Any]:
         """Ask the application to stop: its driver cancels every job gracefully (each epoch
         in flight commits), then ends; the leader kills it after the cancel timeout. An
         application not running yet ends CANCELED at once."""
-        app = self._app(app_id)
-        self.store.request_cancel(app.job_id)
-        return self.application(app.job_id)
+        return apps.cancel_application(self.store, app_id, self._find_cluster)
 
     def application_log(
         self, app_id: str, attempt: int | None = None, tail: int | None = None
