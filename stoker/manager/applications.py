@@ -11,10 +11,8 @@ settings and a cluster spec.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
@@ -165,27 +163,6 @@ def cluster_of(app: JobRecord, lookup: Callable[[str], ClusterRecord | None]) ->
     return out
 
 
-def tail_lines(path: Path, lines: int | None) -> str:
-    """The file's text, or only its last ``lines`` lines; read from the end, so a long log
-    costs what is shown."""
-    if not path.exists():
-        return ""
-    with open(path, "rb") as fh:
-        if lines is None:
-            return fh.read().decode("utf-8", errors="replace")
-        fh.seek(0, os.SEEK_END)
-        end = fh.tell()
-        pos, data = end, b""
-        # One more newline than asked for: the file's own last newline ends the last line.
-        while pos > 0 and data.count(b"\n") <= lines:
-            step = min(64 * 1024, pos)
-            pos -= step
-            fh.seek(pos)
-            data = fh.read(step) + data
-    kept = data.splitlines(keepends=True)[-lines:] if lines > 0 else []
-    return b"".join(kept).decode("utf-8", errors="replace")
-
-
 __all__ = [
     "app_record",
     "application_view",
@@ -194,5 +171,4 @@ __all__ = [
     "cluster_of",
     "driver_of",
     "list_applications",
-    "tail_lines",
 ]

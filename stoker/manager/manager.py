@@ -10,27 +10,16 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
 from stoker.manager import applications as apps
-from stoker.manager import appsubmit, control, jobs, rescales
+from stoker.manager import appsubmit, control, jobs, logs, rescales
 from stoker.manager.appinspect import PipelineDescriptions
-from stoker.manager.applications import (
-    tail_lines,
-)
 from stoker.manager.managers import list_managers
 from stoker.manager.rescales import RescaleTally
 from stoker.manager.sessions import SessionClusters
 from stoker.manager.submissions import JobSubmissions, SubmitResult
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
 from stoker.store.records import ClusterRecord, RescaleRecord
-from stoker.types import (
-    AttemptNo,
-    ControlKind,
-    ControlStatus,
-    JobId,
-    JobState,
-    job_id,
-)
+from stoker.types import ControlKind, ControlStatus, JobId, JobState, job_id
 
 
 class JobManager:
@@ -255,23 +244,6 @@ class JobManager:
         application file in a child process (user code never runs inside the manager)."""
         return self._descriptions.describe(self._job(jid).spec.get("entrypoint"))
 
-    def attempt_log(self, jid: str, attempt: int, tail: int | None = None) -> str:
-        """The driver log of one attempt (the last ``tail`` bytes if given)."""
-        job = self._job(jid)
-        att = self.store.get_attempt(job.job_id, AttemptNo(attempt))
-        if att is None:
-            raise JobNotFound(f"{jid} attempt {attempt}")
-        if not att.log_path:
-            raise InvalidInput("attempt", f"attempt {attempt} was not started by a job manager")
-        path = Path(att.log_path)
-        if not path.exists():
-            return ""
-        with open(path, "rb") as fh:
-            if tail is not None:
-                size = path.stat().st_size
-                fh.seek(max(0, size - tail))
-            return fh.read().decode("utf-8", errors="replace")
-
     # applications: appsubmit.py submits, applications.py shows and cancels ---------------
     def submit_application(
         self,
@@ -304,11 +276,6 @@ class JobManager:
             scaling,
         )
 
-    def _app(self, app_id: str) -> JobRecord:
-        """The application record ``app_id``; :class:`ApplicationNotFound` otherwise (also for
-        a job's id, naming where to look)."""
-        return apps.app_record(self.store, app_id)
-
     def applications(self, state: JobState | None = None) -> list[dict[str, Any]]:
         """Every application (only those in ``state``), in brief: state, attempt, cluster
         spec, how many jobs it has made, the last error."""
@@ -325,23 +292,17 @@ class JobManager:
         application not running yet ends CANCELED at once."""
         return apps.cancel_application(self.store, app_id, self._find_cluster)
 
+    # logs (logs.py) -----------------------------------------------------------------------
+    def attempt_log(self, jid: str, attempt: int, tail: int | None = None) -> str:
+        """The driver log of one attempt of a job (the last ``tail`` bytes if given)."""
+        return logs.attempt_log(self.store, jid, attempt, tail)
+
     def application_log(
         self, app_id: str, attempt: int | None = None, tail: int | None = None
     ) -> str:
         """The driver log of one attempt (default: the current one), or its last ``tail``
         lines; empty before the first attempt started."""
-        app = self._app(app_id)
-        n = app.current_attempt if attempt is None else attempt
-        if n == 0:
-            return ""
-        att = self.store.get_attempt(app.job_id, AttemptNo(n))
-        if att is None:
-            err = ApplicationNotFound(app.job_id)
-            err.args = (f"application {app.job_id!r} has no attempt {n}",)
-            raise err
-        if not att.log_path:
-            return ""
-        return tail_lines(Path(att.log_path), tail)
+        return logs.application_log(self.store, app_id, attempt, tail)
 
     # clusters: SessionClusters does the work -----------------------------------------------
     def _find_cluster(self, name: str) -> ClusterRecord | None:
