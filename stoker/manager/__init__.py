@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from stoker.manager.control import ControlRateLimiter
-from stoker.manager.manager import JobManager, SubmitResult
+from stoker.manager.manager import JobManager
+from stoker.manager.submissions import SubmitResult
 from stoker.manager.supervisor import Supervisor, SupervisorConfig
 
 __all__ = ["ControlRateLimiter", "JobManager", "SubmitResult", "Supervisor", "SupervisorConfig"]

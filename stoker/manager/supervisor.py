@@ -35,7 +35,7 @@ from stoker.errors import (
     StokerError,
 )
 from stoker.manager import clusters, janitor, processes, retention
-from stoker.manager.applications import app_cluster_name, cluster_spec_dict
+from stoker.manager.cluster_records import app_cluster_name, cluster_spec_dict
 from stoker.manager.restart import Failure, parse_strategy
 from stoker.manager.submit import ASSIGNED_STATE_DIR
 from stoker.store import AttemptRecord, JobRecord, Owner, RetentionPolicy, Store

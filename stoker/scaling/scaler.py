@@ -27,7 +27,7 @@ from typing import Any
 
 from stoker.errors import InvalidInput, InvalidTransition, StokerError
 from stoker.manager import clusters
-from stoker.manager.applications import app_cluster_name
+from stoker.manager.cluster_records import app_cluster_name
 from stoker.scalespec import ScalingSpec, parse_scaling
 from stoker.scaling.policy import (
     Decision,

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from stoker.manager.applications import CLUSTER_NAME_PATTERN, CLUSTER_PATH_PATTERN
+from stoker.manager.cluster_records import CLUSTER_NAME_PATTERN, CLUSTER_PATH_PATTERN
 from stoker.redact import redact_answer
 from stoker.server.deps import Manager
 from stoker.server.docs import MEMORY_PATTERN, errors

@@ -14,7 +14,8 @@ import pytest
 from stoker.errors import InvalidInput, JobConflict, JobOwnedElsewhere, JobTerminal
 from stoker.manager import JobManager
 from stoker.manager import processes as procs_mod
-from stoker.manager.applications import check_cluster_name, tail_lines
+from stoker.manager.cluster_records import check_cluster_name
+from stoker.manager.logs import tail_lines
 from stoker.store import Store, open_store
 from stoker.types import AttemptNo, AttemptState, ClusterState, JobKind, JobState, job_id
 

@@ -1,0 +1,121 @@
+"""Jobs as the API reads them: one job, a list, its attempts and epochs, and its cancel; and
+the bounded reads of many jobs that metrics and the event stream make. A job is never an
+application's record: an application's id is refused, naming where to look."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from stoker.errors import JobNotFound
+from stoker.manager import control, rescales
+from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
+from stoker.store.records import RescaleRecord
+from stoker.types import JobId, JobKind, JobState, job_id
+
+
+def job_record(store: Store, jid: str) -> JobRecord:
+    """The job ``jid``; an application's id is not a job's (404 naming where to look)."""
+    job = store.get_job(job_id(jid))
+    if job.kind == JobKind.APPLICATION:
+        err = JobNotFound(job.job_id)
+        err.args = (
+            f"{err} (it is an application: GET /v1/applications/{job.job_id}, "
+            f"stoker app status {job.job_id})",
+        )
+        raise err
+    return job
+
+
+def list_jobs(store: Store, state: JobState | None = None) -> list[JobRecord]:
+    """Jobs (those of applications included), never application records."""
+    return store.list_jobs(state, kind=JobKind.JOB)
+
+
+def list_views(store: Store, state: JobState | None = None) -> list[dict[str, Any]]:
+    """Every job (only those in ``state``) as the API lists it: a paused one shows
+    ``"state": "PAUSED"`` and ``"paused": true``; a job of an application names it in
+    ``app_id`` (null for a job submitted alone)."""
+    owners: dict[JobId, JobRecord] = {}
+    out = []
+    for j in list_jobs(store, state):
+        if j.app_id is not None and j.app_id not in owners:
+            owners[j.app_id] = store.get_job(j.app_id)
+        out.append(job_dict(store, j, owners.get(j.app_id) if j.app_id else None))
+    return out
+
+
+def job_dict(store: Store, job: JobRecord, owner: JobRecord | None = None) -> dict[str, Any]:
+    """A job as the API shows it; its scaling is its owner's (its application's, if
+    any): ``scaling``, ``executor_target``, ``resources``, ``max_parallelism``."""
+    out = job.to_dict()
+    out["state"], out["paused"] = control.display_state(store, job)
+    out["app_id"] = job.app_id
+    out.update(rescales.scaling_fields(store, job, owner))
+    return out
+
+
+def job_view(store: Store, jid: str) -> dict[str, Any]:
+    """Everything about one job: state, attempt (pid, host, lease), last epoch, timings.
+
+    A RUNNING job whose control paused it shows ``"state": "PAUSED"``, ``"paused": true``.
+    """
+    job = job_record(store, jid)
+    out = job_dict(store, job)
+    att = store.get_attempt(job.job_id, job.current_attempt) if job.current_attempt else None
+    out["attempt"] = att.to_dict() if att else None
+    last = store.list_epochs(job.job_id, limit=1)
+    out["last_epoch"] = last[0].to_dict() if last else None
+    return out
+
+
+def attempts(store: Store, jid: str) -> list[AttemptRecord]:
+    """Every attempt of the job."""
+    job = job_record(store, jid)
+    return store.list_attempts(job.job_id)
+
+
+def epochs(store: Store, jid: str, limit: int = 100) -> list[EpochRecord]:
+    """The job's newest ``limit`` epochs."""
+    job = job_record(store, jid)
+    return store.list_epochs(job.job_id, limit=limit)
+
+
+def cancel(store: Store, jid: str) -> JobRecord:
+    """Ask the job to stop after its current epoch; the leader enforces a timeout (a job
+    of an application: its application's driver stops it)."""
+    return store.request_cancel(job_record(store, jid).job_id)
+
+
+# Observability (metrics, events): bounded reads of many jobs -----------------------------------
+def recent_epochs_of(
+    store: Store, jids: Iterable[JobId], limit: int
+) -> dict[JobId, list[EpochRecord]]:
+    """The newest ``limit`` epochs of each job, newest first (a job gone meanwhile: none)."""
+    return {j: store.list_epochs(j, limit=limit) for j in jids}
+
+
+def recent_controls_of(
+    store: Store, jids: Iterable[JobId], limit: int
+) -> dict[JobId, list[ControlEvent]]:
+    """The newest ``limit`` control events of each job, newest first."""
+    out: dict[JobId, list[ControlEvent]] = {}
+    for j in jids:
+        try:
+            out[j] = store.list_controls(j, limit=limit)
+        except JobNotFound:
+            continue  # deleted since the jobs were read
+    return out
+
+
+def recent_rescales_of(
+    store: Store, jids: Iterable[JobId], limit: int
+) -> dict[JobId, list[RescaleRecord]]:
+    """The newest ``limit`` rescales of each owner, newest first."""
+    out: dict[JobId, list[RescaleRecord]] = {}
+    for j in jids:
+        try:
+            out[j] = store.list_rescales(j, limit=limit)
+        except JobNotFound:
+            continue
+    return out

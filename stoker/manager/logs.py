@@ -1,0 +1,71 @@
+"""Driver logs: one attempt's of a job, or of an application, read from the file its driver
+wrote (a job's: the last ``tail`` bytes; an application's: the last ``tail`` lines)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
+from stoker.manager.applications import app_record
+from stoker.manager.jobs import job_record
+from stoker.store import Store
+from stoker.types import AttemptNo
+
+
+def attempt_log(store: Store, jid: str, attempt: int, tail: int | None = None) -> str:
+    """The driver log of one attempt of a job (the last ``tail`` bytes if given)."""
+    job = job_record(store, jid)
+    att = store.get_attempt(job.job_id, AttemptNo(attempt))
+    if att is None:
+        raise JobNotFound(f"{jid} attempt {attempt}")
+    if not att.log_path:
+        raise InvalidInput("attempt", f"attempt {attempt} was not started by a job manager")
+    path = Path(att.log_path)
+    if not path.exists():
+        return ""
+    with open(path, "rb") as fh:
+        if tail is not None:
+            size = path.stat().st_size
+            fh.seek(max(0, size - tail))
+        return fh.read().decode("utf-8", errors="replace")
+
+
+def application_log(
+    store: Store, app_id: str, attempt: int | None = None, tail: int | None = None
+) -> str:
+    """The driver log of one attempt of an application (default: the current one), or its
+    last ``tail`` lines; empty before the first attempt started."""
+    app = app_record(store, app_id)
+    n = app.current_attempt if attempt is None else attempt
+    if n == 0:
+        return ""
+    att = store.get_attempt(app.job_id, AttemptNo(n))
+    if att is None:
+        err = ApplicationNotFound(app.job_id)
+        err.args = (f"application {app.job_id!r} has no attempt {n}",)
+        raise err
+    if not att.log_path:
+        return ""
+    return tail_lines(Path(att.log_path), tail)
+
+
+def tail_lines(path: Path, lines: int | None) -> str:
+    """The file's text, or only its last ``lines`` lines; read from the end, so a long log
+    costs what is shown."""
+    if not path.exists():
+        return ""
+    with open(path, "rb") as fh:
+        if lines is None:
+            return fh.read().decode("utf-8", errors="replace")
+        fh.seek(0, os.SEEK_END)
+        end = fh.tell()
+        pos, data = end, b""
+        # One more newline than asked for: the file's own last newline ends the last line.
+        while pos > 0 and data.count(b"\n") <= lines:
+            step = min(64 * 1024, pos)
+            pos -= step
+            fh.seek(pos)
+            data = fh.read(step) + data
+    kept = data.splitlines(keepends=True)[-lines:] if lines > 0 else []
+    return b"".join(kept).decode("utf-8", errors="replace")

@@ -1,0 +1,222 @@
+"""Session clusters: Spark standalone clusters on this host that outlive applications, started,
+changed and stopped synchronously for the REST API, over the store."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from pathlib import Path
+from typing import Any
+
+from stoker.errors import ClusterConflict, ClusterError, ClusterNotFound, InvalidInput, JobNotFound
+from stoker.manager import clusters
+from stoker.manager.cluster_records import check_cluster_name, cluster_spec_dict, cluster_view
+from stoker.store import Store
+from stoker.store.records import ClusterProcess, ClusterRecord
+from stoker.types import ClusterState, JobId, JobKind
+
+
+class SessionClusters:
+    """Session clusters (Spark standalone, on this host) over the store: started, changed and
+    stopped synchronously, for the REST API. Changes of one cluster's workers are made one at
+    a time by this manager: two add-worker calls at once would pick the same loopback
+    address. Applications' own clusters are the leader's (``supervisor.py``); here they are
+    only listed and looked at."""
+
+    def __init__(self, store: Store, folder: Path) -> None:
+        self.store = store
+        self.folder = folder  # each cluster's logs and work folders: folder/<name>
+        self._lock = threading.Lock()
+
+    def find(self, name: str) -> ClusterRecord | None:
+        """The cluster's record, or None if no cluster has that name."""
+        try:
+            return self.store.get_cluster(name)
+        except ClusterNotFound:
+            return None
+
+    def start(
+        self, name: str | None = None, workers: int = 2, cores: int = 1, memory: str = "1g"
+    ) -> dict[str, Any]:
+        """Start a Spark standalone cluster that outlives applications (synchronous: it
+        answers once every worker is ALIVE). Recorded STARTING first, each process as it
+        starts, then RUNNING; a failure leaves it FAILED with the error (what was started is
+        stopped again) and raises :class:`ClusterError`. A name in use by a cluster that is
+        not STOPPED or FAILED is :class:`ClusterConflict`."""
+        name = check_cluster_name(name if name is not None else f"cluster-{secrets.token_hex(3)}")
+        spec = _session_spec(workers, cores, memory)
+        with self._lock:
+            old = self.find(name)
+            if old is not None and old.state not in (ClusterState.STOPPED, ClusterState.FAILED):
+                raise ClusterConflict(
+                    f"cluster {name!r} exists ({old.state}): stop it first "
+                    f"(stoker cluster stop {name}) or choose another name"
+                )
+            if old is not None:
+                self._stop_recorded(old)
+                self.store.delete_cluster(name)
+            rec, created = self.store.create_cluster(name, "session", cluster_spec_dict(spec))
+            if not created:
+                raise ClusterConflict(f"cluster {name!r} was just created by another call")
+        recorded: dict[str, ClusterProcess] = {}  # by id: a JVM started again replaces its try
+
+        def on_process(info: ClusterProcess) -> None:
+            # In the store before the wait for it: a manager that dies now leaves a record
+            # whose processes can still be found and stopped.
+            recorded[info.id] = info
+            self.store.update_cluster(name, processes=list(recorded.values()))
+
+        try:
+            started = clusters.start_standalone(
+                name, spec, self.folder / name, on_process=on_process
+            )
+        except ClusterError as e:
+            self.store.update_cluster(name, state=ClusterState.FAILED, error=str(e))
+            raise
+        except Exception as e:
+            error = ClusterError(f"cluster {name!r} did not start: {type(e).__name__}: {e}")
+            self.store.update_cluster(name, state=ClusterState.FAILED, error=str(error))
+            raise error from e
+        try:
+            rec = self.store.update_cluster(
+                name,
+                state=ClusterState.RUNNING,
+                master_url=started.master_url,
+                web_url=started.web_url,
+                processes=started.processes,
+            )
+        except Exception:
+            clusters.stop_processes(started.processes)
+            raise
+        return cluster_view(rec)
+
+    def views(self, include_stopped: bool = False) -> list[dict[str, Any]]:
+        """Every cluster stoker started (session clusters and applications' own)."""
+        return [cluster_view(c) for c in self.store.list_clusters(include_stopped)]
+
+    def view(self, name: str) -> dict[str, Any]:
+        """One cluster; while RUNNING with what its master says now (``status``: workers,
+        cores used, applications), and the live applications that use it (``used_by``)."""
+        rec = self.store.get_cluster(name)
+        out = cluster_view(rec)
+        out["status"] = None
+        if rec.state == ClusterState.RUNNING and rec.web_url:
+            try:
+                out["status"] = clusters.master_status(rec.web_url)
+            except (ClusterError, OSError, ValueError) as e:
+                out["status"] = {"error": f"the master does not answer: {e}"}
+        out["used_by"] = self._apps_on(rec)
+        return out
+
+    def _apps_on(self, rec: ClusterRecord) -> list[str]:
+        """The live applications that run on the cluster."""
+        if rec.kind == "app":
+            owner = rec.owner_app
+            return [owner] if owner and self._live_app(owner) else []
+        return [
+            a.job_id
+            for a in self.store.list_jobs(kind=JobKind.APPLICATION)
+            if not a.state.terminal and a.spec.get("cluster") == rec.name
+        ]
+
+    def _live_app(self, app_id: str) -> bool:
+        try:
+            return not self.store.get_job(JobId(app_id)).state.terminal
+        except JobNotFound:
+            return False
+
+    def _running_cluster(self, name: str) -> ClusterRecord:
+        rec = self.store.get_cluster(name)
+        if rec.state != ClusterState.RUNNING or not rec.master_url or not rec.web_url:
+            raise ClusterConflict(
+                f"cluster {name!r} is {rec.state}: workers change on a RUNNING one"
+            )
+        return rec
+
+    def add_worker(
+        self, name: str, cores: int | None = None, memory: str | None = None
+    ) -> dict[str, Any]:
+        """Start one more worker (default: the cluster's cores and memory per worker) on the
+        next free loopback address; answers once the master lists it ALIVE. Running
+        applications get executors on it (those without ``spark.cores.max``)."""
+        with self._lock, clusters.cluster_lock(name):
+            rec = self._running_cluster(name)
+            c = int(rec.spec.get("cores", 1)) if cores is None else cores
+            m = str(rec.spec.get("memory", "1g")) if memory is None else memory
+            _session_spec(1, c, m)  # the same checks as a new cluster's workers
+            before = list(rec.processes)
+
+            def on_process(info: ClusterProcess) -> None:
+                # Recorded before the wait: a manager that dies now leaves it findable.
+                self.store.update_cluster(name, processes=[*before, info])
+
+            try:
+                info = clusters.add_worker(
+                    str(rec.master_url),
+                    str(rec.web_url),
+                    before,
+                    self.folder / name,
+                    c,
+                    m,
+                    on_process=on_process,
+                )
+            except Exception:
+                self.store.update_cluster(name, processes=before)  # it was stopped again
+                raise
+            rec = self.store.update_cluster(name, processes=[*before, info])
+        return {"worker": info.to_json(), "cluster": cluster_view(rec)}
+
+    def remove_worker(self, name: str, worker: str, graceful: bool = False) -> dict[str, Any]:
+        """Stop one worker (its ``id`` or address): ``graceful`` decommissions it through the
+        master (its executors' blocks move first, running tasks finish) and waits until it
+        left; otherwise its process group is killed."""
+        with self._lock, clusters.cluster_lock(name):
+            rec = self._running_cluster(name)
+            remaining = clusters.remove_worker(str(rec.web_url), rec.processes, worker, graceful)
+            rec = self.store.update_cluster(name, processes=remaining)
+        return cluster_view(rec)
+
+    def stop(self, name: str) -> dict[str, Any]:
+        """Stop a session cluster: STOPPING, every recorded process stopped, STOPPED. Live
+        applications on it are not stopped (their executors go; each application's restart
+        strategy decides): the answer names them in ``used_by``. An application's own
+        cluster is stopped by the leader when that application ends (409 here)."""
+        rec = self.store.get_cluster(name)
+        if rec.kind == "app":
+            raise ClusterConflict(
+                f"cluster {name!r} is application {rec.owner_app}'s own: it is stopped when the "
+                f"application ends (stoker app cancel {rec.owner_app})"
+            )
+        used_by = self._apps_on(rec)
+        with self._lock:
+            rec = self._stop_recorded(self.store.get_cluster(name))
+        out = cluster_view(rec)
+        out["used_by"] = used_by
+        return out
+
+    def _stop_recorded(self, rec: ClusterRecord) -> ClusterRecord:
+        """STOPPING, stop every recorded process (only those still provably the recorded
+        ones), STOPPED. A stop that fails leaves the cluster FAILED with the error."""
+        if rec.state == ClusterState.STOPPED:
+            return rec
+        if rec.state != ClusterState.STOPPING:
+            rec = self.store.update_cluster(rec.name, state=ClusterState.STOPPING)
+        try:
+            clusters.stop_processes(rec.processes)
+        except ClusterError as e:
+            self.store.update_cluster(rec.name, state=ClusterState.FAILED, error=str(e))
+            raise
+        return self.store.update_cluster(rec.name, state=ClusterState.STOPPED)
+
+
+def _session_spec(workers: int, cores: int, memory: str) -> clusters.ClusterSpec:
+    """A standalone cluster's spec from separate fields, each refusal naming its field."""
+    for fld, value in (("workers", workers), ("cores", cores)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidInput(fld, f"expects a whole number >= 1, got {value!r}")
+    clusters.normalize_memory(memory, "memory")
+    try:
+        return clusters.parse_cluster(f"standalone:workers={workers},cores={cores},memory={memory}")
+    except InvalidInput as e:
+        fld = next((k for k in ("memory", "cores", "workers") if k in e.message), "cluster")
+        raise InvalidInput(fld, e.message) from None

@@ -1,0 +1,197 @@
+"""Job submissions: a submitted job checked, planned (its id, spec, starting config and
+folder) and created, or settled against the record its id already has (a duplicate, a
+conflict, a restart). Applications' submissions settle the same way (:func:`settle`)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from stoker.errors import JobConflict, JobTerminal
+from stoker.manager import rescales
+from stoker.manager.appinspect import inspect_app
+from stoker.manager.batch import CreateBatcher
+from stoker.manager.state import keep_max_parallelism
+from stoker.manager.submit import (
+    ASSIGNED_STATE_DIR,
+    check_savepoint_source,
+    spec_difference,
+    validate_submission,
+)
+from stoker.store import JobRecord, Store
+from stoker.types import JobId, JobState, job_id
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """A submission's outcome: the job, and whether it was created, already live, or restarted."""
+
+    job: JobRecord
+    outcome: str  # "created" | "duplicate" | "restarted"
+
+
+class JobSubmissions:
+    """Submissions of jobs to one store; creations that arrive together share one transaction
+    (:class:`~stoker.manager.batch.CreateBatcher`)."""
+
+    def __init__(self, store: Store, allowed_dirs: list[Path], jobs_dir: Path) -> None:
+        self.store = store
+        self.allowed_dirs = allowed_dirs
+        self.jobs_dir = jobs_dir  # each job's folder: jobs_dir/<job id>
+        self._batcher = CreateBatcher(store)
+
+    def submit(
+        self,
+        jid: str | None,
+        entrypoint: str,
+        args: list[str] | None = None,
+        conf: dict[str, str] | None = None,
+        restart: bool = False,
+        restart_strategy: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
+        from_savepoint: str | None = None,
+        scaling: Any = None,
+    ) -> SubmitResult:
+        """Create the job, or return the live one; never a second live instance.
+
+        The store's primary key decides between concurrent submissions of one id, whichever
+        manager receives them. ``scaling`` (text or object, :mod:`stoker.scalespec`) is set on
+        the job once it is created; a live job submitted again keeps the scaling it has now.
+        """
+        name, spec, start = self._plan(
+            jid, entrypoint, args, conf, restart_strategy, config, from_savepoint, scaling
+        )
+        job, created = self.store.create_job(name, name, spec, start)
+        return settle(self.store, name, spec, job, created, restart)
+
+    async def submit_async(
+        self,
+        jid: str | None,
+        entrypoint: str,
+        args: list[str] | None = None,
+        conf: dict[str, str] | None = None,
+        restart: bool = False,
+        restart_strategy: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
+        from_savepoint: str | None = None,
+        scaling: Any = None,
+    ) -> SubmitResult:
+        """:meth:`submit` for an event loop: the insert joins the next group commit.
+
+        Only the common path runs on the loop (validation is a few file-system calls); an
+        omitted id (a child process reads the pipeline's name), a restart and a scaling spec
+        to store run in a thread.
+        """
+        if jid is None or config:  # a child process reads the app's pipeline
+            return await asyncio.to_thread(
+                self.submit,
+                jid,
+                entrypoint,
+                args,
+                conf,
+                restart,
+                restart_strategy,
+                config,
+                from_savepoint,
+                scaling,
+            )
+        name, spec, start = self._plan(
+            jid, entrypoint, args, conf, restart_strategy, None, from_savepoint, scaling
+        )
+        job, created = await asyncio.wrap_future(self._batcher.create(name, name, spec, start))
+        if (not created and job.state.terminal and restart) or "scaling" in spec:
+            return await asyncio.to_thread(settle, self.store, name, spec, job, created, restart)
+        return settle(self.store, name, spec, job, created, restart)
+
+    def _plan(
+        self,
+        jid: str | None,
+        entrypoint: str,
+        args: list[str] | None,
+        conf: dict[str, str] | None,
+        restart_strategy: dict[str, Any] | None,
+        config: dict[str, Any] | None,
+        from_savepoint: str | None = None,
+        scaling: Any = None,
+    ) -> tuple[JobId, dict[str, Any], dict[str, Any]]:
+        """The job's id, spec and starting config, every field checked; nothing is written.
+
+        The starting config (version 0) is the pipeline's declared defaults with the submitted
+        ``config`` on top; the manager learns the defaults only when it reads the app (an id
+        omitted, or a config given), otherwise the driver declares them.
+        """
+        sub = validate_submission(
+            entrypoint,
+            list(args or []),
+            dict(conf or {}),
+            restart_strategy,
+            self.allowed_dirs,
+            scaling=scaling,
+        )
+        if from_savepoint is not None:
+            sub = replace(
+                sub, from_savepoint=check_savepoint_source(from_savepoint, self.allowed_dirs)
+            )
+        start: dict[str, Any] = {}
+        if jid is None or config:
+            found, start, _spec = inspect_app(sub.entrypoint, dict(config or {}))
+            name = job_id(jid) if jid is not None else job_id(found)
+            sub = replace(sub, config=dict(config or {}))
+        else:
+            name = job_id(jid)
+        spec = sub.spec()
+        # The job's folder (Spark checkpoint, sink state) is chosen once, by the manager that
+        # creates the job, and kept in the store: every attempt runs in it, whichever manager
+        # leads when the attempt starts. A folder per launching manager would start a job that
+        # failed over from an empty checkpoint.
+        spec[ASSIGNED_STATE_DIR] = str(self.jobs_dir / name)
+        return name, spec, start
+
+    def submitted_view(self, job: JobRecord) -> dict[str, Any]:
+        """A submitted job as ``POST /v1/jobs`` answers it: its record and its scaling (its
+        own: a submitted job owns its executors), with no further read of the store."""
+        return {**job.to_dict(), **rescales.scaling_fields(self.store, job, job)}
+
+    def close(self) -> None:
+        """Stop the group-commit thread (the store stays open: the caller owns it)."""
+        self._batcher.close()
+
+
+def settle(
+    store: Store, name: JobId, spec: dict[str, Any], job: JobRecord, created: bool, restart: bool
+) -> SubmitResult:
+    """What the submission amounts to, given what the store holds for its id.
+
+    The submitted scaling is set on a record this submission created or restarted; a
+    live record keeps the scaling it has (control may have changed it since), unless
+    none was ever stored (the manager stopped between creating it and storing it).
+    """
+    scaling = spec.get("scaling")
+    if created:
+        return SubmitResult(_with_scaling(store, job, scaling), "created")
+    if job.state.terminal:
+        if not restart:
+            raise JobTerminal(name, str(job.state))
+        # From the job's last checkpoint: its folder stays the one it ran in.
+        kept = job.spec.get(ASSIGNED_STATE_DIR) or spec[ASSIGNED_STATE_DIR]
+        kept_spec = keep_max_parallelism({**spec, ASSIGNED_STATE_DIR: kept}, job.spec)
+        job = store.restart_job(name, kept_spec)
+        if job.state == JobState.RESTARTING:
+            if job.scaling != scaling:
+                job = _with_scaling(store, job, scaling, force=True)
+            return SubmitResult(job, "restarted")
+    diff = spec_difference(job.spec, spec)
+    if diff is not None:
+        raise JobConflict(name, diff)
+    return SubmitResult(_with_scaling(store, job, scaling), "duplicate")
+
+
+def _with_scaling(
+    store: Store, job: JobRecord, scaling: dict[str, Any] | None, force: bool = False
+) -> JobRecord:
+    """``job`` with ``scaling`` stored, if it has none yet (or ``force``)."""
+    if (scaling is None or job.scaling is not None) and not force:
+        return job
+    return store.set_scaling(job.job_id, scaling)
