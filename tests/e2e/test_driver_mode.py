@@ -309,6 +309,7 @@ def test_three_jobs_on_their_own_standalone_cluster_and_cancel_leaves_nothing(
 
 
 # 2. the driver killed twice -----------------------------------------------------------------
+@pytest.mark.soak
 def test_a_driver_killed_twice_resumes_its_jobs_exactly_once(world: World) -> None:
     t0 = time.monotonic()
     app = "phoenix"

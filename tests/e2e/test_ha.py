@@ -39,6 +39,7 @@ import pytest
 from tests import support
 from tests.support import JVM_OPTS, exactly_once, file_sink_ids
 from tests.support.manager import Manager
+from tests.support.procs import Proc, processes
 
 LEADER_TTL = 2.0
 LEASE_TTL = 5.0
@@ -95,33 +96,6 @@ FAILING_APP = "raise SystemExit('probe: this app exits at once')\n"
 
 
 # processes -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Proc:
-    pid: int
-    ppid: int
-    pgid: int
-    argv: tuple[str, ...]
-
-
-def _processes() -> list[Proc]:
-    """Every live (not zombie) process of the machine, from /proc."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            raw = Path(f"/proc/{entry}/cmdline").read_bytes()
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] in ("Z", "X") or not raw:
-            continue
-        argv = tuple(raw.rstrip(b"\0").decode(errors="replace").split("\0"))
-        out.append(Proc(int(entry), int(fields[1]), int(fields[2]), argv))
-    return out
-
-
 def _arg(argv: tuple[str, ...], flag: str) -> str | None:
     for i, a in enumerate(argv[:-1]):
         if a == flag:
@@ -137,7 +111,7 @@ def drivers(store: str, job: str | None = None) -> list[Proc]:
     """
     found = [
         p
-        for p in _processes()
+        for p in processes()
         if "stoker.runtime.driver" in p.argv
         and _arg(p.argv, "--store") == store
         and (job is None or _arg(p.argv, "--job") == job)
@@ -147,7 +121,7 @@ def drivers(store: str, job: str | None = None) -> list[Proc]:
 
 
 def group_members(pgid: int) -> list[Proc]:
-    return [p for p in _processes() if p.pgid == pgid]
+    return [p for p in processes() if p.pgid == pgid]
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:

@@ -59,7 +59,7 @@ from tests.support import (
     wait_group_gone,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1200)]
+pytestmark = pytest.mark.timeout(1200)
 
 JOB = job_id("reactive")
 SPEC = "standalone:workers=1,cores=1,memory=512m"
@@ -232,6 +232,7 @@ def mod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
         stop_processes(reported)
 
 
+@pytest.mark.cluster
 def test_a_worker_that_joins_runs_tasks_from_the_second_epoch_after_it_registers(
     mod: Module,
 ) -> None:
@@ -299,6 +300,7 @@ def test_a_worker_that_joins_runs_tasks_from_the_second_epoch_after_it_registers
     mod.notes["executors"] = sorted(res["executor_ids"])
 
 
+@pytest.mark.cluster
 def test_an_executor_target_is_requested_and_an_idle_surplus_removed(mod: Module) -> None:
     wait_for("two executors", lambda: mod.alive() or mod.resources().get("executors") == 2)
     mod.store.set_scaling(JOB, parse_scaling("auto:min=1,max=2").to_dict())
@@ -332,6 +334,7 @@ def test_an_executor_target_is_requested_and_an_idle_surplus_removed(mod: Module
     assert len(mod.store.list_attempts(JOB)) == 1
 
 
+@pytest.mark.cluster
 def test_the_job_ends_with_every_id_once(mod: Module) -> None:
     mod.alive()
     mod.store.request_cancel(JOB)
