@@ -18,6 +18,7 @@ from stoker.types import (
     JobId,
     JobKind,
     JobState,
+    StateMachine,
     TxnState,
 )
 
@@ -407,6 +408,7 @@ RESCALE_STATUSES: dict[str, tuple[str, ...]] = {
 RESCALE_TRANSITIONS: dict[str, frozenset[str]] = {
     "decided": frozenset({"in_use", "failed", "superseded"}),
 }
+RESCALES: StateMachine[str] = StateMachine("rescale", RESCALE_TRANSITIONS, stay=True)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 from stoker.errors import ApplicationNotFound, ClusterNotFound, InvalidInput, InvalidTransition
 from stoker.store._sqlbase import SqlBase
 from stoker.store.records import ClusterRecord, JobRecord
-from stoker.types import ClusterState, JobId, JobKind, check_cluster_transition
+from stoker.types import CLUSTERS, ClusterState, JobId, JobKind
 
 CLUSTER_KINDS = ("app", "session")
 
@@ -74,7 +74,7 @@ class ClustersMixin(SqlBase):
             old = self._locked_cluster(cur, name)
             target = old.state if state is None else ClusterState(state)
             try:
-                check_cluster_transition(old.state, target)
+                CLUSTERS.check(old.state, target)
             except InvalidTransition as e:
                 raise InvalidTransition(f"cluster {name!r}: {e}") from None
             self._x(
