@@ -5,9 +5,23 @@ Mapping to CLI exit codes lives in exactly one place: :data:`EXIT_CODES`.
 
 from __future__ import annotations
 
+from typing import Self
+
 
 class StokerError(Exception):
     """Root of every error stoker raises on purpose."""
+
+    def with_message(self, message: str) -> Self:
+        """The same error (its class, so its exit code and HTTP status, and its fields) saying
+        ``message`` instead: the words of whoever knows better (the job manager's answer)."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.args = (message,)
+        return new
+
+    def with_hint(self, hint: str) -> Self:
+        """The same error with ``hint`` after its message: ``job 'x' not found (hint)``."""
+        return self.with_message(f"{self} ({hint})")
 
 
 class InvalidInput(StokerError):

@@ -132,10 +132,8 @@ def open_job_store(job: str, store: str | None, state_dir: str | None) -> Any:
         base = Path(state_dir) if state_dir else Path(".stoker") / jid
         db = base / "store.db"
         if not db.exists():
-            err = JobNotFound(jid)
             # The hint after the quoted id, not inside it: "job 'x' not found (no store at ...)".
-            err.args = (f"{err} (no store at {db}; give --store or --state-dir)",)
-            raise err
+            raise JobNotFound(jid).with_hint(f"no store at {db}; give --store or --state-dir")
         store = str(db)
     return jid, open_store(store)
 

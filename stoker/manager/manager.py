@@ -264,12 +264,10 @@ class JobManager:
         """The job ``jid``; an application's id is not a job's (404 naming where to look)."""
         job = self.store.get_job(job_id(jid))
         if job.kind == JobKind.APPLICATION:
-            err = JobNotFound(job.job_id)
-            err.args = (
-                f"{err} (it is an application: GET /v1/applications/{job.job_id}, "
-                f"stoker app status {job.job_id})",
+            raise JobNotFound(job.job_id).with_hint(
+                f"it is an application: GET /v1/applications/{job.job_id}, "
+                f"stoker app status {job.job_id}"
             )
-            raise err
         return job
 
     def view(self, jid: str) -> dict[str, Any]:
@@ -510,9 +508,9 @@ class JobManager:
         except JobNotFound:
             raise ApplicationNotFound(aid) from None
         if app.kind != JobKind.APPLICATION:
-            err = ApplicationNotFound(aid)
-            err.args = (f"{err} (it is a job: GET /v1/jobs/{aid}, stoker status {aid})",)
-            raise err
+            raise ApplicationNotFound(aid).with_hint(
+                f"it is a job: GET /v1/jobs/{aid}, stoker status {aid}"
+            )
         return app
 
     def applications(self, state: JobState | None = None) -> list[dict[str, Any]]:
@@ -589,8 +587,7 @@ class JobManager:
         att = self.store.get_attempt(app.job_id, AttemptNo(n))
         if att is None:
             err = ApplicationNotFound(app.job_id)
-            err.args = (f"application {app.job_id!r} has no attempt {n}",)
-            raise err
+            raise err.with_message(f"application {app.job_id!r} has no attempt {n}")
         if not att.log_path:
             return ""
         return tail_lines(Path(att.log_path), tail)
