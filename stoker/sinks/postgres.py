@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stoker.errors import SinkError
+from stoker.errors import InvalidSink, SinkError
 from stoker.sinks.base import (
     Decision,
     PartitionId,
@@ -74,7 +74,7 @@ def gid_prefix(job_id: str, epoch: int, attempt: int) -> str:
 def make_gid(job_id: str, epoch: int, attempt: int, part: int, task: int, tag: str) -> str:
     gid = f"{gid_prefix(job_id, epoch, attempt)}{part}:{task}:{tag}"
     if len(gid.encode()) > GID_MAX:
-        raise SinkError("postgres", f"gid {gid!r} is longer than PostgreSQL's {GID_MAX} bytes")
+        raise InvalidSink("postgres", f"gid {gid!r} is longer than PostgreSQL's {GID_MAX} bytes")
     return gid
 
 
@@ -124,7 +124,7 @@ def _pg_type(dt: DataType) -> str:
             return name
     if isinstance(dt, T.DecimalType):
         return f"NUMERIC({dt.precision},{dt.scale})"
-    raise SinkError(
+    raise InvalidSink(
         "postgres.schema", f"no PostgreSQL column type for Spark type {dt.simpleString()}"
     )
 
@@ -350,9 +350,9 @@ class PostgresSink:
         return max(1, max_prepared // 4)
 
     def _fit(self, max_prepared: int) -> int:
-        """The writer count for a server with ``max_prepared``; SinkError if it cannot fit."""
+        """The writer count for a server with ``max_prepared``; InvalidSink if it cannot fit."""
         if max_prepared <= 0:
-            raise SinkError(
+            raise InvalidSink(
                 "postgres",
                 "the server has max_prepared_transactions = 0, so it cannot hold prepared "
                 "transactions; set max_prepared_transactions to at least the number of "
@@ -368,7 +368,7 @@ class PostgresSink:
                 if self.max_writers
                 else "the default of 1 writer (max_writers not set)"
             )
-            raise SinkError(
+            raise InvalidSink(
                 "postgres.max_writers",
                 f"{what} needs max_prepared_transactions >= {2 * writers} (a retried or "
                 f"speculative copy of each writer task may hold a second prepared transaction), "
@@ -381,7 +381,7 @@ class PostgresSink:
 
     def validate(self, owner: SinkOwner) -> None:
         if not _TABLE.match(self.table):
-            raise SinkError(
+            raise InvalidSink(
                 "postgres.table",
                 f"{self.table!r} is not a plain table name "
                 "(letters, digits and '_', optionally schema.table)",
@@ -391,7 +391,7 @@ class PostgresSink:
             or not isinstance(self.max_writers, int)
             or self.max_writers < 1
         ):
-            raise SinkError(
+            raise InvalidSink(
                 "postgres.max_writers",
                 f"must be a whole number >= 1 (or None for the server's default), "
                 f"got {self.max_writers!r}",

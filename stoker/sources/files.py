@@ -29,7 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles
 from pyspark.sql.types import StructType
 
-from stoker.errors import SourceError
+from stoker.errors import InvalidSource
 from stoker.procs import this_owner
 from stoker.sources._control import (
     CV,
@@ -371,7 +371,7 @@ def parse_simple_ddl(ddl: str, strict: bool = False) -> StructType | None:
     """Parse ``"a long, b string, c decimal(10,2)"`` without a SparkSession.
 
     Returns None for anything richer (nested types), which Spark parses once it runs; with
-    ``strict``, a column that is not ``name type`` raises :class:`SourceError`.
+    ``strict``, a column that is not ``name type`` raises :class:`~stoker.errors.InvalidSource`.
     """
     from pyspark.sql import types as T
 
@@ -381,7 +381,7 @@ def parse_simple_ddl(ddl: str, strict: bool = False) -> StructType | None:
         m = _COLUMN.match(part)
         if m is None:
             if strict:
-                raise SourceError(
+                raise InvalidSource(
                     "files.schema", f"cannot parse column {part.strip()!r} of {ddl!r}"
                 )
             return None
@@ -391,7 +391,7 @@ def parse_simple_ddl(ddl: str, strict: bool = False) -> StructType | None:
         elif tname in known and not m.group(3):
             dt = known[tname]()
         elif strict:
-            raise SourceError("files.schema", f"unknown type {m.group(2)!r} of column {name!r}")
+            raise InvalidSource("files.schema", f"unknown type {m.group(2)!r} of column {name!r}")
         else:
             return None
         fields.append(T.StructField(name, dt, True))
@@ -406,7 +406,7 @@ class FilesDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        raise SourceError("files.schema", "a file source needs an explicit schema")
+        raise InvalidSource("files.schema", "a file source needs an explicit schema")
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _FilesReader(dict(self.options), schema)
@@ -421,19 +421,19 @@ def parse_age(value: str | float | int | None) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise SourceError("files.max_file_age", f"{value!r} is not a duration like '7d' or '12h'")
+        raise InvalidSource("files.max_file_age", f"{value!r} is not a duration like '7d' or '12h'")
     if isinstance(value, int | float):
         seconds = float(value)
     else:
         m = _AGE.match(value)
         if m is None:
-            raise SourceError(
+            raise InvalidSource(
                 "files.max_file_age",
                 f"{value!r} is not a duration like '7d', '12h', '30m' or a number of seconds",
             )
         seconds = float(m.group(1)) * _AGE_UNITS[m.group(2) or "s"]
     if seconds <= 0:
-        raise SourceError("files.max_file_age", f"must be more than 0, got {value!r}")
+        raise InvalidSource("files.max_file_age", f"must be more than 0, got {value!r}")
     return seconds
 
 
@@ -473,37 +473,37 @@ class FilesSource:
         try:
             parsed = StructType.fromDDL(self.schema)
         except Exception as e:  # pyspark raises several types for a bad DDL string
-            raise SourceError("files.schema", f"cannot parse schema {self.schema!r}: {e}") from e
+            raise InvalidSource("files.schema", f"cannot parse schema {self.schema!r}: {e}") from e
         if not isinstance(parsed, StructType):
-            raise SourceError("files.schema", f"{self.schema!r} is not a list of columns")
+            raise InvalidSource("files.schema", f"{self.schema!r} is not a list of columns")
         return parsed
 
     def validate(self) -> None:
         if self.format not in FORMATS:
-            raise SourceError(
+            raise InvalidSource(
                 "files.format", f"unknown format {self.format!r}; use one of {', '.join(FORMATS)}"
             )
         if not isinstance(self.schema, StructType | str) or (
             isinstance(self.schema, str) and not self.schema.strip()
         ):
-            raise SourceError("files.schema", "give a StructType or a DDL string like 'id long'")
+            raise InvalidSource("files.schema", "give a StructType or a DDL string like 'id long'")
         if isinstance(self.schema, str) and not _NESTED.search(self.schema):
             parse_simple_ddl(self.schema, strict=True)
         folder = Path(self.path)
         if not folder.exists():
-            raise SourceError("files.path", f"input folder {str(folder)!r} does not exist")
+            raise InvalidSource("files.path", f"input folder {str(folder)!r} does not exist")
         if not folder.is_dir():
-            raise SourceError("files.path", f"input path {str(folder)!r} is not a folder")
+            raise InvalidSource("files.path", f"input path {str(folder)!r} is not a folder")
         if not os.access(folder, os.R_OK | os.X_OK):
-            raise SourceError("files.path", f"input folder {str(folder)!r} is not readable")
+            raise InvalidSource("files.path", f"input folder {str(folder)!r} is not readable")
         if self.max_files_per_epoch is not None and self.max_files_per_epoch < 1:
-            raise SourceError("files.max_files_per_epoch", "must be >= 1")
+            raise InvalidSource("files.max_files_per_epoch", "must be >= 1")
         if self.partitions is not None and (
             not isinstance(self.partitions, int)
             or isinstance(self.partitions, bool)
             or self.partitions < 1
         ):
-            raise SourceError(
+            raise InvalidSource(
                 "files.partitions",
                 f"must be an integer >= 1 (or None: one per core), got {self.partitions!r}",
             )
@@ -513,32 +513,34 @@ class FilesSource:
     def _validate_clean(self, folder: Path) -> None:
         if self.clean_source is None:
             if self.archive_dir is not None:
-                raise SourceError("files.archive_dir", "only used with clean_source='archive'")
+                raise InvalidSource("files.archive_dir", "only used with clean_source='archive'")
             return
         if self.clean_source not in CLEAN_SOURCE:
-            raise SourceError(
+            raise InvalidSource(
                 "files.clean_source",
                 f"unknown value {self.clean_source!r}; use one of {', '.join(CLEAN_SOURCE)} "
                 "(or leave it out to keep the files)",
             )
         if not os.access(folder, os.W_OK):
-            raise SourceError("files.clean_source", f"input folder {str(folder)!r} is not writable")
+            raise InvalidSource(
+                "files.clean_source", f"input folder {str(folder)!r} is not writable"
+            )
         if self.clean_source == "delete":
             if self.archive_dir is not None:
-                raise SourceError("files.archive_dir", "only used with clean_source='archive'")
+                raise InvalidSource("files.archive_dir", "only used with clean_source='archive'")
             return
         if not self.archive_dir:
-            raise SourceError("files.archive_dir", "clean_source='archive' needs an archive_dir")
+            raise InvalidSource("files.archive_dir", "clean_source='archive' needs an archive_dir")
         archive = Path(self.archive_dir).resolve()
         if archive == folder.resolve():
-            raise SourceError("files.archive_dir", "must not be the input folder itself")
+            raise InvalidSource("files.archive_dir", "must not be the input folder itself")
         if archive.exists() and not archive.is_dir():
-            raise SourceError("files.archive_dir", f"{str(archive)!r} is not a folder")
+            raise InvalidSource("files.archive_dir", f"{str(archive)!r} is not a folder")
         probe = archive
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent
         if not os.access(probe, os.W_OK | os.X_OK):
-            raise SourceError("files.archive_dir", f"{str(archive)!r} is not writable")
+            raise InvalidSource("files.archive_dir", f"{str(archive)!r} is not writable")
 
     def open(
         self,
