@@ -261,6 +261,30 @@ class JobKind(enum.StrEnum):
     APPLICATION = "application"
 
 
+class SpecKind(enum.StrEnum):
+    """Who starts a job record's attempts: its spec's ``kind`` key (stored as these strings).
+
+    A spec without a ``kind`` is a pipeline ``stoker.run`` / ``stoker run`` runs in its own
+    process: no job manager starts it. Not :class:`JobKind` (which table row: a job or an
+    application) nor :class:`ClusterKind`.
+    """
+
+    # A job submitted to a job manager alone (REST, ``stoker run --server``): the manager's
+    # driver runs its app file. Its spec's ``config`` is the values given at submission.
+    MANAGED = "app"
+    # A job an application's driver runs (its spec names the ``app_id``).
+    IN_APP = "in_app"
+    # An application: a user program's driver that the job manager starts.
+    APPLICATION = "application"
+
+
+class ClusterKind(enum.StrEnum):
+    """Whose a Spark standalone cluster stoker started is (stored as these strings)."""
+
+    APP = "app"  # an application's own: started for ``owner_app``, torn down with it
+    SESSION = "session"  # started by hand (``stoker cluster start``): outlives applications
+
+
 class ClusterState(enum.StrEnum):
     """Lifecycle of a Spark standalone cluster stoker started."""
 

@@ -24,6 +24,7 @@ from stoker.cli._common import (
 )
 from stoker.errors import InvalidInput
 from stoker.redact import redact_answer
+from stoker.types import SpecKind
 from stoker.types import job_id as _job_id
 
 _open = open_job_store
@@ -106,7 +107,8 @@ def status_cmd(
         click.echo("conf       " + " ".join(f"{k}={v}" for k, v in sorted(spec["conf"].items())))
     # Pipeline config given at submission: a job manager's spec has it as "config" (a local
     # job's "config" is the file's declared defaults).
-    given = spec.get("config") if spec.get("kind") == "app" else spec.get("submitted_config")
+    managed = spec.get("kind") == SpecKind.MANAGED
+    given = spec.get("config") if managed else spec.get("submitted_config")
     if given:
         click.echo("config set " + json.dumps(given, sort_keys=True))
 

@@ -36,7 +36,7 @@ from stoker.manager.submit import (
 from stoker.scalespec import ScalingSpec
 from stoker.store import AttemptRecord, JobRecord, Store
 from stoker.store.records import ClusterRecord
-from stoker.types import AttemptState, ClusterState, JobId, JobKind, job_id
+from stoker.types import AttemptState, ClusterKind, ClusterState, JobId, JobKind, SpecKind, job_id
 
 # A session cluster's name (what a cluster spec takes as a bare name): it becomes a folder
 # name and a URL path segment.
@@ -105,7 +105,7 @@ class ApplicationSubmission:
         """The application's spec as stored; two submissions are one application iff their
         specs match (the state folder the manager assigns is no part of it)."""
         out: dict[str, Any] = {
-            "kind": "application",
+            "kind": SpecKind.APPLICATION,
             "entrypoint": str(self.entrypoint),
             "args": list(self.args),
             "conf": dict(sorted(self.conf.items())),
@@ -290,7 +290,9 @@ class SessionClusters:
             if old is not None:
                 self._stop_recorded(old)
                 self.store.delete_cluster(name)
-            rec, created = self.store.create_cluster(name, "session", cluster_spec_dict(spec))
+            rec, created = self.store.create_cluster(
+                name, ClusterKind.SESSION, cluster_spec_dict(spec)
+            )
             if not created:
                 raise ClusterConflict(f"cluster {name!r} was just created by another call")
         recorded: dict[str, dict[str, Any]] = {}  # by id: a JVM started again replaces its try
@@ -345,7 +347,7 @@ class SessionClusters:
 
     def _apps_on(self, rec: ClusterRecord) -> list[str]:
         """The live applications that run on the cluster."""
-        if rec.kind == "app":
+        if rec.kind == ClusterKind.APP:
             owner = rec.owner_app
             return [owner] if owner and self._live_app(owner) else []
         return [
@@ -417,7 +419,7 @@ class SessionClusters:
         strategy decides): the answer names them in ``used_by``. An application's own
         cluster is stopped by the leader when that application ends (409 here)."""
         rec = self.store.get_cluster(name)
-        if rec.kind == "app":
+        if rec.kind == ClusterKind.APP:
             raise ClusterConflict(
                 f"cluster {name!r} is application {rec.owner_app}'s own: it is stopped when the "
                 f"application ends (stoker app cancel {rec.owner_app})"

@@ -49,7 +49,16 @@ from stoker.sinks.base import SinkOwner, TwoPhaseSink
 from stoker.sources.base import SourceContext
 from stoker.store import AttemptRecord, JobRecord, Store, open_store
 from stoker.store.records import ControlEvent
-from stoker.types import AttemptNo, AttemptState, Epoch, EpochState, JobId, JobKind, JobState
+from stoker.types import (
+    AttemptNo,
+    AttemptState,
+    Epoch,
+    EpochState,
+    JobId,
+    JobKind,
+    JobState,
+    SpecKind,
+)
 from stoker.types import job_id as _job_id
 
 if TYPE_CHECKING:
@@ -493,7 +502,7 @@ def _run_job(
         "trigger_s": settings.trigger,
     }
     if app_id is not None:
-        spec = {"kind": "in_app", "app_id": app_id, **spec}
+        spec = {"kind": SpecKind.IN_APP, "app_id": app_id, **spec}
     if scope is not None:
         spec.update(scope.spec)
     if launch.overrides():

@@ -18,10 +18,12 @@ from stoker.types import (
     JOBS,
     TXNS,
     AttemptState,
+    ClusterKind,
     ClusterState,
     ControlStatus,
     EpochState,
     JobState,
+    SpecKind,
     StateMachine,
     TxnState,
     job_id,
@@ -181,3 +183,15 @@ def test_the_message_names_the_machine_and_a_missing_record() -> None:
         ATTEMPTS.check(None, AttemptState.FAILED)
     with pytest.raises(InvalidTransition, match=r"^job state FINISHED cannot become RUNNING$"):
         JOBS.check(JobState.FINISHED, JobState.RUNNING)
+
+
+def test_the_kinds_are_the_strings_stored_and_answered() -> None:
+    import json
+
+    assert [str(k) for k in SpecKind] == ["app", "in_app", "application"]
+    assert [str(k) for k in ClusterKind] == ["app", "session"]
+    # A spec made with the enum is stored and compared as the same JSON as before.
+    spec = {"kind": SpecKind.MANAGED, "entrypoint": "/a.py"}
+    assert json.dumps(spec) == '{"kind": "app", "entrypoint": "/a.py"}'
+    assert json.loads(json.dumps(spec)) == spec
+    assert SpecKind.MANAGED == ClusterKind.APP == "app"  # equal strings, two meanings
