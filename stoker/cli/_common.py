@@ -121,13 +121,12 @@ def client(server: str, token: str | None) -> Any:
 
 
 def open_job_store(job: str, store: str | None, state_dir: str | None) -> Any:
-    """(job id, store) of a local job: ``--store`` (or STOKER_STORE), else the store in
-    ``--state-dir`` (default ``./.stoker/JOB``); :class:`JobNotFound` naming where it looked."""
+    """(job id, store) of a local job: ``--store`` (its option reads STOKER_STORE), else the
+    store in ``--state-dir`` (default ``./.stoker/JOB``); :class:`JobNotFound` naming where it
+    looked."""
     from stoker.store import open_store
 
     jid = _job_id(job)
-    if store is None:
-        store = os.environ.get("STOKER_STORE")
     if store is None:
         base = Path(state_dir) if state_dir else Path(".stoker") / jid
         db = base / "store.db"
@@ -157,7 +156,14 @@ def scaling_line(view: dict[str, Any]) -> str | None:
     return ", ".join(parts)
 
 
-store_opt = click.option(
-    "--store", default=None, help="Store URL (default: ./.stoker/JOB/store.db)."
-)
+# Every --store reads STOKER_STORE when it is not given (an explicit --store wins).
+STORE_ENV = "STOKER_STORE"
+
+
+def store_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--store URL``, with ``help``; STOKER_STORE when not given."""
+    return click.option("--store", envvar=STORE_ENV, default=None, help=f"{help} Env: {STORE_ENV}.")
+
+
+store_opt = store_option("Store URL (default: ./.stoker/JOB/store.db).")
 state_dir_opt = click.option("--state-dir", default=None, help="The job's state folder.")

@@ -7,7 +7,6 @@ job manager (``--server``).
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import click
@@ -20,6 +19,7 @@ from stoker.cli._common import (
     server_opts,
     state_dir_opt,
     store_opt,
+    store_option,
     when,
 )
 from stoker.errors import InvalidInput
@@ -156,7 +156,7 @@ def epochs_cmd(
 
 @click.command("list")
 @server_opts
-@click.option("--store", default=None, help="Read a store directly instead of a server.")
+@store_option("Read a store directly instead of a server.")
 @click.option("--state", default=None, help="Only jobs in this state.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
 @guarded
@@ -170,10 +170,10 @@ def list_cmd(
         raise InvalidInput("--state", f"{state!r} is not one of {', '.join(map(str, JobState))}")
     if server:
         jobs = client(server, token).jobs(state)
-    elif store or os.environ.get("STOKER_STORE"):
+    elif store:
         from stoker.store import open_store
 
-        st = open_store(store or os.environ["STOKER_STORE"])
+        st = open_store(store)
         try:
             listed = st.list_jobs(JobState(state) if state else None)
             jobs = [redact_answer(j.to_dict()) for j in listed]

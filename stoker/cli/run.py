@@ -9,13 +9,14 @@ import os
 import shlex
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from stoker.cli._common import guarded, need_server, server_opts
+from stoker.cli._common import STORE_ENV, guarded, need_server, server_opts
 from stoker.errors import InvalidInput, JobSuspended
 from stoker.paths import check_app_path
 from stoker.redact import redact_answer, redact_url
@@ -219,7 +220,7 @@ def run_cmd(
     from stoker.runtime.appfile import run_app
     from stoker.runtime.runner import describe
 
-    launch.set_launch(overrides, job_id, restart)
+    launch.set_launch(local_overrides(overrides, os.environ), job_id, restart)
     launch.set_config(config)
     launch.set_from_savepoint(from_savepoint)
     _setup_logging(quiet, log_format)
@@ -249,6 +250,15 @@ def run_cmd(
             f"stopped by a signal: job {done} is SUSPENDED (the epoch in flight committed); "
             f"to resume it, run the same command again (no --restart): {_this_command()}"
         )
+
+
+def local_overrides(overrides: dict[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """A local run's ``-D`` settings: STOKER_STORE is its store, as it is every ``--store``'s,
+    unless ``-D stoker.store=URL`` names one (the explicit setting wins)."""
+    env = environ.get(STORE_ENV)
+    if env and "stoker.store" not in overrides:
+        return {**overrides, "stoker.store": env}
+    return overrides
 
 
 def _refuse_with_driver(

@@ -10,12 +10,12 @@ from typing import Any
 
 import click
 
-from stoker.cli._common import client, guarded, need_server, server_opts, when
+from stoker.cli._common import client, guarded, need_server, server_opts, store_option, when
 from stoker.errors import InvalidInput
 
 
 @click.command("server")
-@click.option("--store", default=None, help="sqlite:///path (default) or postgresql://...")
+@store_option("sqlite:///path (default: in --state-dir) or postgresql://...")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8081, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--state-dir", default=".stoker-server", show_default=True)
