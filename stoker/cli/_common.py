@@ -100,6 +100,34 @@ def server_opts(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+class Duration(click.ParamType):
+    """A duration flag in the syntax of ``-D stoker.*`` durations (:func:`parse_duration`):
+    ``30s``, ``500ms``, ``2m``, or a plain number of seconds (``10``, ``0.5``); at least
+    ``minimum`` seconds. The value is float seconds."""
+
+    name = "duration"
+
+    def __init__(self, minimum: float = 0.0) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from stoker.settings import parse_duration
+
+        if isinstance(value, float | int) and not isinstance(value, bool):
+            seconds = float(value)  # a default
+        else:
+            try:
+                seconds = parse_duration(value, "duration")
+            except InvalidInput as e:
+                self.fail(e.message, param, ctx)
+        if seconds < self.minimum:
+            self.fail(f"{value!r} is less than the minimum {self.minimum:g}s", param, ctx)
+        return seconds
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "DURATION"
+
+
 def need_server(
     server: str | None, why: str = "applications and clusters live in a job manager"
 ) -> str:

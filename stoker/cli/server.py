@@ -10,7 +10,15 @@ from typing import Any
 
 import click
 
-from stoker.cli._common import client, guarded, need_server, server_opts, store_option, when
+from stoker.cli._common import (
+    Duration,
+    client,
+    guarded,
+    need_server,
+    server_opts,
+    store_option,
+    when,
+)
 from stoker.errors import InvalidInput
 
 
@@ -37,9 +45,27 @@ from stoker.errors import InvalidInput
     multiple=True,
     help="Folder entrypoints may come from (repeatable; default: the current folder).",
 )
-@click.option("--leader-ttl", default=3.0, show_default=True, type=click.FloatRange(0.5))
-@click.option("--lease-ttl", default=10.0, show_default=True, type=click.FloatRange(1.0))
-@click.option("--cancel-timeout", default=60.0, show_default=True, type=click.FloatRange(0))
+@click.option(
+    "--leader-ttl",
+    default=3.0,
+    show_default=True,
+    type=Duration(0.5),
+    help="The leader lease: 3s, 500ms, or seconds.",
+)
+@click.option(
+    "--lease-ttl",
+    default=10.0,
+    show_default=True,
+    type=Duration(1.0),
+    help="The attempt lease of the drivers it starts (-D stoker.lease_ttl for a local run).",
+)
+@click.option(
+    "--cancel-timeout",
+    default=60.0,
+    show_default=True,
+    type=Duration(0),
+    help="How long a canceled job's driver may take to stop gracefully before it is killed.",
+)
 @click.option(
     "--retention-epochs",
     type=click.IntRange(1),
@@ -49,7 +75,7 @@ from stoker.errors import InvalidInput
 @click.option(
     "--retention-time",
     default=None,
-    help="Keep ended jobs' epoch records committed within this window (7d, 12h, 30m).",
+    help="Keep ended jobs' epoch records committed within this window (7d, 12h, 30m, 90s).",
 )
 @click.option(
     "--control-rate",
@@ -63,9 +89,9 @@ from stoker.errors import InvalidInput
     "--scaler-window",
     default=60.0,
     show_default=True,
-    type=click.FloatRange(1.0),
-    help="Seconds of recent epochs (at least 10 epochs) the autoscaler's default policy "
-    "reads signals from: shorter reacts sooner, longer is steadier.",
+    type=Duration(1.0),
+    help="Seconds (or 1m, 90s) of recent epochs (at least 10 epochs) the autoscaler's default "
+    "policy reads signals from: shorter reacts sooner, longer is steadier.",
 )
 @click.option(
     "--api-only",
