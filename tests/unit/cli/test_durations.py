@@ -59,3 +59,32 @@ def test_a_bad_duration_flag_is_named_and_exits_2(value: str, says: str) -> None
     done = CliRunner().invoke(main, ["server", "--lease-ttl", value])
     assert done.exit_code == 2
     assert "--lease-ttl" in done.output and says in done.output, done.output
+
+
+def test_a_server_flag_and_its_d_key_are_one_setting_with_one_syntax() -> None:
+    """A flag is its -D key's name with '.' and '_' as '-', and takes the same values."""
+    from stoker.settings import Settings, parse_window
+
+    for flag, key in {
+        "--lease-ttl": "lease_ttl",
+        "--retention-epochs": "retention.epochs",
+        "--retention-time": "retention.time",
+    }.items():
+        assert key in Settings.KEYS
+        assert flag == "--" + key.replace(".", "-").replace("_", "-")
+        _option("server", flag)  # the server has it
+    lease = _option("server", "--lease-ttl")
+    for value in ("30s", "500ms", "2m", "12"):
+        try:
+            local = Settings().with_overrides({"stoker.lease_ttl": value}).lease_ttl
+        except Exception:
+            local = None  # under 1s: refused by both
+        try:
+            managed = lease.type.convert(value, lease, None)
+        except click.BadParameter:
+            managed = None
+        assert local == managed, value
+    # --retention-time is parsed by the function -D stoker.retention.time uses.
+    assert Settings().with_overrides({"stoker.retention.time": "7d"}).retention_time == (
+        parse_window("7d", "--retention-time")
+    )
