@@ -188,7 +188,7 @@ def _check_session_cluster(
             "standalone:workers=N,cores=N,memory=M, spark://host:port, or the name of a "
             f"running session cluster (stoker cluster start --name {name})",
         ) from None
-    if rec.kind != "session":
+    if rec.kind != ClusterKind.SESSION:
         raise InvalidInput(
             "cluster", f"cluster {name!r} is application {rec.owner_app}'s own: not shared"
         )
