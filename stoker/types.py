@@ -278,6 +278,20 @@ class SpecKind(enum.StrEnum):
     APPLICATION = "application"
 
 
+def given_config(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The pipeline config given from outside (``--config``, REST ``"config"``) that a job's
+    spec records, whoever made the spec: the one reader of the two stored layouts.
+
+    A managed job's spec (``kind`` ``app``, made at submission) keeps it under ``config``;
+    every other spec is made by the runtime from ``Pipeline.spec()``, whose ``config`` is the
+    pipeline's declared defaults, and keeps it under ``submitted_config``. (Renaming the
+    managed key would change stored specs, so resubmitting a live job would conflict, and
+    the REST answers: the layouts stay, read here.)
+    """
+    key = "config" if spec.get("kind") == SpecKind.MANAGED else "submitted_config"
+    return dict(spec.get(key) or {})
+
+
 class ClusterKind(enum.StrEnum):
     """Whose a Spark standalone cluster stoker started is (stored as these strings)."""
 

@@ -24,7 +24,7 @@ from stoker.cli._common import (
 )
 from stoker.errors import InvalidInput
 from stoker.redact import redact_answer
-from stoker.types import SpecKind
+from stoker.types import given_config
 from stoker.types import job_id as _job_id
 
 _open = open_job_store
@@ -105,10 +105,7 @@ def status_cmd(
         click.echo(f"trigger    {spec['trigger_s']}s")
     if spec.get("conf"):  # what the current attempt runs with (-D / "conf"), secrets hidden
         click.echo("conf       " + " ".join(f"{k}={v}" for k, v in sorted(spec["conf"].items())))
-    # Pipeline config given at submission: a job manager's spec has it as "config" (a local
-    # job's "config" is the file's declared defaults).
-    managed = spec.get("kind") == SpecKind.MANAGED
-    given = spec.get("config") if managed else spec.get("submitted_config")
+    given = given_config(spec)  # pipeline config given at submission
     if given:
         click.echo("config set " + json.dumps(given, sort_keys=True))
 

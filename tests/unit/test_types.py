@@ -26,6 +26,7 @@ from stoker.types import (
     SpecKind,
     StateMachine,
     TxnState,
+    given_config,
     job_id,
 )
 
@@ -195,3 +196,13 @@ def test_the_kinds_are_the_strings_stored_and_answered() -> None:
     assert json.dumps(spec) == '{"kind": "app", "entrypoint": "/a.py"}'
     assert json.loads(json.dumps(spec)) == spec
     assert SpecKind.MANAGED == ClusterKind.APP == "app"  # equal strings, two meanings
+
+
+def test_given_config_reads_both_stored_layouts() -> None:
+    managed = {"kind": "app", "entrypoint": "/a.py", "config": {"min": 20}}
+    local = {"name": "p", "config": {"min": 10, "max": 5}, "submitted_config": {"min": 20}}
+    in_app = {"kind": "in_app", "app_id": "a", "config": {"min": 10}}
+    assert given_config(managed) == {"min": 20}
+    assert given_config(local) == {"min": 20}  # not the declared defaults under "config"
+    assert given_config(in_app) == {}
+    assert given_config({"kind": "app", "entrypoint": "/a.py"}) == {}
