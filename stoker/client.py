@@ -155,12 +155,9 @@ class Client:
             err: StokerError = (
                 ApplicationNotFound(job) if kind == "ApplicationNotFound" else JobNotFound(job)
             )
-            err.args = (msg,)  # the server's words: they may say where to look instead
-            raise err
+            raise err.with_message(msg)  # the server's words: they may say where to look instead
         if kind == "JobOwnedElsewhere":
-            err = JobOwnedElsewhere(job, str(body.get("owner", "")))
-            err.args = (msg,)
-            raise err
+            raise JobOwnedElsewhere(job, str(body.get("owner", ""))).with_message(msg)
         if kind in ("ClusterError", "ClusterConflict"):
             raise ClusterError(msg)
         if resp.status_code == 404:
@@ -168,8 +165,7 @@ class Client:
         if resp.status_code == 429:
             wait = resp.headers.get("retry-after") or body.get("retry_after") or 1
             err = TooManyRequests(job, float(body.get("retry_after") or wait), "")
-            err.args = (msg,)  # the server's words, with its limit
-            raise err
+            raise err.with_message(msg)  # the server's words, with its limit
         if kind == "ControlConflict":
             raise ControlConflict(job, str(body.get("reason", msg)))
         if resp.status_code == 422:
@@ -177,8 +173,7 @@ class Client:
             raise InvalidInput(field, msg.removeprefix(f"{field}: "))  # the message names it
         if kind == "JobTerminal":
             err = JobTerminal(job, str(body.get("state")))
-            err.args = (msg,)  # the server's words: what can no longer be done
-            raise err
+            raise err.with_message(msg)  # the server's words: what can no longer be done
         if kind == "JobConflict":
             raise JobConflict(job, str(body.get("difference")))
         raise StokerError(f"job manager answered {resp.status_code}: {msg}")

@@ -5,13 +5,27 @@ Mapping to CLI exit codes lives in exactly one place: :data:`EXIT_CODES`.
 
 from __future__ import annotations
 
+from typing import Self
+
 
 class StokerError(Exception):
     """Root of every error stoker raises on purpose."""
 
+    def with_message(self, message: str) -> Self:
+        """The same error (its class, so its exit code and HTTP status, and its fields) saying
+        ``message`` instead: the words of whoever knows better (the job manager's answer)."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.args = (message,)
+        return new
 
-class InvalidInput(StokerError):
-    """Bad input from a user: names the field and says what is allowed. Nothing was changed."""
+    def with_hint(self, hint: str) -> Self:
+        """The same error with ``hint`` after its message: ``job 'x' not found (hint)``."""
+        return self.with_message(f"{self} ({hint})")
+
+
+class FieldError(StokerError):
+    """An error about one named field (a setting, a sink's path): ``field: message``."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
@@ -19,16 +33,38 @@ class InvalidInput(StokerError):
         self.message = message
 
 
+class InvalidInput(FieldError):
+    """Bad input from a user: names the field and says what is allowed. Nothing was changed."""
+
+
 class InvalidPipeline(InvalidInput):
     """The pipeline definition cannot run (no source, no sink, bad transform, ...)."""
 
 
-class SourceError(InvalidInput):
-    """A source cannot be read (missing folder, unknown format, ...)."""
+class SourceError(FieldError):
+    """A source failed while the job ran: its data changed under the job (a file log removed,
+    damaged or locked by another process). Not the user's input: exit 16, HTTP 503.
+    :class:`InvalidSource` is the kind found before anything runs."""
 
 
-class SinkError(InvalidInput):
-    """A sink cannot be written (unreachable database, server misconfigured, ...)."""
+class SinkError(FieldError):
+    """A sink failed while the job ran: the external system is unreachable, or a part of an
+    epoch decided for it is lost or was overwritten. Not the user's input: exit 16, HTTP 503.
+    :class:`InvalidSink` is the kind found before anything runs."""
+
+
+class InvalidSource(InvalidInput, SourceError):
+    """A source the user described cannot be read (a missing folder, an unknown format, a bad
+    schema): found when the pipeline is checked, before anything is written. Bad input (exit
+    2, HTTP 422) first, and a :class:`SourceError` too, so ``except SourceError`` still
+    catches everything about a source."""
+
+
+class InvalidSink(InvalidInput, SinkError):
+    """A sink the user described cannot be written (an unknown format, a path that is not a
+    folder or is another job's, a server configured without prepared transactions): found
+    when the pipeline is checked or the sink opened, before the job writes. Bad input (exit 2,
+    HTTP 422) first, and a :class:`SinkError` too."""
 
 
 class JobNotFound(StokerError):
@@ -197,6 +233,9 @@ EXIT_CODES: dict[type[StokerError], int] = {
     RescaleNotFound: 3,
     ClusterError: 15,
     ClusterConflict: 15,
+    # After InvalidInput in InvalidSink's and InvalidSource's MRO: those stay 2.
+    SinkError: 16,
+    SourceError: 16,
 }
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import NewType
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, NewType, TypeVar
 
 from stoker.errors import InvalidInput, InvalidTransition
 
@@ -26,6 +28,37 @@ def job_id(value: str) -> JobId:
             "'.', '_' or '-', starting with a letter or digit",
         )
     return JobId(value)
+
+
+S = TypeVar("S", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class StateMachine(Generic[S]):
+    """One state machine: its table of moves and its one rule for staying in a state.
+
+    ``moves[current]`` is the set of states ``current`` may become; ``None`` as a current
+    state is "no record yet". ``stay`` decides self-moves for the whole machine: True, moving
+    to the state a record has already is always allowed (a no-op that changes nothing but the
+    other fields the caller writes); False, only where the table lists the state among its own
+    moves (an idempotent end, say). A state missing from the table may become nothing.
+    """
+
+    subject: str  # what the message names: "job state", "attempt", ...
+    moves: Mapping[Any, frozenset[S]]  # keyed by S, and None where a record may be absent
+    stay: bool
+
+    def allows(self, current: S | None, target: S) -> bool:
+        """Whether ``current -> target`` is allowed."""
+        if self.stay and target == current:
+            return True
+        return target in self.moves.get(current, frozenset())
+
+    def check(self, current: S | None, target: S) -> None:
+        """Raise :class:`InvalidTransition` unless ``current -> target`` is allowed."""
+        if not self.allows(current, target):
+            was = "without a record" if current is None else current
+            raise InvalidTransition(f"{self.subject} {was} cannot become {target}")
 
 
 class JobState(enum.StrEnum):
@@ -71,10 +104,9 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 
-def check_transition(current: JobState, target: JobState) -> None:
-    """Raise :class:`InvalidTransition` unless ``current -> target`` is in the table."""
-    if target != current and target not in JOB_TRANSITIONS[current]:
-        raise InvalidTransition(f"job state {current} cannot become {target}")
+# A job asked to become the state it is in stays there (a cancel of a CANCELING job, a
+# second RUNNING from a resumed driver): staying is allowed.
+JOBS: StateMachine[JobState] = StateMachine("job state", JOB_TRANSITIONS, stay=True)
 
 
 class AttemptState(enum.StrEnum):
@@ -120,10 +152,9 @@ ATTEMPT_TRANSITIONS: dict[AttemptState | None, frozenset[AttemptState]] = {
 }
 
 
-def check_attempt_transition(current: AttemptState | None, target: AttemptState) -> None:
-    """Raise :class:`InvalidTransition` unless an attempt may go ``current -> target``."""
-    if target not in ATTEMPT_TRANSITIONS[current]:
-        raise InvalidTransition(f"attempt {current or 'without a record'} cannot become {target}")
+# No staying: a second claim of a RUNNING attempt is a second driver, refused (the fence);
+# an end of an ended attempt is decided by the store (left as it ended), not by the table.
+ATTEMPTS: StateMachine[AttemptState] = StateMachine("attempt", ATTEMPT_TRANSITIONS, stay=False)
 
 
 class EpochState(enum.StrEnum):
@@ -144,10 +175,9 @@ EPOCH_TRANSITIONS: dict[EpochState | None, frozenset[EpochState]] = {
 }
 
 
-def check_epoch_transition(current: EpochState | None, target: EpochState) -> None:
-    """Raise :class:`InvalidTransition` unless an epoch may go ``current -> target``."""
-    if target not in EPOCH_TRANSITIONS[current]:
-        raise InvalidTransition(f"epoch {current or 'without a record'} cannot become {target}")
+# Staying only where the table says so: COMMITTED again (recovery repeats it). A DECIDED
+# epoch decided again is another attempt's decision, refused.
+EPOCHS: StateMachine[EpochState] = StateMachine("epoch", EPOCH_TRANSITIONS, stay=False)
 
 
 class TxnState(enum.StrEnum):
@@ -170,12 +200,8 @@ TXN_TRANSITIONS: dict[TxnState | None, frozenset[TxnState]] = {
 }
 
 
-def check_txn_transition(current: TxnState | None, target: TxnState) -> None:
-    """Raise :class:`InvalidTransition` unless a sink transaction may go ``current -> target``."""
-    if target not in TXN_TRANSITIONS[current]:
-        raise InvalidTransition(
-            f"sink transaction {current or 'without a record'} cannot become {target}"
-        )
+# Staying as the table lists it: every state again (prepare, commit and abort are idempotent).
+TXNS: StateMachine[TxnState] = StateMachine("sink transaction", TXN_TRANSITIONS, stay=False)
 
 
 class ControlKind(enum.StrEnum):
@@ -216,12 +242,10 @@ CONTROL_TRANSITIONS: dict[ControlStatus | None, frozenset[ControlStatus]] = {
 }
 
 
-def check_control_transition(current: ControlStatus | None, target: ControlStatus) -> None:
-    """Raise :class:`InvalidTransition` unless a control event may go ``current -> target``."""
-    if target not in CONTROL_TRANSITIONS[current]:
-        raise InvalidTransition(
-            f"control event {current or 'without a record'} cannot become {target}"
-        )
+# No staying: an event APPLIED twice would be applied at two epochs.
+CONTROLS: StateMachine[ControlStatus] = StateMachine(
+    "control event", CONTROL_TRANSITIONS, stay=False
+)
 
 
 class JobKind(enum.StrEnum):
@@ -235,6 +259,44 @@ class JobKind(enum.StrEnum):
 
     JOB = "job"
     APPLICATION = "application"
+
+
+class SpecKind(enum.StrEnum):
+    """Who starts a job record's attempts: its spec's ``kind`` key (stored as these strings).
+
+    A spec without a ``kind`` is a pipeline ``stoker.run`` / ``stoker run`` runs in its own
+    process: no job manager starts it. Not :class:`JobKind` (which table row: a job or an
+    application) nor :class:`ClusterKind`.
+    """
+
+    # A job submitted to a job manager alone (REST, ``stoker run --server``): the manager's
+    # driver runs its app file. Its spec's ``config`` is the values given at submission.
+    MANAGED = "app"
+    # A job an application's driver runs (its spec names the ``app_id``).
+    IN_APP = "in_app"
+    # An application: a user program's driver that the job manager starts.
+    APPLICATION = "application"
+
+
+def given_config(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The pipeline config given from outside (``--config``, REST ``"config"``) that a job's
+    spec records, whoever made the spec: the one reader of the two stored layouts.
+
+    A managed job's spec (``kind`` ``app``, made at submission) keeps it under ``config``;
+    every other spec is made by the runtime from ``Pipeline.spec()``, whose ``config`` is the
+    pipeline's declared defaults, and keeps it under ``submitted_config``. (Renaming the
+    managed key would change stored specs, so resubmitting a live job would conflict, and
+    the REST answers: the layouts stay, read here.)
+    """
+    key = "config" if spec.get("kind") == SpecKind.MANAGED else "submitted_config"
+    return dict(spec.get(key) or {})
+
+
+class ClusterKind(enum.StrEnum):
+    """Whose a Spark standalone cluster stoker started is (stored as these strings)."""
+
+    APP = "app"  # an application's own: started for ``owner_app``, torn down with it
+    SESSION = "session"  # started by hand (``stoker cluster start``): outlives applications
 
 
 class ClusterState(enum.StrEnum):
@@ -258,7 +320,5 @@ CLUSTER_TRANSITIONS: dict[ClusterState, frozenset[ClusterState]] = {
 }
 
 
-def check_cluster_transition(current: ClusterState, target: ClusterState) -> None:
-    """Raise :class:`InvalidTransition` unless ``current -> target`` is in the table."""
-    if target != current and target not in CLUSTER_TRANSITIONS[current]:
-        raise InvalidTransition(f"cluster state {current} cannot become {target}")
+# Staying is allowed: an update that changes a cluster's processes or URLs keeps its state.
+CLUSTERS: StateMachine[ClusterState] = StateMachine("cluster state", CLUSTER_TRANSITIONS, stay=True)

@@ -100,6 +100,34 @@ def server_opts(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+class Duration(click.ParamType):
+    """A duration flag in the syntax of ``-D stoker.*`` durations (:func:`parse_duration`):
+    ``30s``, ``500ms``, ``2m``, or a plain number of seconds (``10``, ``0.5``); at least
+    ``minimum`` seconds. The value is float seconds."""
+
+    name = "duration"
+
+    def __init__(self, minimum: float = 0.0) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from stoker.settings import parse_duration
+
+        if isinstance(value, float | int) and not isinstance(value, bool):
+            seconds = float(value)  # a default
+        else:
+            try:
+                seconds = parse_duration(value, "duration")
+            except InvalidInput as e:
+                self.fail(e.message, param, ctx)
+        if seconds < self.minimum:
+            self.fail(f"{value!r} is less than the minimum {self.minimum:g}s", param, ctx)
+        return seconds
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "DURATION"
+
+
 def need_server(
     server: str | None, why: str = "applications and clusters live in a job manager"
 ) -> str:
@@ -121,21 +149,18 @@ def client(server: str, token: str | None) -> Any:
 
 
 def open_job_store(job: str, store: str | None, state_dir: str | None) -> Any:
-    """(job id, store) of a local job: ``--store`` (or STOKER_STORE), else the store in
-    ``--state-dir`` (default ``./.stoker/JOB``); :class:`JobNotFound` naming where it looked."""
+    """(job id, store) of a local job: ``--store`` (its option reads STOKER_STORE), else the
+    store in ``--state-dir`` (default ``./.stoker/JOB``); :class:`JobNotFound` naming where it
+    looked."""
     from stoker.store import open_store
 
     jid = _job_id(job)
     if store is None:
-        store = os.environ.get("STOKER_STORE")
-    if store is None:
         base = Path(state_dir) if state_dir else Path(".stoker") / jid
         db = base / "store.db"
         if not db.exists():
-            err = JobNotFound(jid)
             # The hint after the quoted id, not inside it: "job 'x' not found (no store at ...)".
-            err.args = (f"{err} (no store at {db}; give --store or --state-dir)",)
-            raise err
+            raise JobNotFound(jid).with_hint(f"no store at {db}; give --store or --state-dir")
         store = str(db)
     return jid, open_store(store)
 
@@ -159,7 +184,14 @@ def scaling_line(view: dict[str, Any]) -> str | None:
     return ", ".join(parts)
 
 
-store_opt = click.option(
-    "--store", default=None, help="Store URL (default: ./.stoker/JOB/store.db)."
-)
+# Every --store reads STOKER_STORE when it is not given (an explicit --store wins).
+STORE_ENV = "STOKER_STORE"
+
+
+def store_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--store URL``, with ``help``; STOKER_STORE when not given."""
+    return click.option("--store", envvar=STORE_ENV, default=None, help=f"{help} Env: {STORE_ENV}.")
+
+
+store_opt = store_option("Store URL (default: ./.stoker/JOB/store.db).")
 state_dir_opt = click.option("--state-dir", default=None, help="The job's state folder.")

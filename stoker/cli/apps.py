@@ -14,7 +14,15 @@ from typing import Any
 
 import click
 
-from stoker.cli._common import client, guarded, need_server, scaling_line, server_opts, when
+from stoker.cli._common import (
+    Duration,
+    client,
+    guarded,
+    need_server,
+    scaling_line,
+    server_opts,
+    when,
+)
 from stoker.cli.display import RATE_EPOCHS, LiveView, job_status, live_wanted, render_view
 from stoker.errors import InvalidInput
 from stoker.types import JobState
@@ -217,7 +225,9 @@ def app_status_cmd(app: str, server: str | None, token: str | None, as_json: boo
 @click.argument("app")
 @server_opts
 @click.option("--wait", is_flag=True, help="Wait until the application has ended.")
-@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0))
+@click.option(
+    "--timeout", default=600.0, show_default=True, type=Duration(0), help="With --wait: 10m, 90s."
+)
 @guarded
 def app_cancel_cmd(
     app: str, server: str | None, token: str | None, wait: bool, timeout: float

@@ -32,6 +32,7 @@ from typing import Any
 import click
 
 from stoker.cli._common import (
+    Duration,
     client,
     debug_option,
     guarded,
@@ -194,8 +195,8 @@ def _sending(fn: Callable[..., Any]) -> Callable[..., Any]:
         "--timeout",
         default=60.0,
         show_default=True,
-        type=click.FloatRange(0),
-        help="Seconds to wait at most (with --wait).",
+        type=Duration(0),
+        help="How long to wait at most (with --wait): 60s, 2m, or seconds.",
     )(fn)
     fn = click.option(
         "--request-id", default=None, help="Retry key: the same id and event are stored once."

@@ -7,7 +7,6 @@ job manager (``--server``).
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import click
@@ -20,10 +19,12 @@ from stoker.cli._common import (
     server_opts,
     state_dir_opt,
     store_opt,
+    store_option,
     when,
 )
 from stoker.errors import InvalidInput
 from stoker.redact import redact_answer
+from stoker.types import given_config
 from stoker.types import job_id as _job_id
 
 _open = open_job_store
@@ -104,9 +105,7 @@ def status_cmd(
         click.echo(f"trigger    {spec['trigger_s']}s")
     if spec.get("conf"):  # what the current attempt runs with (-D / "conf"), secrets hidden
         click.echo("conf       " + " ".join(f"{k}={v}" for k, v in sorted(spec["conf"].items())))
-    # Pipeline config given at submission: a job manager's spec has it as "config" (a local
-    # job's "config" is the file's declared defaults).
-    given = spec.get("config") if spec.get("kind") == "app" else spec.get("submitted_config")
+    given = given_config(spec)  # pipeline config given at submission
     if given:
         click.echo("config set " + json.dumps(given, sort_keys=True))
 
@@ -154,7 +153,7 @@ def epochs_cmd(
 
 @click.command("list")
 @server_opts
-@click.option("--store", default=None, help="Read a store directly instead of a server.")
+@store_option("Read a store directly instead of a server.")
 @click.option("--state", default=None, help="Only jobs in this state.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
 @guarded
@@ -168,10 +167,10 @@ def list_cmd(
         raise InvalidInput("--state", f"{state!r} is not one of {', '.join(map(str, JobState))}")
     if server:
         jobs = client(server, token).jobs(state)
-    elif store or os.environ.get("STOKER_STORE"):
+    elif store:
         from stoker.store import open_store
 
-        st = open_store(store or os.environ["STOKER_STORE"])
+        st = open_store(store)
         try:
             listed = st.list_jobs(JobState(state) if state else None)
             jobs = [redact_answer(j.to_dict()) for j in listed]

@@ -9,13 +9,14 @@ import os
 import shlex
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from stoker.cli._common import guarded, need_server, server_opts
+from stoker.cli._common import STORE_ENV, guarded, need_server, server_opts
 from stoker.errors import InvalidInput, JobSuspended
 from stoker.paths import check_app_path
 from stoker.redact import redact_answer, redact_url
@@ -152,8 +153,22 @@ def run_cmd(
     if scaling is not None:
         parse_scaling(scaling, "--scaling")  # named as given here, before anything is sent
     args = [*app_args, *positional_args]
+    check_mode(
+        run_mode(driver, server),
+        {
+            "--app-id": app_id is not None,
+            "--cluster": cluster is not None,
+            "--driver-memory": driver_memory is not None,
+            "--driver-cores": driver_cores is not None,
+            "--job-id": job_id is not None,
+            "--pipeline": pipeline_name is not None,
+            "--config": bool(config),
+            "--from-savepoint": from_savepoint is not None,
+            "--restart-strategy": strategy is not None,
+            "--scaling": scaling is not None,
+        },
+    )
     if driver:
-        _refuse_with_driver(job_id, pipeline_name, config, from_savepoint)
         from stoker.cli.apps import submit_and_follow_application
 
         srv = need_server(server)
@@ -175,22 +190,6 @@ def run_cmd(
                 as_json,
                 scaling=scaling,
             )
-        )
-    for name, value in (
-        ("--app-id", app_id),
-        ("--cluster", cluster),
-        ("--driver-memory", driver_memory),
-        ("--driver-cores", driver_cores),
-    ):
-        if value is not None:
-            raise InvalidInput(name, "runs a program as an application: add --driver")
-    if strategy is not None and not server:
-        raise InvalidInput("--restart-strategy", "is the job manager's: add --server")
-    if scaling is not None and not server:
-        raise InvalidInput(
-            "--scaling",
-            "is the job manager's (its scaler decides, its clusters grow): add --server URL, "
-            "or --driver --server URL for a program",
         )
     if job_id is not None:
         _job_id(job_id)
@@ -219,7 +218,7 @@ def run_cmd(
     from stoker.runtime.appfile import run_app
     from stoker.runtime.runner import describe
 
-    launch.set_launch(overrides, job_id, restart)
+    launch.set_launch(local_overrides(overrides, os.environ), job_id, restart)
     launch.set_config(config)
     launch.set_from_savepoint(from_savepoint)
     _setup_logging(quiet, log_format)
@@ -251,25 +250,56 @@ def run_cmd(
         )
 
 
-def _refuse_with_driver(
-    job_id: str | None,
-    pipeline_name: str | None,
-    config: dict[str, Any],
-    from_savepoint: str | None,
-) -> None:
-    """Options of one job that an application (a program of jobs) does not take."""
-    for name, given in (
-        ("--job-id", job_id is not None),
-        ("--pipeline", pipeline_name is not None),
-        ("--config", bool(config)),
-        ("--from-savepoint", from_savepoint is not None),
-    ):
-        if given:
-            raise InvalidInput(
-                name,
-                "is an option of one job; with --driver the program names its jobs "
-                "(stoker.submit(p, job_id=..., config=...))",
-            )
+def local_overrides(overrides: dict[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """A local run's ``-D`` settings: STOKER_STORE is its store, as it is every ``--store``'s,
+    unless ``-D stoker.store=URL`` names one (the explicit setting wins)."""
+    env = environ.get(STORE_ENV)
+    if env and "stoker.store" not in overrides:
+        return {**overrides, "stoker.store": env}
+    return overrides
+
+
+# stoker run's three modes: the file runs here (local), is submitted to a job manager as a
+# job (--server), or as an application (--driver, with --server).
+LOCAL, SERVER, DRIVER = "local", "--server", "--driver"
+_APPLICATION = "runs a program as an application: add --driver"
+_ONE_JOB = (
+    "is an option of one job; with --driver the program names its jobs "
+    "(stoker.submit(p, job_id=..., config=...))"
+)
+# The one table of which options each mode takes, checked once (check_mode), in this order:
+# an option not listed (-D, --restart, --quiet, --json, --arg, ...) is every mode's. For the
+# others: the modes that take it, and what a mode that does not says.
+MODE_OPTIONS: dict[str, tuple[frozenset[str], str]] = {
+    "--app-id": (frozenset({DRIVER}), _APPLICATION),
+    "--cluster": (frozenset({DRIVER}), _APPLICATION),
+    "--driver-memory": (frozenset({DRIVER}), _APPLICATION),
+    "--driver-cores": (frozenset({DRIVER}), _APPLICATION),
+    "--job-id": (frozenset({LOCAL, SERVER}), _ONE_JOB),
+    "--pipeline": (frozenset({LOCAL, SERVER}), _ONE_JOB),
+    "--config": (frozenset({LOCAL, SERVER}), _ONE_JOB),
+    "--from-savepoint": (frozenset({LOCAL, SERVER}), _ONE_JOB),
+    "--restart-strategy": (frozenset({SERVER, DRIVER}), "is the job manager's: add --server"),
+    "--scaling": (
+        frozenset({SERVER, DRIVER}),
+        "is the job manager's (its scaler decides, its clusters grow): add --server URL, "
+        "or --driver --server URL for a program",
+    ),
+}
+
+
+def run_mode(driver: bool, server: str | None) -> str:
+    """The mode a ``stoker run`` command line asks for (``--driver`` needs ``--server`` too:
+    checked after the options, by ``need_server``)."""
+    return DRIVER if driver else SERVER if server else LOCAL
+
+
+def check_mode(mode: str, given: Mapping[str, bool]) -> None:
+    """Refuse the first option given (``given[flag]`` true) that ``mode`` does not take, in
+    :data:`MODE_OPTIONS`' order: :class:`InvalidInput` naming the option (exit 2)."""
+    for flag, (modes, why) in MODE_OPTIONS.items():
+        if given.get(flag) and mode not in modes:
+            raise InvalidInput(flag, why)
 
 
 def _app_id(given: str | None, path: Path) -> str:

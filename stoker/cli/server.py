@@ -10,12 +10,20 @@ from typing import Any
 
 import click
 
-from stoker.cli._common import client, guarded, need_server, server_opts, when
+from stoker.cli._common import (
+    Duration,
+    client,
+    guarded,
+    need_server,
+    server_opts,
+    store_option,
+    when,
+)
 from stoker.errors import InvalidInput
 
 
 @click.command("server")
-@click.option("--store", default=None, help="sqlite:///path (default) or postgresql://...")
+@store_option("sqlite:///path (default: in --state-dir) or postgresql://...")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8081, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--state-dir", default=".stoker-server", show_default=True)
@@ -37,9 +45,27 @@ from stoker.errors import InvalidInput
     multiple=True,
     help="Folder entrypoints may come from (repeatable; default: the current folder).",
 )
-@click.option("--leader-ttl", default=3.0, show_default=True, type=click.FloatRange(0.5))
-@click.option("--lease-ttl", default=10.0, show_default=True, type=click.FloatRange(1.0))
-@click.option("--cancel-timeout", default=60.0, show_default=True, type=click.FloatRange(0))
+@click.option(
+    "--leader-ttl",
+    default=3.0,
+    show_default=True,
+    type=Duration(0.5),
+    help="The leader lease: 3s, 500ms, or seconds.",
+)
+@click.option(
+    "--lease-ttl",
+    default=10.0,
+    show_default=True,
+    type=Duration(1.0),
+    help="The attempt lease of the drivers it starts (-D stoker.lease_ttl for a local run).",
+)
+@click.option(
+    "--cancel-timeout",
+    default=60.0,
+    show_default=True,
+    type=Duration(0),
+    help="How long a canceled job's driver may take to stop gracefully before it is killed.",
+)
 @click.option(
     "--retention-epochs",
     type=click.IntRange(1),
@@ -49,7 +75,7 @@ from stoker.errors import InvalidInput
 @click.option(
     "--retention-time",
     default=None,
-    help="Keep ended jobs' epoch records committed within this window (7d, 12h, 30m).",
+    help="Keep ended jobs' epoch records committed within this window (7d, 12h, 30m, 90s).",
 )
 @click.option(
     "--control-rate",
@@ -63,9 +89,9 @@ from stoker.errors import InvalidInput
     "--scaler-window",
     default=60.0,
     show_default=True,
-    type=click.FloatRange(1.0),
-    help="Seconds of recent epochs (at least 10 epochs) the autoscaler's default policy "
-    "reads signals from: shorter reacts sooner, longer is steadier.",
+    type=Duration(1.0),
+    help="Seconds (or 1m, 90s) of recent epochs (at least 10 epochs) the autoscaler's default "
+    "policy reads signals from: shorter reacts sooner, longer is steadier.",
 )
 @click.option(
     "--api-only",

@@ -34,9 +34,9 @@ def app_record(store: Store, app_id: str) -> JobRecord:
     except JobNotFound:
         raise ApplicationNotFound(aid) from None
     if app.kind != JobKind.APPLICATION:
-        err = ApplicationNotFound(aid)
-        err.args = (f"{err} (it is a job: GET /v1/jobs/{aid}, stoker status {aid})",)
-        raise err
+        raise ApplicationNotFound(aid).with_hint(
+            f"it is a job: GET /v1/jobs/{aid}, stoker status {aid}"
+        )
     return app
 
 

@@ -25,7 +25,7 @@ from stoker.manager.submit import (
 from stoker.scalespec import ScalingSpec
 from stoker.store import Store
 from stoker.store.records import ClusterRecord
-from stoker.types import ClusterState, JobId, JobKind, job_id
+from stoker.types import ClusterKind, ClusterState, JobId, JobKind, SpecKind, job_id
 
 # Spark refuses a driver heap under 450 MiB ("System memory ... must be at least ...").
 _MIN_DRIVER_MEMORY_MB = 450
@@ -48,7 +48,7 @@ class ApplicationSubmission:
         """The application's spec as stored; two submissions are one application iff their
         specs match (the state folder the manager assigns is no part of it)."""
         out: dict[str, Any] = {
-            "kind": "application",
+            "kind": SpecKind.APPLICATION,
             "entrypoint": str(self.entrypoint),
             "args": list(self.args),
             "conf": dict(sorted(self.conf.items())),
@@ -131,7 +131,7 @@ def _check_session_cluster(
             "standalone:workers=N,cores=N,memory=M, spark://host:port, or the name of a "
             f"running session cluster (stoker cluster start --name {name})",
         ) from None
-    if rec.kind != "session":
+    if rec.kind != ClusterKind.SESSION:
         raise InvalidInput(
             "cluster", f"cluster {name!r} is application {rec.owner_app}'s own: not shared"
         )

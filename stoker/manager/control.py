@@ -30,7 +30,7 @@ from stoker.errors import ControlNotFound, InvalidInput, JobTerminal, TooManyReq
 from stoker.manager import rescales
 from stoker.manager.submit import check_allowed
 from stoker.store import ControlEvent, JobRecord, Store
-from stoker.types import ControlKind, ControlStatus, ControlVersion, JobId, JobState
+from stoker.types import ControlKind, ControlStatus, ControlVersion, JobId, JobState, SpecKind
 from stoker.types import job_id as check_job_id
 
 __all__ = [
@@ -93,7 +93,7 @@ def pipeline_description(
         return declared
     # A pipeline's spec always lists its sources; a job manager's spec (kind "app") does not,
     # and its "config" holds only the submitted values, not the declared keys.
-    if "sources" in job.spec and job.spec.get("kind") != "app":
+    if "sources" in job.spec and job.spec.get("kind") != SpecKind.MANAGED:
         return job.spec
     if describe is not None:
         return describe()

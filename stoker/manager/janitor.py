@@ -45,11 +45,11 @@ from stoker.errors import JobNotFound
 from stoker.manager import processes
 from stoker.manager.submit import ASSIGNED_STATE_DIR
 from stoker.store import AttemptRecord, JobRecord, Store
-from stoker.types import JobId, JobKind
+from stoker.types import JobId, JobKind, SpecKind
 
 # Spec kinds of the jobs whose sinks the janitor resolves: a job a manager started alone, and a
 # job of an application (both recorded their sinks' descriptors in the store).
-_CLEANED_KINDS = ("app", "in_app")
+_CLEANED_KINDS = (SpecKind.MANAGED, SpecKind.IN_APP)
 
 if TYPE_CHECKING:
     from stoker.manager.supervisor import Supervisor

@@ -18,12 +18,10 @@ def job_record(store: Store, jid: str) -> JobRecord:
     """The job ``jid``; an application's id is not a job's (404 naming where to look)."""
     job = store.get_job(job_id(jid))
     if job.kind == JobKind.APPLICATION:
-        err = JobNotFound(job.job_id)
-        err.args = (
-            f"{err} (it is an application: GET /v1/applications/{job.job_id}, "
-            f"stoker app status {job.job_id})",
+        raise JobNotFound(job.job_id).with_hint(
+            f"it is an application: GET /v1/applications/{job.job_id}, "
+            f"stoker app status {job.job_id}"
         )
-        raise err
     return job
 
 

@@ -43,8 +43,7 @@ def application_log(
     att = store.get_attempt(app.job_id, AttemptNo(n))
     if att is None:
         err = ApplicationNotFound(app.job_id)
-        err.args = (f"application {app.job_id!r} has no attempt {n}",)
-        raise err
+        raise err.with_message(f"application {app.job_id!r} has no attempt {n}")
     if not att.log_path:
         return ""
     return tail_lines(Path(att.log_path), tail)

@@ -62,13 +62,11 @@ def scaling_of(owner: JobRecord) -> ScalingSpec:
 def check_owner_live(owner: JobRecord) -> None:
     """:class:`JobTerminal` (409) for an owner that has ended: its scaling no longer changes."""
     if owner.state.terminal:
-        err = JobTerminal(owner.job_id, str(owner.state))
         what = "application" if owner.kind == JobKind.APPLICATION else "job"
-        err.args = (
+        raise JobTerminal(owner.job_id, str(owner.state)).with_message(
             f"{what} {owner.job_id!r} has ended in state {owner.state}: its scaling can no "
-            "longer change",
+            "longer change"
         )
-        raise err
 
 
 def _executors(record: JobRecord) -> int | None:

@@ -13,7 +13,7 @@ from stoker.manager import clusters
 from stoker.manager.cluster_records import check_cluster_name, cluster_spec_dict, cluster_view
 from stoker.store import Store
 from stoker.store.records import ClusterProcess, ClusterRecord
-from stoker.types import ClusterState, JobId, JobKind
+from stoker.types import ClusterKind, ClusterState, JobId, JobKind
 
 
 class SessionClusters:
@@ -55,7 +55,9 @@ class SessionClusters:
             if old is not None:
                 self._stop_recorded(old)
                 self.store.delete_cluster(name)
-            rec, created = self.store.create_cluster(name, "session", cluster_spec_dict(spec))
+            rec, created = self.store.create_cluster(
+                name, ClusterKind.SESSION, cluster_spec_dict(spec)
+            )
             if not created:
                 raise ClusterConflict(f"cluster {name!r} was just created by another call")
         recorded: dict[str, ClusterProcess] = {}  # by id: a JVM started again replaces its try
@@ -110,7 +112,7 @@ class SessionClusters:
 
     def _apps_on(self, rec: ClusterRecord) -> list[str]:
         """The live applications that run on the cluster."""
-        if rec.kind == "app":
+        if rec.kind == ClusterKind.APP:
             owner = rec.owner_app
             return [owner] if owner and self._live_app(owner) else []
         return [
@@ -182,7 +184,7 @@ class SessionClusters:
         strategy decides): the answer names them in ``used_by``. An application's own
         cluster is stopped by the leader when that application ends (409 here)."""
         rec = self.store.get_cluster(name)
-        if rec.kind == "app":
+        if rec.kind == ClusterKind.APP:
             raise ClusterConflict(
                 f"cluster {name!r} is application {rec.owner_app}'s own: it is stopped when the "
                 f"application ends (stoker app cancel {rec.owner_app})"

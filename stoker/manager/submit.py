@@ -13,6 +13,7 @@ from stoker.manager.state import max_parallelism_of
 from stoker.paths import check_app_path
 from stoker.scalespec import ScalingSpec, parse_scaling
 from stoker.settings import Settings
+from stoker.types import SpecKind
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Submission:
     def spec(self) -> dict[str, Any]:
         """The job's spec as stored; two submissions are the same job iff their specs match."""
         out: dict[str, Any] = {
-            "kind": "app",
+            "kind": SpecKind.MANAGED,
             "entrypoint": str(self.entrypoint),
             "args": list(self.args),
             "conf": dict(sorted(self.conf.items())),

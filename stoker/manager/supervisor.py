@@ -40,7 +40,16 @@ from stoker.manager.restart import Failure, parse_strategy
 from stoker.manager.submit import ASSIGNED_STATE_DIR
 from stoker.store import AttemptRecord, JobRecord, Owner, RetentionPolicy, Store
 from stoker.store.records import ClusterProcess, ClusterRecord
-from stoker.types import AttemptNo, AttemptState, ClusterState, JobId, JobKind, JobState
+from stoker.types import (
+    AttemptNo,
+    AttemptState,
+    ClusterKind,
+    ClusterState,
+    JobId,
+    JobKind,
+    JobState,
+    SpecKind,
+)
 
 log = logging.getLogger("stoker.supervisor")
 
@@ -268,10 +277,10 @@ class Supervisor:
     def _launch(self, job: JobRecord) -> None:
         assert self.token is not None
         kind = job.spec.get("kind")
-        if kind == "application":
+        if kind == SpecKind.APPLICATION:
             self._launch_application(job)
             return
-        if kind != "app":
+        if kind != SpecKind.MANAGED:
             return  # a job run in-process by `stoker run` without a server: not ours to start
         if janitor.busy(self, job.job_id):
             return  # its cleanup still runs (a restart right after the end): wait for it
@@ -381,7 +390,7 @@ class Supervisor:
             rec = None
         if rec is None:
             rec, created = self.store.create_cluster(
-                name, "app", cluster_spec_dict(spec), owner_app=app.job_id
+                name, ClusterKind.APP, cluster_spec_dict(spec), owner_app=app.job_id
             )
             if created:
                 log.info("application %s: starting its cluster %s", app.job_id, name)
@@ -483,7 +492,7 @@ class Supervisor:
             return
         self._clusters_looked = mono
         for rec in self.store.list_clusters():
-            if rec.kind != "app" or self._busy(rec.name):
+            if rec.kind != ClusterKind.APP or self._busy(rec.name):
                 continue
             owner = apps.get(JobId(rec.owner_app)) if rec.owner_app else None
             if owner is not None and not owner.state.terminal:

@@ -49,7 +49,17 @@ from stoker.sinks.base import SinkOwner, TwoPhaseSink
 from stoker.sources.base import SourceContext
 from stoker.store import AttemptRecord, JobRecord, Store, open_store
 from stoker.store.records import ControlEvent
-from stoker.types import AttemptNo, AttemptState, Epoch, EpochState, JobId, JobKind, JobState
+from stoker.types import (
+    AttemptNo,
+    AttemptState,
+    Epoch,
+    EpochState,
+    JobId,
+    JobKind,
+    JobState,
+    SpecKind,
+    given_config,
+)
 from stoker.types import job_id as _job_id
 
 if TYPE_CHECKING:
@@ -493,7 +503,7 @@ def _run_job(
         "trigger_s": settings.trigger,
     }
     if app_id is not None:
-        spec = {"kind": "in_app", "app_id": app_id, **spec}
+        spec = {"kind": SpecKind.IN_APP, "app_id": app_id, **spec}
     if scope is not None:
         spec.update(scope.spec)
     if launch.overrides():
@@ -514,9 +524,9 @@ def _run_job(
         jid, pipeline.name, spec, merged, uid=owner.uid, kind=JobKind.JOB, app_id=app_id
     )
     if launch.attempt() is not None:
-        given = dict(job.spec.get("config") or {})  # a job manager's job: its submission's
+        given = given_config(job.spec)  # a job manager's job: its submission's
     elif not given:
-        given = dict(job.spec.get("submitted_config") or {})  # resumed: what it was run with
+        given = given_config(job.spec)  # resumed: what it was run with
     # The job's state partitions: fixed when it was created (the checkpoint, then its spec),
     # never by a -D given to a later run; recorded in its spec and shown in its status.
     max_par = job_max_parallelism(None if _created else job.spec, settings, root / "checkpoint")

@@ -26,6 +26,8 @@ from stoker.errors import (
     JobOwnedElsewhere,
     JobTerminal,
     NotLeader,
+    SinkError,
+    SourceError,
     StokerError,
     StoreError,
     TooManyRequests,
@@ -49,6 +51,8 @@ HTTP_STATUS: dict[type[StokerError], int] = {
     ClusterNotFound: 404,
     ClusterConflict: 409,  # before ClusterError in every class's MRO: the state refuses it
     ClusterError: 500,  # a cluster could not be started, changed or stopped
+    SinkError: 503,  # an external system failed (InvalidSink is InvalidInput first: 422)
+    SourceError: 503,
 }
 
 

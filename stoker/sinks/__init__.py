@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stoker.errors import SinkError
+from stoker.errors import InvalidSink
 from stoker.sinks.base import Prepared, Recovered, TwoPhaseSink
 from stoker.sinks.files import FilesSink
 from stoker.sinks.postgres import PostgresSink
@@ -61,14 +61,16 @@ def descriptor_of(sink: TwoPhaseSink) -> dict[str, Any]:
 def _field(d: Mapping[str, Any], key: str, kind: str) -> str:
     value = d.get(key)
     if not isinstance(value, str) or not value:
-        raise SinkError(f"{kind}.{key}", f"the {kind} sink descriptor has no {key} (got {value!r})")
+        raise InvalidSink(
+            f"{kind}.{key}", f"the {kind} sink descriptor has no {key} (got {value!r})"
+        )
     return value
 
 
 def from_descriptor(d: Mapping[str, Any]) -> TwoPhaseSink:
     """The sink ``d`` (a :meth:`~stoker.sinks.base.TwoPhaseSink.descriptor`) describes, not
     yet opened. Needs neither the application's code nor Spark. An unknown ``kind`` or a
-    missing field: :class:`~stoker.errors.SinkError` naming it."""
+    missing field: :class:`~stoker.errors.InvalidSink` naming it."""
     kind = d.get("kind")
     if kind == "files":
         return FilesSink(
@@ -85,7 +87,7 @@ def from_descriptor(d: Mapping[str, Any]) -> TwoPhaseSink:
             name=_field(d, "name", kind),
             max_writers=writers if isinstance(writers, int) else None,
         )
-    raise SinkError(
+    raise InvalidSink(
         "sink.kind",
         f"unknown sink kind {kind!r} (sink {d.get('name')!r}); known kinds: {', '.join(KINDS)}",
     )

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from stoker.errors import SinkError
+from stoker.errors import InvalidSink
 from stoker.types import AttemptNo, Epoch
 
 log = logging.getLogger("stoker.sinks.postgres")
@@ -36,7 +36,7 @@ def gid_prefix(job_id: str, epoch: int, attempt: int) -> str:
 def make_gid(job_id: str, epoch: int, attempt: int, part: int, task: int, tag: str) -> str:
     gid = f"{gid_prefix(job_id, epoch, attempt)}{part}:{task}:{tag}"
     if len(gid.encode()) > GID_MAX:
-        raise SinkError("postgres", f"gid {gid!r} is longer than PostgreSQL's {GID_MAX} bytes")
+        raise InvalidSink("postgres", f"gid {gid!r} is longer than PostgreSQL's {GID_MAX} bytes")
     return gid
 
 

@@ -9,7 +9,7 @@ import contextlib
 import re
 from typing import TYPE_CHECKING, Any
 
-from stoker.errors import SinkError
+from stoker.errors import InvalidSink, SinkError
 from stoker.sinks._pg_parts import MARKERS, _markers_name
 
 if TYPE_CHECKING:
@@ -36,9 +36,9 @@ def default_writers(max_prepared: int) -> int:
 
 
 def fit_writers(max_prepared: int, max_writers: int | None) -> int:
-    """The writer count for a server with ``max_prepared``; SinkError if it cannot fit."""
+    """The writer count for a server with ``max_prepared``; InvalidSink if it cannot fit."""
     if max_prepared <= 0:
-        raise SinkError(
+        raise InvalidSink(
             "postgres",
             "the server has max_prepared_transactions = 0, so it cannot hold prepared "
             "transactions; set max_prepared_transactions to at least the number of "
@@ -54,7 +54,7 @@ def fit_writers(max_prepared: int, max_writers: int | None) -> int:
             if max_writers
             else "the default of 1 writer (max_writers not set)"
         )
-        raise SinkError(
+        raise InvalidSink(
             "postgres.max_writers",
             f"{what} needs max_prepared_transactions >= {2 * writers} (a retried or "
             f"speculative copy of each writer task may hold a second prepared transaction), "
@@ -69,7 +69,7 @@ def fit_writers(max_prepared: int, max_writers: int | None) -> int:
 def check_options(table: str, max_writers: int | None) -> None:
     """The sink's own options, before the server is asked anything."""
     if not _TABLE.match(table):
-        raise SinkError(
+        raise InvalidSink(
             "postgres.table",
             f"{table!r} is not a plain table name "
             "(letters, digits and '_', optionally schema.table)",
@@ -77,7 +77,7 @@ def check_options(table: str, max_writers: int | None) -> None:
     if max_writers is not None and (
         isinstance(max_writers, bool) or not isinstance(max_writers, int) or max_writers < 1
     ):
-        raise SinkError(
+        raise InvalidSink(
             "postgres.max_writers",
             f"must be a whole number >= 1 (or None for the server's default), got {max_writers!r}",
         )
@@ -141,6 +141,6 @@ def _pg_type(dt: DataType) -> str:
             return name
     if isinstance(dt, T.DecimalType):
         return f"NUMERIC({dt.precision},{dt.scale})"
-    raise SinkError(
+    raise InvalidSink(
         "postgres.schema", f"no PostgreSQL column type for Spark type {dt.simpleString()}"
     )

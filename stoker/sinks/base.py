@@ -113,9 +113,10 @@ class TwoPhaseSink(Protocol):
         ...
 
     def validate(self, owner: SinkOwner) -> None:
-        """Raise :class:`~stoker.errors.SinkError` now if the sink cannot work for ``owner``
-        (bad settings, an unreachable server, an output that belongs to another job).
-        Runs before anything of the job is recorded; writes nothing."""
+        """Raise now if the sink cannot work for ``owner``: :class:`~stoker.errors.InvalidSink`
+        for what the user can fix (bad settings, an output that belongs to another job),
+        :class:`~stoker.errors.SinkError` for the external system failing (an unreachable
+        server). Runs before anything of the job is recorded; writes nothing."""
         ...
 
     def open(self, owner: SinkOwner, state_dir: Path) -> None:

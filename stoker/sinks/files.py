@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stoker.errors import SinkError
+from stoker.errors import InvalidSink, SinkError
 from stoker.sinks._files_owner import (
     MANIFEST,
     STAGED,
@@ -114,7 +114,7 @@ class FilesSink:
     # protocol ------------------------------------------------------------------------------
     def validate(self, owner: SinkOwner) -> None:
         if self.format not in FORMATS:
-            raise SinkError(
+            raise InvalidSink(
                 "files.format", f"unknown format {self.format!r}; use one of {', '.join(FORMATS)}"
             )
         check_uid(owner)
@@ -123,9 +123,9 @@ class FilesSink:
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent
         if root.exists() and not root.is_dir():
-            raise SinkError("files.path", f"output path {str(root)!r} exists and is not a folder")
+            raise InvalidSink("files.path", f"output path {str(root)!r} exists and is not a folder")
         if not os.access(probe, os.W_OK | os.X_OK):
-            raise SinkError("files.path", f"output folder {str(root)!r} is not writable")
+            raise InvalidSink("files.path", f"output folder {str(root)!r} is not writable")
         if root.is_dir():
             self._check_owner(owner)
 
@@ -138,7 +138,7 @@ class FilesSink:
             return
         other = legacy_content(self._root).foreign(owner)
         if other is not None:
-            raise SinkError(
+            raise InvalidSink(
                 "files.path",
                 f"output folder {str(self._root)!r} holds outputs of another job ({other}); "
                 f"job {owner.job_id!r} cannot write to it: choose another path, or delete the "
@@ -155,7 +155,7 @@ class FilesSink:
             self._check_owner(owner)
             legacy = legacy_content(root)
             if legacy.epochs and not _resumes(state_dir):
-                raise SinkError(
+                raise InvalidSink(
                     "files.path",
                     f"output folder {str(root)!r} holds epochs of job {owner.job_id!r} written "
                     "by a stoker version without owner markers, and this job starts from a "

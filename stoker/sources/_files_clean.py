@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from stoker.errors import SourceError
+from stoker.errors import InvalidSource
 from stoker.sources._filelog import Entry
 
 CLEAN_SOURCE = ("archive", "delete")
@@ -41,33 +41,33 @@ def clean_file(e: Entry, clean_source: str | None, archive_dir: Path | None) -> 
 
 
 def check_clean(clean_source: str | None, archive_dir: str | None, folder: Path) -> None:
-    """``clean_source`` and ``archive_dir`` of a source reading ``folder``: SourceError naming
+    """``clean_source`` and ``archive_dir`` of a source reading ``folder``: InvalidSource naming
     the option that cannot work."""
     if clean_source is None:
         if archive_dir is not None:
-            raise SourceError("files.archive_dir", "only used with clean_source='archive'")
+            raise InvalidSource("files.archive_dir", "only used with clean_source='archive'")
         return
     if clean_source not in CLEAN_SOURCE:
-        raise SourceError(
+        raise InvalidSource(
             "files.clean_source",
             f"unknown value {clean_source!r}; use one of {', '.join(CLEAN_SOURCE)} "
             "(or leave it out to keep the files)",
         )
     if not os.access(folder, os.W_OK):
-        raise SourceError("files.clean_source", f"input folder {str(folder)!r} is not writable")
+        raise InvalidSource("files.clean_source", f"input folder {str(folder)!r} is not writable")
     if clean_source == "delete":
         if archive_dir is not None:
-            raise SourceError("files.archive_dir", "only used with clean_source='archive'")
+            raise InvalidSource("files.archive_dir", "only used with clean_source='archive'")
         return
     if not archive_dir:
-        raise SourceError("files.archive_dir", "clean_source='archive' needs an archive_dir")
+        raise InvalidSource("files.archive_dir", "clean_source='archive' needs an archive_dir")
     archive = Path(archive_dir).resolve()
     if archive == folder.resolve():
-        raise SourceError("files.archive_dir", "must not be the input folder itself")
+        raise InvalidSource("files.archive_dir", "must not be the input folder itself")
     if archive.exists() and not archive.is_dir():
-        raise SourceError("files.archive_dir", f"{str(archive)!r} is not a folder")
+        raise InvalidSource("files.archive_dir", f"{str(archive)!r} is not a folder")
     probe = archive
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise SourceError("files.archive_dir", f"{str(archive)!r} is not writable")
+        raise InvalidSource("files.archive_dir", f"{str(archive)!r} is not writable")

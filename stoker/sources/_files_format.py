@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from stoker.errors import SourceError
+from stoker.errors import InvalidSource
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -96,7 +96,7 @@ def parse_simple_ddl(ddl: str, strict: bool = False) -> StructType | None:
     """Parse ``"a long, b string, c decimal(10,2)"`` without a SparkSession.
 
     Returns None for anything richer (nested types), which Spark parses once it runs; with
-    ``strict``, a column that is not ``name type`` raises :class:`SourceError`.
+    ``strict``, a column that is not ``name type`` raises :class:`~stoker.errors.InvalidSource`.
     """
     from pyspark.sql import types as T
 
@@ -106,7 +106,7 @@ def parse_simple_ddl(ddl: str, strict: bool = False) -> StructType | None:
         m = _COLUMN.match(part)
         if m is None:
             if strict:
-                raise SourceError(
+                raise InvalidSource(
                     "files.schema", f"cannot parse column {part.strip()!r} of {ddl!r}"
                 )
             return None
@@ -116,7 +116,7 @@ def parse_simple_ddl(ddl: str, strict: bool = False) -> StructType | None:
         elif tname in known and not m.group(3):
             dt = known[tname]()
         elif strict:
-            raise SourceError("files.schema", f"unknown type {m.group(2)!r} of column {name!r}")
+            raise InvalidSource("files.schema", f"unknown type {m.group(2)!r} of column {name!r}")
         else:
             return None
         fields.append(T.StructField(name, dt, True))

@@ -48,7 +48,7 @@ class Source(Protocol):
         ...
 
     def validate(self) -> None:
-        """Raise :class:`~stoker.errors.SourceError` if the source cannot be read."""
+        """Raise :class:`~stoker.errors.InvalidSource` if the source cannot be read."""
         ...
 
     def open(

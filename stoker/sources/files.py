@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from stoker.errors import SourceError
+from stoker.errors import InvalidSource
 from stoker.procs import this_owner
 from stoker.sources._fence import owner_to_json
 from stoker.sources._files_clean import check_clean
@@ -54,7 +54,7 @@ class FilesDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        raise SourceError("files.schema", "a file source needs an explicit schema")
+        raise InvalidSource("files.schema", "a file source needs an explicit schema")
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _FilesReader(dict(self.options), schema)
@@ -69,19 +69,19 @@ def parse_age(value: str | float | int | None) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise SourceError("files.max_file_age", f"{value!r} is not a duration like '7d' or '12h'")
+        raise InvalidSource("files.max_file_age", f"{value!r} is not a duration like '7d' or '12h'")
     if isinstance(value, int | float):
         seconds = float(value)
     else:
         m = _AGE.match(value)
         if m is None:
-            raise SourceError(
+            raise InvalidSource(
                 "files.max_file_age",
                 f"{value!r} is not a duration like '7d', '12h', '30m' or a number of seconds",
             )
         seconds = float(m.group(1)) * _AGE_UNITS[m.group(2) or "s"]
     if seconds <= 0:
-        raise SourceError("files.max_file_age", f"must be more than 0, got {value!r}")
+        raise InvalidSource("files.max_file_age", f"must be more than 0, got {value!r}")
     return seconds
 
 
@@ -121,37 +121,37 @@ class FilesSource:
         try:
             parsed = StructType.fromDDL(self.schema)
         except Exception as e:  # pyspark raises several types for a bad DDL string
-            raise SourceError("files.schema", f"cannot parse schema {self.schema!r}: {e}") from e
+            raise InvalidSource("files.schema", f"cannot parse schema {self.schema!r}: {e}") from e
         if not isinstance(parsed, StructType):
-            raise SourceError("files.schema", f"{self.schema!r} is not a list of columns")
+            raise InvalidSource("files.schema", f"{self.schema!r} is not a list of columns")
         return parsed
 
     def validate(self) -> None:
         if self.format not in FORMATS:
-            raise SourceError(
+            raise InvalidSource(
                 "files.format", f"unknown format {self.format!r}; use one of {', '.join(FORMATS)}"
             )
         if not isinstance(self.schema, StructType | str) or (
             isinstance(self.schema, str) and not self.schema.strip()
         ):
-            raise SourceError("files.schema", "give a StructType or a DDL string like 'id long'")
+            raise InvalidSource("files.schema", "give a StructType or a DDL string like 'id long'")
         if isinstance(self.schema, str) and not _NESTED.search(self.schema):
             parse_simple_ddl(self.schema, strict=True)
         folder = Path(self.path)
         if not folder.exists():
-            raise SourceError("files.path", f"input folder {str(folder)!r} does not exist")
+            raise InvalidSource("files.path", f"input folder {str(folder)!r} does not exist")
         if not folder.is_dir():
-            raise SourceError("files.path", f"input path {str(folder)!r} is not a folder")
+            raise InvalidSource("files.path", f"input path {str(folder)!r} is not a folder")
         if not os.access(folder, os.R_OK | os.X_OK):
-            raise SourceError("files.path", f"input folder {str(folder)!r} is not readable")
+            raise InvalidSource("files.path", f"input folder {str(folder)!r} is not readable")
         if self.max_files_per_epoch is not None and self.max_files_per_epoch < 1:
-            raise SourceError("files.max_files_per_epoch", "must be >= 1")
+            raise InvalidSource("files.max_files_per_epoch", "must be >= 1")
         if self.partitions is not None and (
             not isinstance(self.partitions, int)
             or isinstance(self.partitions, bool)
             or self.partitions < 1
         ):
-            raise SourceError(
+            raise InvalidSource(
                 "files.partitions",
                 f"must be an integer >= 1 (or None: one per core), got {self.partitions!r}",
             )

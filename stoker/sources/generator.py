@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from stoker.errors import SourceError
+from stoker.errors import InvalidSource
 from stoker.sources._control import (
     CV,
     ReaderControl,
@@ -216,20 +216,20 @@ class GeneratorSource:
 
     def validate(self) -> None:
         if self.total is not None and (not isinstance(self.total, int) or self.total < 0):
-            raise SourceError("generator.total", f"must be an integer >= 0, got {self.total!r}")
+            raise InvalidSource("generator.total", f"must be an integer >= 0, got {self.total!r}")
         if self.rows_per_second is not None and not self.rows_per_second > 0:
-            raise SourceError(
+            raise InvalidSource(
                 "generator.rows_per_second", f"must be > 0, got {self.rows_per_second!r}"
             )
         if self.max_rows_per_epoch is not None and (
             not isinstance(self.max_rows_per_epoch, int) or self.max_rows_per_epoch < 1
         ):
-            raise SourceError(
+            raise InvalidSource(
                 "generator.max_rows_per_epoch",
                 f"must be an integer >= 1, got {self.max_rows_per_epoch!r}",
             )
         if self.total is None and self.rows_per_second is None and not self.max_rows_per_epoch:
-            raise SourceError(
+            raise InvalidSource(
                 "generator",
                 "an endless generator needs rows_per_second or max_rows_per_epoch",
             )
@@ -238,7 +238,7 @@ class GeneratorSource:
             or isinstance(self.partitions, bool)
             or self.partitions < 1
         ):
-            raise SourceError(
+            raise InvalidSource(
                 "generator.partitions",
                 f"must be an integer >= 1 (or None: one per core), got {self.partitions!r}",
             )

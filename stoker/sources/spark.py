@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stoker.errors import SourceError
+from stoker.errors import InvalidSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -34,7 +34,7 @@ class SparkSource:
 
     def validate(self) -> None:
         if not self.format or not isinstance(self.format, str):
-            raise SourceError("spark.format", "name a Spark streaming source format")
+            raise InvalidSource("spark.format", "name a Spark streaming source format")
 
     def open(
         self,

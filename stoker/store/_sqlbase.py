@@ -12,7 +12,7 @@ from stoker.clock import Clock, SystemClock
 from stoker.errors import InvalidTransition, JobNotFound, StoreError
 from stoker.store import _sql
 from stoker.store.records import AttemptRecord, JobRecord
-from stoker.types import AttemptNo, AttemptState, JobId, check_attempt_transition
+from stoker.types import ATTEMPTS, AttemptNo, AttemptState, JobId
 
 
 class SqlBase:
@@ -170,7 +170,7 @@ class SqlBase:
         current = AttemptRecord.from_row(row).state
         if current.ended:
             return False
-        check_attempt_transition(current, state)
+        ATTEMPTS.check(current, state)
         self._x(
             cur,
             "end_attempt",

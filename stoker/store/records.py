@@ -9,6 +9,7 @@ from typing import Any
 from stoker.types import (
     AttemptNo,
     AttemptState,
+    ClusterKind,
     ClusterState,
     ControlKind,
     ControlStatus,
@@ -18,6 +19,7 @@ from stoker.types import (
     JobId,
     JobKind,
     JobState,
+    StateMachine,
     TxnState,
 )
 
@@ -224,7 +226,7 @@ class ClusterRecord:
     leads can tear it down (``stop_processes``) after the one that started it is gone."""
 
     name: str
-    kind: str  # 'app': started for ``owner_app`` and torn down with it; 'session': outlives apps
+    kind: ClusterKind
     owner_app: JobId | None
     spec: dict[str, Any]
     state: ClusterState
@@ -239,7 +241,7 @@ class ClusterRecord:
     def from_row(cls, r: Any) -> ClusterRecord:
         return cls(
             name=r[0],
-            kind=r[1],
+            kind=ClusterKind(r[1]),
             owner_app=None if r[2] is None else JobId(r[2]),
             spec=json.loads(r[3]),
             state=ClusterState(r[4]),
@@ -254,7 +256,7 @@ class ClusterRecord:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "kind": self.kind,
+            "kind": str(self.kind),
             "owner_app": self.owner_app,
             "spec": self.spec,
             "state": str(self.state),
@@ -462,6 +464,7 @@ RESCALE_STATUSES: dict[str, tuple[str, ...]] = {
 RESCALE_TRANSITIONS: dict[str, frozenset[str]] = {
     "decided": frozenset({"in_use", "failed", "superseded"}),
 }
+RESCALES: StateMachine[str] = StateMachine("rescale", RESCALE_TRANSITIONS, stay=True)
 
 
 @dataclass(frozen=True)

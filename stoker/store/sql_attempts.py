@@ -16,13 +16,13 @@ from stoker.store._sqlbase import SqlBase
 from stoker.store.records import AttemptRecord, JobRecord, Owner
 from stoker.store.sql_control import end_controls_in
 from stoker.types import (
+    ATTEMPTS,
+    JOBS,
     AttemptNo,
     AttemptState,
     JobId,
     JobKind,
     JobState,
-    check_attempt_transition,
-    check_transition,
 )
 
 
@@ -42,7 +42,7 @@ class AttemptsMixin(SqlBase):
         leader: tuple[str, int] | None = None,
         app_attempt: AttemptNo | None = None,
     ) -> AttemptRecord:
-        check_attempt_transition(None, state)  # STARTING or RUNNING; before anything is written
+        ATTEMPTS.check(None, state)  # STARTING or RUNNING; before anything is written
         now = self.clock.now()
         with self._tx() as cur:
             if (
@@ -93,7 +93,7 @@ class AttemptsMixin(SqlBase):
             if job.state not in (JobState.CREATED, JobState.RESTARTING):
                 # RUNNING (a dead attempt being replaced) or terminal (an explicit restart):
                 # pass through RESTARTING so that the table is respected.
-                check_transition(job.state, JobState.RESTARTING)
+                JOBS.check(job.state, JobState.RESTARTING)
             changed = self._x(
                 cur,
                 "set_current_attempt",
@@ -166,7 +166,7 @@ class AttemptsMixin(SqlBase):
             if before is not None:
                 current = AttemptRecord.from_row(before).state
                 try:
-                    check_attempt_transition(current, AttemptState.RUNNING)
+                    ATTEMPTS.check(current, AttemptState.RUNNING)
                 except InvalidTransition as e:
                     # For the driver this is the fence: another process owns or ended it.
                     raise StaleAttempt(
@@ -234,7 +234,7 @@ class AttemptsMixin(SqlBase):
                     target, nxt = JobState.FAILED, None
                 else:
                     target, nxt = JobState.RESTARTING, next_attempt_at
-                check_transition(job.state, target)
+                JOBS.check(job.state, target)
                 self._x(
                     cur,
                     "fail_job_attempt",
@@ -270,9 +270,9 @@ class AttemptsMixin(SqlBase):
             if job_state is not None and job.current_attempt == attempt and job.state != job_state:
                 current = job.state
                 if job_state == JobState.CANCELED and current == JobState.RUNNING:
-                    check_transition(current, JobState.CANCELING)
+                    JOBS.check(current, JobState.CANCELING)
                     current = JobState.CANCELING
-                check_transition(current, job_state)
+                JOBS.check(current, job_state)
                 self._x(
                     cur, "set_job_state", job_id=job_id, state=str(job_state), error=error, now=now
                 )

@@ -12,9 +12,7 @@ from typing import Any
 from stoker.errors import ApplicationNotFound, ClusterNotFound, InvalidInput, InvalidTransition
 from stoker.store._sqlbase import SqlBase
 from stoker.store.records import ClusterProcess, ClusterRecord, JobRecord
-from stoker.types import ClusterState, JobId, JobKind, check_cluster_transition
-
-CLUSTER_KINDS = ("app", "session")
+from stoker.types import CLUSTERS, ClusterKind, ClusterState, JobId, JobKind
 
 
 class ClustersMixin(SqlBase):
@@ -74,7 +72,7 @@ class ClustersMixin(SqlBase):
             old = self._locked_cluster(cur, name)
             target = old.state if state is None else ClusterState(state)
             try:
-                check_cluster_transition(old.state, target)
+                CLUSTERS.check(old.state, target)
             except InvalidTransition as e:
                 raise InvalidTransition(f"cluster {name!r}: {e}") from None
             self._x(
@@ -116,9 +114,9 @@ def _check_new_cluster(name: str, kind: str, owner_app: JobId | None) -> None:
     """Refuse a record no manager could tend: every field named, nothing written."""
     if not isinstance(name, str) or not name.strip():
         raise InvalidInput("name", "a cluster needs a name")
-    if kind not in CLUSTER_KINDS:
-        raise InvalidInput("kind", f"{kind!r} is not one of {', '.join(CLUSTER_KINDS)}")
-    if kind == "app" and owner_app is None:
+    if kind not in set(ClusterKind):
+        raise InvalidInput("kind", f"{kind!r} is not one of {', '.join(ClusterKind)}")
+    if kind == ClusterKind.APP and owner_app is None:
         raise InvalidInput("owner_app", "an 'app' cluster ends with its application: name it")
-    if kind == "session" and owner_app is not None:
+    if kind == ClusterKind.SESSION and owner_app is not None:
         raise InvalidInput("owner_app", "a 'session' cluster outlives applications: give none")

@@ -18,13 +18,13 @@ from stoker.errors import ControlConflict, ControlNotFound, InvalidInput, JobNot
 from stoker.store._sqlbase import SqlBase
 from stoker.store.records import ControlEvent, ControlSnapshot
 from stoker.types import (
+    CONTROLS,
     ControlKind,
     ControlStatus,
     ControlVersion,
     Epoch,
     JobId,
     JobState,
-    check_control_transition,
 )
 
 
@@ -256,7 +256,7 @@ class ControlMixin(SqlBase):
         with self._tx() as cur:
             current = self._locked_event(cur, job_id, control_id)
             if not current.status.ended:
-                check_control_transition(current.status, ControlStatus.REJECTED)
+                CONTROLS.check(current.status, ControlStatus.REJECTED)
                 self._x(
                     cur,
                     "reject_control",
@@ -282,7 +282,7 @@ class ControlMixin(SqlBase):
         with self._tx() as cur:
             current = self._locked_event(cur, job_id, control_id).status
             if current != status:
-                check_control_transition(current, status)
+                CONTROLS.check(current, status)
             self._x(
                 cur,
                 "finish_control",

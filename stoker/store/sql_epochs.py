@@ -6,12 +6,12 @@ from stoker.errors import InvalidTransition, StaleAttempt
 from stoker.store._sqlbase import SqlBase
 from stoker.store.records import EpochRecord
 from stoker.types import (
+    EPOCHS,
     AttemptNo,
     ControlVersion,
     Epoch,
     EpochState,
     JobId,
-    check_epoch_transition,
 )
 
 
@@ -60,7 +60,7 @@ class EpochsMixin(SqlBase):
             refused: InvalidTransition | None = None
             if rec is not None:
                 try:
-                    check_epoch_transition(rec.state, EpochState.DECIDED)
+                    EPOCHS.check(rec.state, EpochState.DECIDED)
                 except InvalidTransition as e:
                     refused = e  # another attempt decided it: this one is fenced off
                 else:
@@ -93,7 +93,7 @@ class EpochsMixin(SqlBase):
                 return  # pruned by retention (it was committed): nothing to mark
             current = EpochRecord.from_row(row).state
             try:
-                check_epoch_transition(current, EpochState.COMMITTED)
+                EPOCHS.check(current, EpochState.COMMITTED)
             except InvalidTransition as e:
                 raise InvalidTransition(f"epoch {epoch} of job {job_id!r}: {e}") from None
             if current == EpochState.COMMITTED:

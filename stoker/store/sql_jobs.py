@@ -19,7 +19,7 @@ from stoker.errors import (
 from stoker.store._sqlbase import SqlBase
 from stoker.store.records import JobRecord, NewJob
 from stoker.store.sql_control import end_controls_in
-from stoker.types import AttemptState, JobId, JobKind, JobState, check_transition
+from stoker.types import JOBS, AttemptState, JobId, JobKind, JobState
 
 
 def _owner(job: JobRecord) -> str:
@@ -137,7 +137,7 @@ class JobsMixin(SqlBase):
     def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
         now = self.clock.now()
         with self._tx() as cur:
-            check_transition(self._locked_job(cur, job_id).state, state)
+            JOBS.check(self._locked_job(cur, job_id).state, state)
             self._x(cur, "set_job_state", job_id=job_id, state=str(state), error=error, now=now)
             end_controls_in(self, cur, job_id, state, now)
             row = self._x(cur, "get_job", job_id=job_id).fetchone()
@@ -163,7 +163,7 @@ class JobsMixin(SqlBase):
                 # Nothing runs for CREATED and RESTARTING jobs: they end at once. A RUNNING job
                 # is asked to stop after its current epoch (the driver sees CANCELING).
                 target = JobState.CANCELING if job.state == JobState.RUNNING else JobState.CANCELED
-                check_transition(job.state, target)
+                JOBS.check(job.state, target)
                 self._x(cur, "request_cancel", job_id=job_id, state=str(target), now=now)
                 if target == JobState.CANCELED and job.current_attempt:
                     self._end_attempt_in(
@@ -189,7 +189,7 @@ class JobsMixin(SqlBase):
         with self._tx() as cur:
             job = self._locked_job(cur, job_id)
             if job.state.terminal:
-                check_transition(job.state, JobState.RESTARTING)
+                JOBS.check(job.state, JobState.RESTARTING)
                 self._x(
                     cur,
                     "restart_job",

@@ -17,6 +17,7 @@ from stoker.store.records import (
     RESCALE_KINDS,
     RESCALE_STATUSES,
     RESCALE_TRANSITIONS,
+    RESCALES,
     EpochRecord,
     JobRecord,
     RescaleRecord,
@@ -159,9 +160,7 @@ class ScalingMixin(SqlBase):
                 raise RescaleNotFound(rescale_id)
             old = RescaleRecord.from_row(row)
             target = old.status if status is None else status
-            if target != old.status and target not in RESCALE_TRANSITIONS.get(
-                old.status, frozenset()
-            ):
+            if not RESCALES.allows(old.status, target):
                 allowed = sorted(RESCALE_TRANSITIONS.get(old.status, frozenset()))
                 raise InvalidTransition(
                     f"rescale {rescale_id} is {old.status}: it may become "

@@ -7,7 +7,7 @@ from typing import Any
 
 from stoker.store._sqlbase import SqlBase
 from stoker.store.records import SinkTxn
-from stoker.types import AttemptNo, Epoch, JobId, TxnState, check_txn_transition
+from stoker.types import TXNS, AttemptNo, Epoch, JobId, TxnState
 
 
 class TxnsMixin(SqlBase):
@@ -31,7 +31,7 @@ class TxnsMixin(SqlBase):
                 cur, "get_txn", job_id=job_id, epoch=epoch, sink=sink, attempt=attempt
             ).fetchone()
             old = None if row is None else SinkTxn.from_row(row)
-            check_txn_transition(None if old is None else old.state, state)
+            TXNS.check(None if old is None else old.state, state)
             merged = {**(old.detail if old is not None else {}), **detail}
             self._x(
                 cur,

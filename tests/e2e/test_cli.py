@@ -7,6 +7,7 @@ reads its store or fails before Spark starts, so the module stays fast.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections import Counter
@@ -294,6 +295,31 @@ def test_status_of_a_job_missing_from_an_existing_store_exits_3(ran: _Ran) -> No
     assert proc.stderr.strip().splitlines() == ["stoker: error: job 'other-job' not found"]
     proc = _stoker("epochs", "other-job", *ran.dir_args(), cwd=ran.root)
     assert proc.returncode == 3
+
+
+def test_stoker_store_is_read_by_every_command_with_store_and_an_explicit_store_wins(
+    ran: _Ran,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("STOKER_SERVER", "STOKER_STORE")}
+    env["STOKER_STORE"] = f"sqlite:///{ran.state / 'store.db'}"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            stoker_cmd(*args),
+            cwd=str(ran.root),
+            capture_output=True,
+            text=True,
+            timeout=QUICK_TIMEOUT,
+            env=env,
+        )
+
+    status = run("status", JOB, "--json")  # no --state-dir: the store comes from the env
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["state"] == "FINISHED"
+    listed = run("list")
+    assert listed.returncode == 0 and JOB in listed.stdout, listed.stderr
+    empty = f"sqlite:///{ran.root / 'empty.db'}"
+    assert run("status", JOB, "--store", empty).returncode == 3  # --store wins over the env
 
 
 def test_version_and_help(tmp_path: Path) -> None:

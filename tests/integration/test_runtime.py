@@ -22,18 +22,20 @@ import stoker
 from stoker import (
     InvalidInput,
     InvalidPipeline,
+    InvalidSink,
+    InvalidSource,
     JobFailed,
     JobNotFound,
     JobState,
     JobTerminal,
     Pipeline,
     SinkError,
-    SourceError,
     StaleAttempt,
     sinks,
     sources,
 )
 from stoker.clock import ManualClock
+from stoker.errors import exit_code
 from stoker.runtime.attempt import LeaseKeeper, start_attempt
 from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.recovery import recover
@@ -591,14 +593,14 @@ BAD: dict[str, tuple[Callable[[Path], Pipeline], dict[str, Any], type[Exception]
     "unknown source format": (
         lambda t: Pipeline("bad").source(sources.files(str(t), "xml", "id long")).sink(_out(t)),
         {},
-        SourceError,
+        InvalidSource,
         "files.format",
         "unknown format 'xml'; use one of json, csv, parquet",
     ),
     "unknown sink format": (
         lambda t: Pipeline("bad").source(_gen()).sink(sinks.files(str(t / "o"), "xml")),
         {},
-        SinkError,
+        InvalidSink,
         "files.format",
         "unknown format 'xml'; use one of parquet, json, csv, orc",
     ),
@@ -607,7 +609,7 @@ BAD: dict[str, tuple[Callable[[Path], Pipeline], dict[str, Any], type[Exception]
             Pipeline("bad").source(sources.files(str(t / "nope"), "json", "id long")).sink(_out(t))
         ),
         {},
-        SourceError,
+        InvalidSource,
         "files.path",
         "input folder '{tmp}/nope' does not exist",
     ),
@@ -616,7 +618,7 @@ BAD: dict[str, tuple[Callable[[Path], Pipeline], dict[str, Any], type[Exception]
             Pipeline("bad").source(sources.files(str(_a_file(t)), "json", "id long")).sink(_out(t))
         ),
         {},
-        SourceError,
+        InvalidSource,
         "files.path",
         "input path '{tmp}/plain.json' is not a folder",
     ),
@@ -627,7 +629,7 @@ BAD: dict[str, tuple[Callable[[Path], Pipeline], dict[str, Any], type[Exception]
             .sink(_out(t))
         ),
         {},
-        SourceError,
+        InvalidSource,
         "files.path",
         "input folder '{tmp}/locked' is not readable",
     ),
@@ -638,32 +640,23 @@ BAD: dict[str, tuple[Callable[[Path], Pipeline], dict[str, Any], type[Exception]
             .sink(_out(t))
         ),
         {},
-        SourceError,
+        InvalidSource,
         "files.max_files_per_epoch",
         "must be >= 1",
     ),
     "schema that does not parse": (
         lambda t: Pipeline("bad").source(sources.files(str(t), "json", "id lon")).sink(_out(t)),
         {},
-        SourceError,
+        InvalidSource,
         "files.schema",
         "unknown type 'lon' of column 'id'",
     ),
     "bad generator": (
         lambda t: Pipeline("bad").source(sources.generator(total=-1)).sink(_out(t)),
         {},
-        SourceError,
+        InvalidSource,
         "generator.total",
         "must be an integer >= 0, got -1",
-    ),
-    "unreachable postgres": (
-        lambda t: (
-            Pipeline("bad").source(_gen()).sink(sinks.postgres("postgresql://127.0.0.1:1/x", "t"))
-        ),
-        {},
-        SinkError,
-        "postgres.dsn",
-        "cannot connect to PostgreSQL: ",
     ),
     "bad postgres table": (
         lambda t: (
@@ -672,7 +665,7 @@ BAD: dict[str, tuple[Callable[[Path], Pipeline], dict[str, Any], type[Exception]
             .sink(sinks.postgres("postgresql://127.0.0.1:1/x", "t; drop"))
         ),
         {},
-        SinkError,
+        InvalidSink,
         "postgres.table",
         "'t; drop' is not a plain table name",
     ),
@@ -740,6 +733,23 @@ def test_bad_input_fails_clearly_before_anything_is_written(
     assert err.message.startswith(message.format(tmp=inputs)), err.message
     assert not state.exists()  # no store (no job record), no checkpoint
     assert not (inputs / "out").exists()
+
+
+def test_an_unreachable_sink_fails_before_anything_is_written_but_not_as_bad_input(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The server may be down rather than the DSN wrong: a SinkError (exit 16, HTTP 503), not
+    InvalidInput (exit 2, 422); still nothing is written."""
+    state = tmp_path / "state"
+    p = Pipeline("bad").source(_gen()).sink(sinks.postgres("postgresql://127.0.0.1:1/x", "t"))
+    with pytest.raises(SinkError) as info:
+        stoker.run(p, state_dir=state, spark=spark, trigger=TRIGGER)
+    err = info.value
+    assert type(err) is SinkError and not isinstance(err, InvalidInput)
+    assert err.field == "postgres.dsn"
+    assert err.message.startswith("cannot connect to PostgreSQL: "), err.message
+    assert exit_code(err) == 16
+    assert not state.exists()
 
 
 def _running_counts(df: DataFrame) -> DataFrame:

@@ -19,7 +19,7 @@ from stoker.manager import clusters as cluster_ops
 from stoker.manager.managers import FRESH_TTLS
 from stoker.redact import redact_answer, redact_text, redact_url
 from stoker.store import EpochRecord
-from stoker.types import ClusterState, JobState
+from stoker.types import ClusterKind, ClusterState, JobState
 
 CHART_EPOCHS = 120  # epochs the job page charts and lists (the newest)
 TIMELINE_EVENTS = 30
@@ -294,9 +294,9 @@ def _jobs_by_cluster(
     on: dict[str, str] = {}  # application id -> its cluster
     sessions = set()
     for c in running:
-        if c["kind"] == "app" and c.get("owner_app"):
+        if c["kind"] == ClusterKind.APP and c.get("owner_app"):
             on[c["owner_app"]] = c["name"]
-        elif c["kind"] == "session":
+        elif c["kind"] == ClusterKind.SESSION:
             sessions.add(c["name"])
     for a in apps:
         if a.get("cluster") in sessions and not JobState(a["state"]).terminal:

@@ -54,7 +54,7 @@ class ClusterStore(Protocol):
         error: str | None = None,
     ) -> ClusterRecord:
         """Change what is given (None: unchanged), in one transaction; a new ``state`` is
-        checked with ``check_cluster_transition`` (:class:`InvalidTransition`)."""
+        checked with ``CLUSTERS.check`` (:class:`InvalidTransition`)."""
         ...
 
     def delete_cluster(self, name: str) -> None:
