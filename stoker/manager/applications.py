@@ -255,7 +255,7 @@ class SessionClusters:
     """Session clusters (Spark standalone, on this host) over the store: started, changed and
     stopped synchronously, for the REST API. Changes of one cluster's workers are made one at
     a time by this manager: two add-worker calls at once would pick the same loopback
-    address. Applications' own clusters are the leader's (``supervisor.py``); here they are
+    address. Applications' own clusters are the leader's (``cluster_keeper.py``); here they are
     only listed and looked at."""
 
     def __init__(self, store: Store, folder: Path) -> None:

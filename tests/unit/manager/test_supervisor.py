@@ -12,6 +12,7 @@ import pytest
 from stoker.clock import ManualClock
 from stoker.errors import JobTerminal
 from stoker.manager import JobManager, Supervisor, SupervisorConfig
+from stoker.manager.launcher import LocalProcessLauncher
 from stoker.store import Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, ClusterState, JobId, JobKind, JobState, job_id
 
@@ -105,10 +106,10 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def sup(store_url: str, clock: ManualClock, tmp_path: Path) -> Iterator[Supervisor]:
-    s = Supervisor(open_store(store_url, clock), SupervisorConfig(tmp_path, store_url))
+    launcher = LocalProcessLauncher()
+    s = Supervisor(open_store(store_url, clock), SupervisorConfig(tmp_path, store_url), launcher)
     yield s
-    for proc in s._children.values():  # a driver it launched (it fails fast: no such app)
-        proc.wait(timeout=120)
+    launcher.wait(timeout=120)  # a driver it launched (it fails fast: no such app)
     s.store.close()
 
 
@@ -208,11 +209,11 @@ def test_two_leaders_failing_one_attempt_count_one_failure(
         a.step()
         assert a.is_leader
         # b was deposed a moment ago and has not noticed yet: it still acts as the leader.
-        b.token, b._renewed = a.token, float("inf")
+        b.lease.token, b.lease._renewed = a.token, float("inf")
         clock.advance(11)  # the attempt's lease lapsed
         seen = a.store.get_job(jid)  # both listed the jobs before either acted
-        a._tend(seen, clock.now())
-        b._tend(seen, clock.now())
+        a.reconciler.tend(seen, clock.now())
+        b.reconciler.tend(seen, clock.now())
         job = a.store.get_job(jid)
         assert (job.state, job.failures) == (JobState.RESTARTING, 1)
     finally:
