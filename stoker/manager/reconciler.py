@@ -16,16 +16,13 @@ from stoker.errors import NotLeader, StokerError
 from stoker.manager.dispatch import Dispatcher, StartFailed
 from stoker.manager.launcher import DriverLauncher
 from stoker.manager.leader import LeaderLease
-from stoker.manager.restart import Failure, parse_strategy
+from stoker.restart import NEVER_LAUNCHED, parse_strategy, restart_decision
 from stoker.store import AttemptRecord, JobRecord, Store
 from stoker.types import AttemptNo, AttemptState, JobId, JobState
 
 log = logging.getLogger("stoker.supervisor")
 
 _LIVE_ATTEMPT = (AttemptState.STARTING, AttemptState.RUNNING)
-# The error of an attempt replaced because its manager died before starting its driver: the
-# manager's failure, not the job's, so no restart strategy counts it.
-_NEVER_LAUNCHED = "its manager died before starting the driver"
 
 
 class JobReconciler:
@@ -89,7 +86,7 @@ class JobReconciler:
                 # within the grace time). A driver it did start cannot claim the attempt once a
                 # newer one exists, so replace it at once, without using up a restart.
                 self.store.attempt_failed(
-                    job.job_id, attempt.attempt, _NEVER_LAUNCHED, now, count=False
+                    job.job_id, attempt.attempt, NEVER_LAUNCHED, now, count=False
                 )
                 return
             why = self._dead_because(attempt, now)
@@ -192,7 +189,9 @@ class JobReconciler:
         """End the attempt FAILED; the job's restart strategy decides whether it restarts."""
         strategy = parse_strategy(job.spec.get("restart_strategy"))
         now = self.store.clock.now()
-        decision = strategy.decide(self._failure(job, attempt, now))
+        decision = restart_decision(
+            strategy, job.failures, attempt, lambda: self.store.list_attempts(job.job_id), now
+        )
         delay = decision.delay
         # attempt_failed counts the failure only if this call moves the job on: a second
         # manager that briefly also thinks it leads counts nothing again.
@@ -213,27 +212,6 @@ class JobReconciler:
         if after.state.terminal:
             # Nothing of a failed or canceled job may keep running.
             self.launcher.kill(attempt.owner)
-
-    def _failure(self, job: JobRecord, attempt: AttemptRecord, now: float) -> Failure:
-        """What the restart strategy needs to know about this failure, from the store.
-
-        The times of earlier failures are the ends of the job's FAILED attempts (the ones
-        counted: not those the manager replaced, and none from before the job's counter was
-        last set back by an explicit restart or a reset).
-        """
-        earlier: list[float] = []
-        if job.failures:
-            ended = [
-                a.ended_at
-                for a in self.store.list_attempts(job.job_id)
-                if a.state == AttemptState.FAILED
-                and a.attempt != attempt.attempt
-                and a.ended_at is not None
-                and a.error != _NEVER_LAUNCHED
-            ]
-            earlier = sorted(ended)[-job.failures :]
-        ran_for = (attempt.ended_at or now) - attempt.started_at
-        return Failure(job.failures, max(0.0, ran_for), now, tuple(earlier))
 
     def _enforce_cancel(self, job: JobRecord, attempt: AttemptRecord, now: float) -> None:
         asked = job.cancel_requested_at or now
