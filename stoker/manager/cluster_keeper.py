@@ -18,9 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import ClusterNotFound, InvalidInput, StokerError
+from stoker.errors import ClusterError, ClusterNotFound, InvalidInput, StokerError
 from stoker.manager import clusters
 from stoker.manager.applications import app_cluster_name, cluster_spec_dict
+from stoker.manager.cluster_start import start_recorded
 from stoker.store import JobRecord, Store
 from stoker.store.records import ClusterRecord
 from stoker.types import ClusterState, JobId
@@ -153,33 +154,15 @@ class ClusterKeeper:
     def _start(self, name: str, spec: clusters.ClusterSpec) -> None:
         """On a thread: start the cluster, recording each process as it starts; RUNNING when
         every worker is ALIVE, FAILED with the error otherwise (what started is stopped)."""
-        recorded: dict[str, dict[str, Any]] = {}  # by id: a JVM started again replaces its try
-
-        def on_process(info: dict[str, Any]) -> None:
-            recorded[str(info["id"])] = dict(info)
-            self.store.update_cluster(name, processes=list(recorded.values()))
-
         try:
-            started = clusters.start_standalone(
-                name, spec, self.state_dir / "clusters" / name, on_process=on_process
-            )
-        except Exception as e:
+            rec = start_recorded(self.store, name, spec, self.state_dir / "clusters" / name)
+        except ClusterError as e:
             log.warning("cluster %s failed to start: %s", name, e)
-            self.store.update_cluster(name, state=ClusterState.FAILED, error=str(e))
             return
-        try:
-            self.store.update_cluster(
-                name,
-                state=ClusterState.RUNNING,
-                master_url=started.master_url,
-                web_url=started.web_url,
-                processes=started.processes,
-            )
-        except StokerError as e:  # given up meanwhile (a takeover): nothing may stay behind
+        except StokerError as e:  # given up meanwhile (a takeover): nothing stayed behind
             log.warning("cluster %s started but cannot be recorded RUNNING (%s); stopping", name, e)
-            clusters.stop_processes(started.processes)
             return
-        log.info("cluster %s: RUNNING at %s", name, started.master_url)
+        log.info("cluster %s: RUNNING at %s", name, rec.master_url)
 
     def _stop(self, name: str) -> None:
         """On a thread: STOPPING, every recorded process stopped, STOPPED. A stop that fails
