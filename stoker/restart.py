@@ -5,9 +5,11 @@ A strategy sees one :class:`Failure` (what the store knows when an attempt has f
 returns a :class:`Decision`: restart after a delay, or give up (the job ends FAILED). It reads
 no clock of its own: its caller hands it ``now``, so tests drive it with a ManualClock.
 
-A leaf module (errors only), because two layers apply the same strategies: the job manager's
-supervisor to jobs with their own driver and to applications, and an application's driver to
-a job that fails inside it (``stoker.runtime.application``), which the manager never restarts.
+A leaf module (errors and types only), because two layers apply the same strategies: the job
+manager's supervisor to jobs with their own driver and to applications, and an application's
+driver to a job that fails inside it (``stoker.runtime.application``), which the manager never
+restarts. Both take the decision through :func:`restart_decision`, which builds the
+:class:`Failure` from the job's attempt records.
 
 Streaming jobs run for months, so a budget that never forgets ends every job some day: the
 counting strategies forgive. ``fixed-delay`` and ``exponential-delay`` start counting afresh
@@ -17,13 +19,18 @@ when the failed attempt had run for ``reset_after`` seconds (a period of healthy
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from stoker.errors import InvalidInput
+from stoker.types import AttemptState
 
 # A failed attempt that had run this long was healthy: its failure starts the count afresh.
 DEFAULT_RESET_AFTER = 600.0
+# The error of an attempt replaced because its manager died before starting its driver: the
+# manager's failure, not the job's, so no restart strategy counts it.
+NEVER_LAUNCHED = "its manager died before starting the driver"
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,72 @@ class FailureRate:
             "interval": self.interval,
             "delay": self.delay_s,
         }
+
+
+class PastAttempt(Protocol):
+    """What the decision reads of an attempt record (:class:`stoker.store.AttemptRecord`)."""
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def state(self) -> AttemptState: ...
+
+    @property
+    def started_at(self) -> float: ...
+
+    @property
+    def ended_at(self) -> float | None: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
+def counted(attempt: PastAttempt) -> bool:
+    """Whether the attempt ended as a failure of the job: FAILED, and launched (an attempt
+    whose manager died before starting its driver failed for the manager, not for the job's
+    code; the store did not count it either)."""
+    return attempt.state == AttemptState.FAILED and attempt.error != NEVER_LAUNCHED
+
+
+def failure_of(
+    failures: int,
+    failed: PastAttempt | None,
+    attempts: Callable[[], Iterable[PastAttempt]],
+    now: float,
+) -> Failure:
+    """The failure of attempt ``failed`` as a strategy sees it, from the store's records.
+
+    ``failures``: the job's count so far (this one not included); ``attempts``: the job's
+    attempt records, read only when there are earlier failures. Their times are the ends of
+    the job's counted failed attempts (see :func:`counted`), the latest ``failures`` of them:
+    none from before the count was last set back by an explicit restart or a reset.
+    ``ran_for``: from the attempt's start to its end, or to ``now`` while it is not ended.
+    """
+    earlier: list[float] = []
+    if failures:
+        ended = [
+            a.ended_at
+            for a in attempts()
+            if counted(a)
+            and (failed is None or a.attempt != failed.attempt)
+            and a.ended_at is not None
+        ]
+        earlier = sorted(ended)[-failures:]
+    ran_for = 0.0 if failed is None else (failed.ended_at or now) - failed.started_at
+    return Failure(failures, max(0.0, ran_for), now, tuple(earlier))
+
+
+def restart_decision(
+    strategy: RestartStrategy,
+    failures: int,
+    failed: PastAttempt | None,
+    attempts: Callable[[], Iterable[PastAttempt]],
+    now: float,
+) -> Decision:
+    """Whether (and after how long) a job restarts after attempt ``failed`` failed: the one
+    decision of the job manager's supervisor and of an application's driver."""
+    return strategy.decide(failure_of(failures, failed, attempts, now))
 
 
 def _num(spec: dict[str, Any], key: str, default: float, minimum: float) -> float:

@@ -36,10 +36,8 @@ from __future__ import annotations
 import logging
 import subprocess
 import time
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from stoker.errors import JobNotFound
 from stoker.manager import processes
@@ -50,9 +48,6 @@ from stoker.types import JobId, JobKind, SpecKind
 # Spec kinds of the jobs whose sinks the janitor resolves: a job a manager started alone, and a
 # job of an application (both recorded their sinks' descriptors in the store).
 _CLEANED_KINDS = (SpecKind.MANAGED, SpecKind.IN_APP)
-
-if TYPE_CHECKING:
-    from stoker.manager.supervisor import Supervisor
 
 log = logging.getLogger("stoker.janitor")
 
@@ -85,7 +80,8 @@ class _Backoff:
 
 @dataclass
 class Janitor:
-    """Starts and watches the cleanup processes of ended jobs; leader only."""
+    """Starts and watches the cleanup processes of ended jobs; a task the supervisor owns and
+    steps while it leads."""
 
     store: Store
     state_dir: Path
@@ -124,8 +120,17 @@ class Janitor:
             if due is not None:
                 self._start(job, final=due)
 
+    def sweep(self) -> None:
+        """One step for a leading supervisor. Never raises: a janitor failure must not stop
+        the supervisor from tending live jobs."""
+        try:
+            self.step()
+        except Exception:
+            log.exception("janitor step failed")
+
     def busy(self, job_id: JobId) -> bool:
-        """Whether a cleanup of ``job_id`` is running now."""
+        """Whether a cleanup of ``job_id`` is running now: no attempt may start beside it
+        (recovery aborts every undecided part, a new attempt's too)."""
         return job_id in self._running
 
     # when ----------------------------------------------------------------------------------
@@ -204,29 +209,3 @@ class Janitor:
 def _gone(attempt: AttemptRecord) -> bool:
     """No process of this attempt can run: never launched, or provably gone (same host)."""
     return attempt.owner.pid == 0 or processes.is_dead(attempt.owner)
-
-
-_JANITORS: weakref.WeakKeyDictionary[Supervisor, Janitor] = weakref.WeakKeyDictionary()
-
-
-def busy(supervisor: Supervisor, job_id: JobId) -> bool:
-    """Whether the supervisor's janitor is cleaning ``job_id`` now: no attempt may start beside
-    it (recovery aborts every undecided part, a new attempt's too)."""
-    jan = _JANITORS.get(supervisor)
-    return jan is not None and jan.busy(job_id)
-
-
-def sweep(supervisor: Supervisor) -> None:
-    """One janitor step for a leading supervisor (its janitor is made on first use).
-
-    Never raises: a janitor failure must not stop the supervisor from tending live jobs.
-    """
-    jan = _JANITORS.get(supervisor)
-    if jan is None:
-        cfg = supervisor.cfg
-        jan = Janitor(supervisor.store, cfg.state_dir, cfg.store_url)
-        _JANITORS[supervisor] = jan
-    try:
-        jan.step()
-    except Exception:
-        log.exception("janitor step failed")

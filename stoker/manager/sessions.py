@@ -11,6 +11,7 @@ from typing import Any
 from stoker.errors import ClusterConflict, ClusterError, ClusterNotFound, InvalidInput, JobNotFound
 from stoker.manager import clusters
 from stoker.manager.cluster_records import check_cluster_name, cluster_spec_dict, cluster_view
+from stoker.manager.cluster_start import start_recorded
 from stoker.store import Store
 from stoker.store.records import ClusterProcess, ClusterRecord
 from stoker.types import ClusterKind, ClusterState, JobId, JobKind
@@ -60,36 +61,7 @@ class SessionClusters:
             )
             if not created:
                 raise ClusterConflict(f"cluster {name!r} was just created by another call")
-        recorded: dict[str, ClusterProcess] = {}  # by id: a JVM started again replaces its try
-
-        def on_process(info: ClusterProcess) -> None:
-            # In the store before the wait for it: a manager that dies now leaves a record
-            # whose processes can still be found and stopped.
-            recorded[info.id] = info
-            self.store.update_cluster(name, processes=list(recorded.values()))
-
-        try:
-            started = clusters.start_standalone(
-                name, spec, self.folder / name, on_process=on_process
-            )
-        except ClusterError as e:
-            self.store.update_cluster(name, state=ClusterState.FAILED, error=str(e))
-            raise
-        except Exception as e:
-            error = ClusterError(f"cluster {name!r} did not start: {type(e).__name__}: {e}")
-            self.store.update_cluster(name, state=ClusterState.FAILED, error=str(error))
-            raise error from e
-        try:
-            rec = self.store.update_cluster(
-                name,
-                state=ClusterState.RUNNING,
-                master_url=started.master_url,
-                web_url=started.web_url,
-                processes=started.processes,
-            )
-        except Exception:
-            clusters.stop_processes(started.processes)
-            raise
+        rec = start_recorded(self.store, name, spec, self.folder / name)
         return cluster_view(rec)
 
     def views(self, include_stopped: bool = False) -> list[dict[str, Any]]:

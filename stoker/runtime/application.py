@@ -43,7 +43,7 @@ from stoker.errors import (
     StaleAttempt,
     StokerError,
 )
-from stoker.restart import Failure, RestartStrategy, parse_strategy
+from stoker.restart import RestartStrategy, parse_strategy, restart_decision
 from stoker.runtime import launch
 from stoker.runtime.resources import ResourceWatch, managed_cluster
 from stoker.runtime.runner import (
@@ -55,7 +55,7 @@ from stoker.runtime.runner import (
     execute,
     plan_job,
 )
-from stoker.store import AttemptRecord, JobRecord, Store, open_store
+from stoker.store import JobRecord, Store, open_store
 from stoker.types import AttemptNo, AttemptState, JobId, JobKind, JobState
 from stoker.types import job_id as _job_id
 
@@ -580,7 +580,9 @@ def _failure_hook(strategy: RestartStrategy, handle: JobHandle) -> FailureHook:
         job = store.get_job(jid)
         rec = store.get_attempt(jid, attempt)
         now = store.clock.now()
-        decision = strategy.decide(_failure(store, job, rec, now))
+        decision = restart_decision(
+            strategy, job.failures, rec, lambda: store.list_attempts(jid), now
+        )
         nxt = None if decision.delay is None else now + decision.delay
         after = store.attempt_failed(jid, attempt, error, nxt, reset=decision.reset)
         handle._after_failure = after
@@ -590,23 +592,6 @@ def _failure_hook(strategy: RestartStrategy, handle: JobHandle) -> FailureHook:
         return after.state
 
     return on_failure
-
-
-def _failure(store: Store, job: JobRecord, rec: AttemptRecord | None, now: float) -> Failure:
-    """The failure as a strategy sees it: the count so far, how long the attempt ran, and
-    when the job's earlier counted failures happened (the ends of its FAILED attempts)."""
-    earlier: list[float] = []
-    if job.failures:
-        ended = [
-            a.ended_at
-            for a in store.list_attempts(job.job_id)
-            if a.state == AttemptState.FAILED
-            and (rec is None or a.attempt != rec.attempt)
-            and a.ended_at is not None
-        ]
-        earlier = sorted(ended)[-job.failures :]
-    ran_for = 0.0 if rec is None else now - rec.started_at
-    return Failure(job.failures, max(0.0, ran_for), now, tuple(earlier))
 
 
 __all__ = [

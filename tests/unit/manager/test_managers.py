@@ -83,12 +83,12 @@ def test_supervisors_beat_leader_or_not_and_forget_themselves_on_a_clean_stop(
         # a dies without a word: its lease lapses and b takes over; a's heartbeat goes
         # stale after three leader TTLs and a is no longer listed.
         clock.advance(a.cfg.leader_ttl + 0.1)
-        b._beat = float("-inf")  # the next step beats (its throttle runs on the real clock)
+        b.lease._beat = float("-inf")  # the next step beats (its throttle runs on the real clock)
         b.step()
         assert b.is_leader
         assert [m["role"] for m in manager.managers()["managers"]] == ["standby", "leader"]
         clock.advance(3 * a.cfg.leader_ttl)
-        b._beat = float("-inf")
+        b.lease._beat = float("-inf")
         b.step()
         assert [m["holder"] for m in manager.managers()["managers"]] == [b.cfg.holder]
         # b stops cleanly: lease resigned and heartbeat gone at once.

@@ -12,6 +12,7 @@ import pytest
 from stoker.clock import ManualClock
 from stoker.errors import JobTerminal
 from stoker.manager import JobManager, Supervisor, SupervisorConfig
+from stoker.manager.launcher import LocalProcessLauncher
 from stoker.store import Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, ClusterState, JobId, JobKind, JobState, job_id
 
@@ -105,10 +106,10 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def sup(store_url: str, clock: ManualClock, tmp_path: Path) -> Iterator[Supervisor]:
-    s = Supervisor(open_store(store_url, clock), SupervisorConfig(tmp_path, store_url))
+    launcher = LocalProcessLauncher()
+    s = Supervisor(open_store(store_url, clock), SupervisorConfig(tmp_path, store_url), launcher)
     yield s
-    for proc in s._children.values():  # a driver it launched (it fails fast: no such app)
-        proc.wait(timeout=120)
+    launcher.wait(timeout=120)  # a driver it launched (it fails fast: no such app)
     s.store.close()
 
 
@@ -208,11 +209,11 @@ def test_two_leaders_failing_one_attempt_count_one_failure(
         a.step()
         assert a.is_leader
         # b was deposed a moment ago and has not noticed yet: it still acts as the leader.
-        b.token, b._renewed = a.token, float("inf")
+        b.lease.token, b.lease._renewed = a.token, float("inf")
         clock.advance(11)  # the attempt's lease lapsed
         seen = a.store.get_job(jid)  # both listed the jobs before either acted
-        a._tend(seen, clock.now())
-        b._tend(seen, clock.now())
+        a.reconciler.tend(seen, clock.now())
+        b.reconciler.tend(seen, clock.now())
         job = a.store.get_job(jid)
         assert (job.state, job.failures) == (JobState.RESTARTING, 1)
     finally:
@@ -421,3 +422,74 @@ def test_an_application_on_a_session_cluster_that_is_gone_fails(tmp_path: Path) 
         "its session cluster 'shared' does not exist",
     )
     assert sup.started_attempts == 0
+
+
+# The driver launcher interface (a Kubernetes or YARN launcher would sit there) ---------------
+class FakeLauncher:
+    """Drivers that run nowhere: started, exited and killed by the test."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[JobId, AttemptNo, list[str], dict[str, str]]] = []
+        self.exits: dict[tuple[JobId, AttemptNo], int] = {}
+        self.killed: list[Owner] = []
+
+    def start(
+        self,
+        job_id: JobId,
+        attempt: AttemptNo,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        cwd: Path,
+    ) -> Owner:
+        self.started.append((job_id, attempt, argv, env))
+        return Owner("pod", 1000 + attempt, f"uid-{job_id}-{attempt}")
+
+    def launched(self, job_id: JobId, attempt: AttemptNo) -> bool:
+        return any(s[:2] == (job_id, attempt) for s in self.started)
+
+    def exit_code(self, job_id: JobId, attempt: AttemptNo) -> int | None:
+        return self.exits.get((job_id, attempt))
+
+    def is_gone(self, owner: Owner) -> bool:
+        return False
+
+    def kill(self, owner: Owner) -> None:
+        self.killed.append(owner)
+
+    def reap(self, watched: Any) -> None:
+        for key in [k for k in self.exits if not watched(*k)]:
+            del self.exits[key]
+
+
+def test_a_launcher_starts_watches_and_kills_the_drivers(tmp_path: Path) -> None:
+    clock = ManualClock()
+    store = open_store(tmp_path / "store.db", clock)
+    launcher = FakeLauncher()
+    sup = Supervisor(store, SupervisorConfig(state_dir=tmp_path, store_url=store.url), launcher)
+    jid = job_id("elsewhere")
+    spec = {
+        **SPEC,
+        "conf": {"spark.x.password": "s3cret"},
+        "restart_strategy": {"strategy": "none"},
+    }
+    store.create_job(jid, "elsewhere", spec, {})
+    sup.step()
+    [(started_job, attempt, argv, env)] = launcher.started
+    assert (started_job, attempt, sup.started_attempts) == (jid, 1, 1)
+    assert "s3cret" not in " ".join(argv) and "s3cret" in " ".join(env.values())
+    rec = store.get_attempt(jid, AttemptNo(1))
+    assert rec is not None and rec.owner == Owner("pod", 1001, f"uid-{jid}-1")
+    sup.step()  # running: left alone
+    assert store.get_job(jid).state == JobState.RUNNING
+    launcher.exits[(jid, AttemptNo(1))] = 3
+    sup.step()
+    job = store.get_job(jid)
+    assert (job.state, job.last_error) == (
+        JobState.FAILED,
+        "the driver exited with code 3 without ending its attempt",
+    )
+    assert launcher.killed == [Owner("pod", 1001, f"uid-{jid}-1")]  # nothing may keep running
+    sup.step()
+    assert launcher.exits == {}  # judged: forgotten
+    store.close()

@@ -1,0 +1,199 @@
+"""Starting an attempt: recorded STARTING under the leader's token, its driver's command line
+built from the job's spec, the driver started by the :class:`DriverLauncher`, its owner
+recorded.
+
+Two kinds of record have a driver of their own: a job submitted alone (spec kind ``app``:
+``stoker.runtime.driver``) and an application (spec kind ``application``:
+``stoker.runtime.appdriver``, on the cluster its spec names, which the :class:`ClusterKeeper`
+makes ready first). A start that cannot go on after its attempt was recorded raises
+:class:`StartFailed`: the reconciler fails the attempt through the job's restart strategy.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from stoker.errors import DuplicateJob, JobTerminal
+from stoker.manager import processes
+from stoker.manager.cluster_keeper import CannotRun, ClusterKeeper
+from stoker.manager.launcher import DriverLauncher, this_host
+from stoker.manager.leader import LeaderLease
+from stoker.manager.submit import ASSIGNED_STATE_DIR
+from stoker.store import AttemptRecord, JobRecord, Owner, Store
+from stoker.types import AttemptState, JobId, JobKind, SpecKind
+
+log = logging.getLogger("stoker.supervisor")
+
+
+class StartFailed(Exception):
+    """The attempt was recorded but its driver cannot start: it fails with ``why``."""
+
+    def __init__(self, attempt: AttemptRecord, why: str) -> None:
+        super().__init__(why)
+        self.attempt = attempt
+        self.why = why
+
+
+class Dispatcher:
+    """Starts the next attempt of a job or an application (leader only)."""
+
+    def __init__(
+        self,
+        store: Store,
+        lease: LeaderLease,
+        launcher: DriverLauncher,
+        keeper: ClusterKeeper,
+        busy: Callable[[JobId], bool],
+        state_dir: Path,
+        store_url: str,
+        lease_ttl: float,
+        startup_ttl: float,
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.launcher = launcher
+        self.keeper = keeper
+        self.busy = busy  # the janitor cleans the job now: no attempt may start beside it
+        self.state_dir = state_dir
+        self.store_url = store_url
+        self.lease_ttl = lease_ttl  # drivers' attempt lease
+        self.startup_ttl = startup_ttl  # a STARTING attempt's lease
+        self.started = 0  # drivers started by this manager
+
+    def start(self, job: JobRecord) -> None:
+        """Start the job's next attempt if it is the manager's to start and can start now."""
+        assert self.lease.held
+        kind = job.spec.get("kind")
+        if kind == SpecKind.APPLICATION:
+            self._start_application(job)
+            return
+        if kind != SpecKind.MANAGED:
+            return  # a job run in-process by `stoker run` without a server: not ours to start
+        if self.busy(job.job_id):
+            return  # its cleanup still runs (a restart right after the end): wait for it
+        attempt = self._new_attempt(job)
+        if attempt is None:
+            return
+        spec = job.spec
+        # The folder the job was given when it was created (its checkpoint), whichever manager
+        # launches this attempt; jobs stored without one run under this manager's folder.
+        job_dir = spec.get(ASSIGNED_STATE_DIR) or self.state_dir / "jobs" / job.job_id
+        argv = processes.driver_argv(
+            job.job_id,
+            attempt.attempt,
+            self.store_url,
+            Path(job_dir),
+            Path(spec["entrypoint"]),
+            list(spec.get("args", [])),
+            dict(spec.get("conf", {})),
+            self.lease_ttl,
+            from_savepoint=spec.get("from_savepoint"),
+        )
+        self._spawn(job, attempt, argv)
+
+    def _start_application(self, app: JobRecord) -> None:
+        """Make sure the application's cluster runs, then start its driver on it.
+
+        ``local``: Spark inside the driver. ``spark://``: the user's master, left alone. A
+        session cluster's name: its master while it is RUNNING. ``standalone:...``: a cluster
+        of the application's own (``app-<id>``), started on a thread; the driver starts on a
+        later step, once the cluster is RUNNING. A cluster that cannot take the application
+        fails the attempt, and the application's restart strategy decides what comes next.
+        """
+        spec = app.spec
+        try:
+            ready, master, cluster_conf = self.keeper.master_for(app)
+        except CannotRun as e:
+            attempt = self._new_attempt(app)
+            if attempt is not None:
+                raise StartFailed(attempt, str(e)) from None
+            return
+        if not ready:
+            return
+        attempt = self._new_attempt(app)
+        if attempt is None:
+            return
+        # The cluster's needs (executors as large as its workers, decommissioning) under the
+        # application's own settings, which win.
+        conf = {**cluster_conf, **spec.get("conf", {})}
+        if master is not None:
+            conf["spark.master"] = master
+            if _loopback(master):
+                # Executors on the loopback "hosts" reach the driver there, whatever this
+                # host's name resolves to.
+                conf.setdefault("spark.driver.host", "127.0.0.1")
+        app_dir = spec.get(ASSIGNED_STATE_DIR) or self.state_dir / "apps" / app.job_id
+        argv = processes.appdriver_argv(
+            app.job_id,
+            attempt.attempt,
+            self.store_url,
+            Path(app_dir),
+            Path(spec["entrypoint"]),
+            list(spec.get("args", [])),
+            conf,
+            self.lease_ttl,
+        )
+        self._spawn(app, attempt, argv)
+
+    def _new_attempt(self, job: JobRecord) -> AttemptRecord | None:
+        """Record the next attempt STARTING (its driver claims it), or None if another
+        manager or the job's state got there first."""
+        log_path = self.state_dir / "logs" / job.job_id / f"attempt-{job.current_attempt + 1}.log"
+        try:
+            return self.store.start_attempt(
+                job.job_id,
+                Owner(host=this_host(), pid=0, pid_started="unknown"),
+                self.startup_ttl,
+                job.current_attempt,
+                previous_dead=True,  # only reached when the previous attempt has ended
+                restart=False,
+                state=AttemptState.STARTING,
+                log_path=str(log_path),
+                leader=self.lease.fence,
+            )
+        except (DuplicateJob, JobTerminal) as e:
+            log.info("%s %s not started: %s", _what(job), job.job_id, e)
+            return None
+
+    def _spawn(self, job: JobRecord, attempt: AttemptRecord, argv: processes.DriverArgv) -> None:
+        """Start the attempt's driver and record who it is."""
+        entry = Path(job.spec["entrypoint"])
+        try:
+            owner = self.launcher.start(
+                job.job_id,
+                attempt.attempt,
+                list(argv),
+                dict(argv.env),
+                Path(str(attempt.log_path)),
+                cwd=entry.parent,
+            )
+        except OSError as e:
+            raise StartFailed(attempt, f"cannot start the driver: {e}") from None
+        self.store.set_attempt_owner(job.job_id, attempt.attempt, owner)
+        self.started += 1
+        log.info(
+            "%s %s: attempt %d started as pid %d",
+            _what(job),
+            job.job_id,
+            attempt.attempt,
+            owner.pid,
+        )
+
+
+def _what(job: JobRecord) -> str:
+    return "application" if job.kind == JobKind.APPLICATION else "job"
+
+
+def _loopback(master_url: str) -> bool:
+    """Whether a ``spark://`` master listens on a loopback address."""
+    host = urlsplit(master_url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

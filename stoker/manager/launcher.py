@@ -1,0 +1,123 @@
+"""Where a driver runs: the :class:`DriverLauncher` interface, and local processes behind it.
+
+The supervisor decides *when* an attempt gets a driver and what its command line is (the same
+``python -m stoker.runtime.driver|appdriver ...`` wherever it runs); a launcher decides *where*
+it runs and how it is watched and stopped. :class:`LocalProcessLauncher` starts each driver as
+a process group on the manager's host, today's only kind.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from stoker.manager import processes
+from stoker.store import Owner
+from stoker.types import AttemptNo, JobId
+
+
+class DriverLauncher(Protocol):
+    """Starts, watches and stops the driver of an attempt.
+
+    This is where a Kubernetes or YARN launcher would go: ``start`` would create a pod (or
+    submit a YARN application) running the same argv with the same environment, and return an
+    :class:`Owner` naming it (e.g. the pod's name as ``host`` and its uid as ``pid_started``);
+    ``exit_code`` would read the pod's phase, ``is_gone`` ask the API server, ``kill`` delete
+    the pod. Every decision (restart, fail, cancel timeout) stays with the supervisor and the
+    store: a launcher keeps nothing that matters, so a new leader with a fresh launcher adopts
+    the drivers that run, judged by their owner records and attempt leases alone.
+    """
+
+    def start(
+        self,
+        job_id: JobId,
+        attempt: AttemptNo,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        cwd: Path,
+    ) -> Owner:
+        """Start the attempt's driver: ``argv`` with ``env`` added to the environment, its
+        output to ``log_path``; who it is (recorded as the attempt's owner). ``OSError`` if
+        it cannot start."""
+        ...
+
+    def launched(self, job_id: JobId, attempt: AttemptNo) -> bool:
+        """Whether this launcher started the attempt's driver and still watches it."""
+        ...
+
+    def exit_code(self, job_id: JobId, attempt: AttemptNo) -> int | None:
+        """The exit code of a driver this launcher started and that has exited; None while it
+        runs, or if it was not started here."""
+        ...
+
+    def is_gone(self, owner: Owner) -> bool:
+        """Whether the driver recorded as ``owner`` is provably gone (started anywhere: False
+        when it cannot be told)."""
+        ...
+
+    def kill(self, owner: Owner) -> None:
+        """Stop the driver recorded as ``owner`` and all it started, if it is provably the
+        attempt's (a driver gone long ago may have left its name to something else)."""
+        ...
+
+    def reap(self, watched: Callable[[JobId, AttemptNo], bool]) -> None:
+        """Forget the drivers started here that have exited and whose attempt ``watched``
+        says has ended (until then their exit stays visible to ``exit_code``)."""
+        ...
+
+
+def this_host() -> str:
+    """The host name a driver started here records as its owner's."""
+    return socket.gethostname()
+
+
+class LocalProcessLauncher:
+    """Each driver a process group on this host (its JVM and Spark's workers join it), its
+    output appended to the attempt's log file."""
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[JobId, AttemptNo], subprocess.Popen[bytes]] = {}
+
+    def start(
+        self,
+        job_id: JobId,
+        attempt: AttemptNo,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        cwd: Path,
+    ) -> Owner:
+        proc = processes.spawn(processes.DriverArgv(argv, env), log_path, cwd=cwd)
+        self._children[(job_id, attempt)] = proc
+        from stoker.procs import process_start_marker
+
+        return Owner(host=this_host(), pid=proc.pid, pid_started=process_start_marker(proc.pid))
+
+    def launched(self, job_id: JobId, attempt: AttemptNo) -> bool:
+        return (job_id, attempt) in self._children
+
+    def exit_code(self, job_id: JobId, attempt: AttemptNo) -> int | None:
+        child = self._children.get((job_id, attempt))
+        return None if child is None else child.poll()
+
+    def is_gone(self, owner: Owner) -> bool:
+        return bool(owner.pid) and processes.is_dead(owner)
+
+    def kill(self, owner: Owner) -> None:
+        # Only a process that is provably the attempt's (same host, same pid start time).
+        if owner.pid and owner.host == this_host() and not processes.is_dead(owner):
+            processes.kill_group(owner.pid)
+
+    def reap(self, watched: Callable[[JobId, AttemptNo], bool]) -> None:
+        for key, proc in list(self._children.items()):
+            if proc.poll() is not None and not watched(*key):
+                del self._children[key]
+
+    def wait(self, timeout: float) -> None:
+        """Wait for every driver started here to exit (tests)."""
+        for proc in list(self._children.values()):
+            proc.wait(timeout=timeout)

@@ -1,0 +1,96 @@
+"""The leader lease of the job managers, and each manager's heartbeat.
+
+Every manager runs a supervisor; only the one holding the lease acts. The lease is a record of
+the store with a holder, an expiry and a fencing token that grows on every takeover: each store
+write the leader makes as the leader (starting an attempt) carries the token, so a leader that
+was replaced without noticing cannot act any more. A dead leader is replaced within about
+``ttl`` seconds: the holder renews every third of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from stoker.errors import StokerError
+from stoker.store import Store
+
+log = logging.getLogger("stoker.supervisor")
+
+
+class LeaderLease:
+    """One manager's hold on the leader lease (acquire, renew, resign) and its heartbeat."""
+
+    def __init__(self, store: Store, holder: str, address: str, ttl: float) -> None:
+        self.store = store
+        self.holder = holder
+        self.address = address
+        self.ttl = ttl
+        self.token: int | None = None  # the fencing token while this manager leads
+        self._renewed = 0.0  # time.monotonic() of the last acquire or renewal
+        self._beat = float("-inf")  # time.monotonic() of the last heartbeat recorded
+
+    @property
+    def held(self) -> bool:
+        return self.token is not None
+
+    @property
+    def fence(self) -> tuple[str, int]:
+        """(holder, token): what a write made as the leader carries. Only while held."""
+        assert self.token is not None
+        return self.holder, self.token
+
+    def heartbeat(self) -> None:
+        """Say in the store that this manager is alive, leader or standby (the web UI and
+        ``GET /v1/managers`` list the managers from it), as often as a leader renews its lease.
+
+        Not every tick: a standby's tick already writes (it tries for the lease), and each
+        write to an SQLite store is fsynced under its one write lock, which the drivers'
+        epoch decisions wait for. A heartbeat decides nothing, so one that fails costs only
+        a warning: the election goes on.
+        """
+        now = time.monotonic()
+        if now - self._beat < self.ttl / 3:
+            return
+        try:
+            self.store.heartbeat_manager(self.holder, self.address)
+        except StokerError as e:
+            log.warning("%s could not record its heartbeat: %s", self.holder, e)
+            return
+        self._beat = now
+
+    def hold(self) -> bool:
+        """Acquire the lease, or renew it when a third of its time has gone; whether this
+        manager leads now."""
+        now = time.monotonic()
+        if self.token is not None:
+            if now - self._renewed < self.ttl / 3:
+                return True
+            if self.store.renew_leadership(self.holder, self.token, self.ttl):
+                self._renewed = now
+                return True
+            log.warning("%s lost the leader lease (token %d)", self.holder, self.token)
+            self.token = None
+            return False
+        lease = self.store.acquire_leadership(self.holder, self.address, self.ttl)
+        if lease is None:
+            return False
+        self.token = lease.token
+        self._renewed = now
+        log.info("%s leads with token %d", self.holder, lease.token)
+        return True
+
+    def lost(self) -> None:
+        """The store refused a write made as the leader: this manager leads no more."""
+        self.token = None
+
+    def resign(self) -> None:
+        """Give the lease up (a standby takes over at once, not after ``ttl``) and leave the
+        list of managers at once, instead of when the heartbeat goes stale."""
+        if self.token is not None:
+            self.store.resign_leadership(self.holder, self.token)
+            self.token = None
+        try:
+            self.store.forget_manager(self.holder)
+        except StokerError as e:
+            log.warning("%s could not remove its heartbeat: %s", self.holder, e)

@@ -1,0 +1,240 @@
+"""Job reconciliation: each live record of the jobs table brought one step closer to where it
+should be, from what the store says and what the launcher sees of the drivers.
+
+A record with a driver of its own (a job submitted alone, an application) gets its next attempt
+when it is due; a live attempt whose driver is gone, exited without ending it, or let its lease
+lapse fails, and the job's restart strategy decides what comes next; a cancel that the driver
+did not honour in time is enforced by killing it. A job of an application is its driver's
+business: never launched, restarted or failed here, only ended once its application has ended.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from stoker.errors import NotLeader, StokerError
+from stoker.manager.dispatch import Dispatcher, StartFailed
+from stoker.manager.launcher import DriverLauncher
+from stoker.manager.leader import LeaderLease
+from stoker.restart import NEVER_LAUNCHED, parse_strategy, restart_decision
+from stoker.store import AttemptRecord, JobRecord, Store
+from stoker.types import AttemptNo, AttemptState, JobId, JobState
+
+log = logging.getLogger("stoker.supervisor")
+
+_LIVE_ATTEMPT = (AttemptState.STARTING, AttemptState.RUNNING)
+
+
+class JobReconciler:
+    """Tends every live record of the jobs table (leader only)."""
+
+    def __init__(
+        self,
+        store: Store,
+        lease: LeaderLease,
+        launcher: DriverLauncher,
+        dispatcher: Dispatcher,
+        launch_grace: float,
+        cancel_timeout: float,
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.launcher = launcher
+        self.dispatcher = dispatcher
+        self.launch_grace = launch_grace  # an attempt with no driver after this: never launched
+        self.cancel_timeout = cancel_timeout  # graceful cancel, then the driver is killed
+
+    def tend_all(self, records: list[JobRecord], apps: dict[JobId, JobRecord], now: float) -> bool:
+        """One step for every live record (``apps``: the applications among them); False if
+        the leader lease was lost meanwhile (the rest waits for the next leader)."""
+        for job in records:
+            if job.state.terminal:
+                continue
+            try:
+                if job.app_id is not None:
+                    self.tend_in_app(job, apps.get(job.app_id))
+                else:
+                    self.tend(job, now)
+            except NotLeader:
+                log.warning("lost the leader lease while tending %s", job.job_id)
+                self.lease.lost()
+                return False
+            except StokerError as e:
+                log.info("job %s: %s", job.job_id, e)
+        return True
+
+    def tend(self, job: JobRecord, now: float) -> None:
+        """A live record with a driver of its own."""
+        if job.state in (JobState.CREATED, JobState.RESTARTING):
+            if job.next_attempt_at is None or job.next_attempt_at <= now:
+                self._start(job)
+            return
+        if job.state == JobState.SUSPENDED:
+            # Its driver was stopped by a signal (host shutdown, container stop) and let its
+            # last epoch commit: resume at once. A suspension is no failure: no restart is
+            # used up (Flink does not count one either).
+            self._start(job)
+            return
+        attempt = (
+            self.store.get_attempt(job.job_id, job.current_attempt) if job.current_attempt else None
+        )
+        if attempt is None:
+            return
+        if attempt.state in _LIVE_ATTEMPT:
+            if self._never_launched(attempt, now):
+                # The manager that made it died before starting its driver (no pid recorded
+                # within the grace time). A driver it did start cannot claim the attempt once a
+                # newer one exists, so replace it at once, without using up a restart.
+                self.store.attempt_failed(
+                    job.job_id, attempt.attempt, NEVER_LAUNCHED, now, count=False
+                )
+                return
+            why = self._dead_because(attempt, now)
+            if why is not None:
+                self.fail(job, attempt, why)
+            elif job.state == JobState.CANCELING:
+                self._enforce_cancel(job, attempt, now)
+        elif attempt.state == AttemptState.FAILED:
+            self.fail(job, attempt, attempt.error or "the driver failed")
+        else:
+            self._repair(job, attempt)
+
+    def _start(self, job: JobRecord) -> None:
+        try:
+            self.dispatcher.start(job)
+        except StartFailed as e:
+            self.fail(job, e.attempt, e.why)
+
+    def _repair(self, job: JobRecord, attempt: AttemptRecord) -> None:
+        """A live job whose current attempt has ended otherwise than FAILED.
+
+        A driver ends its attempt and moves its job in one transaction (``finish_attempt``);
+        this state is left by an older version that did it in two, killed in between. The job
+        goes where the attempt's end says; a suspended attempt under a job being canceled
+        ends the job CANCELED (the cancel was asked for explicitly).
+        """
+        target = {
+            AttemptState.FINISHED: JobState.FINISHED,
+            AttemptState.CANCELED: JobState.CANCELED,
+            AttemptState.SUSPENDED: JobState.SUSPENDED,
+        }.get(attempt.state)
+        if target is None:
+            return  # SUPERSEDED is never current: the newer attempt is
+        if target == JobState.SUSPENDED and job.state == JobState.CANCELING:
+            target = JobState.CANCELED
+        after = self.store.finish_attempt(job.job_id, attempt.attempt, attempt.state, target)
+        log.warning(
+            "job %s: attempt %d had ended %s under a %s job; job is now %s",
+            job.job_id,
+            attempt.attempt,
+            attempt.state,
+            job.state,
+            after.state,
+        )
+
+    # jobs of applications ------------------------------------------------------------------
+    def tend_in_app(self, job: JobRecord, app: JobRecord | None) -> None:
+        """A live job of an application: its driver runs, restarts and ends it. Only once the
+        application has ended (or is gone) does the leader end what is still live of it, so
+        that no job outlives its application: FAILED with the application's error when it
+        failed, CANCELED otherwise."""
+        if app is not None and not app.state.terminal:
+            return
+        if app is None:
+            target, why = JobState.FAILED, f"application {job.app_id} is gone"
+        elif app.state == JobState.FAILED:
+            target = JobState.FAILED
+            why = f"application {app.job_id} ended FAILED" + (
+                f": {app.last_error}" if app.last_error else ""
+            )
+        else:
+            target, why = JobState.CANCELED, f"application {app.job_id} ended {app.state}"
+        if job.current_attempt:
+            end = AttemptState.FAILED if target == JobState.FAILED else AttemptState.CANCELED
+            after = self.store.finish_attempt(
+                job.job_id, job.current_attempt, end, target, error=why
+            )
+        else:
+            after = self.store.set_job_state(job.job_id, target, why)
+        log.info("job %s: %s; the job is now %s", job.job_id, why, after.state)
+
+    # watching ------------------------------------------------------------------------------
+    def _never_launched(self, attempt: AttemptRecord, now: float) -> bool:
+        return (
+            attempt.state == AttemptState.STARTING
+            and attempt.owner.pid == 0
+            and not self.launcher.launched(attempt.job_id, attempt.attempt)
+            and now - attempt.started_at > self.launch_grace
+        )
+
+    def _dead_because(self, attempt: AttemptRecord, now: float) -> str | None:
+        """Why a STARTING/RUNNING attempt is to be given up, or None while it may be alive."""
+        code = self.launcher.exit_code(attempt.job_id, attempt.attempt)
+        if code is not None:
+            words = _last_words(attempt.log_path)
+            return f"the driver exited with code {code} without ending its attempt{words}"
+        if self.launcher.is_gone(attempt.owner):
+            return f"the driver (pid {attempt.owner.pid}) is gone"
+        if attempt.lease_expires_at <= now:
+            return f"the lease of attempt {attempt.attempt} expired"
+        return None
+
+    def watched(self, job_id: JobId, attempt: AttemptNo) -> bool:
+        """Whether the attempt is live (its driver's exit is still to be judged)."""
+        att = self.store.get_attempt(job_id, attempt)
+        return att is not None and att.state in _LIVE_ATTEMPT
+
+    # failing -------------------------------------------------------------------------------
+    def fail(self, job: JobRecord, attempt: AttemptRecord, why: str) -> None:
+        """End the attempt FAILED; the job's restart strategy decides whether it restarts."""
+        strategy = parse_strategy(job.spec.get("restart_strategy"))
+        now = self.store.clock.now()
+        decision = restart_decision(
+            strategy, job.failures, attempt, lambda: self.store.list_attempts(job.job_id), now
+        )
+        delay = decision.delay
+        # attempt_failed counts the failure only if this call moves the job on: a second
+        # manager that briefly also thinks it leads counts nothing again.
+        after = self.store.attempt_failed(
+            job.job_id,
+            attempt.attempt,
+            why,
+            None if delay is None else now + delay,
+            reset=decision.reset,
+        )
+        log.warning(
+            "job %s: attempt %d failed (%s); job is now %s",
+            job.job_id,
+            attempt.attempt,
+            why,
+            after.state,
+        )
+        if after.state.terminal:
+            # Nothing of a failed or canceled job may keep running.
+            self.launcher.kill(attempt.owner)
+
+    def _enforce_cancel(self, job: JobRecord, attempt: AttemptRecord, now: float) -> None:
+        asked = job.cancel_requested_at or now
+        if now - asked < self.cancel_timeout:
+            return
+        log.warning("job %s: cancel timed out, killing attempt %d", job.job_id, attempt.attempt)
+        self.launcher.kill(attempt.owner)
+        self.store.attempt_failed(job.job_id, attempt.attempt, "killed: cancel timed out", None)
+
+
+def _last_words(log_path: str | None, max_bytes: int = 4096) -> str:
+    """The driver's last error line from its log, to make a failure readable at a glance."""
+    if not log_path:
+        return ""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - max_bytes))
+            lines = fh.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        text = line.strip()
+        if text and ("Error" in text or "Exception" in text or text.startswith("stoker")):
+            return f": {text[:500]}"
+    return ""
