@@ -3,6 +3,7 @@ SQLite store, the JVMs replaced by a stand-in for clusters.start_standalone."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,12 @@ from stoker.errors import ClusterError, StokerError
 from stoker.manager import cluster_start, clusters
 from stoker.manager.cluster_start import start_recorded
 from stoker.store import Store, open_store
+from stoker.store.records import ClusterProcess
 from stoker.types import ClusterState
 
 SPEC = clusters.ClusterSpec("standalone", workers=1, cores=1, memory="512m")
-MASTER = {"id": "master", "pid": 11, "port": 7077}
-WORKER = {"id": "worker-1", "pid": 12, "port": 7078}
+MASTER = ClusterProcess.from_json({"role": "master", "id": "master", "pid": 11, "port": 7077})
+WORKER = ClusterProcess.from_json({"role": "worker", "id": "worker-1", "pid": 12, "port": 7078})
 
 
 @pytest.fixture
@@ -29,16 +31,16 @@ def store(tmp_path: Path) -> Store:
 
 def _stand_in(
     monkeypatch: pytest.MonkeyPatch, store: Store, fail: BaseException | None = None
-) -> list[list[dict[str, Any]]]:
+) -> list[list[ClusterProcess]]:
     """start_standalone reporting a master, a worker that lost a port race and was started
     again, then ``fail`` raised or the cluster started; the processes stopped are returned."""
-    stopped: list[list[dict[str, Any]]] = []
+    stopped: list[list[ClusterProcess]] = []
 
     def start(name: str, spec: Any, folder: Path, on_process: Any) -> clusters.StartedCluster:
         on_process(MASTER)
-        on_process({**WORKER, "port": 1})
+        on_process(dataclasses.replace(WORKER, port=1))
         on_process(WORKER)
-        assert [p["port"] for p in store.get_cluster(name).processes] == [7077, 7078]
+        assert [p.port for p in store.get_cluster(name).processes] == [7077, 7078]
         if fail is not None:
             raise fail
         return clusters.StartedCluster("spark://m:1", "http://m:2", [MASTER, WORKER])
