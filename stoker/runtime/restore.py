@@ -39,19 +39,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stoker import checkpoint_layout
 from stoker.control import events
 from stoker.errors import ControlConflict, InvalidInput, JobNotFound
 from stoker.redact import redact_url
 from stoker.runtime.savepoint import (
     FIELD,
-    batch_files,
-    drop_log_file,
     fsync_tree,
     input_shape,
     read_manifest,
     sink_shape,
     source_kind,
-    trim_checkpoint,
 )
 from stoker.sinks import descriptor_of
 from stoker.sinks._files_owner import MARKER, Claim, fsync_dir, read_claim
@@ -301,9 +299,11 @@ def _install(plan: Restore, root: Path, pipeline: Pipeline) -> None:
     tmp_src = root / f".sources.restore-{tag}"
     try:
         shutil.copytree(plan.folder / "checkpoint", tmp_cp, symlinks=True)
-        trim_checkpoint(tmp_cp, plan.epoch)
+        checkpoint_layout.trim_logs(tmp_cp, plan.epoch)
         _forget_versions(tmp_cp)
-        _new_query_id(tmp_cp)
+        # The new job's query gets an id of its own (Spark refuses two active queries of one
+        # id in a session; listeners and the UI tell the jobs apart).
+        checkpoint_layout.set_query_id(tmp_cp, str(uuid.uuid4()))
         sources = root / "sources"
         if sources.exists():
             shutil.rmtree(sources)  # a restore that crashed before its checkpoint was in place
@@ -352,7 +352,7 @@ def _forget_versions(checkpoint: Path) -> None:
     without a store writes; the new job's first epoch plans its offsets under its own.
     Committed epochs are never run again, so nothing else reads these values.
     """
-    for f in batch_files(checkpoint / "offsets"):
+    for f in checkpoint_layout.batch_files(checkpoint / checkpoint_layout.OFFSETS):
         lines = f.read_text().splitlines()
         changed = False
         for i in range(2, len(lines)):
@@ -362,23 +362,8 @@ def _forget_versions(checkpoint: Path) -> None:
                 lines[i] = json.dumps(off)
                 changed = True
         if changed:
-            drop_log_file(f)
+            checkpoint_layout.drop_log_file(f)
             f.write_text("\n".join(lines))
-
-
-def _new_query_id(checkpoint: Path) -> None:
-    """The new job's query gets an id of its own (Spark refuses two active queries of one id
-    in a session; listeners and the UI tell the jobs apart)."""
-    meta = checkpoint / "metadata"
-    if not meta.exists():
-        return
-    try:
-        data = json.loads(meta.read_text())
-    except ValueError:
-        return  # not what this Spark writes: leave it to Spark
-    data["id"] = str(uuid.uuid4())
-    drop_log_file(meta)
-    meta.write_text(json.dumps(data, separators=(",", ":")))
 
 
 def _move_file_logs(manifest: dict[str, Any], pipeline: Pipeline, sources: Path) -> None:

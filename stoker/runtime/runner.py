@@ -14,7 +14,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
-from stoker import logformat
+from stoker import checkpoint_layout, logformat
 from stoker.errors import (
     InvalidInput,
     InvalidPipeline,
@@ -593,7 +593,7 @@ def _run_job(
             log.warning("job %s: its state is being repartitioned (%s); not started", jid, holder)
             result_state = JobState.SUSPENDED
         else:
-            clear_half_written_logs(checkpoint)
+            checkpoint_layout.clear_half_written_logs(checkpoint)
             signals.deferred = True  # from here a signal is seen by supervise, between epochs
             # A trigger interval set by control outlives the attempt that applied it.
             trigger = store.control_snapshot(jid).trigger_s
@@ -833,40 +833,6 @@ def _savepointer(
         return savepoint.take(store, jid, root, pipeline, owner, event, epoch)
 
     return take
-
-
-# Spark's logs in a checkpoint that it requires empty when the query has planned no batch.
-_QUERY_LOGS = ("offsets", "commits")
-
-
-def clear_half_written_logs(checkpoint: Path) -> list[Path]:
-    """Remove what a killed driver left half written in a checkpoint whose query never planned
-    a batch: Spark writes each log entry to a hidden temporary file and renames it, so a
-    SIGKILL during the write of the first entry leaves only that temporary file; Spark then
-    finds the log folder not empty on batch 0 and refuses to start the query, for good
-    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). With no batch in the offset log there is
-    nothing to lose: the query starts from the beginning anyway. Returns what was removed."""
-    offsets = checkpoint / "offsets"
-    if not offsets.is_dir() or any(p.name.isdigit() for p in offsets.iterdir()):
-        return []
-    removed: list[Path] = []
-    for name in _QUERY_LOGS:
-        folder = checkpoint / name
-        if not folder.is_dir():
-            continue
-        for p in folder.iterdir():
-            if p.name.startswith(".") and p.is_file():
-                p.unlink(missing_ok=True)
-                removed.append(p)
-    if removed:
-        log.warning(
-            "checkpoint %s: removed %d half-written log file(s) of a driver killed before its "
-            "first epoch was planned: %s",
-            checkpoint,
-            len(removed),
-            ", ".join(p.name for p in removed),
-        )
-    return removed
 
 
 def _open_sources(

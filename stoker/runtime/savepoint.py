@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stoker import checkpoint_layout
 from stoker.errors import InvalidInput
 from stoker.redact import redact_url
 from stoker.sinks import descriptor_of
@@ -101,7 +102,7 @@ def take(
         if checkpoint.exists():
             shutil.copytree(checkpoint, tmp / "checkpoint", symlinks=True)
             # An epoch Spark planned but the stop kept from running is no part of the state.
-            trim_checkpoint(tmp / "checkpoint", epoch)
+            checkpoint_layout.trim_logs(tmp / "checkpoint", epoch)
         else:
             (tmp / "checkpoint").mkdir(parents=True)
         sources = root / "sources"
@@ -179,27 +180,6 @@ def fsync_tree(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def batch_files(folder: Path) -> list[Path]:
-    try:
-        return [p for p in folder.iterdir() if p.name.isdigit()]
-    except FileNotFoundError:
-        return []
-
-
-def drop_log_file(path: Path) -> None:
-    """A Spark log file and its Hadoop checksum file (a missing .crc is not checked)."""
-    path.unlink(missing_ok=True)
-    (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
-
-
-def trim_checkpoint(checkpoint: Path, epoch: Epoch | None) -> None:
-    """Drop Spark's offset and commit log files of epochs after ``epoch`` (None: all)."""
-    for sub in ("offsets", "commits"):
-        for f in batch_files(checkpoint / sub):
-            if epoch is None or int(f.name) > epoch:
-                drop_log_file(f)
 
 
 # reading --------------------------------------------------------------------------------------
