@@ -25,7 +25,7 @@ from stoker.types import JobState
 from stoker.types import job_id as _job_id
 
 if TYPE_CHECKING:
-    from stoker.runtime.runner import JobResult
+    from stoker.runtime.job.result import JobResult
 
 
 @click.command("run")
@@ -217,7 +217,7 @@ def run_cmd(
     # The one place the command line reaches the runtime (and so Spark): a local run.
     from stoker.runtime import launch
     from stoker.runtime.appfile import run_app
-    from stoker.runtime.runner import describe
+    from stoker.runtime.job.result import describe
 
     launch.set_launch(overrides, job_id, restart)
     launch.set_config(config)

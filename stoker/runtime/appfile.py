@@ -15,7 +15,7 @@ from stoker.runtime import launch
 
 if TYPE_CHECKING:
     from stoker.pipeline import Pipeline
-    from stoker.runtime.runner import JobResult
+    from stoker.runtime.job.result import JobResult
 
 log = logging.getLogger("stoker.appfile")
 
@@ -51,7 +51,7 @@ def run_app(
     Returns the result of every job it ran.
     """
     from stoker.pipeline import Pipeline
-    from stoker.runtime.runner import run as run_pipeline
+    from stoker.runtime.job.api import run as run_pipeline
 
     results: list[JobResult] = []
     launch.on_result(results.append)
@@ -69,7 +69,7 @@ def run_app(
             # settings, and run the file again: it stopped at module level, before stoker.run,
             # so only the lines above the failing one ran twice. Files without such a line
             # keep their bad input refused before Spark starts.
-            from stoker.runtime.runner import start_session_for_import
+            from stoker.runtime.job.api import start_session_for_import
 
             start_session_for_import(app)
             namespace = _run_main(app)
@@ -99,7 +99,7 @@ def run_program(app: Path, argv: list[str], submitted: Callable[[], int], name: 
     except Exception as e:
         if submitted() or not _needs_session(e):
             raise
-        from stoker.runtime.runner import start_session_for_import
+        from stoker.runtime.job.api import start_session_for_import
 
         start_session_for_import(app, name)  # as run_app does: a module-level @udf("long")
         namespace = _run_main(app)

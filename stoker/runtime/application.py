@@ -45,16 +45,10 @@ from stoker.errors import (
 )
 from stoker.restart import Failure, RestartStrategy, parse_strategy
 from stoker.runtime import launch
+from stoker.runtime.job.attempt_run import execute
+from stoker.runtime.job.plan import FailureHook, JobPlan, JobScope, RunOptions, plan_job
+from stoker.runtime.job.result import JobResult
 from stoker.runtime.resources import ResourceWatch, managed_cluster
-from stoker.runtime.runner import (
-    FailureHook,
-    JobPlan,
-    JobResult,
-    JobScope,
-    RunOptions,
-    execute,
-    plan_job,
-)
 from stoker.store import AttemptRecord, JobRecord, Store, open_store
 from stoker.types import AttemptNo, AttemptState, JobId, JobKind, JobState
 from stoker.types import job_id as _job_id

@@ -43,6 +43,7 @@ from stoker import checkpoint_layout
 from stoker.control import events
 from stoker.errors import ControlConflict, InvalidInput, JobNotFound
 from stoker.redact import redact_url
+from stoker.runtime.attempt import existing_job
 from stoker.runtime.savepoint import (
     FIELD,
     fsync_tree,
@@ -240,11 +241,9 @@ def _refuse_live(previous: SinkOwner, manifest: dict[str, Any], store_url: str) 
 def _job_at(url: str, jid: JobId) -> JobRecord | None:
     """Job ``jid`` of the store at ``url``; None if it has no such job, or if the URL is an
     SQLite file that does not exist (not created here) or a URL with a hidden password."""
-    from stoker.runtime.runner import _existing_job
-
     if "***" in url:
         return None
-    return _existing_job(url, jid)
+    return existing_job(url, jid)
 
 
 def _files_folder(sink: TwoPhaseSink) -> Path | None:
