@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stoker.errors import InvalidInput
-from stoker.runtime import launch
+from stoker.runtime import application, launch
 from stoker.runtime.job.attempt_run import execute
 from stoker.runtime.job.plan import RunOptions, plan_job, resolve_settings, spark_master
 from stoker.runtime.job.result import JobResult
@@ -61,7 +61,8 @@ def run(
     ``stoker.submit(pipeline, ...).wait()``: the job runs on a thread of the application's
     driver, and a job that ended already is not run again (its result comes back at once).
     """
-    if launch.collecting():
+    ctx = launch.installed()  # what the launcher decided: read here, once, and passed on
+    if ctx.collect:
         raise launch.Collected(pipeline)  # a cleanup process wants the sinks, not a run
     opts = RunOptions(
         job_id=job_id,
@@ -75,29 +76,27 @@ def run(
         spark=spark,
         from_savepoint=from_savepoint,
     )
-    from stoker.runtime import application  # it imports this module
-
     if application.current_app() is not None:
-        return application.submit_options(pipeline, opts, None).wait()
-    wanted = launch.wanted_pipeline()
+        return application.submit_options(pipeline, opts, None, ctx).wait()
+    wanted = ctx.wanted_pipeline
     if wanted is not None and wanted != pipeline.name:
         raise InvalidInput(
             "pipeline",
             f"--pipeline {wanted!r} was given, but the file runs pipeline {pipeline.name!r} "
             "itself (stoker.run); drop --pipeline or pass that name",
         )
-    return execute(plan_job(pipeline, opts, None))
+    return execute(plan_job(pipeline, opts, None, ctx))
 
 
-def start_session_for_import(app: Path, name: str | None = None) -> None:
+def start_session_for_import(app: Path, ctx: launch.LaunchContext, name: str | None = None) -> None:
     """Start Spark, with the launcher's settings, for an application file that needs a
     session while it is imported (a module-level ``@udf("long")``). ``stoker.run`` then reuses
     it; a ``master`` or static Spark setting the file passes to ``stoker.run`` comes too late
     for it (``-D`` ones do not). ``name``: the Spark application's (default: the job's)."""
-    settings = resolve_settings()
+    settings = resolve_settings(ctx)
     log.info(
         "%s needs Spark while it is imported: starting Spark (%s)", app.name, spark_master(settings)
     )
     t0 = time.monotonic()
-    get_session(settings, f"stoker:{name or launch.job_id() or app.stem}")
+    get_session(settings, f"stoker:{name or ctx.job_id or app.stem}")
     log.info("Spark started in %.1f s", time.monotonic() - t0)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from stoker import checkpoint_layout, logformat
 from stoker.errors import InvalidPipeline, JobNotFound, JobTerminal, StaleAttempt
 from stoker.redact import redact_conf
-from stoker.runtime import launch, restore, savepoint
+from stoker.runtime import restore, savepoint
 from stoker.runtime.attempt import LeaseKeeper, start_attempt, this_owner
 from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.job.ending import end_attempt, fail, final_committed, resolve_at_end
@@ -20,6 +20,7 @@ from stoker.runtime.job.lease import ScopedLease, start_in_app
 from stoker.runtime.job.plan import JobPlan, JobScope, spark_master
 from stoker.runtime.job.result import JobResult
 from stoker.runtime.job.signals import StopSignals
+from stoker.runtime.launch import LaunchContext
 from stoker.runtime.metrics import EpochMetrics
 from stoker.runtime.recovery import recover
 from stoker.runtime.repartition import repartitioning
@@ -63,7 +64,7 @@ def execute(plan: JobPlan) -> JobResult:
         signals.rearm()
         st = open_store(plan.store_url)
         try:
-            if launch.attempt() is None and not plan.restart:
+            if not plan.managed and not plan.restart:
                 _refuse_if_ended(st, jid)  # ended meanwhile
             # Spark analyses the union of the sources here: a schema mismatch is bad input and
             # must fail before the job is recorded.
@@ -87,6 +88,7 @@ def execute(plan: JobPlan) -> JobResult:
                 restored,
                 given=plan.given,
                 scope=scope,
+                ctx=plan.launch,
             )
         finally:
             st.close()
@@ -126,7 +128,9 @@ def _run_job(
     *,
     given: dict[str, Any] | None = None,
     scope: JobScope | None = None,
+    ctx: LaunchContext,
 ) -> JobResult:
+    managed = ctx.attempt is not None
     jid = owner.job_id
     signals = signals or StopSignals()
     stop_signal = signals
@@ -144,9 +148,9 @@ def _run_job(
         spec = {"kind": "in_app", "app_id": app_id, **spec}
     if scope is not None:
         spec.update(scope.spec)
-    if launch.overrides():
-        spec["conf"] = redact_conf(launch.overrides())  # the -D settings, secrets hidden
-    given = dict(launch.config() if given is None else given)
+    if ctx.overrides:
+        spec["conf"] = redact_conf(dict(ctx.overrides))  # the -D settings, secrets hidden
+    given = dict(ctx.config if given is None else given)
     if given:
         spec["submitted_config"] = given
     if restored is not None:
@@ -161,14 +165,14 @@ def _run_job(
     job, _created = store.create_job(
         jid, pipeline.name, spec, merged, uid=owner.uid, kind=JobKind.JOB, app_id=app_id
     )
-    if launch.attempt() is not None:
+    if managed:
         given = dict(job.spec.get("config") or {})  # a job manager's job: its submission's
     elif not given:
         given = dict(job.spec.get("submitted_config") or {})  # resumed: what it was run with
     # The job's state partitions: fixed when it was created (the checkpoint, then its spec),
     # never by a -D given to a later run; recorded in its spec and shown in its status.
     max_par = job_max_parallelism(None if _created else job.spec, settings, root / "checkpoint")
-    if launch.attempt() is None and not _created:
+    if not managed and not _created:
         # A local resume or --restart: the job's spec is what this attempt runs with (its
         # trigger, -D settings, config), not what the first attempt ran with.
         spec = {**spec, "submitted_config": given} if given else spec
@@ -180,7 +184,7 @@ def _run_job(
     if job.uid and job.uid != owner.uid:
         # Made meanwhile by someone else (a job manager): the sinks work for that record.
         owner = SinkOwner(jid, job.uid)
-    made_for_us = launch.attempt()
+    made_for_us = ctx.attempt
     if made_for_us is not None:
         # Driver mode: the job manager made attempt N for this process; adopt it or stop.
         attempt = store.claim_attempt(jid, AttemptNo(made_for_us), this_owner(), settings.lease_ttl)
@@ -275,14 +279,14 @@ def _run_job(
         raise  # a newer attempt owns the job: its state is not ours to touch
     except Exception as e:
         if not signalled():
-            fail(store, jid, attempt.attempt, proc, e, scope)
+            fail(store, jid, attempt.attempt, proc, e, scope, managed=managed)
         # A stop signal came first: what broke after it is the shutdown's doing (on a host
         # shutdown every process gets SIGTERM, Spark's Python workers too, failing the tasks
         # in flight). Nothing undecided is kept; the job resumes like any suspended one.
         log.warning("job %s: stopping after a signal, the query failed: %s", jid, brief(e))
         result_state = JobState.SUSPENDED
     except BaseException as e:
-        fail(store, jid, attempt.attempt, proc, e, scope)
+        fail(store, jid, attempt.attempt, proc, e, scope, managed=managed)
     finally:
         if metrics is not None and handle is not None:
             metrics.flush(getattr(handle, "query", None), proc.timings)
@@ -296,7 +300,9 @@ def _run_job(
         JobState.FINISHED: AttemptState.FINISHED,
         JobState.SUSPENDED: AttemptState.SUSPENDED,
     }.get(result_state, AttemptState.CANCELED)
-    result_state = end_attempt(store, jid, attempt.attempt, astate, result_state, None)
+    result_state = end_attempt(
+        store, jid, attempt.attempt, astate, result_state, None, managed=managed
+    )
     resolve_at_end(store, jid, attempt.attempt, pipeline.sinks)
     pruner.final_round()
     done = [t for t in proc.timings if not t.replayed]
@@ -311,7 +317,7 @@ def _run_job(
         store_url=store.url,
         outputs=tuple(s.describe() for s in pipeline.sinks),
     )
-    launch.report(result)
+    ctx.report(result)
     return result
 
 

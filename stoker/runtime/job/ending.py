@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 
 from stoker.errors import InvalidTransition, JobFailed, StokerError
-from stoker.runtime import launch
 from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.job.plan import JobScope
 from stoker.runtime.recovery import recover
@@ -25,6 +24,8 @@ def fail(
     proc: EpochProcessor,
     e: BaseException,
     scope: JobScope | None = None,
+    *,
+    managed: bool = False,
 ) -> None:
     """End the attempt FAILED with the error that ended it, and raise that error."""
     err = proc.error if isinstance(proc.error, StokerError) else e
@@ -32,7 +33,9 @@ def fail(
         # The job's own restart strategy decides, in the transaction that ends the attempt.
         scope.on_failure(store, jid, AttemptNo(attempt), brief(err))
     else:
-        end_attempt(store, jid, attempt, AttemptState.FAILED, JobState.FAILED, brief(err))
+        end_attempt(
+            store, jid, attempt, AttemptState.FAILED, JobState.FAILED, brief(err), managed=managed
+        )
     if isinstance(err, StokerError):
         if err is e:
             raise e
@@ -41,12 +44,20 @@ def fail(
 
 
 def end_attempt(
-    store: Store, jid: JobId, attempt: int, astate: AttemptState, jstate: JobState, err: str | None
+    store: Store,
+    jid: JobId,
+    attempt: int,
+    astate: AttemptState,
+    jstate: JobState,
+    err: str | None,
+    *,
+    managed: bool = False,
 ) -> JobState:
-    """End the attempt and move the job, in one store transaction; the job's state after."""
+    """End the attempt and move the job, in one store transaction; the job's state after.
+    ``managed``: a job manager made the attempt (driver mode)."""
     # Under a job manager, its restart strategy decides what a failure means: the job is left
     # to it. Either way the attempt's end and the job's state are one store transaction.
-    managed_failure = jstate == JobState.FAILED and launch.attempt() is not None
+    managed_failure = jstate == JobState.FAILED and managed
     try:
         store.finish_attempt(
             jid, AttemptNo(attempt), astate, None if managed_failure else jstate, err

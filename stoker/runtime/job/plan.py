@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidInput, JobTerminal
-from stoker.runtime import launch, restore
+from stoker.runtime import restore
 from stoker.runtime.attempt import existing_job
+from stoker.runtime.launch import LaunchContext
 from stoker.runtime.resources import ResourceWatch
 from stoker.settings import Settings, parse_duration
 from stoker.sinks.base import SinkOwner
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 
 def resolve_settings(
+    ctx: LaunchContext,
     *,
     trigger: str | float | None = None,
     state_dir: str | Path | None = None,
@@ -48,7 +50,7 @@ def resolve_settings(
         s = replace(s, lease_ttl=float(lease_ttl))
     if conf:
         s = s.with_overrides(dict(conf))
-    return s.with_overrides(launch.overrides())
+    return s.with_overrides(dict(ctx.overrides))
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,13 @@ class JobPlan:
     from_savepoint: str | Path | None
     spark: SparkSession | None
     scope: JobScope | None
+    launch: LaunchContext  # what the launcher decided
+
+    @property
+    def managed(self) -> bool:
+        """Driver mode: a job manager made the attempt this process runs (its restart
+        strategy decides what a failure means)."""
+        return self.launch.attempt is not None
 
 
 def spark_master(settings: Settings) -> str:
@@ -146,9 +155,12 @@ def check_state_dir(settings: Settings) -> None:
         )
 
 
-def plan_job(pipeline: Pipeline, opts: RunOptions, scope: JobScope | None) -> JobPlan:
+def plan_job(
+    pipeline: Pipeline, opts: RunOptions, scope: JobScope | None, ctx: LaunchContext
+) -> JobPlan:
     """Check a job before anything is written or started: bad input raises here."""
     settings = resolve_settings(
+        ctx,
         trigger=opts.trigger,
         state_dir=opts.state_dir,
         store=opts.store,
@@ -157,9 +169,9 @@ def plan_job(pipeline: Pipeline, opts: RunOptions, scope: JobScope | None) -> Jo
         lease_ttl=opts.lease_ttl,
     )
     in_app = scope is not None and scope.app_id is not None
-    jid = _job_id((None if in_app else launch.job_id()) or opts.job_id or pipeline.name)
-    restart = opts.restart or (not in_app and launch.restart())
-    given = dict(opts.config) if opts.config is not None else launch.config()
+    jid = _job_id((None if in_app else ctx.job_id) or opts.job_id or pipeline.name)
+    restart = opts.restart or (not in_app and ctx.restart)
+    given = dict(opts.config) if opts.config is not None else dict(ctx.config)
     check_state_dir(settings)
 
     default_root = Path(".stoker") / jid
@@ -174,11 +186,11 @@ def plan_job(pipeline: Pipeline, opts: RunOptions, scope: JobScope | None) -> Jo
         inp.source.validate()
     existing = existing_job(store_url, jid)
     ended = existing is not None and existing.state.terminal
-    if ended and existing is not None and launch.attempt() is None and not restart:
+    if ended and existing is not None and ctx.attempt is None and not restart:
         raise JobTerminal(jid, str(existing.state))  # before Spark starts: fast
     from_savepoint = opts.from_savepoint
     if from_savepoint is None and not in_app:  # the launcher's folder is for its one job
-        from_savepoint = launch.from_savepoint()
+        from_savepoint = ctx.savepoint()
     restoring = None
     if from_savepoint is not None:
         # Not a savepoint, another shape, its job still live: refused before Spark starts.
@@ -201,4 +213,5 @@ def plan_job(pipeline: Pipeline, opts: RunOptions, scope: JobScope | None) -> Jo
         from_savepoint=from_savepoint,
         spark=opts.spark,
         scope=scope,
+        launch=ctx,
     )
