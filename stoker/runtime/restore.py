@@ -35,6 +35,7 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -442,15 +443,22 @@ def _hand_over_outputs(plan: Restore, pipeline: Pipeline) -> None:
 
 
 # control state --------------------------------------------------------------------------------
-def carry_control(store: Store, jid: JobId, restored: Restored, pipeline: Pipeline) -> list[str]:
+def carry_control(
+    store: Store,
+    jid: JobId,
+    restored: Restored,
+    pipeline: Pipeline,
+    spec: Mapping[str, Any] | None = None,
+) -> list[str]:
     """Give job ``jid`` the savepoint's control state: its config overrides, rate limits, log
     levels and trigger interval (a pause is not carried), as control events sent by
     ``savepoint`` that apply at the job's first epoch. Retry-safe (request ids); what the new
     pipeline no longer takes (a config key it does not declare, a rate limit no source obeys)
-    is left out with a warning. Returns the control ids."""
+    is left out with a warning. ``spec``: the pipeline's, when the caller has it already.
+    Returns the control ids."""
     m = restored.plan.manifest
     state = dict(m.get("state") or {})
-    spec = pipeline.spec()
+    spec = dict(spec) if spec is not None else pipeline.spec()
     tag = str(m.get("control_id") or restored.plan.folder.name)
     wanted: list[tuple[str, dict[str, Any]]] = []
     overrides = {

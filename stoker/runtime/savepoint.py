@@ -21,6 +21,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,9 +85,12 @@ def take(
     owner: SinkOwner,
     event: ControlEvent,
     epoch: Epoch | None,
+    *,
+    spec: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the savepoint asked for by ``event``; record it APPLIED then COMMITTED with its
-    path and epoch. The query must be stopped between epochs."""
+    path and epoch. The query must be stopped between epochs. ``spec``: the pipeline's
+    (``Pipeline.spec()``), when the caller has it already."""
     t0 = time.monotonic()
     _check_store_at(store, jid, epoch)
     given = event.body.get("dir")
@@ -119,7 +123,7 @@ def take(
             "control_version": int(snap.version),
             "config": snap.config,
             "state": {k: v for k, v in snap.state.items() if k != "pipeline"},
-            "pipeline": pipeline.spec(),
+            "pipeline": dict(spec) if spec is not None else pipeline.spec(),
             "inputs": input_shape(pipeline),
             "sinks": sink_shape(pipeline),
             "store": store_url,  # where to look whether the job has ended (password hidden)

@@ -3,9 +3,11 @@ failure raised, nothing prepared left behind."""
 
 from __future__ import annotations
 
+import enum
 import logging
+from dataclasses import dataclass
 
-from stoker.errors import InvalidTransition, JobFailed, StokerError
+from stoker.errors import InvalidTransition, JobFailed, StaleAttempt, StokerError
 from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.job.plan import JobScope
 from stoker.runtime.recovery import recover
@@ -15,6 +17,58 @@ from stoker.store import Store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobState
 
 log = logging.getLogger("stoker.runner")
+
+
+class EndKind(enum.Enum):
+    """What the attempt does with how its query ended."""
+
+    END = "end"  # record the end: the attempt's state and the job's, in one transaction
+    FAIL = "fail"  # record the attempt FAILED (or let the job's restart strategy decide), raise
+    FENCED = "fenced"  # a newer attempt owns the job: record nothing, raise as it came
+
+
+@dataclass(frozen=True)
+class End:
+    """How an attempt ends, decided from how its query ended (:func:`classify_end`)."""
+
+    kind: EndKind
+    job: JobState  # the job's state to record (END); FAILED otherwise
+    attempt: AttemptState
+    # A failure seen after a stop signal: the shutdown's doing, the job is suspended.
+    after_signal: bool = False
+
+
+def classify_end(state: JobState | None, error: BaseException | None, signalled: bool) -> End:
+    """The attempt's end, from what its phases left: ``state``, the job state the run phase
+    returned (None if it did not return); ``error``, what a phase raised (None if none);
+    ``signalled``, whether a stop signal (or the application's stop) came.
+
+    - Returned: that state. A query stopped from outside (not by its final epoch) ends the
+      attempt CANCELED, like a cancel; FINISHED and SUSPENDED end it so.
+    - KeyboardInterrupt (a signal before the query ran: Spark starting, recovery): nothing was
+      decided by this attempt that recovery would not finish; SUSPENDED, to be resumed.
+    - StaleAttempt: fenced, a newer attempt owns the job; its state is not ours to touch.
+    - Any other error after a stop signal: the shutdown's doing (on a host shutdown every
+      process gets SIGTERM, Spark's Python workers too, failing the tasks in flight). Nothing
+      undecided is kept; SUSPENDED like any stopped job.
+    - Any other error (or a BaseException): FAILED.
+    """
+    if error is None:
+        job = JobState.FAILED if state is None else state
+        return End(EndKind.END, job, _ATTEMPT_END.get(job, AttemptState.CANCELED))
+    if isinstance(error, KeyboardInterrupt):
+        return End(EndKind.END, JobState.SUSPENDED, AttemptState.SUSPENDED)
+    if isinstance(error, StaleAttempt):
+        return End(EndKind.FENCED, JobState.FAILED, AttemptState.FAILED)
+    if isinstance(error, Exception) and signalled:
+        return End(EndKind.END, JobState.SUSPENDED, AttemptState.SUSPENDED, after_signal=True)
+    return End(EndKind.FAIL, JobState.FAILED, AttemptState.FAILED)
+
+
+_ATTEMPT_END = {
+    JobState.FINISHED: AttemptState.FINISHED,
+    JobState.SUSPENDED: AttemptState.SUSPENDED,
+}
 
 
 def fail(

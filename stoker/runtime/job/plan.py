@@ -120,10 +120,12 @@ class JobPlan:
     restart: bool
     given: dict[str, Any]
     owner: SinkOwner
-    from_savepoint: str | Path | None
+    # A start from a savepoint, checked here; the attempt applies it before the job is recorded.
+    restoring: restore.Restore | None
     spark: SparkSession | None
     scope: JobScope | None
     launch: LaunchContext  # what the launcher decided
+    spec: dict[str, Any]  # the pipeline's description (Pipeline.spec()), computed once
 
     @property
     def managed(self) -> bool:
@@ -210,8 +212,9 @@ def plan_job(
         restart=restart,
         given=given,
         owner=owner,
-        from_savepoint=from_savepoint,
+        restoring=restoring,
         spark=opts.spark,
         scope=scope,
         launch=ctx,
+        spec=pipeline.spec(),
     )
