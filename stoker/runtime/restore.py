@@ -13,7 +13,8 @@ e.g. an upgraded version of the code, exactly once across the switch.
 
 :func:`restore` then copies the checkpoint and the source logs into the state folder, and hands
 the old job's outputs over: the new job adopts the savepoint's uid, and the owner markers of
-its files sinks name the new job. :func:`carry_control` gives the new job the savepoint's
+its files sinks name the new job. :func:`stoker.runtime.restore_control.carry_control` gives
+the new job the savepoint's
 control state (config overrides, rate limits, log levels, trigger; not a pause) as control
 events of its own, applied at its first epoch. The first epoch is the savepoint's + 1: Spark's
 batch ids go on from the copied checkpoint.
@@ -35,14 +36,12 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker import checkpoint_layout
-from stoker.control import events
-from stoker.errors import ControlConflict, InvalidInput, JobNotFound
+from stoker.errors import InvalidInput, JobNotFound
 from stoker.redact import redact_url
 from stoker.runtime.attempt import existing_job
 from stoker.runtime.savepoint import (
@@ -442,80 +441,10 @@ def _hand_over_outputs(plan: Restore, pipeline: Pipeline) -> None:
         )
 
 
-# control state --------------------------------------------------------------------------------
-def carry_control(
-    store: Store,
-    jid: JobId,
-    restored: Restored,
-    pipeline: Pipeline,
-    spec: Mapping[str, Any] | None = None,
-) -> list[str]:
-    """Give job ``jid`` the savepoint's control state: its config overrides, rate limits, log
-    levels and trigger interval (a pause is not carried), as control events sent by
-    ``savepoint`` that apply at the job's first epoch. Retry-safe (request ids); what the new
-    pipeline no longer takes (a config key it does not declare, a rate limit no source obeys)
-    is left out with a warning. ``spec``: the pipeline's, when the caller has it already.
-    Returns the control ids."""
-    m = restored.plan.manifest
-    state = dict(m.get("state") or {})
-    spec = dict(spec) if spec is not None else pipeline.spec()
-    tag = str(m.get("control_id") or restored.plan.folder.name)
-    wanted: list[tuple[str, dict[str, Any]]] = []
-    overrides = {
-        k: v
-        for k, v in (state.get("overrides") or {}).items()
-        if _takes(spec, {"kind": "config", "set": {k: v}}, f"config.{k}")
-    }
-    if overrides:
-        wanted.append(("config", {"kind": "config", "set": overrides}))
-    limits = {
-        k: v
-        for k, v in (state.get("rate_limit") or {}).items()
-        if v is not None and _takes(spec, {"kind": "rate_limit", k: v}, k)
-    }
-    if limits:
-        wanted.append(("rate_limit", {"kind": "rate_limit", **limits}))
-    levels = state.get("log_level") or {}
-    if levels.get("root"):
-        wanted.append(("log_level", {"kind": "log_level", "level": levels["root"]}))
-    for name, level in sorted((levels.get("loggers") or {}).items()):
-        body = {"kind": "log_level", "level": level, "logger": name}
-        wanted.append((f"log_level:{name}", body))
-    if state.get("trigger_s") is not None:
-        wanted.append(("trigger", {"kind": "trigger", "interval": float(state["trigger_s"])}))
-    ids = []
-    for what, body in wanted:
-        kind, norm = events.validate(body, spec)
-        try:
-            ev, _new = store.add_control(
-                jid,
-                kind,
-                norm,
-                sender="savepoint",
-                origin=str(restored.plan.folder),
-                request_id=f"savepoint:{tag}:{what}",
-            )
-        except ControlConflict as e:  # an earlier run of this restore sent another body
-            log.warning("job %s: savepoint control %s not carried again: %s", jid, what, e)
-            continue
-        ids.append(ev.control_id)
-    return ids
-
-
-def _takes(spec: dict[str, Any], body: dict[str, Any], what: str) -> bool:
-    try:
-        events.validate(body, spec)
-    except InvalidInput as e:
-        log.warning("savepoint's %s is not carried over: %s", what, e)
-        return False
-    return True
-
-
 __all__ = [
     "RESTORED",
     "Restore",
     "Restored",
-    "carry_control",
     "check",
     "restore",
     "rewrite_log_folder",

@@ -40,6 +40,7 @@ from stoker.runtime.job.signals import StopSignals
 from stoker.runtime.metrics import EpochMetrics
 from stoker.runtime.recovery import recover
 from stoker.runtime.repartition import repartitioning
+from stoker.runtime.restore_control import carry_control
 from stoker.runtime.retention import Pruner, policy_of
 from stoker.runtime.session import job_max_parallelism
 from stoker.runtime.supervise import ControlWatch, QueryHandle, brief, supervise
@@ -247,7 +248,7 @@ class AttemptRun:
         if self.restored is not None:
             # The savepoint's control state (overrides, limits, levels, trigger): events that
             # apply at this job's first epoch; retry-safe when the job resumes.
-            restore.carry_control(store, jid, self.restored, pipeline, self.plan.spec)
+            carry_control(store, jid, self.restored, pipeline, self.plan.spec)
         for sink in pipeline.sinks:
             sink.open(self.owner, self.root)
         store.set_job_sinks(jid, [descriptor_of(s) for s in pipeline.sinks])  # for the janitor
