@@ -26,7 +26,7 @@ from stoker.types import JobState
 from stoker.types import job_id as _job_id
 
 if TYPE_CHECKING:
-    from stoker.runtime.runner import JobResult
+    from stoker.runtime.job.result import JobResult
 
 
 @click.command("run")
@@ -216,18 +216,22 @@ def run_cmd(
     # The one place the command line reaches the runtime (and so Spark): a local run.
     from stoker.runtime import launch
     from stoker.runtime.appfile import run_app
-    from stoker.runtime.runner import describe
+    from stoker.runtime.job.result import describe
 
-    launch.set_launch(local_overrides(overrides, os.environ), job_id, restart)
-    launch.set_config(config)
-    launch.set_from_savepoint(from_savepoint)
+    ctx = launch.LaunchContext(
+        overrides=local_overrides(overrides, os.environ),
+        job_id=job_id,
+        restart=restart,
+        config=dict(config),
+        from_savepoint=str(from_savepoint) if from_savepoint else None,
+    )
     _setup_logging(quiet, log_format)
 
     # SIGTERM before the job runs (while the app is imported) stops this process the way
     # Ctrl-C does; while it runs, stoker.run's own handlers stop it gracefully.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        results = run_app(path, args, pipeline_name)
+        results = run_app(path, ctx, args, pipeline_name)
     except KeyboardInterrupt:
         raise JobSuspended(
             "stopped by a signal while starting, before any epoch ran; to go on, run the same "

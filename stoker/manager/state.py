@@ -20,13 +20,14 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from stoker import checkpoint_layout
+from stoker.checkpoint_layout import SHUFFLE_PARTITIONS
 from stoker.errors import InvalidInput, JobFailed, StokerError
 from stoker.procs import owner_is_dead, this_owner
 from stoker.store import Owner, Store
 from stoker.types import AttemptState, Epoch, EpochState, JobId, JobKind, JobState
 from stoker.types import job_id as _job_id
 
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 DEFAULT_MAX_PARALLELISM = 8  # stoker's drivers' default (stoker.runtime.session.DEFAULT_CONF)
 
 # A repartition reads and writes every key of the state once; a large state takes a while.
@@ -110,7 +111,7 @@ def _repartition(
 ) -> dict[str, Any]:
     rec = store.get_job(jid)
     checkpoint = state_dir / "checkpoint"
-    if not (checkpoint / "offsets").is_dir():
+    if not checkpoint_layout.has_offset_log(checkpoint):
         raise InvalidInput(
             "job",
             f"job {jid!r} has no checkpoint yet ({checkpoint}): there is no state to "
@@ -231,21 +232,10 @@ def _refuse_if_live(store: Store, jid: JobId, now: float) -> None:
             )
 
 
-def _batch_ids(folder: Path) -> list[int]:
-    try:
-        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
-    except FileNotFoundError:
-        return []
-
-
 def _skippable(store: Store, jid: JobId, checkpoint: Path) -> list[int]:
     """The epochs Spark planned and did not commit, each checked against the store: Spark may
     skip one only when stoker did not decide it (nothing of it stays in any sink)."""
-    offsets, commits = _batch_ids(checkpoint / "offsets"), _batch_ids(checkpoint / "commits")
-    if not offsets:
-        return []
-    first = commits[-1] + 1 if commits else 0
-    planned = list(range(first, offsets[-1] + 1))
+    planned = checkpoint_layout.uncommitted(checkpoint)
     decided = []
     for b in planned:
         ep = store.get_epoch(jid, Epoch(b))

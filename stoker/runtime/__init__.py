@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from stoker.runtime.context import EpochContext
-from stoker.runtime.runner import JobResult, run
+from stoker.runtime.job.api import run
+from stoker.runtime.job.result import JobResult
 
 __all__ = ["EpochContext", "JobResult", "run"]

@@ -121,8 +121,10 @@ class _Driver:
         app: application.Application,
         lease: LeaseKeeper,
         signals: _Signals,
+        ctx: launch.LaunchContext,
     ) -> None:
         self.store = store
+        self.ctx = ctx
         self.app = app
         self.lease = lease
         self.signals = signals
@@ -141,7 +143,7 @@ class _Driver:
             from stoker.runtime.appfile import check_app_path, run_program
 
             entry = check_app_path(entrypoint, "entrypoint")
-            run_program(entry, args, lambda: self.app.submitted, self.app.app_id)
+            run_program(entry, args, lambda: self.app.submitted, self.app.app_id, self.ctx)
             self.signals.rearm()
         except launch.AppEnding as e:
             log.info("application %s: main stopped: %s", self.app.app_id, e)
@@ -346,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(ns: argparse.Namespace, store_url: str, signals: _Signals) -> int:
     app_id: JobId = job_id(ns.app)
     ttl = float(ns.lease_ttl) if ns.lease_ttl is not None else Settings().lease_ttl
-    launch.set_launch(_launch_settings(ns.defines, store_url, ttl), None, restart=False)
+    # The program's stoker.submit and stoker.run calls read it (any thread of the process).
+    ctx = launch.LaunchContext(overrides=_launch_settings(ns.defines, store_url, ttl))
+    launch.install(ctx)
     store = open_store(store_url)
     try:
         try:
@@ -361,7 +365,7 @@ def _main(ns: argparse.Namespace, store_url: str, signals: _Signals) -> int:
         signals.app = app
         application.enter(app)
         args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-        driver = _Driver(store, app, lease, signals)
+        driver = _Driver(store, app, lease, signals, ctx)
         code = driver.run(ns.entrypoint, args)
         if app.running():
             _exit(code)  # jobs still run (the program failed, or they were fenced)

@@ -6,6 +6,7 @@ import logging
 import runpy
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from stoker.runtime import launch
 
 if TYPE_CHECKING:
     from stoker.pipeline import Pipeline
-    from stoker.runtime.runner import JobResult
+    from stoker.runtime.job.result import JobResult
 
 log = logging.getLogger("stoker.appfile")
 
@@ -43,22 +44,26 @@ def _pick(found: dict[str, Pipeline], app: Path, pipeline_name: str | None) -> P
 
 
 def run_app(
-    app: Path, argv: list[str] | None = None, pipeline_name: str | None = None
+    app: Path,
+    ctx: launch.LaunchContext,
+    argv: list[str] | None = None,
+    pipeline_name: str | None = None,
 ) -> list[JobResult]:
-    """Run ``app`` as ``__main__`` (with ``sys.argv = [app, *argv]``).
+    """Run ``app`` as ``__main__`` (with ``sys.argv = [app, *argv]``), with the launcher's
+    ``ctx`` installed for its ``stoker.run`` calls.
 
     If it did not call ``stoker.run`` itself, run the Pipeline it defines at module level.
     Returns the result of every job it ran.
     """
     from stoker.pipeline import Pipeline
-    from stoker.runtime.runner import run as run_pipeline
+    from stoker.runtime.job.api import run as run_pipeline
 
     results: list[JobResult] = []
-    launch.on_result(results.append)
+    ctx = replace(ctx, on_result=(*ctx.on_result, results.append))
     sys.path.insert(0, str(app.parent))
     sys.argv = [str(app), *(argv or [])]
-    launch.set_wanted_pipeline(pipeline_name)  # a file's own stoker.run of another is refused
-    try:
+    # A file's own stoker.run of another pipeline than --pipeline names is refused.
+    with launch.launched(replace(ctx, wanted_pipeline=pipeline_name)):
         try:
             namespace = _run_main(app)
         except Exception as e:
@@ -69,25 +74,31 @@ def run_app(
             # settings, and run the file again: it stopped at module level, before stoker.run,
             # so only the lines above the failing one ran twice. Files without such a line
             # keep their bad input refused before Spark starts.
-            from stoker.runtime.runner import start_session_for_import
+            from stoker.runtime.job.api import start_session_for_import
 
-            start_session_for_import(app)
+            start_session_for_import(app, ctx)
             namespace = _run_main(app)
-    finally:
-        launch.set_wanted_pipeline(None)
     if not results:
         found = {k: v for k, v in namespace.items() if isinstance(v, Pipeline)}
-        run_pipeline(_pick(found, app, pipeline_name))  # reports its result to `results`
+        with launch.launched(ctx):
+            run_pipeline(_pick(found, app, pipeline_name))  # reports its result to `results`
     return results
 
 
-def run_program(app: Path, argv: list[str], submitted: Callable[[], int], name: str) -> None:
+def run_program(
+    app: Path,
+    argv: list[str],
+    submitted: Callable[[], int],
+    name: str,
+    ctx: launch.LaunchContext,
+) -> None:
     """Run an application's program: ``app`` as ``__main__`` (``sys.argv = [app, *argv]``);
     then, if its top level submitted no job, its ``main()`` if it defines one, else the one
     Pipeline it defines at module level (submitted and waited for).
 
     ``submitted`` counts the jobs submitted so far; ``name`` names the Spark application
-    should the file need a session while it is imported. A syntax error is
+    should the file need a session while it is imported, with the launcher's ``ctx`` (the
+    application's driver installed it for the program). A syntax error is
     :class:`InvalidInput` naming file and line; any other error of the program propagates.
     """
     from stoker.pipeline import Pipeline
@@ -99,9 +110,9 @@ def run_program(app: Path, argv: list[str], submitted: Callable[[], int], name: 
     except Exception as e:
         if submitted() or not _needs_session(e):
             raise
-        from stoker.runtime.runner import start_session_for_import
+        from stoker.runtime.job.api import start_session_for_import
 
-        start_session_for_import(app, name)  # as run_app does: a module-level @udf("long")
+        start_session_for_import(app, ctx, name)  # as run_app does: a module-level @udf("long")
         namespace = _run_main(app)
     if submitted():
         return
@@ -148,24 +159,17 @@ def collect_pipeline(
     """
     from stoker.pipeline import Pipeline
 
-    previous = launch.current()
-    launch.set_launch(
-        previous.overrides, previous.job_id, previous.restart, previous.attempt, collect=True
-    )
     sys.path.insert(0, str(app.parent))
     sys.argv = [str(app), *(argv or [])]
     try:
-        namespace = runpy.run_path(str(app), run_name="__main__")
+        with launch.launched(launch.LaunchContext(collect=True)):
+            namespace = runpy.run_path(str(app), run_name="__main__")
     except launch.Collected as handed:
         if not isinstance(handed.pipeline, Pipeline):
             raise InvalidInput(
                 "app", f"{app} called stoker.run with a {type(handed.pipeline).__name__}"
             ) from None
         return handed.pipeline
-    finally:
-        launch.set_launch(
-            previous.overrides, previous.job_id, previous.restart, previous.attempt, False
-        )
     found = {k: v for k, v in namespace.items() if isinstance(v, Pipeline)}
     return _pick(found, app, pipeline_name)
 

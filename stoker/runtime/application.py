@@ -45,16 +45,10 @@ from stoker.errors import (
 )
 from stoker.restart import RestartStrategy, parse_strategy, restart_decision
 from stoker.runtime import launch
+from stoker.runtime.job.attempt_run import execute
+from stoker.runtime.job.plan import FailureHook, JobPlan, JobScope, RunOptions, plan_job
+from stoker.runtime.job.result import JobResult
 from stoker.runtime.resources import ResourceWatch, managed_cluster
-from stoker.runtime.runner import (
-    FailureHook,
-    JobPlan,
-    JobResult,
-    JobScope,
-    RunOptions,
-    execute,
-    plan_job,
-)
 from stoker.store import JobRecord, Store, open_store
 from stoker.types import AttemptNo, AttemptState, JobId, JobKind, JobState
 from stoker.types import job_id as _job_id
@@ -453,7 +447,8 @@ def submit(
     it; submitting a job again gives the same handle, and a job that has ended is not run
     again (its handle reports its state at once). Bad input raises here, before the job runs.
     """
-    if launch.collecting():
+    ctx = launch.installed()  # what the launcher decided: read here, once, and passed on
+    if ctx.collect:
         raise launch.Collected(pipeline)  # the manager asks which pipeline the file runs
     unknown = sorted(set(settings) - SETTINGS)
     if unknown:
@@ -463,21 +458,27 @@ def submit(
             + ", ".join(sorted(SETTINGS)),
         )
     opts = RunOptions(job_id=job_id, config=config, **settings)
-    return submit_options(pipeline, opts, restart_strategy)
+    return submit_options(pipeline, opts, restart_strategy, ctx)
 
 
 def submit_options(
-    pipeline: Pipeline, opts: RunOptions, restart_strategy: dict[str, Any] | None
+    pipeline: Pipeline,
+    opts: RunOptions,
+    restart_strategy: dict[str, Any] | None,
+    ctx: launch.LaunchContext,
 ) -> JobHandle:
     """:func:`submit` with ``stoker.run``'s options as one value (``run`` in an application)."""
     app = current_app()
     if app is None:
-        return _submit_local(pipeline, opts, restart_strategy)
-    return _submit_in_app(app, pipeline, opts, restart_strategy)
+        return _submit_local(pipeline, opts, restart_strategy, ctx)
+    return _submit_in_app(app, pipeline, opts, restart_strategy, ctx)
 
 
 def _submit_local(
-    pipeline: Pipeline, opts: RunOptions, restart_strategy: dict[str, Any] | None
+    pipeline: Pipeline,
+    opts: RunOptions,
+    restart_strategy: dict[str, Any] | None,
+    ctx: launch.LaunchContext,
 ) -> JobHandle:
     strategy = parse_strategy(restart_strategy) if restart_strategy else None
     handle = JobHandle(JobId(""), "", None)
@@ -486,7 +487,7 @@ def _submit_local(
         on_failure=None if strategy is None else _failure_hook(strategy, handle),
         spec={"restart_strategy": restart_strategy} if restart_strategy else {},
     )
-    plan = plan_job(pipeline, opts, scope)
+    plan = plan_job(pipeline, opts, scope, ctx)
     handle.job_id, handle._store_url = plan.jid, plan.store_url
     # Not a daemon: a program that submits and returns still has its jobs run to their end.
     handle._start(plan, daemon=False)
@@ -498,6 +499,7 @@ def _submit_in_app(
     pipeline: Pipeline,
     opts: RunOptions,
     restart_strategy: dict[str, Any] | None,
+    ctx: launch.LaunchContext,
 ) -> JobHandle:
     jid = _job_id(opts.job_id or f"{app.app_id}.{pipeline.name}")
     if opts.restart:
@@ -532,7 +534,7 @@ def _submit_in_app(
             spec={"restart_strategy": restart_strategy} if restart_strategy else {},
             resources=app.resource_watch,
         )
-        plan = plan_job(pipeline, replace(opts, job_id=jid), scope)
+        plan = plan_job(pipeline, replace(opts, job_id=jid), scope, ctx)
     except BaseException:
         app._forget(handle)  # a corrected submission of the same id may follow
         raise

@@ -6,10 +6,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from stoker.errors import StaleAttempt, StoreError
+from stoker.errors import JobNotFound, StaleAttempt, StoreError
 from stoker.procs import owner_is_dead, process_start_marker, this_owner
-from stoker.store import AttemptRecord, Owner, Store
+from stoker.store import AttemptRecord, JobRecord, Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, JobId
 
 log = logging.getLogger("stoker.attempt")
@@ -17,6 +18,7 @@ log = logging.getLogger("stoker.attempt")
 # Process identity lives in stoker.procs (the manager needs it without Spark); re-exported.
 __all__ = [
     "LeaseKeeper",
+    "existing_job",
     "owner_is_dead",
     "process_start_marker",
     "start_attempt",
@@ -117,3 +119,22 @@ class LeaseKeeper:
                 self.renew()
             except Exception:  # keep renewing; a broken store shows up as a lapsed lease
                 log.exception("unexpected error renewing the lease")
+
+
+def existing_job(store_url: str | Path, jid: JobId) -> JobRecord | None:
+    """Job ``jid`` if a store already holds it; None for a job not made yet.
+
+    An SQLite store file that does not exist is not created here: bad input must leave nothing.
+    """
+    text = str(store_url)
+    if not text.startswith(("postgresql://", "postgres://")):
+        path = Path(text[len("sqlite:///") :] if text.startswith("sqlite:///") else text)
+        if not path.exists():
+            return None
+    st = open_store(store_url)
+    try:
+        return st.get_job(jid)
+    except JobNotFound:
+        return None
+    finally:
+        st.close()

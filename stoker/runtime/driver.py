@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     logformat.bind(ns.job, ns.attempt, process=True)  # one job per driver process
     redact_logs()
     signal.signal(signal.SIGTERM, _sigterm)
+    overrides: dict[str, str] = {}
     try:
         from stoker.runtime.appfile import check_app_path, run_app
 
@@ -103,15 +104,19 @@ def main(argv: list[str] | None = None) -> int:
         overrides["stoker.state_dir"] = ns.state_dir
         if ns.lease_ttl is not None:
             overrides["stoker.lease_ttl"] = f"{ns.lease_ttl}s"
-        launch.set_launch(overrides, ns.job, restart=False, attempt=ns.attempt)
         args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
         ended: list[Any] = []
-        launch.on_result(ended.append)
+        ctx = launch.LaunchContext(
+            overrides=dict(overrides),
+            job_id=ns.job,
+            attempt=ns.attempt,
+            on_result=(ended.append,),
+        )
         try:
-            results = run_app(check_app_path(ns.entrypoint, "entrypoint"), args)
+            results = run_app(check_app_path(ns.entrypoint, "entrypoint"), ctx, args)
         except BaseException as e:
             if not isinstance(e, KeyboardInterrupt):
-                _note_late_error(ended, ns.job, ns.attempt, e)
+                _note_late_error(ended, ns.job, ns.attempt, e, overrides["stoker.store"])
             raise
     except StokerError as e:
         msg = redact_text(f"stoker driver: {type(e).__name__}: {e}")
@@ -119,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return exit_code(e)
     except KeyboardInterrupt:
         print("stoker driver: stopped by a signal before the job ran", file=sys.stderr)
-        _suspend_unclaimed(launch.overrides().get("stoker.store"), ns.job, ns.attempt)
+        _suspend_unclaimed(overrides.get("stoker.store"), ns.job, ns.attempt)
         return exit_code(JobSuspended())
     for r in results:
         print(f"stoker driver: job {r.job_id} ended {r.state}", file=sys.stderr, flush=True)
@@ -128,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _note_late_error(ended: list[Any], job: str, attempt: int, err: BaseException) -> None:
+def _note_late_error(
+    ended: list[Any], job: str, attempt: int, err: BaseException, store_url: str
+) -> None:
     """The app failed after its job ended FINISHED (its own code after ``stoker.run``): the
     job stays FINISHED (its output is committed), the error goes on the attempt, for
     ``status`` and the attempts list to show."""
@@ -138,7 +145,7 @@ def _note_late_error(ended: list[Any], job: str, attempt: int, err: BaseExceptio
 
     text = redact_text(f"after the job finished, the app failed: {type(err).__name__}: {err}")
     try:
-        st = open_store(launch.overrides()["stoker.store"])
+        st = open_store(store_url)
         try:
             st.note_attempt_error(job_id(job), AttemptNo(attempt), text[:4000])
         finally:

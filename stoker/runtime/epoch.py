@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stoker import logformat
+from stoker import checkpoint_layout, logformat
 from stoker.errors import StaleAttempt
 from stoker.runtime.attempt import LeaseKeeper
 from stoker.runtime.context import EpochContext
@@ -61,10 +61,10 @@ def offsets_of(checkpoint: Path, epoch: int) -> tuple[bool, ControlVersion | Non
     for all of them). None when no source carries one: the epoch pins the job's latest.
     """
     try:
-        lines = (checkpoint / "offsets" / str(epoch)).read_text().splitlines()
+        lines = checkpoint_layout.offset_lines(checkpoint, epoch)
     except OSError:
         return False, None
-    offsets = [parse_offset_line(line) for line in lines[2:]]
+    offsets = [parse_offset_line(line) for line in lines or []]
     finished = bool(offsets) and all(o is not None and o[FINISHED] is True for o in offsets)
     versions = [
         int(o[CV]) for o in offsets if o is not None and CV in o and o[FINISHED] is not True
@@ -205,7 +205,7 @@ class EpochProcessor:
                 replay = PendingEpoch.decided(store, rec, sinks)
                 replay.commit(sinks)
                 replay.mark_committed()
-            if (self.checkpoint / "state").is_dir():
+            if checkpoint_layout.has_state(self.checkpoint):
                 # A stateful query: Spark commits this batch only once every state store of
                 # it has committed, so the epoch's input goes through its stateful operators
                 # again (the same input, the same state) and the output is thrown away.

@@ -18,6 +18,9 @@ Spark's classes. HotSpot can map them from an archive instead (JDK 13+ dynamic C
   ``~/.cache/stoker``) holds it, in ``jvm/``.
 
     python -m stoker.runtime.jvmcache build     # make it now, in the foreground
+
+The driver JVM's own options (stack size, log4j2 configuration) are here too: the archive's
+builder starts with them, as every driver does.
 """
 
 from __future__ import annotations
@@ -38,6 +41,24 @@ ENV_SWITCH = "STOKER_JVM_CDS"
 QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 _USER_OWNS = ("-XX:SharedArchiveFile", "-Xshare", "-XX:ArchiveClassesAtExit")
 _STALE_LOCK_S = 900.0  # a builder that has not finished in 15 minutes died or hung
+
+
+# The driver JVM's log4j2 configuration: WARN, minus the start-up lines a user cannot act on.
+LOG4J_CONF = Path(__file__).resolve().parent / "conf" / "log4j2.properties"
+
+# query.stop() during a Python foreachBatch can overflow the default stack (SPARK_FACTS).
+_JAVA_OPTIONS = ("-Xss16m", f"-Dlog4j.configurationFile={LOG4J_CONF}")
+
+
+def driver_java_options(given: str | None) -> str:
+    """``spark.driver.extraJavaOptions``: the user's, plus stoker's stack size and log4j2
+    configuration where the user did not set their own."""
+    opts = (given or "").split()
+    if not any(o.startswith("-Xss") for o in opts):
+        opts.append(_JAVA_OPTIONS[0])
+    if not any(o.startswith("-Dlog4j.configurationFile=") for o in opts):
+        opts.append(_JAVA_OPTIONS[1])
+    return " ".join(opts)
 
 
 def enabled(java_options: str) -> bool:
@@ -172,8 +193,6 @@ def _dump(tmp: Path) -> None:
     """A JVM that starts Spark as a driver does, runs a small SQL job, and writes the classes
     it loaded to ``tmp`` as it exits."""
     from pyspark.sql import SparkSession
-
-    from stoker.runtime.session import driver_java_options
 
     opts = driver_java_options(None) + f" -XX:ArchiveClassesAtExit={tmp} " + " ".join(QUIET)
     spark = (

@@ -30,8 +30,8 @@ What Spark 4.3 requires, and how stoker meets it:
   batch is refused (a decided epoch that Spark did not log as committed: run the job again
   and stop it gracefully, so that Spark logs it).
 
-Reading the checkpoint (:func:`inspect`) needs no Spark; only the repartition itself starts a
-local SparkSession in this process.
+Reading the checkpoint (:mod:`stoker.checkpoint_layout`) needs no Spark; only the repartition
+itself starts a local SparkSession in this process.
 """
 
 from __future__ import annotations
@@ -41,15 +41,17 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-CHECKPOINT_FORMAT_KEY = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+from stoker.checkpoint_layout import (
+    CHECKPOINT_FORMAT_KEY,
+    ROCKSDB_PROVIDER,
+    SHUFFLE_PARTITIONS,
+    CheckpointState,
+    inspect,
+    read_offset_conf,
+)
 
 # The providers and operators Spark 4.3's repartitioning handles (its StateRewriter and
 # StatePartitionKeyExtractorFactory); anything else fails half-way in Spark.
@@ -87,35 +89,6 @@ class Refusal(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class CheckpointState:
-    """What a query's checkpoint says about its epochs and its state (files only)."""
-
-    path: Path
-    last_batch: int | None  # newest entry of the offset log
-    last_committed: int | None  # newest entry of the commit log
-    conf: dict[str, str] = field(default_factory=dict)  # as the newest committed batch records
-    operators: dict[int, str] = field(default_factory=dict)  # stateful operator id -> name
-
-    @property
-    def partitions(self) -> int | None:
-        value = self.conf.get(SHUFFLE_PARTITIONS)
-        return int(value) if value is not None and value.isdigit() else None
-
-    @property
-    def provider(self) -> str:
-        # A checkpoint written without the setting was written with Spark's default.
-        return self.conf.get(PROVIDER_KEY) or HDFS_PROVIDER
-
-    @property
-    def uncommitted(self) -> list[int]:
-        """Batches planned in the offset log and not in the commit log."""
-        if self.last_batch is None:
-            return []
-        first = 0 if self.last_committed is None else self.last_committed + 1
-        return list(range(first, self.last_batch + 1))
-
-
 def repartitioning(state_dir: Path) -> str | None:
     """Who is repartitioning the state of the job in ``state_dir`` now (``"pid 123 on host,
     to 5 partitions"``), or None: no lock, or the process that left it is gone.
@@ -138,109 +111,6 @@ def repartitioning(state_dir: Path) -> str | None:
     if owner_is_dead(holder):
         return None
     return f"pid {holder.pid} on {holder.host}, to {d.get('partitions')} partitions"
-
-
-def _batch_ids(folder: Path) -> list[int]:
-    try:
-        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
-    except FileNotFoundError:
-        return []
-
-
-def read_offset_conf(checkpoint: Path, batch: int | None = None) -> dict[str, str] | None:
-    """The SQL settings Spark recorded with ``batch`` (default: the newest) in the checkpoint's
-    offset log; None when there is no such entry."""
-    if batch is None:
-        ids = _batch_ids(checkpoint / "offsets")
-        if not ids:
-            return None
-        batch = ids[-1]
-    try:
-        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-    except FileNotFoundError:
-        return None
-    if len(lines) < 2:
-        return None
-    try:
-        meta = json.loads(lines[1])
-    except ValueError:
-        return None
-    if isinstance(meta, dict) and "conf" not in meta and isinstance(meta.get("metadata"), dict):
-        meta = meta["metadata"]  # another layout of the entry: the settings sit one level down
-    conf = meta.get("conf") if isinstance(meta, dict) else None
-    return {str(k): str(v) for k, v in conf.items()} if isinstance(conf, dict) else {}
-
-
-def _operators(checkpoint: Path) -> dict[int, str]:
-    """Stateful operator id -> name, from each operator's metadata under ``state/<id>``."""
-    found: dict[int, str] = {}
-    state = checkpoint / "state"
-    for op in _batch_ids(state):
-        meta = state / str(op) / "_metadata"
-        files = [meta / "metadata"]
-        v2 = _batch_ids(meta / "v2")
-        if v2:
-            files.insert(0, meta / "v2" / str(v2[-1]))
-        for f in files:
-            name = _operator_name(f)
-            if name is not None:
-                found[op] = name
-                break
-        else:
-            found[op] = "unknown"
-    return found
-
-
-def _operator_name(path: Path) -> str | None:
-    try:
-        lines = path.read_text().splitlines()
-    except (FileNotFoundError, IsADirectoryError):
-        return None
-    for line in lines[1:]:
-        try:
-            info = json.loads(line).get("operatorInfo") or {}
-        except (ValueError, AttributeError):
-            continue
-        if info.get("operatorName"):
-            return str(info["operatorName"])
-    return None
-
-
-def inspect(checkpoint: Path) -> CheckpointState:
-    """Read the checkpoint's logs and state metadata (no Spark)."""
-    offsets = _batch_ids(checkpoint / "offsets")
-    commits = _batch_ids(checkpoint / "commits")
-    last_committed = commits[-1] if commits else None
-    conf = read_offset_conf(checkpoint, last_committed) if last_committed is not None else None
-    return CheckpointState(
-        path=checkpoint,
-        last_batch=offsets[-1] if offsets else None,
-        last_committed=last_committed,
-        conf=conf or {},
-        operators=_operators(checkpoint),
-    )
-
-
-def state_partitions(checkpoint: Path) -> dict[int, int]:
-    """Operator id -> how many state partitions hold its newest state version.
-
-    Read from the files: each partition's folder ``state/<op>/<partition>`` holds a file per
-    version it wrote (``<v>.zip``, ``<v>.changelog``, ``<v>.delta``, ``<v>.snapshot``);
-    folders a repartition to fewer partitions left behind hold only older versions.
-    (Spark's ``state-metadata`` reader is no help here: it shows the number an operator's
-    first metadata file recorded, which a repartition does not rewrite.)
-    """
-    out: dict[int, int] = {}
-    state = checkpoint / "state"
-    for op in _batch_ids(state):
-        versions: dict[int, set[int]] = {}
-        for part in _batch_ids(state / str(op)):
-            for f in (state / str(op) / str(part)).iterdir():
-                stem, dot, ext = f.name.partition(".")
-                if dot and stem.isdigit() and ext in ("zip", "changelog", "delta", "snapshot"):
-                    versions.setdefault(int(stem), set()).add(part)
-        out[op] = len(versions[max(versions)]) if versions else 0
-    return out
 
 
 def check(state: CheckpointState, partitions: int, skip: Sequence[int] = ()) -> None:

@@ -13,7 +13,8 @@ e.g. an upgraded version of the code, exactly once across the switch.
 
 :func:`restore` then copies the checkpoint and the source logs into the state folder, and hands
 the old job's outputs over: the new job adopts the savepoint's uid, and the owner markers of
-its files sinks name the new job. :func:`carry_control` gives the new job the savepoint's
+its files sinks name the new job. :func:`stoker.runtime.restore_control.carry_control` gives
+the new job the savepoint's
 control state (config overrides, rate limits, log levels, trigger; not a pause) as control
 events of its own, applied at its first epoch. The first epoch is the savepoint's + 1: Spark's
 batch ids go on from the copied checkpoint.
@@ -39,19 +40,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stoker.control import events
-from stoker.errors import ControlConflict, InvalidInput, JobNotFound
+from stoker import checkpoint_layout
+from stoker.errors import InvalidInput, JobNotFound
 from stoker.redact import redact_url
+from stoker.runtime.attempt import existing_job
 from stoker.runtime.savepoint import (
     FIELD,
-    batch_files,
-    drop_log_file,
     fsync_tree,
     input_shape,
     read_manifest,
     sink_shape,
     source_kind,
-    trim_checkpoint,
 )
 from stoker.sinks import descriptor_of
 from stoker.sinks._files_owner import MARKER, Claim, fsync_dir, read_claim
@@ -242,11 +241,9 @@ def _refuse_live(previous: SinkOwner, manifest: dict[str, Any], store_url: str) 
 def _job_at(url: str, jid: JobId) -> JobRecord | None:
     """Job ``jid`` of the store at ``url``; None if it has no such job, or if the URL is an
     SQLite file that does not exist (not created here) or a URL with a hidden password."""
-    from stoker.runtime.runner import _existing_job
-
     if "***" in url:
         return None
-    return _existing_job(url, jid)
+    return existing_job(url, jid)
 
 
 def _files_folder(sink: TwoPhaseSink) -> Path | None:
@@ -301,9 +298,11 @@ def _install(plan: Restore, root: Path, pipeline: Pipeline) -> None:
     tmp_src = root / f".sources.restore-{tag}"
     try:
         shutil.copytree(plan.folder / "checkpoint", tmp_cp, symlinks=True)
-        trim_checkpoint(tmp_cp, plan.epoch)
+        checkpoint_layout.trim_logs(tmp_cp, plan.epoch)
         _forget_versions(tmp_cp)
-        _new_query_id(tmp_cp)
+        # The new job's query gets an id of its own (Spark refuses two active queries of one
+        # id in a session; listeners and the UI tell the jobs apart).
+        checkpoint_layout.set_query_id(tmp_cp, str(uuid.uuid4()))
         sources = root / "sources"
         if sources.exists():
             shutil.rmtree(sources)  # a restore that crashed before its checkpoint was in place
@@ -352,7 +351,7 @@ def _forget_versions(checkpoint: Path) -> None:
     without a store writes; the new job's first epoch plans its offsets under its own.
     Committed epochs are never run again, so nothing else reads these values.
     """
-    for f in batch_files(checkpoint / "offsets"):
+    for f in checkpoint_layout.batch_files(checkpoint / checkpoint_layout.OFFSETS):
         lines = f.read_text().splitlines()
         changed = False
         for i in range(2, len(lines)):
@@ -362,23 +361,8 @@ def _forget_versions(checkpoint: Path) -> None:
                 lines[i] = json.dumps(off)
                 changed = True
         if changed:
-            drop_log_file(f)
+            checkpoint_layout.drop_log_file(f)
             f.write_text("\n".join(lines))
-
-
-def _new_query_id(checkpoint: Path) -> None:
-    """The new job's query gets an id of its own (Spark refuses two active queries of one id
-    in a session; listeners and the UI tell the jobs apart)."""
-    meta = checkpoint / "metadata"
-    if not meta.exists():
-        return
-    try:
-        data = json.loads(meta.read_text())
-    except ValueError:
-        return  # not what this Spark writes: leave it to Spark
-    data["id"] = str(uuid.uuid4())
-    drop_log_file(meta)
-    meta.write_text(json.dumps(data, separators=(",", ":")))
 
 
 def _move_file_logs(manifest: dict[str, Any], pipeline: Pipeline, sources: Path) -> None:
@@ -457,73 +441,10 @@ def _hand_over_outputs(plan: Restore, pipeline: Pipeline) -> None:
         )
 
 
-# control state --------------------------------------------------------------------------------
-def carry_control(store: Store, jid: JobId, restored: Restored, pipeline: Pipeline) -> list[str]:
-    """Give job ``jid`` the savepoint's control state: its config overrides, rate limits, log
-    levels and trigger interval (a pause is not carried), as control events sent by
-    ``savepoint`` that apply at the job's first epoch. Retry-safe (request ids); what the new
-    pipeline no longer takes (a config key it does not declare, a rate limit no source obeys)
-    is left out with a warning. Returns the control ids."""
-    m = restored.plan.manifest
-    state = dict(m.get("state") or {})
-    spec = pipeline.spec()
-    tag = str(m.get("control_id") or restored.plan.folder.name)
-    wanted: list[tuple[str, dict[str, Any]]] = []
-    overrides = {
-        k: v
-        for k, v in (state.get("overrides") or {}).items()
-        if _takes(spec, {"kind": "config", "set": {k: v}}, f"config.{k}")
-    }
-    if overrides:
-        wanted.append(("config", {"kind": "config", "set": overrides}))
-    limits = {
-        k: v
-        for k, v in (state.get("rate_limit") or {}).items()
-        if v is not None and _takes(spec, {"kind": "rate_limit", k: v}, k)
-    }
-    if limits:
-        wanted.append(("rate_limit", {"kind": "rate_limit", **limits}))
-    levels = state.get("log_level") or {}
-    if levels.get("root"):
-        wanted.append(("log_level", {"kind": "log_level", "level": levels["root"]}))
-    for name, level in sorted((levels.get("loggers") or {}).items()):
-        body = {"kind": "log_level", "level": level, "logger": name}
-        wanted.append((f"log_level:{name}", body))
-    if state.get("trigger_s") is not None:
-        wanted.append(("trigger", {"kind": "trigger", "interval": float(state["trigger_s"])}))
-    ids = []
-    for what, body in wanted:
-        kind, norm = events.validate(body, spec)
-        try:
-            ev, _new = store.add_control(
-                jid,
-                kind,
-                norm,
-                sender="savepoint",
-                origin=str(restored.plan.folder),
-                request_id=f"savepoint:{tag}:{what}",
-            )
-        except ControlConflict as e:  # an earlier run of this restore sent another body
-            log.warning("job %s: savepoint control %s not carried again: %s", jid, what, e)
-            continue
-        ids.append(ev.control_id)
-    return ids
-
-
-def _takes(spec: dict[str, Any], body: dict[str, Any], what: str) -> bool:
-    try:
-        events.validate(body, spec)
-    except InvalidInput as e:
-        log.warning("savepoint's %s is not carried over: %s", what, e)
-        return False
-    return True
-
-
 __all__ = [
     "RESTORED",
     "Restore",
     "Restored",
-    "carry_control",
     "check",
     "restore",
     "rewrite_log_folder",

@@ -21,9 +21,11 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stoker import checkpoint_layout
 from stoker.errors import InvalidInput
 from stoker.redact import redact_url
 from stoker.sinks import descriptor_of
@@ -83,9 +85,12 @@ def take(
     owner: SinkOwner,
     event: ControlEvent,
     epoch: Epoch | None,
+    *,
+    spec: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the savepoint asked for by ``event``; record it APPLIED then COMMITTED with its
-    path and epoch. The query must be stopped between epochs."""
+    path and epoch. The query must be stopped between epochs. ``spec``: the pipeline's
+    (``Pipeline.spec()``), when the caller has it already."""
     t0 = time.monotonic()
     _check_store_at(store, jid, epoch)
     given = event.body.get("dir")
@@ -101,7 +106,7 @@ def take(
         if checkpoint.exists():
             shutil.copytree(checkpoint, tmp / "checkpoint", symlinks=True)
             # An epoch Spark planned but the stop kept from running is no part of the state.
-            trim_checkpoint(tmp / "checkpoint", epoch)
+            checkpoint_layout.trim_logs(tmp / "checkpoint", epoch)
         else:
             (tmp / "checkpoint").mkdir(parents=True)
         sources = root / "sources"
@@ -118,7 +123,7 @@ def take(
             "control_version": int(snap.version),
             "config": snap.config,
             "state": {k: v for k, v in snap.state.items() if k != "pipeline"},
-            "pipeline": pipeline.spec(),
+            "pipeline": dict(spec) if spec is not None else pipeline.spec(),
             "inputs": input_shape(pipeline),
             "sinks": sink_shape(pipeline),
             "store": store_url,  # where to look whether the job has ended (password hidden)
@@ -179,27 +184,6 @@ def fsync_tree(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def batch_files(folder: Path) -> list[Path]:
-    try:
-        return [p for p in folder.iterdir() if p.name.isdigit()]
-    except FileNotFoundError:
-        return []
-
-
-def drop_log_file(path: Path) -> None:
-    """A Spark log file and its Hadoop checksum file (a missing .crc is not checked)."""
-    path.unlink(missing_ok=True)
-    (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
-
-
-def trim_checkpoint(checkpoint: Path, epoch: Epoch | None) -> None:
-    """Drop Spark's offset and commit log files of epochs after ``epoch`` (None: all)."""
-    for sub in ("offsets", "commits"):
-        for f in batch_files(checkpoint / sub):
-            if epoch is None or int(f.name) > epoch:
-                drop_log_file(f)
 
 
 # reading --------------------------------------------------------------------------------------

@@ -11,39 +11,26 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stoker.checkpoint_layout import (
+    PROVIDER_KEY,
+    ROCKSDB_PROVIDER,
+    SHUFFLE_PARTITIONS,
+    checkpoint_partitions,
+)
 from stoker.errors import InvalidInput
 from stoker.runtime import jvmcache
-from stoker.runtime.repartition import PROVIDER_KEY, ROCKSDB_PROVIDER
 from stoker.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# The driver JVM's log4j2 configuration: WARN, minus the start-up lines a user cannot act on.
-LOG4J_CONF = Path(__file__).resolve().parent / "conf" / "log4j2.properties"
-
-# query.stop() during a Python foreachBatch can overflow the default stack (SPARK_FACTS).
-_JAVA_OPTIONS = ("-Xss16m", f"-Dlog4j.configurationFile={LOG4J_CONF}")
-
-
-def driver_java_options(given: str | None) -> str:
-    """``spark.driver.extraJavaOptions``: the user's, plus stoker's stack size and log4j2
-    configuration where the user did not set their own."""
-    opts = (given or "").split()
-    if not any(o.startswith("-Xss") for o in opts):
-        opts.append(_JAVA_OPTIONS[0])
-    if not any(o.startswith("-Dlog4j.configurationFile=") for o in opts):
-        opts.append(_JAVA_OPTIONS[1])
-    return " ".join(opts)
-
-
 # Chosen for a job manager's drivers, each overridable with -D spark.<key>=... (the driver's
-# Java options are merged: see driver_java_options).
+# Java options are merged: see jvmcache.driver_java_options).
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "8",
-    "spark.driver.extraJavaOptions": driver_java_options(None),
+    "spark.driver.extraJavaOptions": jvmcache.driver_java_options(None),
     "spark.sql.streaming.stopTimeout": "30s",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # The Python data source runners connect back to the JVM; on a loaded machine the default
@@ -67,7 +54,6 @@ DEFAULT_CONF = {
 # A job's maximum parallelism is Spark's number of shuffle partitions, which is also the number
 # of partitions of its state: Spark pins it in the checkpoint's offset log at the first epoch
 # and ignores a later value.
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 DEFAULT_MAX_PARALLELISM = int(DEFAULT_CONF[SHUFFLE_PARTITIONS])
 
 
@@ -110,20 +96,6 @@ def job_max_parallelism(
     return max_parallelism(settings)
 
 
-def checkpoint_partitions(checkpoint: Path) -> int | None:
-    """``spark.sql.shuffle.partitions`` as the newest entry of the checkpoint's offset log
-    records it; None when there is no entry (the query has not planned an epoch) or it says
-    nothing. Reads files only: no Spark."""
-    from stoker.runtime.repartition import read_offset_conf
-
-    conf = read_offset_conf(checkpoint)
-    value = None if conf is None else conf.get(SHUFFLE_PARTITIONS)
-    try:
-        return None if value is None else max(1, int(value))
-    except (TypeError, ValueError):
-        return None
-
-
 @contextlib.contextmanager
 def query_partitions(spark: SparkSession, partitions: int | None) -> Iterator[None]:
     """Start a streaming query (``writer.start()`` inside the block) with ``partitions``
@@ -156,7 +128,7 @@ _start_lock = threading.Lock()
 def spark_conf(settings: Settings) -> dict[str, str]:
     """The Spark settings a driver starts with: stoker's defaults, then the user's."""
     conf = {**DEFAULT_CONF, **settings.spark_conf}
-    conf["spark.driver.extraJavaOptions"] = driver_java_options(
+    conf["spark.driver.extraJavaOptions"] = jvmcache.driver_java_options(
         settings.spark_conf.get("spark.driver.extraJavaOptions")
     )
     return conf

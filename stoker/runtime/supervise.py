@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stoker import checkpoint_layout
 from stoker.errors import InvalidPipeline, JobFailed, StaleAttempt
 from stoker.runtime.epoch import EpochProcessor, all_sources_finished
 from stoker.store.records import ControlEvent, ControlSnapshot
@@ -310,8 +311,8 @@ def _applied_now(watch: ControlWatch, handle: QueryHandle, kind: ControlKind) ->
 
 
 def _last_epoch(checkpoint: Path) -> Epoch | None:
-    last = last_commit(checkpoint)
-    return None if last < 0 else Epoch(last)
+    last = checkpoint_layout.last_committed(checkpoint)
+    return None if last is None else Epoch(last)
 
 
 def _stop(handle: QueryHandle, stopped: JobState) -> JobState:
@@ -334,8 +335,10 @@ def _ended(query: StreamingQuery, proc: EpochProcessor, checkpoint: Path) -> Job
     if exc is not None:
         raise JobFailed(brief(exc)) from exc
     # Stopped from outside without an error: the final check decides.
-    last = last_commit(checkpoint)
-    if proc.final_epoch is not None or all_sources_finished(checkpoint, last):
+    last = checkpoint_layout.last_committed(checkpoint)
+    if proc.final_epoch is not None or (
+        last is not None and all_sources_finished(checkpoint, last)
+    ):
         return JobState.FINISHED
     return JobState.CANCELED
 
@@ -356,7 +359,9 @@ def graceful_stop(
     if await_commit_log(query, checkpoint, last, timeout=10.0):
         await_idle(query)
     query.stop()
-    if proc.final_epoch is not None and (checkpoint / "commits" / str(proc.final_epoch)).exists():
+    if proc.final_epoch is not None and checkpoint_layout.is_committed(
+        checkpoint, proc.final_epoch
+    ):
         return JobState.FINISHED
     return stopped
 
@@ -369,12 +374,12 @@ def await_commit_log(
         return False
     deadline = None if timeout is None else time.monotonic() + timeout
     while query.isActive:
-        if (checkpoint / "commits" / str(epoch)).exists():
+        if checkpoint_layout.is_committed(checkpoint, epoch):
             return True
         if deadline is not None and time.monotonic() > deadline:
             return False
         time.sleep(0.005)
-    return (checkpoint / "commits" / str(epoch)).exists()
+    return checkpoint_layout.is_committed(checkpoint, epoch)
 
 
 def await_idle(query: StreamingQuery, timeout: float = 5.0) -> None:
@@ -389,13 +394,6 @@ def await_idle(query: StreamingQuery, timeout: float = 5.0) -> None:
             time.sleep(0.005)
     except Exception:  # the query ended meanwhile: nothing to wait for
         log.debug("reading the query's status failed", exc_info=True)
-
-
-def last_commit(checkpoint: Path) -> int:
-    try:
-        return max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    except (OSError, ValueError):
-        return -1
 
 
 def brief(err: BaseException) -> str:

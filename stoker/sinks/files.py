@@ -63,7 +63,7 @@ def _footer_rows(folder: Path, fmt: str) -> int:
 
 def _resumes(state_dir: Path) -> bool:
     """Whether the job resumes from its own state: its Spark checkpoint exists, so it goes on
-    from its last epoch instead of numbering epochs from 0 again (runtime/runner.py)."""
+    from its last epoch instead of numbering epochs from 0 again (runtime/job/attempt_run.py)."""
     return (state_dir / "checkpoint").is_dir()
 
 

@@ -13,6 +13,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles
 from pyspark.sql.types import StructType
 
+from stoker import checkpoint_layout
 from stoker.sources._control import (
     CV,
     ReaderControl,
@@ -164,11 +165,10 @@ class _FilesReader(DataSourceStreamReader):
         """
         if self.checkpoint is None:
             return
-        commits = self.checkpoint / "commits"
         newest = self._commits
         if newest == -2:
-            newest = max(_batch_ids(commits), default=-1)
-        while (commits / str(newest + 1)).exists():
+            newest = max(checkpoint_layout.commit_ids(self.checkpoint), default=-1)
+        while checkpoint_layout.is_committed(self.checkpoint, newest + 1):
             newest += 1
         if newest == self._commits:
             return
@@ -230,20 +230,12 @@ def backlog(end: dict[str, Any], latest: dict[str, Any]) -> int:
     return max(0, int(latest["seq"]) - int(end["seq"]))
 
 
-def _batch_ids(folder: Path) -> list[int]:
-    try:
-        return [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
-    except FileNotFoundError:
-        return []
-
-
 def committed_seq(checkpoint: Path, sid: str, batch: int) -> int | None:
     """The end offset (seq) of source ``sid`` in epoch ``batch`` of Spark's offset log."""
-    try:
-        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-    except FileNotFoundError:
+    lines = checkpoint_layout.offset_lines(checkpoint, batch)
+    if lines is None:
         return None  # purged by Spark's retention, or not written: nothing to learn
-    for line in lines[2:]:
+    for line in lines:
         off = parse_offset_line(line)
         if off is not None and off.get(SID) == sid and "seq" in off:
             return int(off["seq"])

@@ -52,7 +52,7 @@ if __name__ == "__main__":
     from stoker.runtime import launch
     from stoker.store import open_store
 
-    overrides = launch.overrides()
+    overrides = dict(launch.installed().overrides)
     store = open_store(overrides["stoker.store"])
     state = str(store.get_job({job!r}).state)
     store.close()

@@ -183,14 +183,14 @@ def test_a_signalled_local_run_suspends_and_the_same_command_resumes_it(
 
 # The pieces, in this process (no Spark) -----------------------------------------------------
 def test_stop_signals_raise_before_the_query_and_only_flag_while_it_runs() -> None:
-    from stoker.runtime.runner import _StopSignals
+    from stoker.runtime.job.signals import StopSignals
 
     before = signal.getsignal(signal.SIGTERM)
-    with _StopSignals() as s, pytest.raises(KeyboardInterrupt):
+    with StopSignals() as s, pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGTERM)  # Spark starting: no query to stop gently
         time.sleep(5)  # the handler runs right after os.kill returns; never reached
     assert s.received == signal.SIGTERM
-    with _StopSignals() as s:
+    with StopSignals() as s:
         s.deferred = True  # the query runs: the supervise loop stops it between epochs
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGTERM)  # a second signal changes nothing
@@ -199,7 +199,7 @@ def test_stop_signals_raise_before_the_query_and_only_flag_while_it_runs() -> No
 
 
 def test_a_cancel_asked_for_meanwhile_wins_over_a_suspension(tmp_path: Path) -> None:
-    from stoker.runtime.runner import _end
+    from stoker.runtime.job.ending import end_attempt
 
     st = open_store(tmp_path / "store.db")
     try:
@@ -207,7 +207,7 @@ def test_a_cancel_asked_for_meanwhile_wins_over_a_suspension(tmp_path: Path) -> 
         st.create_job(jid, "both", {"kind": "pipeline"}, {})
         st.start_attempt(jid, Owner("h", 1, "x"), 30.0, AttemptNo(0))
         st.request_cancel(jid)  # CANCELING: cannot become SUSPENDED
-        assert _end(st, jid, 1, AttemptState.SUSPENDED, JobState.SUSPENDED, None) == (
+        assert end_attempt(st, jid, 1, AttemptState.SUSPENDED, JobState.SUSPENDED, None) == (
             JobState.CANCELED
         )
         att = st.get_attempt(jid, AttemptNo(1))

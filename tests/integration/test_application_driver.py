@@ -447,9 +447,10 @@ def in_app(tmp_path: Path) -> Iterator[tuple[Store, Any]]:
             AttemptNo(0),
             state=AttemptState.STARTING,
         )
-    previous = launch.current()
-    launch.set_launch(
-        {"stoker.store": url, "spark.master": "spark://127.0.0.1:7077"}, None, restart=False
+    previous = launch.install(
+        launch.LaunchContext(
+            overrides={"stoker.store": url, "spark.master": "spark://127.0.0.1:7077"}
+        )
     )
     app = application.Application(job_id("mine"), AttemptNo(1), tmp_path / "mine", st)
     application.enter(app)
@@ -457,7 +458,7 @@ def in_app(tmp_path: Path) -> Iterator[tuple[Store, Any]]:
         yield st, app
     finally:
         application.leave()
-        launch.set_launch(previous.overrides, previous.job_id, previous.restart, previous.attempt)
+        launch.install(previous)
         st.close()
 
 

@@ -24,7 +24,7 @@ import pytest
 import stoker
 from stoker import InvalidInput, JobState, Pipeline, sinks, sources
 from stoker.control import events
-from stoker.runtime import restore, savepoint
+from stoker.runtime import restore, restore_control, savepoint
 from stoker.sinks._files_owner import read_claim
 from stoker.sinks.base import SinkOwner
 from stoker.store import Store, open_store
@@ -534,8 +534,8 @@ def test_restore_copies_cuts_and_fixes_up_the_state_and_hands_outputs_over(
         # The control state comes as the new job's own events; what it no longer takes, not.
         st.create_job(JobId("new"), "new", p.spec(), {"label": "declared"}, uid="u1")
         st.set_job_state(JobId("new"), JobState.RUNNING)
-        ids = restore.carry_control(st, JobId("new"), done, p)
-        assert restore.carry_control(st, JobId("new"), done, p) == ids  # retry-safe
+        ids = restore_control.carry_control(st, JobId("new"), done, p)
+        assert restore_control.carry_control(st, JobId("new"), done, p) == ids  # retry-safe
         sent = {e.control_id: e for e in st.list_controls(JobId("new"))}
         assert sorted(sent) == sorted(ids)
         assert {(str(e.kind), json.dumps(e.body, sort_keys=True)) for e in sent.values()} == {

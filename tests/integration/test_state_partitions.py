@@ -20,15 +20,9 @@ from typing import Any
 
 import pytest
 
+from stoker.checkpoint_layout import HDFS_PROVIDER, ROCKSDB_PROVIDER, inspect, state_partitions
 from stoker.errors import InvalidInput, JobNotFound
-from stoker.runtime.repartition import (
-    HDFS_PROVIDER,
-    ROCKSDB_PROVIDER,
-    Refusal,
-    check,
-    inspect,
-    state_partitions,
-)
+from stoker.runtime.repartition import Refusal, check
 from stoker.store import open_store
 from tests import support
 from tests.support import REPO, kill_group, start_driver, stoker_cmd, wait_group_gone

@@ -46,10 +46,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "restart": frozenset(),
     # The scaling spec: parsed alike by the CLI, the server, the manager, the scaler, drivers.
     "scalespec": frozenset(),
+    # Spark's checkpoint folder, read and trimmed without Spark: runtime, manager and sources.
+    "checkpoint_layout": frozenset(),
     "store": frozenset({"control"}),
     "procs": frozenset({"store"}),
     "client": frozenset(),
-    "manager": frozenset({"store", "procs", "paths", "control"}),
+    "manager": frozenset({"store", "procs", "paths", "control", "checkpoint_layout"}),
     # The scaler acts through the job manager's clusters and the store.
     "scaling": frozenset({"manager", "store", "procs", "paths", "control"}),
     "server": frozenset({"manager", "store", "procs", "paths", "control"}),
@@ -61,10 +63,20 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Sources and sinks sit between the runtime and the store (a source may check its fence);
     # their Spark tasks have fault points too.
     "sinks": frozenset({"store", "procs", "testing"}),
-    "sources": frozenset({"store", "procs", "testing"}),
+    "sources": frozenset({"store", "procs", "testing", "checkpoint_layout"}),
     "pipeline": frozenset({"sinks", "sources", "control"}),
     "runtime": frozenset(
-        {"store", "sinks", "sources", "pipeline", "procs", "paths", "testing", "control"}
+        {
+            "store",
+            "sinks",
+            "sources",
+            "pipeline",
+            "procs",
+            "paths",
+            "testing",
+            "control",
+            "checkpoint_layout",
+        }
     ),
 }
 
@@ -83,6 +95,7 @@ SPARK_FREE = [
     "scaling",
     "scalespec",
     "service",
+    "checkpoint_layout",
 ]
 
 

@@ -1,0 +1,153 @@
+"""The end of an attempt: the attempt's end and the job's state in one store transaction, a
+failure raised, nothing prepared left behind."""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+
+from stoker.errors import InvalidTransition, JobFailed, StaleAttempt, StokerError
+from stoker.runtime.epoch import EpochProcessor
+from stoker.runtime.job.plan import JobScope
+from stoker.runtime.recovery import recover
+from stoker.runtime.supervise import brief
+from stoker.sinks.base import TwoPhaseSink
+from stoker.store import Store
+from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobState
+
+log = logging.getLogger("stoker.runner")
+
+
+class EndKind(enum.Enum):
+    """What the attempt does with how its query ended."""
+
+    END = "end"  # record the end: the attempt's state and the job's, in one transaction
+    FAIL = "fail"  # record the attempt FAILED (or let the job's restart strategy decide), raise
+    FENCED = "fenced"  # a newer attempt owns the job: record nothing, raise as it came
+
+
+@dataclass(frozen=True)
+class End:
+    """How an attempt ends, decided from how its query ended (:func:`classify_end`)."""
+
+    kind: EndKind
+    job: JobState  # the job's state to record (END); FAILED otherwise
+    attempt: AttemptState
+    # A failure seen after a stop signal: the shutdown's doing, the job is suspended.
+    after_signal: bool = False
+
+
+def classify_end(state: JobState | None, error: BaseException | None, signalled: bool) -> End:
+    """The attempt's end, from what its phases left: ``state``, the job state the run phase
+    returned (None if it did not return); ``error``, what a phase raised (None if none);
+    ``signalled``, whether a stop signal (or the application's stop) came.
+
+    - Returned: that state. A query stopped from outside (not by its final epoch) ends the
+      attempt CANCELED, like a cancel; FINISHED and SUSPENDED end it so.
+    - KeyboardInterrupt (a signal before the query ran: Spark starting, recovery): nothing was
+      decided by this attempt that recovery would not finish; SUSPENDED, to be resumed.
+    - StaleAttempt: fenced, a newer attempt owns the job; its state is not ours to touch.
+    - Any other error after a stop signal: the shutdown's doing (on a host shutdown every
+      process gets SIGTERM, Spark's Python workers too, failing the tasks in flight). Nothing
+      undecided is kept; SUSPENDED like any stopped job.
+    - Any other error (or a BaseException): FAILED.
+    """
+    if error is None:
+        job = JobState.FAILED if state is None else state
+        return End(EndKind.END, job, _ATTEMPT_END.get(job, AttemptState.CANCELED))
+    if isinstance(error, KeyboardInterrupt):
+        return End(EndKind.END, JobState.SUSPENDED, AttemptState.SUSPENDED)
+    if isinstance(error, StaleAttempt):
+        return End(EndKind.FENCED, JobState.FAILED, AttemptState.FAILED)
+    if isinstance(error, Exception) and signalled:
+        return End(EndKind.END, JobState.SUSPENDED, AttemptState.SUSPENDED, after_signal=True)
+    return End(EndKind.FAIL, JobState.FAILED, AttemptState.FAILED)
+
+
+_ATTEMPT_END = {
+    JobState.FINISHED: AttemptState.FINISHED,
+    JobState.SUSPENDED: AttemptState.SUSPENDED,
+}
+
+
+def fail(
+    store: Store,
+    jid: JobId,
+    attempt: int,
+    proc: EpochProcessor,
+    e: BaseException,
+    scope: JobScope | None = None,
+    *,
+    managed: bool = False,
+) -> None:
+    """End the attempt FAILED with the error that ended it, and raise that error."""
+    err = proc.error if isinstance(proc.error, StokerError) else e
+    if scope is not None and scope.on_failure is not None:
+        # The job's own restart strategy decides, in the transaction that ends the attempt.
+        scope.on_failure(store, jid, AttemptNo(attempt), brief(err))
+    else:
+        end_attempt(
+            store, jid, attempt, AttemptState.FAILED, JobState.FAILED, brief(err), managed=managed
+        )
+    if isinstance(err, StokerError):
+        if err is e:
+            raise e
+        raise err from e
+    raise JobFailed(f"job {jid!r} failed: {brief(err)}") from e
+
+
+def end_attempt(
+    store: Store,
+    jid: JobId,
+    attempt: int,
+    astate: AttemptState,
+    jstate: JobState,
+    err: str | None,
+    *,
+    managed: bool = False,
+) -> JobState:
+    """End the attempt and move the job, in one store transaction; the job's state after.
+    ``managed``: a job manager made the attempt (driver mode)."""
+    # Under a job manager, its restart strategy decides what a failure means: the job is left
+    # to it. Either way the attempt's end and the job's state are one store transaction.
+    managed_failure = jstate == JobState.FAILED and managed
+    try:
+        store.finish_attempt(
+            jid, AttemptNo(attempt), astate, None if managed_failure else jstate, err
+        )
+    except InvalidTransition:
+        if jstate != JobState.SUSPENDED:
+            raise
+        # A cancel was asked for while the signal stopped the job (CANCELING cannot be
+        # suspended): the explicit cancel wins.
+        store.finish_attempt(jid, AttemptNo(attempt), AttemptState.CANCELED, JobState.CANCELED)
+        return JobState.CANCELED
+    return jstate
+
+
+def resolve_at_end(store: Store, jid: JobId, attempt: int, sinks: list[TwoPhaseSink]) -> None:
+    """Leave nothing prepared behind an attempt that has ended: commit what the store decided,
+    abort the rest (``recover``); for an ended job, record that its sinks are resolved.
+
+    Best effort: a failure here is logged, and the job manager's janitor (or the next
+    attempt's recovery) does it again. Nothing is done while the attempt is live, nor once a
+    newer attempt owns the job: its parts in flight are not ours to abort.
+    """
+    try:
+        job = store.get_job(jid)
+        if job.current_attempt != attempt:
+            return
+        rec = store.get_attempt(jid, AttemptNo(attempt))
+        if rec is None or rec.state in (AttemptState.STARTING, AttemptState.RUNNING):
+            return
+        recover(store, jid, sinks)
+        if job.state.terminal:
+            store.set_resolved(jid)
+    except Exception:
+        log.exception("job %s: resolving the sinks at the end of attempt %d failed", jid, attempt)
+
+
+def final_committed(store: Store, jid: JobId) -> bool:
+    last = store.list_epochs(jid, limit=1)
+    return bool(last) and last[0].final and last[0].state == EpochState.COMMITTED

@@ -1,0 +1,127 @@
+"""What an attempt opens around the query: Spark, the sources' stream, the watch of the
+driver's executors, the savepoint writer."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stoker.errors import InvalidPipeline, JobNotFound, JobTerminal
+from stoker.runtime import savepoint
+from stoker.runtime.job.plan import JobScope, spark_master
+from stoker.runtime.resources import ResourceWatch
+from stoker.runtime.session import get_session
+from stoker.runtime.supervise import Savepointer, check_output_mode
+from stoker.settings import Settings
+from stoker.sinks.base import SinkOwner
+from stoker.sources.base import SourceContext
+from stoker.store import Store
+from stoker.store.records import ControlEvent
+from stoker.types import Epoch, JobId
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from stoker.pipeline import Pipeline
+
+log = logging.getLogger("stoker.runner")
+
+
+def start_spark(settings: Settings, jid: JobId, app_name: str) -> SparkSession:
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is None:
+        log.info("job %s: starting Spark (%s)", jid, spark_master(settings))
+    t0 = time.monotonic()
+    session = get_session(settings, f"stoker:{app_name}")
+    if time.monotonic() - t0 > 1.0:
+        log.info("job %s: Spark started in %.1f s", jid, time.monotonic() - t0)
+    return session
+
+
+def refuse_if_ended(store: Store, jid: JobId) -> None:
+    try:
+        job = store.get_job(jid)
+    except JobNotFound:
+        return
+    if job.state.terminal:
+        raise JobTerminal(jid, str(job.state))
+
+
+def nothing() -> None:
+    return None
+
+
+def no_resources() -> dict[str, Any] | None:
+    return None
+
+
+def watch_resources(
+    store: Store, jid: JobId, stream: DataFrame, scope: JobScope | None
+) -> tuple[ResourceWatch | None, Callable[[], None]]:
+    """The watch of this driver's executors the job reports through, and how to let it go: a
+    lone job starts its own (the job owns the executors); a job of an application joins the
+    application's. A failure here is logged: the job runs without it."""
+    try:
+        spark = stream.sparkSession
+        if scope is not None and scope.resources is not None:
+            shared = scope.resources(spark)
+            if shared is None:
+                return None, nothing
+            shared.add_job(jid)
+            return shared, functools.partial(shared.remove_job, jid)
+        own = ResourceWatch(store, jid, spark)
+        own.start()
+        return own, own.stop
+    except Exception as e:
+        log.warning("job %s: its executors are not watched (scaling cannot act): %s", jid, e)
+        return None, nothing
+
+
+def paced(settings: Settings, pipeline: Pipeline) -> bool:
+    """Whether the readers pace the epochs (the query at trigger 0): every source is stoker's
+    and ``stoker.paced_trigger`` is left on."""
+    return settings.paced_trigger and stoker_sources_only(pipeline)
+
+
+def stoker_sources_only(pipeline: Pipeline) -> bool:
+    """Whether every source is one of stoker's own (they pause and rate-limit themselves)."""
+    from stoker.sources.spark import SparkSource
+
+    return not any(isinstance(i.source, SparkSource) for i in pipeline.inputs)
+
+
+def savepointer(
+    store: Store,
+    jid: JobId,
+    root: Path,
+    pipeline: Pipeline,
+    owner: SinkOwner,
+    spec: Mapping[str, Any],
+) -> Savepointer:
+    def take(event: ControlEvent, epoch: Epoch | None) -> dict[str, object]:
+        return savepoint.take(store, jid, root, pipeline, owner, event, epoch, spec=spec)
+
+    return take
+
+
+def open_sources(
+    spark: SparkSession, pipeline: Pipeline, root: Path, context: SourceContext
+) -> DataFrame:
+    """The union of the pipeline's sources (each shaped by its map) as one streaming frame."""
+    frames: list[DataFrame] = []
+    for i, inp in enumerate(pipeline.inputs):
+        df = inp.source.open(spark, f"s{i}", root, context)
+        if inp.map is not None:
+            df = inp.map(df)
+        frames.append(df)
+    try:
+        stream = functools.reduce(lambda a, b: a.unionByName(b), frames)
+    except Exception as e:  # AnalysisException: sources of different schemas
+        raise InvalidPipeline("sources", f"sources must share one schema to be unioned: {e}") from e
+    check_output_mode(stream, pipeline.output_mode)
+    return stream

@@ -1,0 +1,220 @@
+"""A job checked before anything is written or started: its options, its scope (a lone job or
+one of an application), its settings and its plan."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stoker.errors import InvalidInput, JobTerminal
+from stoker.runtime import restore
+from stoker.runtime.attempt import existing_job
+from stoker.runtime.launch import LaunchContext
+from stoker.runtime.resources import ResourceWatch
+from stoker.settings import Settings, parse_duration
+from stoker.sinks.base import SinkOwner
+from stoker.store import Store
+from stoker.types import AttemptNo, JobId, JobState
+from stoker.types import job_id as _job_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from stoker.pipeline import Pipeline
+
+
+def resolve_settings(
+    ctx: LaunchContext,
+    *,
+    trigger: str | float | None = None,
+    state_dir: str | Path | None = None,
+    store: str | None = None,
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    lease_ttl: float | None = None,
+) -> Settings:
+    """Settings from ``run()``'s arguments, then the launcher's ``-D`` pairs on top."""
+    s = Settings()
+    if trigger is not None:
+        s = replace(s, trigger=parse_duration(trigger))
+    if state_dir is not None:
+        s = replace(s, state_dir=Path(state_dir))
+    if store is not None:
+        s = replace(s, store=store)
+    if master is not None:
+        s = replace(s, master=master)
+    if lease_ttl is not None:
+        s = replace(s, lease_ttl=float(lease_ttl))
+    if conf:
+        s = s.with_overrides(dict(conf))
+    return s.with_overrides(dict(ctx.overrides))
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``stoker.run`` (and ``stoker.submit``) were given for one job."""
+
+    job_id: str | None = None
+    trigger: str | float | None = None
+    state_dir: str | Path | None = None
+    store: str | None = None
+    master: str | None = None
+    conf: Mapping[str, str] | None = None
+    restart: bool = False
+    lease_ttl: float | None = None
+    spark: SparkSession | None = None
+    from_savepoint: str | Path | None = None
+    config: Mapping[str, Any] | None = None  # pipeline config given (submit's ``config=``)
+
+
+def _never() -> bool:
+    return False
+
+
+def _not_fenced() -> str | None:
+    return None
+
+
+# Ends a failed attempt of a job the caller restarts itself (a job of an application): the
+# restart strategy's decision, recorded with the attempt's end; the job's state after it.
+FailureHook = Callable[[Store, JobId, AttemptNo, str], JobState]
+
+
+@dataclass(frozen=True)
+class JobScope:
+    """How a job runs when its process runs other jobs too (``stoker.runtime.application``):
+    a job of an application, or one started with ``stoker.submit``.
+
+    Such a job runs off the main thread, where no signal handler can be installed: the
+    process's handler sets a flag all of its jobs read (``stopped``). A job of an application
+    makes its attempts under the application's attempt (``app_attempt``, their fence) and
+    stops when that attempt is fenced (``fenced``); its failures go to its own restart
+    strategy (``on_failure``), its epochs to the FAIR pool ``pool``.
+    """
+
+    app_id: JobId | None = None
+    app_attempt: AttemptNo | None = None
+    state_root: Path | None = None  # the default state folder is <state_root>/jobs/<job id>
+    stopped: Callable[[], bool] = _never
+    fenced: Callable[[], str | None] = _not_fenced
+    on_failure: FailureHook | None = None
+    pool: str | None = None
+    spec: dict[str, Any] = field(default_factory=dict)  # added to the job's spec
+    # The application's watch of its driver's executors (started by the first job to ask);
+    # None: the job is its own owner of executors and runs a watch of its own.
+    resources: Callable[[SparkSession], ResourceWatch | None] | None = None
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A job checked and ready to run: everything decided before Spark starts."""
+
+    pipeline: Pipeline
+    jid: JobId
+    settings: Settings
+    root: Path
+    store_url: str | Path
+    restart: bool
+    given: dict[str, Any]
+    owner: SinkOwner
+    # A start from a savepoint, checked here; the attempt applies it before the job is recorded.
+    restoring: restore.Restore | None
+    spark: SparkSession | None
+    scope: JobScope | None
+    launch: LaunchContext  # what the launcher decided
+    spec: dict[str, Any]  # the pipeline's description (Pipeline.spec()), computed once
+
+    @property
+    def managed(self) -> bool:
+        """Driver mode: a job manager made the attempt this process runs (its restart
+        strategy decides what a failure means)."""
+        return self.launch.attempt is not None
+
+
+def spark_master(settings: Settings) -> str:
+    """The master Spark starts with: a ``-D spark.master`` wins over ``master``."""
+    return settings.spark_conf.get("spark.master", settings.master)
+
+
+def on_cluster(settings: Settings) -> bool:
+    """Whether the job's tasks run outside this process's machine view (not ``local``)."""
+    return not spark_master(settings).strip().startswith("local")
+
+
+def check_state_dir(settings: Settings) -> None:
+    """On a cluster every worker reads and writes the job's folder (checkpoint, sink state):
+    a relative path means another folder on every host, so it is refused."""
+    given = settings.state_dir
+    if given is not None and not given.is_absolute() and on_cluster(settings):
+        raise InvalidInput(
+            "state_dir",
+            f"{str(given)!r} is relative, but the job runs on a cluster "
+            f"({spark_master(settings)}): give an absolute path on storage that the driver "
+            "and every worker reach",
+        )
+
+
+def plan_job(
+    pipeline: Pipeline, opts: RunOptions, scope: JobScope | None, ctx: LaunchContext
+) -> JobPlan:
+    """Check a job before anything is written or started: bad input raises here."""
+    settings = resolve_settings(
+        ctx,
+        trigger=opts.trigger,
+        state_dir=opts.state_dir,
+        store=opts.store,
+        master=opts.master,
+        conf=opts.conf,
+        lease_ttl=opts.lease_ttl,
+    )
+    in_app = scope is not None and scope.app_id is not None
+    jid = _job_id((None if in_app else ctx.job_id) or opts.job_id or pipeline.name)
+    restart = opts.restart or (not in_app and ctx.restart)
+    given = dict(opts.config) if opts.config is not None else dict(ctx.config)
+    check_state_dir(settings)
+
+    default_root = Path(".stoker") / jid
+    if scope is not None and scope.state_root is not None:
+        default_root = scope.state_root / "jobs" / jid
+    root = (settings.state_dir or default_root).resolve()
+    store_url = settings.store or root / "store.db"
+    # Bad input fails here, before anything is written.
+    pipeline.validate()
+    pipeline.check_config(given)  # --config: declared keys, their defaults' types
+    for inp in pipeline.inputs:
+        inp.source.validate()
+    existing = existing_job(store_url, jid)
+    ended = existing is not None and existing.state.terminal
+    if ended and existing is not None and ctx.attempt is None and not restart:
+        raise JobTerminal(jid, str(existing.state))  # before Spark starts: fast
+    from_savepoint = opts.from_savepoint
+    if from_savepoint is None and not in_app:  # the launcher's folder is for its one job
+        from_savepoint = ctx.savepoint()
+    restoring = None
+    if from_savepoint is not None:
+        # Not a savepoint, another shape, its job still live: refused before Spark starts.
+        restoring = restore.check(from_savepoint, root, jid, pipeline, store_url, existing)
+        owner = restoring.owner
+    else:
+        owner = SinkOwner(jid, (existing.uid if existing else None) or uuid.uuid4().hex)
+    for sink in pipeline.sinks:
+        # Restoring: an output still names the savepoint's job until the restore hands it over.
+        sink.validate(restoring.owner_for(sink) if restoring is not None else owner)
+    return JobPlan(
+        pipeline=pipeline,
+        jid=jid,
+        settings=settings,
+        root=root,
+        store_url=store_url,
+        restart=restart,
+        given=given,
+        owner=owner,
+        restoring=restoring,
+        spark=opts.spark,
+        scope=scope,
+        launch=ctx,
+        spec=pipeline.spec(),
+    )
