@@ -19,7 +19,7 @@ from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
 from stoker.manager import clusters, control, rescales
 from stoker.manager.cluster_records import app_cluster_name
 from stoker.store import AttemptRecord, JobRecord, Store
-from stoker.store.records import ClusterRecord
+from stoker.store.fleet_records import ClusterRecord
 from stoker.types import AttemptState, JobKind, JobState, job_id
 
 _LIVE_ATTEMPT = (AttemptState.STARTING, AttemptState.RUNNING)

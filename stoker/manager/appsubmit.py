@@ -24,7 +24,7 @@ from stoker.manager.submit import (
 )
 from stoker.scalespec import ScalingSpec
 from stoker.store import Store
-from stoker.store.records import ClusterRecord
+from stoker.store.fleet_records import ClusterRecord
 from stoker.types import ClusterKind, ClusterState, JobId, JobKind, SpecKind, job_id
 
 # Spark refuses a driver heap under 450 MiB ("System memory ... must be at least ...").

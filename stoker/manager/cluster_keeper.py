@@ -23,7 +23,7 @@ from stoker.manager import clusters
 from stoker.manager.cluster_records import app_cluster_name, cluster_spec_dict
 from stoker.manager.cluster_start import start_recorded
 from stoker.store import JobRecord, Store
-from stoker.store.records import ClusterRecord
+from stoker.store.fleet_records import ClusterRecord
 from stoker.types import ClusterKind, ClusterState, JobId
 
 log = logging.getLogger("stoker.supervisor")

@@ -9,7 +9,7 @@ from typing import Any
 
 from stoker.errors import InvalidInput
 from stoker.manager import clusters
-from stoker.store.records import ClusterRecord
+from stoker.store.fleet_records import ClusterRecord
 
 # A session cluster's name (what a cluster spec takes as a bare name): it becomes a folder
 # name and a URL path segment.

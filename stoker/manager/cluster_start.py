@@ -10,7 +10,7 @@ from pathlib import Path
 from stoker.errors import ClusterError
 from stoker.manager import clusters
 from stoker.store import Store
-from stoker.store.records import ClusterProcess, ClusterRecord
+from stoker.store.fleet_records import ClusterProcess, ClusterRecord
 from stoker.types import ClusterState
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from stoker.errors import JobNotFound
 from stoker.manager import control, rescales
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
-from stoker.store.records import RescaleRecord
+from stoker.store.fleet_records import RescaleRecord
 from stoker.types import JobId, JobKind, JobState, job_id
 
 

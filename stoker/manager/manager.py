@@ -18,7 +18,7 @@ from stoker.manager.rescales import RescaleTally
 from stoker.manager.sessions import SessionClusters
 from stoker.manager.submissions import JobSubmissions, SubmitResult
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
-from stoker.store.records import ClusterRecord, RescaleRecord
+from stoker.store.fleet_records import ClusterRecord, RescaleRecord
 from stoker.types import ControlKind, ControlStatus, JobId, JobState, job_id
 
 

@@ -19,7 +19,7 @@ from stoker.errors import InvalidInput, JobTerminal
 from stoker.scalespec import ScalingSpec, parse_scaling, with_bounds
 from stoker.settings import Settings
 from stoker.store import ControlEvent, JobRecord, Store
-from stoker.store.records import RescaleRecord
+from stoker.store.fleet_records import RescaleRecord
 from stoker.types import ControlKind, ControlStatus, JobId, JobKind
 
 __all__ = [

@@ -13,7 +13,7 @@ from stoker.manager import clusters
 from stoker.manager.cluster_records import check_cluster_name, cluster_spec_dict, cluster_view
 from stoker.manager.cluster_start import start_recorded
 from stoker.store import Store
-from stoker.store.records import ClusterProcess, ClusterRecord
+from stoker.store.fleet_records import ClusterProcess, ClusterRecord
 from stoker.types import ClusterKind, ClusterState, JobId, JobKind
 
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from stoker.errors import ClusterError
 from stoker.manager import clusters
 from stoker.store import JobRecord, Store
-from stoker.store.records import ClusterProcess, ClusterRecord
+from stoker.store.fleet_records import ClusterProcess, ClusterRecord
 from stoker.types import ClusterState
 
 log = logging.getLogger("stoker.scaling")

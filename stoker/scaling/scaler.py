@@ -38,7 +38,7 @@ from stoker.scaling.policy import (
 from stoker.scaling.policy_input import read_signals
 from stoker.scaling.provider import ResourceProvider, SparkExecutorsOnly, StandaloneProvider
 from stoker.store import JobRecord, Store
-from stoker.store.records import RescaleRecord
+from stoker.store.fleet_records import RescaleRecord
 from stoker.types import JobId, JobKind, JobState
 
 log = logging.getLogger("stoker.scaling")

@@ -8,19 +8,21 @@ from stoker.clock import Clock
 from stoker.errors import InvalidInput
 from stoker.store._retention import PruneResult, RetentionPolicy
 from stoker.store.base import Store
-from stoker.store.records import (
-    AttemptRecord,
+from stoker.store.fleet_records import (
     ClusterProcess,
     ClusterRecord,
+    LeaderLease,
+    ManagerRecord,
+    RescaleRecord,
+)
+from stoker.store.records import (
+    AttemptRecord,
     ControlEvent,
     ControlSnapshot,
     EpochRecord,
     JobRecord,
-    LeaderLease,
-    ManagerRecord,
     NewJob,
     Owner,
-    RescaleRecord,
     SinkTxn,
 )
 

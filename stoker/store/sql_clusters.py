@@ -11,7 +11,8 @@ from typing import Any
 
 from stoker.errors import ApplicationNotFound, ClusterNotFound, InvalidInput, InvalidTransition
 from stoker.store._sqlbase import SqlBase
-from stoker.store.records import ClusterProcess, ClusterRecord, JobRecord
+from stoker.store.fleet_records import ClusterProcess, ClusterRecord
+from stoker.store.records import JobRecord
 from stoker.types import CLUSTERS, ClusterKind, ClusterState, JobId, JobKind
 
 

@@ -7,7 +7,7 @@ import math
 
 from stoker.errors import InvalidInput
 from stoker.store._sqlbase import SqlBase
-from stoker.store.records import LeaderLease, ManagerRecord
+from stoker.store.fleet_records import LeaderLease, ManagerRecord
 
 # A manager not seen for this long (it was killed, or its host went away) loses its row on the
 # next heartbeat of any manager: far beyond any freshness window a reader asks for.

@@ -13,15 +13,14 @@ from typing import Any
 
 from stoker.errors import InvalidInput, InvalidTransition, JobNotFound, RescaleNotFound
 from stoker.store._sqlbase import SqlBase
-from stoker.store.records import (
+from stoker.store.fleet_records import (
     RESCALE_KINDS,
     RESCALE_STATUSES,
     RESCALE_TRANSITIONS,
     RESCALES,
-    EpochRecord,
-    JobRecord,
     RescaleRecord,
 )
+from stoker.store.records import EpochRecord, JobRecord
 from stoker.types import Epoch, JobId
 
 

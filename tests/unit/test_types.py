@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from stoker.errors import InvalidInput, InvalidTransition
-from stoker.store.records import RESCALES
+from stoker.store.fleet_records import RESCALES
 from stoker.types import (
     ATTEMPTS,
     CLUSTERS,

@@ -6,15 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from stoker.store.records import (
+from stoker.store.fleet_records import (
     ClusterProcess,
     ClusterRecord,
-    EpochRecord,
-    JobRecord,
     LeaderLease,
     ManagerRecord,
     RescaleRecord,
 )
+from stoker.store.records import EpochRecord, JobRecord
 from stoker.types import (
     ClusterState,
     Epoch,

@@ -14,7 +14,7 @@ from stoker.errors import ClusterError, StokerError
 from stoker.manager import cluster_start, clusters
 from stoker.manager.cluster_start import start_recorded
 from stoker.store import Store, open_store
-from stoker.store.records import ClusterProcess
+from stoker.store.fleet_records import ClusterProcess
 from stoker.types import ClusterState
 
 SPEC = clusters.ClusterSpec("standalone", workers=1, cores=1, memory="512m")

@@ -1,0 +1,244 @@
+"""Frozen records of what the job manager runs the jobs on and with: the clusters stoker
+started and their processes, the managers and their leader lease, and the rescale history
+(the store's fleet side; ``records.py`` holds jobs, attempts, epochs, sink transactions and
+control)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from stoker.store.records import Owner
+from stoker.types import ClusterKind, ClusterState, JobId, StateMachine
+
+
+@dataclass(frozen=True)
+class ClusterProcess:
+    """One JVM (master or worker) of a cluster stoker started: its identity (host, pid and the
+    kernel's start time of that pid, which tells it from a later process reusing the pid),
+    where it listens and what it offers. Stored as a JSON object (:meth:`to_json`)."""
+
+    role: str  # "master" | "worker"
+    id: str  # "master", "worker-1", ...
+    host: str
+    address: str  # its loopback address: 127.0.0.1 for the master, .2, .3 ... for workers
+    pid: int
+    pid_started: str  # "unknown" until it runs
+    port: int  # RPC; a worker's is Spark's pick, 0 until the master lists it
+    web_port: int
+    log: str
+    cores: int  # 0 for the master
+    memory: str  # "" for the master
+
+    @property
+    def owner(self) -> Owner:
+        """Its identity, as an attempt's owner is written."""
+        return Owner(self.host, self.pid, self.pid_started)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object the store keeps and the API shows."""
+        return {
+            "role": self.role,
+            "id": self.id,
+            "host": self.host,
+            "address": self.address,
+            "pid": self.pid,
+            "pid_started": self.pid_started,
+            "port": self.port,
+            "web_port": self.web_port,
+            "log": self.log,
+            "cores": self.cores,
+            "memory": self.memory,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ClusterProcess:
+        """Back from :meth:`to_json`'s object (a key missing: its empty value)."""
+        return cls(
+            role=str(d.get("role") or ""),
+            id=str(d.get("id") or ""),
+            host=str(d.get("host") or ""),
+            address=str(d.get("address") or ""),
+            pid=int(d.get("pid") or 0),
+            pid_started=str(d.get("pid_started") or "unknown"),
+            port=int(d.get("port") or 0),
+            web_port=int(d.get("web_port") or 0),
+            log=str(d.get("log") or ""),
+            cores=int(d.get("cores") or 0),
+            memory=str(d.get("memory") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class ClusterRecord:
+    """A Spark standalone cluster stoker started: its processes, so that whichever manager
+    leads can tear it down (``stop_processes``) after the one that started it is gone."""
+
+    name: str
+    kind: ClusterKind
+    owner_app: JobId | None
+    spec: dict[str, Any]
+    state: ClusterState
+    master_url: str | None
+    web_url: str | None
+    processes: list[ClusterProcess]
+    error: str | None
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def from_row(cls, r: Any) -> ClusterRecord:
+        return cls(
+            name=r[0],
+            kind=ClusterKind(r[1]),
+            owner_app=None if r[2] is None else JobId(r[2]),
+            spec=json.loads(r[3]),
+            state=ClusterState(r[4]),
+            master_url=r[5],
+            web_url=r[6],
+            processes=[ClusterProcess.from_json(p) for p in json.loads(r[7])],
+            error=r[8],
+            created_at=float(r[9]),
+            updated_at=float(r[10]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": str(self.kind),
+            "owner_app": self.owner_app,
+            "spec": self.spec,
+            "state": str(self.state),
+            "master_url": self.master_url,
+            "web_url": self.web_url,
+            "processes": [p.to_json() for p in self.processes],
+            "error": self.error,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+@dataclass(frozen=True)
+class LeaderLease:
+    """Who leads the job managers, until when, under which fencing token."""
+
+    holder: str
+    address: str
+    token: int
+    expires_at: float
+
+    @classmethod
+    def from_row(cls, r: Any) -> LeaderLease:
+        return cls(holder=r[1], address=r[2], token=int(r[3]), expires_at=float(r[4]))
+
+
+@dataclass(frozen=True)
+class ManagerRecord:
+    """A job manager that takes part in the election, as its last heartbeat left it.
+
+    ``holder`` is the id it takes the leader lease under; ``address`` where it serves.
+    Whether it leads is the lease's to say (:class:`LeaderLease`), never this record's.
+    """
+
+    holder: str
+    address: str
+    started_at: float
+    seen_at: float
+
+    @classmethod
+    def from_row(cls, r: Any) -> ManagerRecord:
+        return cls(holder=r[0], address=r[1], started_at=float(r[2]), seen_at=float(r[3]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "holder": self.holder,
+            "address": self.address,
+            "started_at": self.started_at,
+            "seen_at": self.seen_at,
+        }
+
+
+# Rescales (issue 11). What made the row: the autoscaler's decision, executors that came or
+# went by themselves (reactive mode: joins and losses), or a user setting scaling or bounds.
+RESCALE_KINDS = ("decision", "observed", "bounds")
+# The statuses a rescale of each kind may be recorded with.
+RESCALE_STATUSES: dict[str, tuple[str, ...]] = {
+    "decision": ("decided", "in_use", "failed", "superseded"),
+    "observed": ("observed",),
+    "bounds": ("recorded",),
+}
+# A decision is in flight while "decided": it ends "in_use" (the executors reached its
+# target), "failed" (they could not be had) or "superseded" (a newer decision replaced it).
+# Every other status is final. Moving to the status a rescale has already changes no status.
+RESCALE_TRANSITIONS: dict[str, frozenset[str]] = {
+    "decided": frozenset({"in_use", "failed", "superseded"}),
+}
+RESCALES: StateMachine[str] = StateMachine("rescale", RESCALE_TRANSITIONS, stay=True)
+
+
+@dataclass(frozen=True)
+class RescaleRecord:
+    """One scaling decision or observation of an owner of executors (a lone job or an
+    application): how many executors it had and was to have, why, and how far it got."""
+
+    rescale_id: int
+    job_id: JobId
+    at: float
+    kind: str
+    policy: str
+    mode: str
+    signals: dict[str, Any]
+    from_executors: int | None
+    to_executors: int | None
+    workers: dict[str, Any]
+    reason: str
+    status: str
+    in_use_at: float | None
+    error: str | None
+    sender: str | None
+
+    @classmethod
+    def from_row(cls, r: Any) -> RescaleRecord:
+        return cls(
+            rescale_id=int(r[0]),
+            job_id=JobId(r[1]),
+            at=float(r[2]),
+            kind=r[3],
+            policy=r[4],
+            mode=r[5],
+            signals=dict(json.loads(r[6])),
+            from_executors=None if r[7] is None else int(r[7]),
+            to_executors=None if r[8] is None else int(r[8]),
+            workers=dict(json.loads(r[9])),
+            reason=r[10],
+            status=r[11],
+            in_use_at=None if r[12] is None else float(r[12]),
+            error=r[13],
+            sender=r[14],
+        )
+
+    @property
+    def seconds_to_in_use(self) -> float | None:
+        """From the decision to its executors in use; None until then."""
+        return None if self.in_use_at is None else self.in_use_at - self.at
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rescale_id": self.rescale_id,
+            "job_id": self.job_id,
+            "at": self.at,
+            "kind": self.kind,
+            "policy": self.policy,
+            "mode": self.mode,
+            "signals": self.signals,
+            "from_executors": self.from_executors,
+            "to_executors": self.to_executors,
+            "workers": self.workers,
+            "reason": self.reason,
+            "status": self.status,
+            "in_use_at": self.in_use_at,
+            "seconds_to_in_use": self.seconds_to_in_use,
+            "error": self.error,
+            "sender": self.sender,
+        }
