@@ -53,22 +53,8 @@ from typing import Any
 
 import httpx
 
-from stoker.errors import (
-    ApplicationNotFound,
-    ClusterError,
-    ClusterNotFound,
-    ControlConflict,
-    ControlNotFound,
-    InvalidInput,
-    JobConflict,
-    JobNotFound,
-    JobOwnedElsewhere,
-    JobTerminal,
-    ManagerUnavailable,
-    StokerError,
-    TooManyRequests,
-    Unauthorized,
-)
+from stoker.client.answers import raise_refusal
+from stoker.errors import ControlConflict, InvalidInput, ManagerUnavailable
 
 # How far a control event can get, in order: wait_control's ``until``.
 _REACHED = {"applied": ("APPLIED", "COMMITTED"), "committed": ("COMMITTED",)}
@@ -138,45 +124,7 @@ class Client:
             raise ManagerUnavailable(f"cannot reach the job manager at {self.url}: {e}") from e
         if resp.status_code < 400:
             return resp
-        try:
-            body = resp.json()
-        except ValueError:
-            body = {"error": resp.text}
-        msg = str(body.get("error", resp.text))
-        kind = body.get("type")
-        job = str(body.get("job_id", path))
-        if resp.status_code in (401, 403):
-            raise Unauthorized(msg)
-        if kind == "ControlNotFound":
-            raise ControlNotFound(job, str(body.get("control_id")))
-        if kind == "ClusterNotFound":
-            raise ClusterNotFound(str(body.get("cluster", path)))
-        if kind in ("ApplicationNotFound", "JobNotFound"):
-            err: StokerError = (
-                ApplicationNotFound(job) if kind == "ApplicationNotFound" else JobNotFound(job)
-            )
-            raise err.with_message(msg)  # the server's words: they may say where to look instead
-        if kind == "JobOwnedElsewhere":
-            raise JobOwnedElsewhere(job, str(body.get("owner", ""))).with_message(msg)
-        if kind in ("ClusterError", "ClusterConflict"):
-            raise ClusterError(msg)
-        if resp.status_code == 404:
-            raise JobNotFound(job)
-        if resp.status_code == 429:
-            wait = resp.headers.get("retry-after") or body.get("retry_after") or 1
-            err = TooManyRequests(job, float(body.get("retry_after") or wait), "")
-            raise err.with_message(msg)  # the server's words, with its limit
-        if kind == "ControlConflict":
-            raise ControlConflict(job, str(body.get("reason", msg)))
-        if resp.status_code == 422:
-            field = str(body.get("field", "request"))
-            raise InvalidInput(field, msg.removeprefix(f"{field}: "))  # the message names it
-        if kind == "JobTerminal":
-            err = JobTerminal(job, str(body.get("state")))
-            raise err.with_message(msg)  # the server's words: what can no longer be done
-        if kind == "JobConflict":
-            raise JobConflict(job, str(body.get("difference")))
-        raise StokerError(f"job manager answered {resp.status_code}: {msg}")
+        raise_refusal(resp, path)
 
     # jobs ----------------------------------------------------------------------------------
     def submit(
