@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from stoker import sinks, sources
     from stoker.pipeline import Pipeline
     from stoker.runtime import EpochContext, JobResult, run
-    from stoker.runtime.application import JobHandle, submit
+    from stoker.runtime.application import JobHandle
+    from stoker.runtime.submission import submit
 
 # Public name -> (module, attribute or None for the module itself), loaded on first access.
 _LAZY: dict[str, tuple[str, str | None]] = {
@@ -44,7 +45,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "EpochContext": ("stoker.runtime", "EpochContext"),
     "JobResult": ("stoker.runtime", "JobResult"),
     "run": ("stoker.runtime", "run"),
-    "submit": ("stoker.runtime.application", "submit"),
+    "submit": ("stoker.runtime.submission", "submit"),
     "JobHandle": ("stoker.runtime.application", "JobHandle"),
     "sinks": ("stoker.sinks", None),
     "sources": ("stoker.sources", None),

@@ -124,7 +124,7 @@ def run_program(
     if not found:
         log.warning("%s submitted no job and defines neither main() nor a Pipeline", app)
         return
-    from stoker.runtime.application import submit
+    from stoker.runtime.submission import submit
 
     submit(_pick(found, app, None)).wait()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stoker.errors import InvalidInput
-from stoker.runtime import application, launch
+from stoker.runtime import application, launch, submission
 from stoker.runtime.job.attempt_run import execute
 from stoker.runtime.job.plan import RunOptions, plan_job, resolve_settings, spark_master
 from stoker.runtime.job.result import JobResult
@@ -77,7 +77,7 @@ def run(
         from_savepoint=from_savepoint,
     )
     if application.current_app() is not None:
-        return application.submit_options(pipeline, opts, None, ctx).wait()
+        return submission.submit_options(pipeline, opts, None, ctx).wait()
     wanted = ctx.wanted_pipeline
     if wanted is not None and wanted != pipeline.name:
         raise InvalidInput(
