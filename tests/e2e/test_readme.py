@@ -9,7 +9,7 @@ the test, so a new README example cannot go untested by accident. Run here:
   ``list`` and ``status`` (and the ``epochs``/``logs`` the comment names),
 - the command-line synopsis: every option it shows is one the command takes (``--help``),
   and the local job's ``status``/``epochs`` are read from its state folder.
-Skipped: ``python3 -m pytest -q`` (this suite itself).
+Skipped: ``bash .ci/check`` (lint, types and this suite itself).
 Both Spark runs work in a copy of examples/ under a temporary folder (the example writes its
 data and output beside the current directory / the entrypoint).
 """
@@ -112,7 +112,7 @@ def test_every_sh_block_is_one_the_test_knows() -> None:
 def _kind(line: str) -> str | None:
     if line.startswith("python3 -m pip install"):
         return "setup"
-    if line == "python3 -m pytest -q":
+    if line == "bash .ci/check":  # the checks and the suite: this suite itself
         return "pytest"
     if re.match(r"stoker (run|status|epochs) (app\.py|JOB) \[", line):
         return "synopsis"
