@@ -59,6 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stoker import procs
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 APP_MODE = "_app"
@@ -190,26 +192,16 @@ class Proc:
 
 
 def read_proc(pid: int) -> Proc | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
-        return None  # exited; only its parent's wait is missing
-    argv = tuple(raw.rstrip(b"\0").decode(errors="replace").split("\0")) if raw else ()
-    return Proc(pid, int(fields[1]), int(fields[2]), fields[19], argv)
+    """``pid`` through stoker's one /proc reader; None once it exited."""
+    st = procs.stat(pid)
+    argv = procs.cmdline(pid)
+    if st is None or argv is None or st.state in ("Z", "X"):
+        return None  # gone, or exited and only its parent's wait is missing
+    return Proc(pid, st.ppid, st.pgid, st.started, tuple(argv))
 
 
 def proc_table() -> list[Proc]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            p = read_proc(int(entry))
-            if p is not None:
-                out.append(p)
-    return out
+    return [p for p in map(read_proc, procs.pids()) if p is not None]
 
 
 def tree(roots: Iterable[int], table: list[Proc] | None = None) -> list[Proc]:

@@ -30,6 +30,7 @@ from stoker.errors import InvalidInput, JobOwnedElsewhere
 from stoker.store import AttemptRecord, EpochRecord, Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobKind, JobState, job_id
 from tests.support import APPS, REPO, exactly_once, kill_group, wait_for, wait_group_gone
+from tests.support.procs import processes
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -217,17 +218,7 @@ def make_run(tmp_path: Path) -> Iterator[Callable[..., AppRun]]:
 
 def group_cmdlines(pgid: int) -> list[str]:
     """The command lines of the processes of group ``pgid`` (the driver, its JVM, workers)."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            stat = (proc / "stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[2]) == pgid:
-                out.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
+    return [" ".join(p.argv) + " " for p in processes() if p.pgid == pgid]
 
 
 def freeze(run: AppRun, pgid: int) -> None:

@@ -9,7 +9,8 @@ import os
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+
+from stoker import procs
 
 
 @dataclass(frozen=True)
@@ -24,27 +25,17 @@ class Proc:
 
 
 def _read(pid: int) -> Proc | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
-        return None  # exited; only its parent's wait is missing
-    argv = tuple(raw.rstrip(b"\0").decode(errors="replace").split("\0")) if raw else ()
-    return Proc(pid, int(fields[1]), int(fields[2]), fields[19], argv)
+    """``pid`` as stoker's one /proc reader (stoker.procs) sees it; None once it exited."""
+    st = procs.stat(pid)
+    argv = procs.cmdline(pid)
+    if st is None or argv is None or st.state in ("Z", "X"):
+        return None  # gone, or exited and only its parent's wait is missing
+    return Proc(pid, st.ppid, st.pgid, st.started, tuple(argv))
 
 
 def processes() -> list[Proc]:
     """Every live (not zombie) process of the machine."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            p = _read(int(entry))
-            if p is not None:
-                out.append(p)
-    return out
+    return [p for p in map(_read, procs.pids()) if p is not None]
 
 
 def forks_left_out(procs: Iterable[Proc]) -> list[Proc]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from stoker import procs
 from stoker.errors import InvalidInput, JobConflict, JobOwnedElsewhere, JobTerminal
 from stoker.manager import JobManager
 from stoker.manager import processes as procs_mod
@@ -19,26 +20,13 @@ from stoker.manager.logs import tail_lines
 from stoker.store import Store, open_store
 from stoker.types import AttemptNo, AttemptState, ClusterState, JobKind, JobState, job_id
 
-MEMTOTAL_MB = next(
-    int(line.split()[1]) // 1024
-    for line in Path("/proc/meminfo").read_text().splitlines()
-    if line.startswith("MemTotal:")
-)
+MEMTOTAL_MB = procs.memory_total_mb() or 0
 CPUS = os.cpu_count() or 1
 
 
 def _children() -> set[int]:
     """Processes whose parent is this test process."""
-    out = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
-                out.add(int(entry))
-    return out
+    return {st.pid for st in procs.all_stats() if st.ppid == os.getpid()}
 
 
 class World:
