@@ -14,7 +14,6 @@ from typing import Any
 
 from stoker.errors import ClusterNotFound, InvalidInput
 from stoker.manager import clusters
-from stoker.manager.restart import parse_strategy
 from stoker.manager.submissions import SubmitResult, settle
 from stoker.manager.submit import (
     ASSIGNED_STATE_DIR,
@@ -22,6 +21,7 @@ from stoker.manager.submit import (
     scaling_spec_entry,
     validate_submission,
 )
+from stoker.restart import parse_strategy
 from stoker.scalespec import ScalingSpec
 from stoker.store import Store
 from stoker.store.fleet_records import ClusterRecord

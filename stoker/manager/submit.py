@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from stoker.errors import InvalidInput
-from stoker.manager.restart import parse_strategy
 from stoker.manager.state import max_parallelism_of
 from stoker.paths import check_app_path
+from stoker.restart import parse_strategy
 from stoker.scalespec import ScalingSpec, parse_scaling
 from stoker.settings import Settings
 from stoker.types import SpecKind

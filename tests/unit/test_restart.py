@@ -8,7 +8,7 @@ import pytest
 
 from stoker.clock import ManualClock
 from stoker.errors import InvalidInput
-from stoker.manager.restart import (
+from stoker.restart import (
     Decision,
     ExponentialDelay,
     Failure,
