@@ -286,7 +286,7 @@ def _failures(app: application.Application) -> list[str]:
 def _describe(err: BaseException, named: bool = True) -> str:
     """An error as the attempt records it: its type (``named``) and message, secrets hidden,
     no JVM stack trace."""
-    from stoker.runtime.supervise import brief
+    from stoker.runtime.job.query import brief
 
     text = f"{type(err).__name__}: {brief(err)}" if named else brief(err)
     return redact_text(text)[:4000]

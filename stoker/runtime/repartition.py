@@ -261,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _answer({"ok": False, "refused": True, "field": r.field, "message": r.message})
         return REFUSED
     except Exception as e:
-        from stoker.runtime.supervise import brief
+        from stoker.runtime.job.query import brief
 
         _answer(
             {

@@ -7,7 +7,7 @@ method per phase, called in order by :meth:`AttemptRun.attempt`.
     claim     the attempt and its lease
     open      the defaults declared, the savepoint's control carried over, the sinks opened
     recover   what an earlier attempt left (runtime/recovery.py)
-    run       the query and its supervision (runtime/supervise.py)
+    run       the query and its supervision (runtime/job/query.py)
     end       how the query ended (classify_end), the attempt's end recorded, the sinks
               resolved, the result reported
 """
@@ -35,6 +35,7 @@ from stoker.runtime.job.ending import (
 )
 from stoker.runtime.job.lease import ScopedLease, start_in_app
 from stoker.runtime.job.plan import JobPlan
+from stoker.runtime.job.query import ControlWatch, QueryHandle, brief, supervise
 from stoker.runtime.job.result import JobResult
 from stoker.runtime.job.signals import StopSignals
 from stoker.runtime.metrics import EpochMetrics
@@ -43,7 +44,6 @@ from stoker.runtime.repartition import repartitioning
 from stoker.runtime.restore_control import carry_control
 from stoker.runtime.retention import Pruner, policy_of
 from stoker.runtime.session import job_max_parallelism
-from stoker.runtime.supervise import ControlWatch, QueryHandle, brief, supervise
 from stoker.sinks import descriptor_of
 from stoker.sinks.base import SinkOwner
 from stoker.sources.base import SourceContext

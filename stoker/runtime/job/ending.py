@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from stoker.errors import InvalidTransition, JobFailed, StaleAttempt, StokerError
 from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.job.plan import JobScope
+from stoker.runtime.job.query import brief
 from stoker.runtime.recovery import recover
-from stoker.runtime.supervise import brief
 from stoker.sinks.base import TwoPhaseSink
 from stoker.store import Store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobState

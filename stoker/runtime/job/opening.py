@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from stoker.errors import InvalidPipeline, JobNotFound, JobTerminal
 from stoker.runtime import savepoint
 from stoker.runtime.job.plan import JobScope, spark_master
+from stoker.runtime.job.query import Savepointer, check_output_mode
 from stoker.runtime.resources import ResourceWatch
 from stoker.runtime.session import get_session
-from stoker.runtime.supervise import Savepointer, check_output_mode
 from stoker.settings import Settings
 from stoker.sinks.base import SinkOwner
 from stoker.sources.base import SourceContext
