@@ -83,11 +83,14 @@ def sqlite_path(tmp_path: Path) -> Path:
 # Lanes ----------------------------------------------------------------------------------------
 # Markers say what a test costs (declared in pyproject.toml): `cluster` starts standalone
 # clusters (masters and workers, minutes of JVMs), `soak` repeats faults at random for minutes,
-# `browser` drives a real Chromium. The fast lane (`--fast`) leaves them out and asks the
+# `browser` drives a real Chromium, `scenario` runs a user's whole scenario through the CLI or
+# REST API (control, observability, the README, config, state repartition: features whose
+# crash paths are the protocol's, tested in the lane). The fast lane (`--fast`) leaves them out
+# and asks the
 # repeated-fault tests that stay for fewer rounds (the `rounds` fixture), never fewer kinds of
 # fault: it still starts real Spark drivers and SIGKILLs them at every step of the protocol (and
 # tasks after PREPARE, managers, drivers under managers).
-FAST_LANE = "not cluster and not soak and not browser"
+FAST_LANE = "not cluster and not soak and not browser and not scenario"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

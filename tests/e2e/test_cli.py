@@ -17,6 +17,8 @@ import pytest
 
 from tests.support import file_sink_ids, stoker_cmd
 
+pytestmark = pytest.mark.scenario
+
 JOB = "cli-job"
 SPARK_RUN_TIMEOUT = 420.0  # a cold Spark driver on a loaded 2-core machine
 QUICK_TIMEOUT = 120.0

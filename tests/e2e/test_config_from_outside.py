@@ -19,6 +19,8 @@ import pytest
 from tests.support import file_sink_ids, stoker_cmd, wait_for
 from tests.support.manager import Manager
 
+pytestmark = pytest.mark.scenario
+
 SPARK = 600.0  # a cold Spark driver on a loaded 2-core machine
 QUICK = 120.0
 

@@ -21,7 +21,7 @@ from stoker.types import JobState, job_id
 from tests.support import REPO, stoker_cmd
 from tests.support.manager import Manager, stop_all
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.scenario]
 
 TOKEN = "cli-ctl-t0ken"
 SPEC: dict[str, Any] = {

@@ -35,7 +35,7 @@ from stoker.types import ControlKind, ControlStatus, Epoch, EpochState, JobState
 from tests import support
 from tests.support import APPS, JVM_OPTS, REPO, exactly_once, kill_group, start_driver, stoker_cmd
 
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.scenario]
 
 APP = APPS / "control_app.py"
 JOB_TIMEOUT = 420.0  # a cold Spark driver on 2 cores that other suites share

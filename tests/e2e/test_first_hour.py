@@ -13,7 +13,11 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.support import LIGHT_JVM, file_sink_ids, stoker_cmd
+
+pytestmark = pytest.mark.scenario
 
 SPARK_RUN_TIMEOUT = 420.0  # a cold Spark driver on a loaded 2-core machine
 QUICK_TIMEOUT = 120.0

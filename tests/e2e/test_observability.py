@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support import JVM_OPTS, REPO, wait_for
 from tests.support.manager import Manager
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.scenario]
 
 TOKEN = "obs-t0ken"
 READ_TOKEN = "obs-read-t0ken"

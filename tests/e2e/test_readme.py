@@ -31,6 +31,8 @@ import pytest
 
 from tests.support import free_port, wait_for
 
+pytestmark = pytest.mark.scenario
+
 REPO = Path(__file__).resolve().parents[2]
 SPARK_RUN_TIMEOUT = 600.0  # a cold Spark driver on a loaded 2-core machine
 QUICK_TIMEOUT = 120.0

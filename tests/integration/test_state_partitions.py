@@ -27,7 +27,7 @@ from stoker.store import open_store
 from tests import support
 from tests.support import REPO, kill_group, start_driver, stoker_cmd, wait_group_gone
 
-pytestmark = [pytest.mark.spread, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spread, pytest.mark.timeout(900), pytest.mark.scenario]
 
 KEYS = 5
 PER_EPOCH = 10
