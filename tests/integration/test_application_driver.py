@@ -247,6 +247,7 @@ def ids_exactly_once(run: AppRun, name: str, total: int | None = None) -> None:
 
 
 # the tests ------------------------------------------------------------------------------------
+@pytest.mark.scenario  # the fast lane keeps this module's kills (a killed and a zombie driver)
 def test_three_jobs_share_one_driver_and_a_failed_job_restarts_alone(
     make_run: Callable[..., AppRun],
 ) -> None:

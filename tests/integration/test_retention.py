@@ -18,6 +18,9 @@ from stoker.store import EpochRecord, open_store
 from stoker.types import AttemptState, EpochState, TxnState, job_id
 from tests.support import APPS, exactly_once, file_sink_ids, start_driver, wait_group_gone
 
+# Retention across crashes: the crash steps themselves are test_crash's, in the fast lane too.
+pytestmark = pytest.mark.scenario
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
