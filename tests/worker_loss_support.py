@@ -32,8 +32,6 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support import wait_for
-
 LOSS_APP = '''\
 """A worker-loss test driver (tests/worker_loss_support.py says what it does)."""
 import os
@@ -200,9 +198,3 @@ class SparkUI:
         except (OSError, ValueError):
             return []
         return found
-
-
-def wait_until(cond: Any, what: str, timeout: float, every: float = 0.2) -> Any:
-    """Poll ``cond()`` until it returns something true (returned); AssertionError naming
-    ``what`` after ``timeout`` seconds (:func:`tests.support.wait_for`, condition first)."""
-    return wait_for(what, cond, timeout, every)

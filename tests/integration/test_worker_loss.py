@@ -58,8 +58,15 @@ from tests.integration.test_crash import (
     tail,
     wait_exit,
 )
-from tests.support import free_port, kill_group, pg_prepared, start_driver, wait_group_gone
-from tests.worker_loss_support import LOSS_APP, Executor, SparkUI, wait_until
+from tests.support import (
+    free_port,
+    kill_group,
+    pg_prepared,
+    start_driver,
+    wait_for,
+    wait_group_gone,
+)
+from tests.worker_loss_support import LOSS_APP, Executor, SparkUI
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -159,7 +166,7 @@ class Driver:
             return got
 
         try:
-            return wait_until(check, what, timeout, every=0.1)
+            return wait_for(what, check, timeout, every=0.1)
         except AssertionError as e:
             raise AssertionError(f"{e}\n{tail(self.log)}") from None
 
