@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,14 @@ os.environ.setdefault(
 )
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", LIGHT_JVM)
 os.environ.setdefault("SPARK_LAUNCHER_OPTS", LIGHT_JVM)
+
+# Ctrl-C as a terminal delivers it -----------------------------------------------------------
+# A suite started in the background of a non-interactive shell (`bash -c 'pytest &'`, nohup,
+# some CI runners) inherits SIGINT ignored, and an ignored signal stays ignored across exec: the
+# stoker processes the tests start would then never see the Ctrl-C a test sends them, and wait
+# out its timeout. Children of a terminal get SIGINT at its default; give them that.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # The driver JVM's class archive -----------------------------------------------------------------
