@@ -1,0 +1,155 @@
+"""The nemesis: faults injected into real processes, a real PostgreSQL server, a real disk.
+
+Each function does one fault and returns a line saying what it did, or None when it found
+nothing to do it to (no Python worker alive at that moment, say): only a fault that was done
+counts as injected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.pg import ThrowawayPostgres
+from tests.support.procs import Proc, process_tree
+
+
+def _group(driver: subprocess.Popen[bytes]) -> set[Proc]:
+    return process_tree(pgid=driver.pid, root=driver.pid)
+
+
+def jvm_of(driver: subprocess.Popen[bytes]) -> Proc | None:
+    jvms = [p for p in _group(driver) if p.argv and p.argv[0].endswith("java")]
+    return jvms[0] if jvms else None
+
+
+def python_workers(driver: subprocess.Popen[bytes]) -> list[Proc]:
+    """The Python task workers: the children that pyspark.daemon forks (same command line)."""
+    group = _group(driver)
+    daemons = {p.pid for p in group if "pyspark.daemon" in p.argv}
+    return [p for p in group if p.ppid in daemons and "pyspark.daemon" in p.argv]
+
+
+def kill_worker(driver: subprocess.Popen[bytes], rng: random.Random) -> str | None:
+    """SIGKILL one Python worker; Spark fails the task it runs and retries it."""
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        workers = sorted(python_workers(driver), key=lambda p: p.pid)
+        if workers:
+            w = rng.choice(workers)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(w.pid, signal.SIGKILL)
+                return f"SIGKILL python worker {w.pid} (of {len(workers)})"
+        time.sleep(0.1)
+    return None
+
+
+def stall(pid: int, seconds: float, what: str) -> str | None:
+    """SIGSTOP ``pid`` for ``seconds``, then SIGCONT."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return None
+    try:
+        time.sleep(seconds)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    return f"SIGSTOP {what} {pid} for {seconds:g}s, SIGCONT"
+
+
+def kill_driver(driver: subprocess.Popen[bytes]) -> str | None:
+    """SIGKILL the driver's whole process group (a machine or container dying)."""
+    if driver.poll() is not None:
+        return None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(driver.pid, signal.SIGKILL)
+    return f"SIGKILL driver group {driver.pid}"
+
+
+def term_driver(driver: subprocess.Popen[bytes]) -> str | None:
+    """SIGTERM the driver process (a container stop): it stops gracefully, exit 13."""
+    if driver.poll() is not None:
+        return None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(driver.pid, signal.SIGTERM)
+    return f"SIGTERM driver {driver.pid}"
+
+
+class BouncingPostgres(ThrowawayPostgres):
+    """A throwaway server that can also crash and come back on the same port with its data."""
+
+    def crash(self) -> None:
+        """Stop at once, as a crash does (``immediate``: no shutdown checkpoint; prepared
+        transactions come back from the WAL at the next start)."""
+        assert self._dir is not None and self._proc is not None
+        self._run(
+            [self._exe("pg_ctl"), "stop", "-D", str(self._dir / "data"), "-m", "immediate", "-w"],
+            cwd=self._dir,
+            check=False,
+        )
+        self._proc.wait(timeout=30)
+
+    def come_back(self) -> None:
+        """Start the crashed server again on its port."""
+        assert self._dir is not None and self._run_as is not None and self.port is not None
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env["LC_ALL"] = "C"
+        with (self._dir / "server.log").open("ab") as log:
+            self._proc = subprocess.Popen(
+                [self._exe("postgres"), "-D", str(self._dir / "data")],
+                cwd=self._dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                **self._run_as.popen_kwargs(),
+            )
+        if not self._wait_ready():
+            raise RuntimeError(f"PostgreSQL did not come back:{self._log_tail()}")
+
+
+def pg_down(server: BouncingPostgres, seconds: float) -> str:
+    server.crash()
+    try:
+        time.sleep(seconds)
+    finally:
+        server.come_back()
+    return f"PostgreSQL server crashed, back after {seconds:g}s"
+
+
+class SmallDisk:
+    """A small tmpfs of its own (root only): a files sink's folder on it can be filled up."""
+
+    def __init__(self, where: Path, size_mb: int = 64) -> None:
+        self.path = where
+        where.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(where)], check=True
+        )
+
+    def fill(self, seconds: float) -> str:
+        """Fill the disk to the last byte for ``seconds``, then free it."""
+        ballast = self.path / ".ballast"
+        chunk = b"\0" * (1 << 20)
+        with open(ballast, "wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:  # until ENOSPC
+                f.write(chunk)
+        try:
+            time.sleep(seconds)
+        finally:
+            ballast.unlink(missing_ok=True)
+        return f"disk full for {seconds:g}s"
+
+    def close(self) -> None:
+        subprocess.run(["umount", "-l", str(self.path)], check=False)
+
+
+def can_mount() -> bool:
+    return os.geteuid() == 0 and Path("/proc/filesystems").read_text().find("tmpfs") >= 0

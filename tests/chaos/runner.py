@@ -1,0 +1,443 @@
+"""Run one schedule: start the workload's driver, inject each step's fault, bring the job to
+its end the way an operator would, then hand the world to the checker.
+
+The operator's moves are fixed, so that what is checked is stoker's, not the runner's: a
+driver that ends is started again with the same command (``--restart`` when the job has
+FAILED, which a sink server down or a full disk may cause); a pause is followed by a resume;
+at the end the rate limit is lifted, and a job with an unbounded source is cancelled once
+every input id is committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.chaos import nemesis
+from tests.chaos.checker import Verdict, check
+from tests.chaos.schedule import Schedule, Step, fmt_step
+from tests.support import APPS
+from tests.support.core import REPO, stoker_cmd
+
+APP = APPS / "chaos_app.py"
+MASTER = "local[2,8]"  # two cores, a task may fail 8 times: task retries are real
+NO_PROGRESS = 180.0  # seconds without a committed epoch while the driver lives: stuck
+END_BY = 420.0  # seconds the job gets to end after the last fault
+MAX_RESTARTS = 40  # more driver starts than this in one schedule: a restart loop
+FILE_ID_BASE = 1_000_000
+
+
+@dataclass
+class Event:
+    at: float  # seconds since the schedule began
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.at:7.1f}s {self.what}"
+
+
+@dataclass
+class Run:
+    """One schedule's world and history."""
+
+    schedule: Schedule
+    base: Path
+    pg: nemesis.BouncingPostgres | None
+    t0: float = field(default_factory=time.monotonic)
+    history: list[Event] = field(default_factory=list)
+    injected: dict[str, int] = field(default_factory=dict)
+    exits: list[int] = field(default_factory=list)
+    driver: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    paused: bool = False
+    files_put: int = 0
+    disk: nemesis.SmallDisk | None = None
+    sink_dsn: str = ""
+    store_url: str = ""
+    marker: str = ""
+
+    # the world -------------------------------------------------------------------------------
+    @property
+    def state(self) -> Path:
+        return self.base / "state"
+
+    @property
+    def out(self) -> Path:
+        return self.base / "out" / "sink"
+
+    @property
+    def files_in(self) -> Path:
+        return self.base / "in"
+
+    def log(self, what: str) -> None:
+        e = Event(time.monotonic() - self.t0, what)
+        self.history.append(e)
+        if os.environ.get("CHAOS_VERBOSE"):
+            print(f"  {e}", flush=True)
+
+    def expected_ids(self) -> set[int]:
+        w = self.schedule.workload
+        ids = set(range(w.gen))
+        for n in range(w.files):
+            ids |= set(range(FILE_ID_BASE + n * w.per_file, FILE_ID_BASE + (n + 1) * w.per_file))
+        return ids
+
+    def env(self) -> dict[str, str]:
+        w = self.schedule.workload
+        env = {
+            "CHAOS_JOB": w.job,
+            "CHAOS_GEN": str(w.gen),
+            "CHAOS_PER_EPOCH": str(w.per_epoch),
+            "CHAOS_STATEFUL": "1" if w.stateful else "",
+            "CHAOS_OUT": str(self.out),
+            "CHAOS_FILES_IN": str(self.files_in) if w.files else "",
+            "CHAOS_PG_DSN": self.sink_dsn,
+            "CHAOS_PG_TABLE": "ids",
+            "STOKER_FAULT": "",
+            "STOKER_STORE": self.store_url,
+            "STOKER_CHAOS_RUN": self.marker,  # every process of the run carries it
+        }
+        return env
+
+    # the store -------------------------------------------------------------------------------
+    def read(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(store)`` on a fresh connection; None when the store cannot be read now."""
+        from stoker.store import open_store
+
+        try:
+            st = open_store(self.store_url)
+        except Exception:
+            return None
+        try:
+            return fn(st)
+        except Exception:
+            return None
+        finally:
+            with contextlib.suppress(Exception):
+                st.close()
+
+    def committed(self) -> int:
+        from stoker.types import EpochState
+
+        jid = self.schedule.workload.job
+        n = self.read(
+            lambda st: sum(e.state == EpochState.COMMITTED for e in st.list_epochs(jid, 100_000))
+        )
+        return -1 if n is None else int(n)
+
+    def job_state(self) -> str | None:
+        jid = self.schedule.workload.job
+        return self.read(lambda st: str(st.get_job(jid).state))
+
+    # the driver ------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.starts >= MAX_RESTARTS:
+            raise Stuck(f"driver started {self.starts} times: a restart loop")
+        state = self.job_state()
+        args = ["-D", f"stoker.state_dir={self.state}", "-D", f"stoker.master={MASTER}"]
+        if state in ("FAILED",):
+            args.append("--restart")  # what an operator does after fixing the cause
+        log = self.base / f"driver-{self.starts + 1:02d}.log"
+        with open(log, "ab") as out:
+            self.driver = subprocess.Popen(
+                stoker_cmd("run", str(APP), *args, "--quiet"),
+                env={**os.environ, **self.env()},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=str(REPO),
+            )
+        self.starts += 1
+        self.log(f"driver {self.starts} started (pid {self.driver.pid}, job {state or 'new'})")
+
+    def reap(self) -> int | None:
+        """The driver's exit code if it ended (its group waited for), else None."""
+        d = self.driver
+        if d is None or d.poll() is None:
+            return None
+        from tests.support.drivers import wait_group_gone
+
+        wait_group_gone(d.pid)
+        rc = d.returncode
+        self.exits.append(rc)
+        self.driver = None
+        self.log(f"driver ended rc {rc}, job {self.job_state()}")
+        return rc
+
+    def ensure_running(self) -> bool:
+        """Start the driver again if it ended and the job has not; False once the job ended."""
+        rc = self.reap()
+        if self.driver is not None:
+            return True
+        state = self.job_state()
+        if state in ("FINISHED", "CANCELED"):
+            return False
+        if rc == 2:
+            raise Stuck(f"the driver refused to start (bad input, rc 2): {self.last_log_line()}")
+        self.start()
+        return True
+
+    def last_log_line(self) -> str:
+        logs = sorted(self.base.glob("driver-*.log"))
+        if not logs:
+            return ""
+        lines = logs[-1].read_text(errors="replace").strip().splitlines()
+        return lines[-1] if lines else ""
+
+
+class Stuck(Exception):
+    """The job made no progress, or its drivers kept ending: a failure of the schedule."""
+
+
+# faults ------------------------------------------------------------------------------------------
+def _control(run: Run, body: dict[str, Any]) -> str | None:
+    from stoker.manager.control import submit_control
+
+    def send(st: Any) -> str:
+        ev, _ = submit_control(st, run.schedule.workload.job, body, sender="chaos")
+        return f"control {body} -> version {ev.version}"
+
+    return run.read(send)
+
+
+def put_file(run: Run) -> str | None:
+    w = run.schedule.workload
+    if run.files_put >= w.files:
+        return None
+    n = run.files_put
+    ids = range(FILE_ID_BASE + n * w.per_file, FILE_ID_BASE + (n + 1) * w.per_file)
+    tmp = run.files_in / f".part-{n:04d}.tmp"
+    tmp.write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+    os.rename(tmp, run.files_in / f"part-{n:04d}.json")
+    run.files_put += 1
+    return f"file {n} arrived ({w.per_file} ids)"
+
+
+def inject(run: Run, step: Step, rng: random.Random) -> str | None:
+    d = run.driver
+    k = step.kind
+    if k in ("worker_kill", "driver_stall", "jvm_stall", "driver_kill", "driver_term"):
+        if d is None or d.poll() is not None:
+            return None
+        if k == "worker_kill":
+            return nemesis.kill_worker(d, rng)
+        if k == "driver_stall":
+            return nemesis.stall(d.pid, step.arg, "driver")
+        if k == "jvm_stall":
+            jvm = nemesis.jvm_of(d)
+            return None if jvm is None else nemesis.stall(jvm.pid, step.arg, "driver JVM")
+        if k == "driver_kill":
+            return nemesis.kill_driver(d)
+        return nemesis.term_driver(d)
+    if k == "pg_down":
+        assert run.pg is not None
+        return nemesis.pg_down(run.pg, step.arg)
+    if k == "disk_full":
+        assert run.disk is not None
+        return run.disk.fill(step.arg)
+    if k == "files_arrive":
+        return put_file(run)
+    if run.job_state() is None:
+        return None  # not registered yet: no control
+    if k == "pause":
+        done = _control(run, {"kind": "pause"})
+        if done is None:
+            return None
+        time.sleep(step.arg)
+        resumed = _control(run, {"kind": "resume"})
+        if resumed is None:
+            run.paused = True  # the resume is sent again at the end
+        return f"{done}; {step.arg:g}s later {resumed or 'resume not sent (store down)'}"
+    body: dict[str, Any] = {
+        "config": {"kind": "config", "set": {"chaos": int(step.arg)}},
+        "rate_limit": {"kind": "rate_limit", "max_rows_per_epoch": int(step.arg)},
+        "trigger": {"kind": "trigger", "interval": f"{int(step.arg)}ms"},
+        "log_level": {"kind": "log_level", "level": rng.choice(["INFO", "WARN", "DEBUG"])},
+        "checkpoint": {"kind": "checkpoint"},
+        "event": {"kind": "event", "name": "poke", "payload": {"n": step.index}},
+        "savepoint": {"kind": "savepoint"},
+    }[k]
+    return _control(run, body)
+
+
+# the schedule ------------------------------------------------------------------------------------
+def wait_epochs(run: Run, target: int) -> None:
+    """Until ``target`` epochs are committed (or the job ended), restarting ended drivers."""
+    last, since = run.committed(), time.monotonic()
+    while True:
+        if not run.ensure_running():
+            return
+        n = run.committed()
+        if n >= target:
+            return
+        if n > last:
+            last, since = n, time.monotonic()
+        if time.monotonic() - since > NO_PROGRESS:
+            raise Stuck(
+                f"no epoch committed for {NO_PROGRESS:g}s (at {last}, waiting for {target})"
+            )
+        time.sleep(0.2)
+
+
+def finish(run: Run) -> None:
+    """Bring the job to its end as an operator would, within END_BY seconds."""
+    w = run.schedule.workload
+    while run.files_put < w.files:
+        put_file(run)
+    deadline = time.monotonic() + END_BY
+    lifted = False
+    want = run.expected_ids()
+    last, since = run.committed(), time.monotonic()
+    while run.ensure_running():
+        if not lifted and run.job_state() is not None:
+            lifted = bool(
+                _control(run, {"kind": "rate_limit", "max_rows_per_epoch": None})
+                and (not run.paused or _control(run, {"kind": "resume"}))
+            )
+            run.paused = run.paused and not lifted
+        if not w.bounded and lifted and set(_sink_ids(run)) >= want:
+            from stoker.manager.jobs import cancel
+
+            if run.read(lambda st: cancel(st, w.job)) is not None:
+                run.log("every input id committed: cancel")
+                wait_exit(run, deadline)
+                continue
+        n = run.committed()
+        if n > last:
+            last, since = n, time.monotonic()
+        if time.monotonic() > deadline or time.monotonic() - since > NO_PROGRESS:
+            raise Stuck(f"the job did not end (state {run.job_state()}, {n} epochs committed)")
+        time.sleep(0.3)
+
+
+def wait_exit(run: Run, deadline: float) -> None:
+    while run.driver is not None and run.driver.poll() is None:
+        if time.monotonic() > deadline:
+            raise Stuck("the driver did not exit after cancel")
+        time.sleep(0.2)
+
+
+def _sink_ids(run: Run) -> list[int]:
+    from tests.support.sinks import file_sink_ids
+
+    return list(file_sink_ids(run.out))
+
+
+@dataclass
+class Result:
+    schedule: Schedule
+    verdict: Verdict | None
+    error: str | None
+    history: list[Event]
+    injected: dict[str, int]
+    seconds: float
+    starts: int
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.verdict is not None and self.verdict.ok
+
+    def faults(self) -> int:
+        return sum(self.injected.values())
+
+    def report(self) -> str:
+        head = f"seed {self.schedule.seed}: {'ok' if self.ok else 'FAILED'}"
+        lines = [
+            f"{head} ({self.faults()} faults injected, {self.starts} driver starts, "
+            f"{self.seconds:.0f}s)"
+        ]
+        if not self.ok:
+            lines.append(self.schedule.describe())
+            lines += [f"  {e}" for e in self.history]
+            if self.error:
+                lines.append(f"  error: {self.error}")
+            if self.verdict is not None:
+                lines += [f"  violated: {v}" for v in self.verdict.violations]
+            lines.append(f"  replay: python -m tests.chaos --seed {self.schedule.seed}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seed": self.schedule.seed,
+            "ok": self.ok,
+            "faults": self.faults(),
+            "injected": self.injected,
+            "starts": self.starts,
+            "seconds": round(self.seconds, 1),
+            "error": self.error,
+            "violations": [] if self.verdict is None else self.verdict.violations,
+            "steps": len(self.schedule.steps),
+            "workload": self.schedule.to_json()["workload"],
+        }
+
+
+def run_schedule(
+    schedule: Schedule, base: Path, pg: nemesis.BouncingPostgres | None, keep: bool = False
+) -> Result:
+    """Run ``schedule`` in the folder ``base`` (made here) against the server ``pg``."""
+    w = schedule.workload
+    base.mkdir(parents=True)
+    run = Run(schedule, base, pg, marker=f"{w.job}-{os.getpid()}-{time.time_ns()}")
+    rng = random.Random(schedule.seed * 7919 + 1)
+    error: str | None = None
+    verdict: Verdict | None = None
+    dbs: list[str] = []
+    try:
+        run.files_in.mkdir()
+        (base / "out").mkdir()
+        if w.disk:
+            run.disk = nemesis.SmallDisk(base / "out")
+        if w.pg_sink or w.pg_store:
+            assert pg is not None, "a PostgreSQL workload needs the server"
+            for name in (f"{w.job}_sink", f"{w.job}_store"):
+                pg.drop_database(name)
+            run.sink_dsn = pg.create_database(f"{w.job}_sink") if w.pg_sink else ""
+            dbs.append(f"{w.job}_sink")
+            if w.pg_store:
+                run.store_url = pg.create_database(f"{w.job}_store")
+                dbs.append(f"{w.job}_store")
+        if not run.store_url:
+            run.store_url = f"sqlite:///{run.state / 'store.db'}"
+        run.start()
+        for step in schedule.steps:
+            wait_epochs(run, max(run.committed(), 0) + step.after_epochs)
+            if run.job_state() in ("FINISHED", "CANCELED"):
+                run.log(f"{fmt_step(step)}: skipped, the job has ended")
+                continue
+            time.sleep(step.delay)
+            done = inject(run, step, rng)
+            if done is None:
+                run.log(f"{fmt_step(step)}: nothing to do it to")
+                continue
+            run.injected[step.kind] = run.injected.get(step.kind, 0) + 1
+            run.log(f"{fmt_step(step)}: {done}")
+        finish(run)
+        verdict = check(run)
+    except Stuck as e:
+        error = f"stuck: {e}"
+    except Exception as e:  # the harness's own failure is a failure too, with its history
+        error = f"{type(e).__name__}: {e}"
+    finally:
+        if run.driver is not None and run.driver.poll() is None:
+            nemesis.kill_driver(run.driver)
+            run.driver.wait()
+        if run.disk is not None:
+            run.disk.close()
+        if pg is not None and error is None and not keep:
+            for name in dbs:
+                with contextlib.suppress(Exception):
+                    pg.drop_database(name)
+        if error is None and verdict is not None and verdict.ok and not keep:
+            shutil.rmtree(base, ignore_errors=True)
+    return Result(
+        schedule, verdict, error, run.history, run.injected, time.monotonic() - run.t0, run.starts
+    )
