@@ -19,23 +19,24 @@ from tests.pg import ThrowawayPostgres
 from tests.support.procs import Proc, process_tree
 
 
-def _group(driver: subprocess.Popen[bytes]) -> set[Proc]:
-    return process_tree(pgid=driver.pid, root=driver.pid)
+def _group(driver: int) -> set[Proc]:
+    """The driver (which leads its process group) and every process under it."""
+    return process_tree(pgid=driver, root=driver)
 
 
-def jvm_of(driver: subprocess.Popen[bytes]) -> Proc | None:
+def jvm_of(driver: int) -> Proc | None:
     jvms = [p for p in _group(driver) if p.argv and p.argv[0].endswith("java")]
     return jvms[0] if jvms else None
 
 
-def python_workers(driver: subprocess.Popen[bytes]) -> list[Proc]:
+def python_workers(driver: int) -> list[Proc]:
     """The Python task workers: the children that pyspark.daemon forks (same command line)."""
     group = _group(driver)
     daemons = {p.pid for p in group if "pyspark.daemon" in p.argv}
     return [p for p in group if p.ppid in daemons and "pyspark.daemon" in p.argv]
 
 
-def kill_worker(driver: subprocess.Popen[bytes], rng: random.Random) -> str | None:
+def kill_worker(driver: int, rng: random.Random) -> str | None:
     """SIGKILL one Python worker; Spark fails the task it runs and retries it."""
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
@@ -63,22 +64,22 @@ def stall(pid: int, seconds: float, what: str) -> str | None:
     return f"SIGSTOP {what} {pid} for {seconds:g}s, SIGCONT"
 
 
-def kill_driver(driver: subprocess.Popen[bytes]) -> str | None:
+def kill_driver(driver: int) -> str | None:
     """SIGKILL the driver's whole process group (a machine or container dying)."""
-    if driver.poll() is not None:
+    try:
+        os.killpg(driver, signal.SIGKILL)
+    except ProcessLookupError:
         return None
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(driver.pid, signal.SIGKILL)
-    return f"SIGKILL driver group {driver.pid}"
+    return f"SIGKILL driver group {driver}"
 
 
-def term_driver(driver: subprocess.Popen[bytes]) -> str | None:
+def term_driver(driver: int) -> str | None:
     """SIGTERM the driver process (a container stop): it stops gracefully, exit 13."""
-    if driver.poll() is not None:
+    try:
+        os.kill(driver, signal.SIGTERM)
+    except ProcessLookupError:
         return None
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(driver.pid, signal.SIGTERM)
-    return f"SIGTERM driver {driver.pid}"
+    return f"SIGTERM driver {driver}"
 
 
 class BouncingPostgres(ThrowawayPostgres):

@@ -15,24 +15,21 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.chaos import nemesis
+from tests.chaos import nemesis, operators
 from tests.chaos.checker import Verdict, check
+from tests.chaos.operators import Stuck
 from tests.chaos.schedule import Schedule, Step, fmt_step
 from tests.support import APPS
-from tests.support.core import REPO, stoker_cmd
 
 APP = APPS / "chaos_app.py"
-MASTER = "local[2,8]"  # two cores, a task may fail 8 times: task retries are real
 NO_PROGRESS = 180.0  # seconds without a committed epoch while the driver lives: stuck
 END_BY = 420.0  # seconds the job gets to end after the last fault
-MAX_RESTARTS = 40  # more driver starts than this in one schedule: a restart loop
 FILE_ID_BASE = 1_000_000
 
 
@@ -55,9 +52,7 @@ class Run:
     t0: float = field(default_factory=time.monotonic)
     history: list[Event] = field(default_factory=list)
     injected: dict[str, int] = field(default_factory=dict)
-    exits: list[int] = field(default_factory=list)
-    driver: subprocess.Popen[bytes] | None = None
-    starts: int = 0
+    op: Any = None  # operators.Local or operators.Managed
     paused: bool = False
     files_put: int = 0
     disk: nemesis.SmallDisk | None = None
@@ -77,6 +72,10 @@ class Run:
     @property
     def files_in(self) -> Path:
         return self.base / "in"
+
+    @property
+    def app(self) -> Path:
+        return self.base / "app" / "chaos_app.py"
 
     def log(self, what: str) -> None:
         e = Event(time.monotonic() - self.t0, what)
@@ -138,64 +137,16 @@ class Run:
         jid = self.schedule.workload.job
         return self.read(lambda st: str(st.get_job(jid).state))
 
-    # the driver ------------------------------------------------------------------------------
-    def start(self) -> None:
-        if self.starts >= MAX_RESTARTS:
-            raise Stuck(f"driver started {self.starts} times: a restart loop")
-        state = self.job_state()
-        args = ["-D", f"stoker.state_dir={self.state}", "-D", f"stoker.master={MASTER}"]
-        if state in ("FAILED",):
-            args.append("--restart")  # what an operator does after fixing the cause
-        log = self.base / f"driver-{self.starts + 1:02d}.log"
-        with open(log, "ab") as out:
-            self.driver = subprocess.Popen(
-                stoker_cmd("run", str(APP), *args, "--quiet"),
-                env={**os.environ, **self.env()},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                cwd=str(REPO),
-            )
-        self.starts += 1
-        self.log(f"driver {self.starts} started (pid {self.driver.pid}, job {state or 'new'})")
-
-    def reap(self) -> int | None:
-        """The driver's exit code if it ended (its group waited for), else None."""
-        d = self.driver
-        if d is None or d.poll() is None:
-            return None
-        from tests.support.drivers import wait_group_gone
-
-        wait_group_gone(d.pid)
-        rc = d.returncode
-        self.exits.append(rc)
-        self.driver = None
-        self.log(f"driver ended rc {rc}, job {self.job_state()}")
-        return rc
-
-    def ensure_running(self) -> bool:
-        """Start the driver again if it ended and the job has not; False once the job ended."""
-        rc = self.reap()
-        if self.driver is not None:
-            return True
-        state = self.job_state()
-        if state in ("FINISHED", "CANCELED"):
-            return False
-        if rc == 2:
-            raise Stuck(f"the driver refused to start (bad input, rc 2): {self.last_log_line()}")
-        self.start()
-        return True
-
-    def last_log_line(self) -> str:
+    def last_line(self) -> str:
         logs = sorted(self.base.glob("driver-*.log"))
         if not logs:
             return ""
         lines = logs[-1].read_text(errors="replace").strip().splitlines()
         return lines[-1] if lines else ""
 
-
-class Stuck(Exception):
-    """The job made no progress, or its drivers kept ending: a failure of the schedule."""
+    def last_error(self) -> str | None:
+        jid = self.schedule.workload.job
+        return self.read(lambda st: st.get_job(jid).last_error)
 
 
 # faults ------------------------------------------------------------------------------------------
@@ -223,15 +174,17 @@ def put_file(run: Run) -> str | None:
 
 
 def inject(run: Run, step: Step, rng: random.Random) -> str | None:
-    d = run.driver
     k = step.kind
+    if k in ("leader_kill", "manager_stall"):
+        return run.op.manager_fault(k, step.arg)
     if k in ("worker_kill", "driver_stall", "jvm_stall", "driver_kill", "driver_term"):
-        if d is None or d.poll() is not None:
+        d = run.op.driver()
+        if d is None:
             return None
         if k == "worker_kill":
             return nemesis.kill_worker(d, rng)
         if k == "driver_stall":
-            return nemesis.stall(d.pid, step.arg, "driver")
+            return nemesis.stall(d, step.arg, "driver")
         if k == "jvm_stall":
             jvm = nemesis.jvm_of(d)
             return None if jvm is None else nemesis.stall(jvm.pid, step.arg, "driver JVM")
@@ -274,7 +227,7 @@ def wait_epochs(run: Run, target: int) -> None:
     """Until ``target`` epochs are committed (or the job ended), restarting ended drivers."""
     last, since = run.committed(), time.monotonic()
     while True:
-        if not run.ensure_running():
+        if not run.op.ensure():
             return
         n = run.committed()
         if n >= target:
@@ -297,7 +250,7 @@ def finish(run: Run) -> None:
     lifted = False
     want = run.expected_ids()
     last, since = run.committed(), time.monotonic()
-    while run.ensure_running():
+    while run.op.ensure():
         if not lifted and run.job_state() is not None:
             lifted = bool(
                 _control(run, {"kind": "rate_limit", "max_rows_per_epoch": None})
@@ -309,7 +262,7 @@ def finish(run: Run) -> None:
 
             if run.read(lambda st: cancel(st, w.job)) is not None:
                 run.log("every input id committed: cancel")
-                wait_exit(run, deadline)
+                run.op.wait_exit(deadline)
                 continue
         n = run.committed()
         if n > last:
@@ -317,13 +270,6 @@ def finish(run: Run) -> None:
         if time.monotonic() > deadline or time.monotonic() - since > NO_PROGRESS:
             raise Stuck(f"the job did not end (state {run.job_state()}, {n} epochs committed)")
         time.sleep(0.3)
-
-
-def wait_exit(run: Run, deadline: float) -> None:
-    while run.driver is not None and run.driver.poll() is None:
-        if time.monotonic() > deadline:
-            raise Stuck("the driver did not exit after cancel")
-        time.sleep(0.2)
 
 
 def _sink_ids(run: Run) -> list[int]:
@@ -394,6 +340,8 @@ def run_schedule(
     try:
         run.files_in.mkdir()
         (base / "out").mkdir()
+        run.app.parent.mkdir()
+        shutil.copy(APP, run.app)
         if w.disk:
             run.disk = nemesis.SmallDisk(base / "out")
         if w.pg_sink or w.pg_store:
@@ -407,7 +355,8 @@ def run_schedule(
                 dbs.append(f"{w.job}_store")
         if not run.store_url:
             run.store_url = f"sqlite:///{run.state / 'store.db'}"
-        run.start()
+        run.op = (operators.Managed if w.managed else operators.Local)(run)
+        run.op.start()
         for step in schedule.steps:
             wait_epochs(run, max(run.committed(), 0) + step.after_epochs)
             if run.job_state() in ("FINISHED", "CANCELED"):
@@ -421,15 +370,16 @@ def run_schedule(
             run.injected[step.kind] = run.injected.get(step.kind, 0) + 1
             run.log(f"{fmt_step(step)}: {done}")
         finish(run)
+        # The job has ended: what is left of it now (managers included) must go with a stop.
+        run.op.stop()
         verdict = check(run)
     except Stuck as e:
         error = f"stuck: {e}"
     except Exception as e:  # the harness's own failure is a failure too, with its history
         error = f"{type(e).__name__}: {e}"
     finally:
-        if run.driver is not None and run.driver.poll() is None:
-            nemesis.kill_driver(run.driver)
-            run.driver.wait()
+        if run.op is not None:
+            run.op.stop()
         if run.disk is not None:
             run.disk.close()
         if pg is not None and error is None and not keep:
@@ -439,5 +389,11 @@ def run_schedule(
         if error is None and verdict is not None and verdict.ok and not keep:
             shutil.rmtree(base, ignore_errors=True)
     return Result(
-        schedule, verdict, error, run.history, run.injected, time.monotonic() - run.t0, run.starts
+        schedule,
+        verdict,
+        error,
+        run.history,
+        run.injected,
+        time.monotonic() - run.t0,
+        0 if run.op is None else run.op.starts,
     )

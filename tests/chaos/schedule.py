@@ -35,7 +35,10 @@ WEIGHTS: dict[str, int] = {
     "event": 1,  # a custom control event
     "savepoint": 1,  # a savepoint, without stopping
     "files_arrive": 2,  # new input files (when the workload reads files)
+    "leader_kill": 2,  # SIGKILL of the leading job manager (managed workloads)
+    "manager_stall": 1,  # SIGSTOP of the leading job manager for a while, then SIGCONT
 }
+MANAGER_ONLY = {"leader_kill", "manager_stall"}
 # Faults that end a driver: the runner starts the same command again afterwards.
 ENDS_DRIVER = {"driver_kill", "driver_term"}
 
@@ -51,6 +54,7 @@ class Workload:
     pg_sink: bool
     pg_store: bool  # the store on the PostgreSQL server too (else SQLite)
     disk: bool  # the files sink on a small file system of its own (disk_full faults)
+    managed: bool = False  # run by two job managers on one store, not by `stoker run`
 
     @property
     def total(self) -> int:
@@ -95,6 +99,7 @@ class Schedule:
             f"{' (stateful, each twice)' if w.stateful else ''}, {w.files} files x {w.per_file}, "
             f"sinks files{' + postgres' if w.pg_sink else ''}, store "
             f"{'postgres' if w.pg_store else 'sqlite'}{', sink on a small disk' if w.disk else ''}"
+            f", {'two job managers' if w.managed else 'stoker run'}"
         )
         return "\n".join([head, *(f"  {fmt_step(s)}" for s in self.steps)])
 
@@ -112,7 +117,11 @@ def generate(seed: int, faults: int = 20, allow: set[str] | None = None) -> Sche
     # The draw is made either way, so that limiting the kinds changes nothing else.
     disk = rng.random() < 0.3 and (allow is None or "disk_full" in allow)
     pg_store = pg_sink and rng.random() < 0.3
+    managed = rng.random() < 0.35 and (allow is None or bool(MANAGER_ONLY & allow))
     kinds = {k: v for k, v in WEIGHTS.items() if allow is None or k in allow}
+    if not managed:
+        for k in MANAGER_ONLY:
+            kinds.pop(k, None)
     if not pg_sink:
         kinds.pop("pg_down", None)
     if not disk:
@@ -144,6 +153,7 @@ def generate(seed: int, faults: int = 20, allow: set[str] | None = None) -> Sche
         pg_sink=pg_sink,
         pg_store=pg_store,
         disk=disk,
+        managed=managed,
     )
     return Schedule(seed, w, steps)
 

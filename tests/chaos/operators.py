@@ -1,0 +1,213 @@
+"""Who runs the job in a schedule, and what an operator does when something of it ends.
+
+:class:`Local` is ``stoker run`` in a terminal: a driver that ends is started again with the
+same command (``--restart`` when the job has FAILED, which a sink server down or a full disk
+may cause). :class:`Managed` is a pair of job managers (``stoker server``) on one store, the
+job submitted over REST with a restart strategy: the managers start and restart the drivers,
+and a manager that ends is started again, as systemd would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from typing import TYPE_CHECKING, Any
+
+from tests.chaos.checker import processes_of
+from tests.support.core import REPO, stoker_cmd
+
+if TYPE_CHECKING:
+    from tests.chaos.runner import Run
+
+MASTER = "local[2,8]"  # two cores, a task may fail 8 times: task retries are real
+MAX_STARTS = 40  # more driver (or manager) starts than this in one schedule: a restart loop
+
+
+class Stuck(Exception):
+    """The job made no progress, or its drivers kept ending: a failure of the schedule."""
+
+
+class Local:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.exits: list[int] = []
+
+    def start(self) -> None:
+        run = self.run
+        if self.starts >= MAX_STARTS:
+            raise Stuck(f"driver started {self.starts} times: a restart loop")
+        state = run.job_state()
+        args = ["-D", f"stoker.state_dir={run.state}", "-D", f"stoker.master={MASTER}"]
+        if state == "FAILED":
+            args.append("--restart")  # what an operator does once the cause is gone
+        log = run.base / f"driver-{self.starts + 1:02d}.log"
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                stoker_cmd("run", str(run.app), *args, "--quiet"),
+                env={**os.environ, **run.env()},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=str(REPO),
+            )
+        self.starts += 1
+        run.log(f"driver {self.starts} started (pid {self.proc.pid}, job {state or 'new'})")
+
+    def driver(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def _reap(self) -> int | None:
+        p = self.proc
+        if p is None or p.poll() is None:
+            return None
+        from tests.support.drivers import wait_group_gone
+
+        wait_group_gone(p.pid)
+        self.exits.append(p.returncode)
+        self.proc = None
+        self.run.log(f"driver ended rc {p.returncode}, job {self.run.job_state()}")
+        return p.returncode
+
+    def ensure(self) -> bool:
+        """Start the driver again if it ended and the job has not; False once the job ended
+        and its driver exited."""
+        rc = self._reap()
+        if self.proc is not None:
+            return True
+        if self.run.job_state() in ("FINISHED", "CANCELED"):
+            return False
+        if rc == 2:
+            raise Stuck(f"the driver refused to start (bad input, rc 2): {self.run.last_line()}")
+        self.start()
+        return True
+
+    def wait_exit(self, deadline: float) -> None:
+        while self.proc is not None and self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise Stuck("the driver did not exit after cancel")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def manager_fault(self, kind: str, seconds: float) -> str | None:
+        return None
+
+
+class Managed:
+    """Two ``stoker server`` processes on the run's store; the job submitted to the leader."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.managers: list[Any] = [None, None]
+        self.starts = 0
+        self.exits: list[int] = []
+        self.submitted = False
+
+    def _start_manager(self, i: int) -> None:
+        from tests.support.manager import Manager
+
+        if self.starts >= MAX_STARTS:
+            raise Stuck(f"managers started {self.starts} times")
+        run = self.run
+        self.starts += 1
+        m = Manager(
+            f"manager-{i}",
+            run.store_url,
+            run.base / f"managed-{i}",
+            [run.base],
+            run.base / f"manager-{i}.log",
+            env=run.env(),
+            lease_ttl=5.0,
+            leader_ttl=2.0,
+        )
+        self.managers[i] = m
+        m.wait_up()
+        run.log(f"manager {i} started (pid {m.proc.pid})")
+
+    def start(self) -> None:
+        for i in range(2):
+            self._start_manager(i)
+        self._submit()
+
+    def _submit(self) -> None:
+        body = {
+            "job_id": self.run.schedule.workload.job,
+            "entrypoint": str(self.run.app),
+            "conf": {"stoker.master": MASTER},
+            "restart_strategy": {"strategy": "fixed-delay", "attempts": 1000, "delay": 1},
+        }
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for m in self.managers:
+                if m is None or m.proc.poll() is not None:
+                    continue
+                with contextlib.suppress(Exception):
+                    r = m.http.post("/v1/jobs", json=body)
+                    if r.status_code in (200, 201):
+                        self.submitted = True
+                        self.run.log(f"job submitted to {m.name}: {r.status_code}")
+                        return
+            time.sleep(0.5)
+        raise Stuck("no manager took the submission")
+
+    def leader(self) -> Any:
+        for m in self.managers:
+            if m is not None and m.proc.poll() is None and (m.health() or {}).get("leader"):
+                return m
+        return None
+
+    def driver(self) -> int | None:
+        """The live driver of the job: a process of the run that leads its own group."""
+        from tests.support.procs import processes
+
+        mine = set(processes_of(self.run.marker))
+        for p in processes():
+            if p.pid in mine and p.pid == p.pgid and "stoker.runtime.driver" in p.argv:
+                return p.pid
+        return None
+
+    def ensure(self) -> bool:
+        for i, m in enumerate(self.managers):
+            if m is not None and m.proc.poll() is not None:
+                self.exits.append(m.proc.returncode)
+                self.run.log(f"manager {i} ended rc {m.proc.returncode}: started again")
+                self._start_manager(i)
+        state = self.run.job_state()
+        if state == "FAILED":
+            raise Stuck(f"the job FAILED under the managers: {self.run.last_error()}")
+        return state not in ("FINISHED", "CANCELED") or self.driver() is not None
+
+    def wait_exit(self, deadline: float) -> None:
+        while self.driver() is not None:
+            if time.monotonic() > deadline:
+                raise Stuck("the driver did not exit after cancel")
+            time.sleep(0.3)
+
+    def manager_fault(self, kind: str, seconds: float) -> str | None:
+        m = self.leader()
+        if m is None:
+            return None
+        if kind == "leader_kill":
+            m.kill()  # its group only: the drivers it started lead groups of their own
+            return f"SIGKILL leader {m.name} (pid {m.proc.pid})"
+        os.killpg(m.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(m.proc.pid, signal.SIGCONT)
+        return f"SIGSTOP leader {m.name} for {seconds:g}s, SIGCONT"
+
+    def stop(self) -> None:
+        from tests.support.manager import stop_all
+
+        stop_all(m for m in self.managers if m is not None)
