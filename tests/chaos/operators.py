@@ -43,8 +43,8 @@ class Local:
             raise Stuck(f"driver started {self.starts} times: a restart loop")
         state = run.job_state()
         args = ["-D", f"stoker.state_dir={run.state}", "-D", f"stoker.master={MASTER}"]
-        if state == "FAILED":
-            args.append("--restart")  # what an operator does once the cause is gone
+        if state in ("FAILED", "CANCELED"):
+            args.append("--restart")  # a resubmission, or what an operator does after a failure
         log = run.base / f"driver-{self.starts + 1:02d}.log"
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
@@ -101,6 +101,11 @@ class Local:
     def manager_fault(self, kind: str, seconds: float) -> str | None:
         return None
 
+    def resubmit(self) -> str:
+        self._reap()
+        self.start()
+        return "the same command again with --restart"
+
 
 class Managed:
     """Two ``stoker server`` processes on the run's store; the job submitted to the leader."""
@@ -138,8 +143,13 @@ class Managed:
             self._start_manager(i)
         self._submit()
 
-    def _submit(self) -> None:
+    def resubmit(self) -> str:
+        self._submit(restart=True)
+        return "submitted again with restart"
+
+    def _submit(self, restart: bool = False) -> None:
         body = {
+            "restart": restart,
             "job_id": self.run.schedule.workload.job,
             "entrypoint": str(self.run.app),
             "conf": {"stoker.master": MASTER},

@@ -201,6 +201,8 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
         return put_file(run)
     if run.job_state() is None:
         return None  # not registered yet: no control
+    if k == "cancel_resubmit":
+        return cancel_and_resubmit(run)
     if k == "pause":
         done = _control(run, {"kind": "pause"})
         if done is None:
@@ -220,6 +222,25 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
         "savepoint": {"kind": "savepoint"},
     }[k]
     return _control(run, body)
+
+
+def cancel_and_resubmit(run: Run) -> str | None:
+    """Cancel the job (its epoch in flight commits), wait until it is CANCELED and its driver
+    gone, then submit it again from its checkpoint: no id may be lost or written twice."""
+    from stoker.manager.jobs import cancel
+
+    if run.read(lambda st: cancel(st, run.schedule.workload.job)) is None:
+        return None
+    deadline = time.monotonic() + END_BY
+    while run.job_state() not in ("CANCELED", "FINISHED", "FAILED"):
+        if time.monotonic() > deadline:
+            raise Stuck(f"cancel did not end the job (state {run.job_state()})")
+        time.sleep(0.3)
+    run.op.wait_exit(deadline)
+    ended = run.job_state()
+    if ended == "FINISHED":
+        return "cancel: the job had finished"
+    return f"cancel: job {ended}; {run.op.resubmit()}"
 
 
 # the schedule ------------------------------------------------------------------------------------

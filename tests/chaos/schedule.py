@@ -34,6 +34,7 @@ WEIGHTS: dict[str, int] = {
     "checkpoint": 1,  # an epoch now
     "event": 1,  # a custom control event
     "savepoint": 1,  # a savepoint, without stopping
+    "cancel_resubmit": 1,  # cancel, then the same job submitted again from its checkpoint
     "files_arrive": 2,  # new input files (when the workload reads files)
     "leader_kill": 2,  # SIGKILL of the leading job manager (managed workloads)
     "manager_stall": 1,  # SIGSTOP of the leading job manager for a while, then SIGCONT
