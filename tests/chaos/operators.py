@@ -61,6 +61,23 @@ class Local:
     def driver(self) -> int | None:
         return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
 
+    def run_once(self) -> tuple[int, str]:
+        """The same command once more, to its end: (exit code, what it printed)."""
+        self.start()
+        assert self.proc is not None
+        try:
+            self.proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        rc = self.proc.returncode
+        self.reap()
+        log = sorted(self.run.base.glob("driver-*.log"))[-1]
+        return rc, log.read_text(errors="replace")
+
+    def reap(self) -> int | None:
+        return self._reap()
+
     def _reap(self) -> int | None:
         p = self.proc
         if p is None or p.poll() is None:

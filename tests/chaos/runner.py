@@ -203,6 +203,8 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
         return None  # not registered yet: no control
     if k == "cancel_resubmit":
         return cancel_and_resubmit(run)
+    if k == "checkpoint_lost":
+        return lose_checkpoint(run)
     if k == "pause":
         done = _control(run, {"kind": "pause"})
         if done is None:
@@ -241,6 +243,31 @@ def cancel_and_resubmit(run: Run) -> str | None:
     if ended == "FINISHED":
         return "cancel: the job had finished"
     return f"cancel: job {ended}; {run.op.resubmit()}"
+
+
+def lose_checkpoint(run: Run) -> str | None:
+    """The driver dies and its checkpoint folder is gone when it comes back (a failover to a
+    host without the shared disk): the start must refuse, naming the store's epochs and the
+    ways out, and change nothing. Then the folder comes back from the operator's backup."""
+    d = run.op.driver()
+    if d is None or not (run.state / "checkpoint").exists():
+        return None
+    nemesis.kill_driver(d)
+    run.op.wait_exit(time.monotonic() + 60)
+    run.op.reap()
+    before = run.committed()
+    aside = run.state / "checkpoint.lost"
+    os.rename(run.state / "checkpoint", aside)
+    try:
+        rc, text = run.op.run_once()
+    finally:
+        shutil.rmtree(run.state / "checkpoint", ignore_errors=True)
+        os.rename(aside, run.state / "checkpoint")
+    if rc != 2 or "checkpoint" not in text:
+        raise Stuck(f"a start without its checkpoint was not refused (rc {rc}): {text[-500:]}")
+    if run.committed() != before:
+        raise Stuck("a start without its checkpoint committed epochs")
+    return "checkpoint folder lost: start refused (rc 2), nothing written; folder restored"
 
 
 # the schedule ------------------------------------------------------------------------------------

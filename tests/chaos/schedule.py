@@ -35,11 +35,13 @@ WEIGHTS: dict[str, int] = {
     "event": 1,  # a custom control event
     "savepoint": 1,  # a savepoint, without stopping
     "cancel_resubmit": 1,  # cancel, then the same job submitted again from its checkpoint
+    "checkpoint_lost": 1,  # the driver dies and comes back without its checkpoint: refused
     "files_arrive": 2,  # new input files (when the workload reads files)
     "leader_kill": 2,  # SIGKILL of the leading job manager (managed workloads)
     "manager_stall": 1,  # SIGSTOP of the leading job manager for a while, then SIGCONT
 }
 MANAGER_ONLY = {"leader_kill", "manager_stall"}
+LOCAL_ONLY = {"checkpoint_lost"}  # the managers' drivers keep their state where they choose
 # Faults that end a driver: the runner starts the same command again afterwards.
 ENDS_DRIVER = {"driver_kill", "driver_term"}
 
@@ -120,9 +122,8 @@ def generate(seed: int, faults: int = 20, allow: set[str] | None = None) -> Sche
     pg_store = pg_sink and rng.random() < 0.3
     managed = rng.random() < 0.35 and (allow is None or bool(MANAGER_ONLY & allow))
     kinds = {k: v for k, v in WEIGHTS.items() if allow is None or k in allow}
-    if not managed:
-        for k in MANAGER_ONLY:
-            kinds.pop(k, None)
+    for k in LOCAL_ONLY if managed else MANAGER_ONLY:
+        kinds.pop(k, None)
     if not pg_sink:
         kinds.pop("pg_down", None)
     if not disk:
