@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default=None, help="e.g. 1-50 or 3,9,12")
     ap.add_argument("--seed", type=int, default=None, help="one schedule (a replay)")
     ap.add_argument("--faults", type=int, default=20, help="faults drawn per schedule")
+    ap.add_argument("--kinds", default="", help="only these fault kinds, e.g. worker_kill,pause")
     ap.add_argument("--drop", default="", help="steps left out of the schedule, e.g. 3,7")
     ap.add_argument("--minimise", action="store_true", help="shrink a failing schedule")
     ap.add_argument("--out", default=None, help="append one JSON line per schedule here")
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         for seed in seeds:
-            schedule = generate(seed, args.faults)
+            allow = set(args.kinds.split(",")) if args.kinds else None
+            schedule = generate(seed, args.faults, allow=allow)
             if args.drop:
                 schedule = schedule.without({int(i) for i in args.drop.split(",")})
             print(f"--- {schedule.describe().splitlines()[0]}", flush=True)
