@@ -9,15 +9,15 @@ The Spark task attempt id makes every copy of a task (a retry, a speculative cop
 that prepares late) a part of its own: no task ever touches another's gid. The sink tag names
 the table as the server resolved it (schema and all), the uid hash the job's record: every
 query of prepared parts is scoped by job, table and uid, and one uid of a job id owns a table
-(:mod:`._pg_owner`). The parts Spark
-reports back from the task attempts whose results it kept (exactly one per partition) are
-the epoch's recorded set: the runtime stores it with the PREPARED sink transaction before the
-epoch is decided. Commit commits exactly that set; a gid of the set that is not prepared any
-more was committed before if its marker row is visible (the marker commits with it), and is
-lost otherwise: commit then raises :class:`SinkError` rather than commit a partial epoch.
-Every other prepared gid of the job for this epoch or an earlier one is a stray (a retried or
-speculative task's copy, a zombie's late part): commit rolls it back. Recovery rolls back
-every prepared gid that is left once the decided epochs are committed.
+(:mod:`._pg_owner`). The parts Spark reports back from the task attempts whose results it
+kept (exactly one per partition) are the epoch's recorded set: the runtime stores it with the
+PREPARED sink transaction before the epoch is decided. Commit commits exactly that set; a gid
+of the set that is not prepared any more was committed before if its marker row is visible
+(the marker commits with it), and is lost otherwise: commit then raises :class:`SinkError`
+rather than commit a partial epoch. Every other prepared gid of the sink, job and uid for
+this epoch or an earlier one is a stray (a retried or speculative task's copy, a zombie's
+late part): commit rolls it back. Recovery rolls back every such prepared gid that is left
+once the decided epochs are committed.
 """
 
 from __future__ import annotations
