@@ -161,6 +161,27 @@ class Pipeline:
             if not isinstance(key, str):
                 raise InvalidPipeline("config", f"keys must be strings, got {key!r}")
 
+    def check_targets(self) -> None:
+        """Refuse two sinks that write one place, once each sink's ``validate`` has resolved
+        where it writes (a sink's optional ``target()``; e.g. one PostgreSQL table written
+        unqualified and schema-qualified, or reached through two search paths): their parts
+        would share one name, and each sink's commit would roll the other's back."""
+        seen: dict[str, tuple[int, str]] = {}
+        for i, s in enumerate(self.sinks):
+            where = getattr(s, "target", None)
+            target = where() if callable(where) else None
+            if target is None:
+                continue
+            if target in seen:
+                j, other = seen[target]
+                raise InvalidPipeline(
+                    f"sinks[{i}]",
+                    f"sinks {other!r} (sinks[{j}]) and {s.name!r} both write {target}; a "
+                    "table is written by one sink of a pipeline: drop one, or point it at "
+                    "another table",
+                )
+            seen[target] = (i, s.name)
+
     def check_config(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The declared defaults with ``values`` on top, each value checked against its default.
 

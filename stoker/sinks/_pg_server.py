@@ -1,7 +1,7 @@
 """What a PostgreSQL sink asks of its server before it writes: a connection (the DSN checked),
 room for its prepared transactions (``max_prepared_transactions`` against the writers), a
-plain table name, a column type for each Spark type, and the marker table its parts commit
-their rows in (:data:`~stoker.sinks._pg_parts.MARKERS`)."""
+plain table name and the schema it resolves to, a column type for each Spark type, and the
+marker table its parts commit their rows in (:data:`~stoker.sinks._pg_parts.MARKERS`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidSink, SinkError
-from stoker.sinks._pg_parts import MARKERS, _markers_name
+from stoker.sinks._pg_parts import MARKERS, Table, _markers_name
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType
@@ -89,12 +89,55 @@ def max_prepared(conn: Any) -> int:
 
 
 # tables ----------------------------------------------------------------------------------------
-def ensure_markers(conn: Any, table: str) -> None:
+def resolve_table(conn: Any, table: str) -> tuple[str, str]:
+    """The (schema, table) the server writes for ``table`` as the user wrote it.
+
+    A table that exists: where the server's search path finds it (``to_regclass``). One that
+    does not (yet; ``create_table`` creates it at the first prepare): the written schema, or
+    else the schema ``CREATE TABLE`` would put it in (``current_schema()``). The sink then
+    names the resolved table everywhere, so a table created later in another schema of the
+    search path does not move it."""
+    from psycopg import sql
+
+    parts = table.split(".")
+    quoted = sql.Identifier(*parts).as_string(conn)
+    row = conn.execute(
+        "SELECT n.nspname, c.relname FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)",
+        (quoted,),
+    ).fetchone()
+    if row is not None:
+        return str(row[0]), str(row[1])
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    (schema,) = conn.execute("SELECT current_schema()").fetchone()
+    if schema is None:
+        (path,) = conn.execute("SHOW search_path").fetchone()
+        raise InvalidSink(
+            "postgres.table",
+            f"table {table!r} does not exist and no schema of the search_path ({path}) "
+            "exists to create it in: write the table as schema.table, or create the schema",
+        )
+    return str(schema), parts[0]
+
+
+def server_key(conn: Any) -> str:
+    """Which server and database a connection reaches, as far as the server tells: its
+    address and port (a Unix socket: the socket folder the client used) and the database."""
+    row = conn.execute(
+        "SELECT host(inet_server_addr()), inet_server_port(), current_database()"
+    ).fetchone()
+    addr = row[0] if row[0] is not None else f"socket {conn.info.host}"
+    port = row[1] if row[1] is not None else conn.info.port
+    return f"{addr}:{port}/{row[2]}"
+
+
+def ensure_markers(conn: Any, table: Table) -> None:
     """Create the marker table beside ``table`` if it is missing."""
     from psycopg import errors, sql
 
     name = sql.Identifier(*_markers_name(table))
-    qualified = ".".join(_markers_name(table))
+    qualified = name.as_string(conn)
     # Only when missing: CREATE INDEX IF NOT EXISTS would wait for the prepared parts
     # that hold the table (recovery comes after open), for ever.
     if conn.execute("SELECT to_regclass(%s)", (qualified,)).fetchone()[0] is not None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stoker.sinks._pg_parts import _markers_name, make_gid
+from stoker.sinks._pg_parts import Table, _markers_name, make_gid, table_parts, uid_hash
 from stoker.testing import kill_task_worker, task_fault, task_note
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ class _Task:
     """What a writer task needs (pickled into the task)."""
 
     dsn: str
-    table: str
+    table: Table  # the resolved (schema, table); a written name in hand-made tests
     columns: tuple[str, ...]
     job: str
     uid: str
@@ -42,7 +42,11 @@ class _Task:
     tag: str
 
     def gid(self, part: int, task: int) -> str:
-        return make_gid(self.job, self.epoch, self.attempt, part, task, self.tag)
+        return make_gid(self.job, self.epoch, self.attempt, part, task, self.tag, self.owner)
+
+    @property
+    def owner(self) -> str:
+        return uid_hash(self.uid)
 
 
 _RESULT = "part int, task long, task_attempt int, rows long, gid string"
@@ -54,7 +58,7 @@ def _copy_and_mark(conn: Any, t: _Task, gid: str, part: int, batches: Any) -> in
 
     rows = 0
     copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        sql.Identifier(*t.table.split(".")), sql.SQL(", ").join(map(sql.Identifier, t.columns))
+        sql.Identifier(*table_parts(t.table)), sql.SQL(", ").join(map(sql.Identifier, t.columns))
     )
     with conn.cursor() as cur, cur.copy(copy_sql) as copy:
         for batch in batches:
@@ -171,7 +175,7 @@ def _zombie_body(t: _Task, gid: str, part: int, batches: list[pa.RecordBatch], w
     deadline = time.monotonic() + _ZOMBIE_WAIT
     with psycopg.connect(t.dsn, autocommit=True) as watch:
         while time.monotonic() < deadline:
-            args = (t.uid, f"%:{t.tag}", t.epoch, part, t.epoch)
+            args = (t.uid, f"%:{t.tag}:{t.owner}", t.epoch, part, t.epoch)
             if watch.execute(done, args).fetchone():
                 conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
                 conn.close()

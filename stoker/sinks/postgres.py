@@ -3,18 +3,21 @@
 Each Spark task writes its partition in its own transaction: ``COPY`` of the rows, one marker
 row in ``stoker_parts`` naming the part, then ``PREPARE TRANSACTION <gid>`` with
 
-    gid = stoker:<job>:<epoch>:<attempt>:<partition>:<task attempt id>:<sink tag>
+    gid = stoker:<job>:<epoch>:<attempt>:<partition>:<task attempt id>:<sink tag>:<uid hash>
 
 The Spark task attempt id makes every copy of a task (a retry, a speculative copy, a zombie
-that prepares late) a part of its own: no task ever touches another's gid. The parts Spark
-reports back from the task attempts whose results it kept (exactly one per partition) are
-the epoch's recorded set: the runtime stores it with the PREPARED sink transaction before the
-epoch is decided. Commit commits exactly that set; a gid of the set that is not prepared any
-more was committed before if its marker row is visible (the marker commits with it), and is
-lost otherwise: commit then raises :class:`SinkError` rather than commit a partial epoch.
-Every other prepared gid of the job for this epoch or an earlier one is a stray (a retried or
-speculative task's copy, a zombie's late part): commit rolls it back. Recovery rolls back
-every prepared gid that is left once the decided epochs are committed.
+that prepares late) a part of its own: no task ever touches another's gid. The sink tag names
+the table as the server resolved it (schema and all), the uid hash the job's record: every
+query of prepared parts is scoped by job, table and uid, and one uid of a job id owns a table
+(:mod:`._pg_owner`). The parts Spark reports back from the task attempts whose results it
+kept (exactly one per partition) are the epoch's recorded set: the runtime stores it with the
+PREPARED sink transaction before the epoch is decided. Commit commits exactly that set; a gid
+of the set that is not prepared any more was committed before if its marker row is visible
+(the marker commits with it), and is lost otherwise: commit then raises :class:`SinkError`
+rather than commit a partial epoch. Every other prepared gid of the sink, job and uid for
+this epoch or an earlier one is a stray (a retried or speculative task's copy, a zombie's
+late part): commit rolls it back. Recovery rolls back every such prepared gid that is left
+once the decided epochs are committed.
 """
 
 from __future__ import annotations
@@ -27,12 +30,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import SinkError
+from stoker.sinks._pg_owner import check_still_owner, claim, qualified, read_owner, refusal
 from stoker.sinks._pg_parts import (
     ParsedGid,
+    Scope,
     _markers_name,
     finish_part,
+    job_parts,
     part_visible,
     prepared_parts,
+    uid_hash,
 )
 from stoker.sinks._pg_server import (
     _pg_type,
@@ -42,6 +49,8 @@ from stoker.sinks._pg_server import (
     ensure_markers,
     fit_writers,
     max_prepared,
+    resolve_table,
+    server_key,
 )
 from stoker.sinks._pg_task import _RESULT, _Task, _write_partition
 from stoker.sinks.base import (
@@ -61,6 +70,10 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger("stoker.sinks.postgres")
+
+
+def _tag(name: str) -> str:
+    return hashlib.sha1(name.encode()).hexdigest()[:8]
 
 
 @dataclass
@@ -84,6 +97,10 @@ class PostgresSink:
         self._job: JobId | None = None
         self._uid = ""
         self._tag = ""
+        self._legacy_tag = ""
+        self._where: tuple[str, str] | None = None  # the resolved (schema, table)
+        self._scope = Scope("", "", "", "")  # which prepared parts are ours: set by open()
+        self._target: str | None = None
         self._created = False
         self._writers: int | None = None
 
@@ -92,8 +109,9 @@ class PostgresSink:
         return f"postgres(table={self.table!r}{extra})"
 
     def descriptor(self) -> dict[str, Any]:
-        # The tag is derived again by open() from the same database and table; it is recorded
-        # to say which gids are this sink's.
+        # The tag is derived again by open() from the same database and table (resolved
+        # again: the job created it where it resolved); it is recorded to say which gids are
+        # this sink's.
         return {
             "kind": "postgres",
             "dsn": self.dsn,
@@ -111,25 +129,65 @@ class PostgresSink:
     default_writers = staticmethod(default_writers)
 
     def validate(self, owner: SinkOwner) -> None:
+        """Check the options and the server; refuse a table another uid of this job id
+        writes (read only: the claim is ``open``'s)."""
         check_options(self.table, self.max_writers)
         with self._connect() as conn:
             self._writers = fit_writers(max_prepared(conn), self.max_writers)
+            where = self._resolve(conn)
+            row = read_owner(conn, where, owner.job_id)
+        if row is not None and not row.owned_by(owner):
+            raise refusal(row, owner)
+
+    def target(self) -> str | None:
+        """Where the sink writes, once ``validate`` or ``open`` resolved it: two sinks of one
+        pipeline with one target are refused (:meth:`stoker.pipeline.Pipeline.check_targets`)."""
+        return self._target
+
+    def _resolve(self, conn: Any) -> tuple[str, str]:
+        """Resolve the table on the server: where it writes, its tag, its target."""
+        where = resolve_table(conn, self.table)
+        (db,) = conn.execute("SELECT current_database()").fetchone()
+        # Names the sink inside the gid: two PostgreSQL sinks of one job (two schemas, or one
+        # table name through two search paths) never take each other's parts for strays.
+        self._tag = _tag(f"{db}/{where[0]}.{where[1]}")
+        # The tag of versions before the uid in the gid: the table as written.
+        self._legacy_tag = _tag(f"{db}/{self.table}")
+        self._target = f"table {qualified(where)} of {server_key(conn)}"
+        self._where = where
+        return where
 
     def open(self, owner: SinkOwner, state_dir: Path) -> None:
-        self._job = owner.job_id
-        self._uid = owner.uid
+        """Resolve the table and claim it for ``owner`` (or find it ours); refuse it when
+        another uid of the job id holds it."""
         with self._connect() as conn:
-            (db,) = conn.execute("SELECT current_database()").fetchone()
-            # Names the sink inside the gid: two PostgreSQL sinks of one job never take each
-            # other's parts for strays.
-            self._tag = hashlib.sha1(f"{db}/{self.table}".encode()).hexdigest()[:8]
-            ensure_markers(conn, self.table)
+            where = self._resolve(conn)
+            ensure_markers(conn, where)
+            row, fresh = claim(conn, where, owner)
+            if not row.owned_by(owner):
+                raise refusal(row, owner)
+            self._job = owner.job_id
+            self._uid = owner.uid
+            self._scope = Scope(owner.job_id, self._tag, uid_hash(owner.uid), self._legacy_tag)
+            if fresh:
+                self._roll_back_released(conn)
+
+    def _roll_back_released(self, conn: Any) -> None:
+        """Roll back the parts another uid of this job id left prepared in this table: the
+        table had no owner row, so that uid released it (the user, see :func:`refusal`)
+        and no job will ever commit them."""
+        for p in job_parts(conn, self._scope.job):
+            if self._scope.foreign(p) and finish_part(conn, p.gid, commit=False):
+                log.warning(
+                    "postgres: rolled back %s, left by a uid that released the table", p.gid
+                )
 
     def _ensure_table(self, schema: StructType) -> None:
         if self._created or not self.create_table:
             return
         from psycopg import sql
 
+        assert self._where is not None, "open() first"
         cols = sql.SQL(", ").join(
             sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(_pg_type(f.dataType)))
             for f in schema.fields
@@ -137,7 +195,7 @@ class PostgresSink:
         with self._connect() as conn:
             conn.execute(
                 sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
-                    sql.Identifier(*self.table.split(".")), cols
+                    sql.Identifier(*self._where), cols
                 )
             )
         self._created = True
@@ -154,8 +212,16 @@ class PostgresSink:
         if self._job is None:
             raise SinkError("postgres", f"sink {self.name!r} prepared before open()")
         self._ensure_table(df.schema)
+        assert self._where is not None
         t = _Task(
-            self.dsn, self.table, tuple(df.columns), self._job, self._uid, epoch, attempt, self._tag
+            self.dsn,
+            self._where,
+            tuple(df.columns),
+            self._job,
+            self._uid,
+            epoch,
+            attempt,
+            self._tag,
         )
 
         def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -192,10 +258,14 @@ class PostgresSink:
         )
 
     def _prepared(self, conn: Any) -> list[ParsedGid]:
-        """This sink's prepared gids of this job (and legacy gids of the job, which name no
-        sink), in this database."""
+        """This sink's prepared gids of this job and uid (and the job's legacy gids, which
+        name no uid: see :meth:`Scope.holds`), in this database."""
         assert self._job is not None, "open() first"
-        return prepared_parts(conn, self._job, self._tag)
+        return prepared_parts(conn, self._scope)
+
+    def _owner(self) -> SinkOwner:
+        assert self._job is not None, "open() first"
+        return SinkOwner(self._job, self._uid)
 
     def commit(self, epoch: Epoch, attempt: AttemptNo, detail: Mapping[str, Any]) -> None:
         """Commit exactly the recorded gids of (epoch, attempt); roll back the strays."""
@@ -209,14 +279,16 @@ class PostgresSink:
                 f"prepared parts (detail {dict(detail)!r}); nothing can be committed exactly",
             )
         kept = set(gids)
+        assert self._where is not None
         with self._connect() as conn:
+            check_still_owner(conn, self._where, self._owner())
             held = {p.gid for p in self._prepared(conn)}
             # 1. Every recorded part is prepared or was committed before (a commit or recovery
             #    that crashed midway). A part that is neither is lost: say so, commit nothing.
             lost = [
                 g
                 for g in gids
-                if g not in held and not part_visible(conn, self.table, self._uid, g)
+                if g not in held and not part_visible(conn, self._where, self._uid, g)
             ]
             if lost:
                 raise SinkError(
@@ -229,7 +301,7 @@ class PostgresSink:
             #    concurrent recovery of the same decision, or it is lost.
             for g in gids:
                 vanished = g in held and not finish_part(conn, g, commit=True)
-                if vanished and not part_visible(conn, self.table, self._uid, g):
+                if vanished and not part_visible(conn, self._where, self._uid, g):
                     raise SinkError(
                         "postgres", f"epoch {epoch}: part {g} vanished before its commit"
                     )
@@ -245,7 +317,7 @@ class PostgresSink:
 
             conn.execute(
                 sql.SQL("DELETE FROM {} WHERE uid = %s AND job_id = %s AND epoch < %s").format(
-                    sql.Identifier(*_markers_name(self.table))
+                    sql.Identifier(*_markers_name(self._where))
                 ),
                 (self._uid, self._job, epoch - 1),
             )

@@ -203,6 +203,7 @@ def plan_job(
     for sink in pipeline.sinks:
         # Restoring: an output still names the savepoint's job until the restore hands it over.
         sink.validate(restoring.owner_for(sink) if restoring is not None else owner)
+    pipeline.check_targets()  # where the sinks write is known once each validated
     return JobPlan(
         pipeline=pipeline,
         jid=jid,

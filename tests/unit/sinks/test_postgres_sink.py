@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 
 from stoker.errors import SinkError
-from stoker.sinks._pg_parts import GID_MAX, make_gid
+from stoker.sinks._pg_parts import GID_MAX, make_gid, uid_hash
 from stoker.sinks._pg_task import _copy_and_mark, _Task
 from stoker.sinks.base import SinkOwner
 from stoker.sinks.postgres import PostgresSink
@@ -106,7 +106,7 @@ def test_commit_raises_when_a_recorded_part_is_lost_and_commits_nothing(
     assert ids(pg_dsn) == []
     assert pg_prepared(pg_dsn) == [a]
 
-    never = make_gid(JOB, 1, 1, 2, 3, sink._tag)  # recorded, never prepared
+    never = make_gid(JOB, 1, 1, 2, 3, sink._tag, uid_hash(UID))  # recorded, never prepared
     with pytest.raises(SinkError, match="lost"):
         sink.commit(Epoch(1), AttemptNo(1), {"gids": [a, never]})
     assert pg_prepared(pg_dsn) == [a]
@@ -134,7 +134,7 @@ def test_recover_rolls_back_every_part_left(sink: PostgresSink, pg_dsn: str) -> 
 
 
 def test_gid_fits_postgres_for_the_longest_job_id(sink: PostgresSink) -> None:
-    gid = make_gid("j" * 100, 2**63 - 1, 2**31 - 1, 2**31 - 1, 2**63 - 1, sink._tag)
+    gid = make_gid("j" * 100, 2**63 - 1, 2**31 - 1, 2**31 - 1, 2**63 - 1, sink._tag, uid_hash(UID))
     assert len(gid.encode()) <= GID_MAX
 
 

@@ -1,0 +1,173 @@
+"""Who writes a PostgreSQL table for a job id: one owner row per (table, job id) in
+``stoker_owners``, beside ``stoker_parts`` in the table's schema, naming the uid of the job's
+record in its store.
+
+Two jobs of one id (two state folders, each with its own store; a local ``stoker run``
+beside a managed job) number their epochs alike; their parts are told apart by the uid in
+the gid, but their rows would both land in the table. So the first uid to open the table for
+a job id claims it (an ``INSERT`` that only one of two racing jobs wins), and every other
+uid of that id is refused at ``validate`` and ``open``, naming the owner.
+
+The sink cannot see another job's store, so it cannot tell an owner that is gone (its store
+deleted) from one that is stopped, failed or between attempts with a decided epoch waiting
+for its recovery. An owner row therefore holds until the user releases it: the refusal says
+how (one ``DELETE``). The next uid to claim the released table rolls back what the old uid
+left prepared there (see :meth:`stoker.sinks.postgres.PostgresSink.open`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from stoker.errors import InvalidSink, SinkError
+from stoker.sinks.base import SinkOwner
+
+OWNERS = "stoker_owners"
+FIELD = "postgres.table"
+
+
+@dataclass(frozen=True)
+class TableOwner:
+    """An owner row: the job id and uid that write ``table`` (schema, name)."""
+
+    table: tuple[str, str]
+    job_id: str
+    uid: str
+    claimed_at: datetime | None = None
+    host: str = ""
+    pid: int = 0
+
+    def owned_by(self, owner: SinkOwner) -> bool:
+        return (self.job_id, self.uid) == (owner.job_id, owner.uid)
+
+    def describe(self) -> str:
+        when = f" at {self.claimed_at:%Y-%m-%d %H:%M:%S %Z}" if self.claimed_at else ""
+        where = f" on {self.host} (pid {self.pid})" if self.host else ""
+        return f"job {self.job_id!r} (uid {self.uid}), which claimed it{when}{where}"
+
+    def release_sql(self) -> str:
+        """The statement that releases the table from this owner."""
+        schema, name = self.table
+        return (
+            f"DELETE FROM {_quoted(schema)}.{OWNERS} WHERE table_name = {_literal(name)} "
+            f"AND job_id = {_literal(self.job_id)} AND uid = {_literal(self.uid)}"
+        )
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def qualified(table: tuple[str, str]) -> str:
+    return ".".join(_quoted(p) for p in table)
+
+
+def _name(table: tuple[str, str]) -> Any:
+    from psycopg import sql
+
+    return sql.Identifier(table[0], OWNERS)
+
+
+def ensure_owners(conn: Any, table: tuple[str, str]) -> None:
+    """Create the owner table beside ``table`` if it is missing."""
+    from psycopg import errors, sql
+
+    if conn.execute("SELECT to_regclass(%s)", (qualified((table[0], OWNERS)),)).fetchone()[0]:
+        return
+    # Two drivers creating it at once: one wins, the other sees it exist.
+    with (
+        contextlib.suppress(errors.UniqueViolation, errors.DuplicateTable),
+        conn.transaction(),
+    ):
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (table_name TEXT NOT NULL, job_id TEXT NOT NULL, "
+                "uid TEXT NOT NULL, claimed_at TIMESTAMPTZ NOT NULL DEFAULT now(), "
+                "host TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL DEFAULT 0, "
+                "PRIMARY KEY (table_name, job_id))"
+            ).format(_name(table))
+        )
+
+
+def read_owner(
+    conn: Any, table: tuple[str, str], job_id: str, exists: bool = False
+) -> TableOwner | None:
+    """The owner row of (``table``, ``job_id``); None when there is none (or no owner table
+    yet: reading creates nothing, so ``validate`` can ask; ``exists``: it is known to be
+    there, one query fewer)."""
+    from psycopg import errors, sql
+
+    if (
+        not exists
+        and not conn.execute("SELECT to_regclass(%s)", (qualified((table[0], OWNERS)),)).fetchone()[
+            0
+        ]
+    ):
+        return None
+    query = sql.SQL(
+        "SELECT uid, claimed_at, host, pid FROM {} WHERE table_name = %s AND job_id = %s"
+    ).format(_name(table))
+    try:
+        row = conn.execute(query, (table[1], job_id)).fetchone()
+    except errors.UndefinedTable:  # dropped since: no owner
+        return None
+    if row is None:
+        return None
+    return TableOwner(table, job_id, str(row[0]), row[1], str(row[2]), int(row[3]))
+
+
+def claim(conn: Any, table: tuple[str, str], owner: SinkOwner) -> tuple[TableOwner, bool]:
+    """Make ``owner`` the owner of (``table``, its job id) unless some uid is already; return
+    the owner row and whether this call claimed it (False: it was there before)."""
+    from psycopg import sql
+
+    ensure_owners(conn, table)
+    won = conn.execute(
+        sql.SQL(
+            "INSERT INTO {} (table_name, job_id, uid, host, pid) VALUES (%s, %s, %s, %s, %s) "
+            "ON CONFLICT DO NOTHING RETURNING uid"
+        ).format(_name(table)),
+        (table[1], owner.job_id, owner.uid, socket.gethostname(), os.getpid()),
+    ).fetchone()
+    row = read_owner(conn, table, owner.job_id, exists=True)
+    if row is None:  # released again between the two statements: nobody holds it now
+        raise SinkError(FIELD, f"table {qualified(table)}: its owner row vanished while claimed")
+    return row, won is not None
+
+
+def refusal(row: TableOwner, owner: SinkOwner) -> InvalidSink:
+    """The error for ``owner`` finding its table written for its job id by another uid: who,
+    since when, and the ways out."""
+    return InvalidSink(
+        FIELD,
+        f"table {qualified(row.table)} is written for job {owner.job_id!r} by {row.describe()}; "
+        f"this job (uid {owner.uid}) is not that job's record (its store or state folder is "
+        "another), and two jobs of one id on one table would both write it. Run the job "
+        "from the state folder and store it was started with, or give this one another job "
+        f"id or table. If that job is gone for good (its store and state folder deleted), "
+        f"release the table with: {row.release_sql()}; what it left prepared in the table "
+        "is then rolled back when this job opens it",
+    )
+
+
+def check_still_owner(conn: Any, table: tuple[str, str], owner: SinkOwner) -> None:
+    """Raise :class:`SinkError` when the table was released (or claimed by another uid) since
+    this job opened it: what this job prepared may have been rolled back by the new owner."""
+    row = read_owner(conn, table, owner.job_id, exists=True)
+    if row is None or not row.owned_by(owner):
+        raise SinkError(
+            FIELD,
+            f"table {qualified(table)} is no longer written for job {owner.job_id!r} by uid "
+            f"{owner.uid}: its owner row "
+            + ("was deleted (released)" if row is None else f"names {row.describe()}")
+            + "; nothing more is committed to it",
+        )
