@@ -28,6 +28,7 @@ def submit_and_follow(
     poll: float = 0.5,
     config: dict[str, Any] | None = None,
     from_savepoint: str | None = None,
+    rewrite_output_after_savepoint: bool = False,
     restart_strategy: dict[str, Any] | None = None,
     scaling: str | None = None,
 ) -> int:
@@ -42,6 +43,7 @@ def submit_and_follow(
         restart=restart,
         config=config,
         from_savepoint=from_savepoint,
+        rewrite_output_after_savepoint=rewrite_output_after_savepoint,
         restart_strategy=restart_strategy,
         scaling=scaling,
     )

@@ -77,6 +77,14 @@ if TYPE_CHECKING:
     "(or one without a checkpoint) going on from the savepoint's epoch, exactly once.",
 )
 @click.option(
+    "--rewrite-output-after-savepoint",
+    "rewrite_output",
+    is_flag=True,
+    help="With --from-savepoint: when the savepoint's job went on after the savepoint and a "
+    "sink holds that later output, start anyway and write the rows of those epochs to it "
+    "again (without it the start is refused, naming the sink and the epochs).",
+)
+@click.option(
     "-D",
     "defines",
     multiple=True,
@@ -125,6 +133,7 @@ def run_cmd(
     job_id: str | None,
     restart: bool,
     from_savepoint: str | None,
+    rewrite_output: bool,
     defines: tuple[str, ...],
     config_pairs: tuple[str, ...],
     pipeline_name: str | None,
@@ -164,6 +173,7 @@ def run_cmd(
             "--pipeline": pipeline_name is not None,
             "--config": bool(config),
             "--from-savepoint": from_savepoint is not None,
+            "--rewrite-output-after-savepoint": rewrite_output,
             "--restart-strategy": strategy is not None,
             "--scaling": scaling is not None,
         },
@@ -191,6 +201,12 @@ def run_cmd(
                 scaling=scaling,
             )
         )
+    if rewrite_output and from_savepoint is None:
+        raise InvalidInput(
+            "--rewrite-output-after-savepoint",
+            "is given without --from-savepoint: it says what a start from a savepoint may do "
+            "with output the savepoint's job wrote after the savepoint",
+        )
     if job_id is not None:
         _job_id(job_id)
     if server:
@@ -209,6 +225,7 @@ def run_cmd(
                 quiet,
                 config=config,
                 from_savepoint=str(Path(from_savepoint).resolve()) if from_savepoint else None,
+                rewrite_output_after_savepoint=rewrite_output,
                 restart_strategy=strategy,
                 scaling=scaling,
             )
@@ -224,6 +241,7 @@ def run_cmd(
         restart=restart,
         config=dict(config),
         from_savepoint=str(from_savepoint) if from_savepoint else None,
+        rewrite_output_after_savepoint=rewrite_output,
     )
     _setup_logging(quiet, log_format)
 
@@ -283,6 +301,7 @@ MODE_OPTIONS: dict[str, tuple[frozenset[str], str]] = {
     "--pipeline": (frozenset({LOCAL, SERVER}), _ONE_JOB),
     "--config": (frozenset({LOCAL, SERVER}), _ONE_JOB),
     "--from-savepoint": (frozenset({LOCAL, SERVER}), _ONE_JOB),
+    "--rewrite-output-after-savepoint": (frozenset({LOCAL, SERVER}), _ONE_JOB),
     "--restart-strategy": (frozenset({SERVER, DRIVER}), "is the job manager's: add --server"),
     "--scaling": (
         frozenset({SERVER, DRIVER}),

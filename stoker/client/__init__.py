@@ -139,6 +139,7 @@ class Client:
         config: Mapping[str, Any] | None = None,
         from_savepoint: str | None = None,
         scaling: str | Mapping[str, Any] | None = None,
+        rewrite_output_after_savepoint: bool = False,
     ) -> Submitted:
         """``POST /v1/jobs``: run the application file ``entrypoint`` (a path on the manager's
         host) as a job. ``job_id`` defaults to the name of the Pipeline the file defines.
@@ -162,6 +163,8 @@ class Client:
             body["config"] = dict(config)
         if from_savepoint:
             body["from_savepoint"] = from_savepoint
+        if rewrite_output_after_savepoint:
+            body["rewrite_output_after_savepoint"] = True
         if scaling is not None:
             body["scaling"] = scaling if isinstance(scaling, str) else dict(scaling)
         resp = self._call("POST", "/v1/jobs", json=body)

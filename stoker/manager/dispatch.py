@@ -92,6 +92,7 @@ class Dispatcher:
             dict(spec.get("conf", {})),
             self.lease_ttl,
             from_savepoint=spec.get("from_savepoint"),
+            rewrite_output=bool(spec.get("rewrite_output_after_savepoint")),
         )
         self._spawn(job, attempt, argv)
 

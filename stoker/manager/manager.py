@@ -51,6 +51,7 @@ class JobManager:
         config: dict[str, Any] | None = None,
         from_savepoint: str | None = None,
         scaling: Any = None,
+        rewrite_output_after_savepoint: bool = False,
     ) -> SubmitResult:
         """Create the job, or return the live one; never a second live instance
         (:meth:`JobSubmissions.submit`)."""
@@ -64,6 +65,7 @@ class JobManager:
             config,
             from_savepoint,
             scaling,
+            rewrite_output_after_savepoint,
         )
 
     async def submit_async(
@@ -77,6 +79,7 @@ class JobManager:
         config: dict[str, Any] | None = None,
         from_savepoint: str | None = None,
         scaling: Any = None,
+        rewrite_output_after_savepoint: bool = False,
     ) -> SubmitResult:
         """:meth:`submit` for an event loop: the insert joins the next group commit
         (:meth:`JobSubmissions.submit_async`)."""
@@ -90,6 +93,7 @@ class JobManager:
             config,
             from_savepoint,
             scaling,
+            rewrite_output_after_savepoint,
         )
 
     def submitted_view(self, job: JobRecord) -> dict[str, Any]:

@@ -44,6 +44,7 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 # stoker.runtime.launch.FROM_SAVEPOINT_ENV (the manager does not import the runtime)
 FROM_SAVEPOINT_ENV = "STOKER_FROM_SAVEPOINT"
+REWRITE_OUTPUT_ENV = "STOKER_REWRITE_OUTPUT_AFTER_SAVEPOINT"  # launch.REWRITE_OUTPUT_ENV
 
 
 def driver_argv(
@@ -56,17 +57,21 @@ def driver_argv(
     conf: dict[str, str],
     lease_ttl: float,
     from_savepoint: str | None = None,
+    rewrite_output: bool = False,
 ) -> DriverArgv:
     """argv of a driver for one attempt. A list, never a shell string: no user input is parsed.
 
     ``--store`` and secret ``-D`` values appear redacted; the real ones travel in ``.env``.
     A job submitted with a savepoint gets its folder in ``STOKER_FROM_SAVEPOINT`` on every
-    attempt (a job restored already resumes as it is).
+    attempt (a job restored already resumes as it is), and ``STOKER_REWRITE_OUTPUT_AFTER_SAVEPOINT``
+    when it was submitted with ``rewrite_output_after_savepoint``.
     """
     argv = _driver_head("stoker.runtime.driver", "--job", job, attempt, store, state_dir, lease_ttl)
     out = _app_argv(argv, store, entrypoint, args, conf)
     if from_savepoint:
         out.env[FROM_SAVEPOINT_ENV] = from_savepoint
+        if rewrite_output:
+            out.env[REWRITE_OUTPUT_ENV] = "1"
     return out
 
 

@@ -53,6 +53,7 @@ class JobSubmissions:
         config: dict[str, Any] | None = None,
         from_savepoint: str | None = None,
         scaling: Any = None,
+        rewrite_output_after_savepoint: bool = False,
     ) -> SubmitResult:
         """Create the job, or return the live one; never a second live instance.
 
@@ -61,7 +62,15 @@ class JobSubmissions:
         the job once it is created; a live job submitted again keeps the scaling it has now.
         """
         name, spec, start = self._plan(
-            jid, entrypoint, args, conf, restart_strategy, config, from_savepoint, scaling
+            jid,
+            entrypoint,
+            args,
+            conf,
+            restart_strategy,
+            config,
+            from_savepoint,
+            scaling,
+            rewrite_output_after_savepoint,
         )
         job, created = self.store.create_job(name, name, spec, start)
         return settle(self.store, name, spec, job, created, restart)
@@ -77,6 +86,7 @@ class JobSubmissions:
         config: dict[str, Any] | None = None,
         from_savepoint: str | None = None,
         scaling: Any = None,
+        rewrite_output_after_savepoint: bool = False,
     ) -> SubmitResult:
         """:meth:`submit` for an event loop: the insert joins the next group commit.
 
@@ -96,9 +106,18 @@ class JobSubmissions:
                 config,
                 from_savepoint,
                 scaling,
+                rewrite_output_after_savepoint,
             )
         name, spec, start = self._plan(
-            jid, entrypoint, args, conf, restart_strategy, None, from_savepoint, scaling
+            jid,
+            entrypoint,
+            args,
+            conf,
+            restart_strategy,
+            None,
+            from_savepoint,
+            scaling,
+            rewrite_output_after_savepoint,
         )
         job, created = await asyncio.wrap_future(self._batcher.create(name, name, spec, start))
         if (not created and job.state.terminal and restart) or "scaling" in spec:
@@ -115,6 +134,7 @@ class JobSubmissions:
         config: dict[str, Any] | None,
         from_savepoint: str | None = None,
         scaling: Any = None,
+        rewrite_output_after_savepoint: bool = False,
     ) -> tuple[JobId, dict[str, Any], dict[str, Any]]:
         """The job's id, spec and starting config, every field checked; nothing is written.
 
@@ -134,6 +154,9 @@ class JobSubmissions:
             sub = replace(
                 sub, from_savepoint=check_savepoint_source(from_savepoint, self.allowed_dirs)
             )
+        if rewrite_output_after_savepoint:
+            sub = replace(sub, rewrite_output_after_savepoint=True)
+            sub.check_rewrite()
         start: dict[str, Any] = {}
         if jid is None or config:
             found, start, _spec = inspect_app(sub.entrypoint, dict(config or {}))

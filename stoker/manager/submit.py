@@ -26,7 +26,18 @@ class Submission:
     restart_strategy: dict[str, Any] | None = None
     config: dict[str, Any] = field(default_factory=dict)  # pipeline config, checked already
     from_savepoint: str | None = None  # a savepoint folder the job starts from (checked)
+    # Output the savepoint's job wrote after it is written again rather than refused.
+    rewrite_output_after_savepoint: bool = False
     scaling: ScalingSpec | None = None  # checked; None: fixed (the default)
+
+    def check_rewrite(self) -> None:
+        """``rewrite_output_after_savepoint`` only goes with ``from_savepoint``."""
+        if self.rewrite_output_after_savepoint and not self.from_savepoint:
+            raise InvalidInput(
+                "rewrite_output_after_savepoint",
+                "is given without from_savepoint: it says what a start from a savepoint may "
+                "do with output the savepoint's job wrote after the savepoint",
+            )
 
     def spec(self) -> dict[str, Any]:
         """The job's spec as stored; two submissions are the same job iff their specs match."""
@@ -41,6 +52,8 @@ class Submission:
             out["config"] = dict(sorted(self.config.items()))
         if self.from_savepoint:
             out["from_savepoint"] = self.from_savepoint
+        if self.rewrite_output_after_savepoint:  # absent when not given: older specs stay equal
+            out["rewrite_output_after_savepoint"] = True
         scaling = scaling_spec_entry(self.scaling)
         if scaling is not None:
             out["scaling"] = scaling

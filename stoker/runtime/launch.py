@@ -20,11 +20,12 @@ class LaunchContext:
     it runs: given once, by the launcher (``stoker run``'s local path, a job manager's driver,
     an application's driver), and read once by each of those calls.
 
-    ``overrides``: the ``-D`` settings; ``job_id``, ``restart``, ``config``, ``from_savepoint``:
-    the launcher's options for its one job; ``attempt``: the attempt a job manager made for
-    this driver (driver mode); ``collect``: ``stoker.run`` hands its pipeline back instead of
-    running it; ``wanted_pipeline``: ``stoker run --pipeline NAME``, any other is refused;
-    ``on_result``: called with the result of every job run.
+    ``overrides``: the ``-D`` settings; ``job_id``, ``restart``, ``config``, ``from_savepoint``,
+    ``rewrite_output_after_savepoint``: the launcher's options for its one job; ``attempt``:
+    the attempt a job manager made for this driver (driver mode); ``collect``: ``stoker.run``
+    hands its pipeline back instead of running it; ``wanted_pipeline``: ``stoker run
+    --pipeline NAME``, any other is refused; ``on_result``: called with the result of every
+    job run.
     """
 
     overrides: Mapping[str, str] = field(default_factory=dict)
@@ -35,6 +36,7 @@ class LaunchContext:
     config: Mapping[str, Any] = field(default_factory=dict)
     wanted_pipeline: str | None = None
     from_savepoint: str | None = None
+    rewrite_output_after_savepoint: bool = False
     on_result: tuple[Callable[[Any], None], ...] = ()
 
     def savepoint(self) -> str | None:
@@ -42,6 +44,12 @@ class LaunchContext:
         or ``STOKER_FROM_SAVEPOINT`` in the environment); None for none. A job already restored
         from it resumes as it is, so every attempt of a job may be given the same folder."""
         return self.from_savepoint or os.environ.get(FROM_SAVEPOINT_ENV) or None
+
+    def rewrites_output(self) -> bool:
+        """Whether the launcher asked for the output that the savepoint's job wrote after the
+        savepoint to be written again (``--rewrite-output-after-savepoint``, or
+        ``STOKER_REWRITE_OUTPUT_AFTER_SAVEPOINT=1``) instead of refusing the restore."""
+        return self.rewrite_output_after_savepoint or os.environ.get(REWRITE_OUTPUT_ENV) == "1"
 
     def report(self, result: Any) -> None:
         for fn in self.on_result:
@@ -51,6 +59,7 @@ class LaunchContext:
 # A job manager's driver (or any launcher in another process) passes the savepoint folder in
 # this environment variable; the CLI and in-process launchers set ``from_savepoint``.
 FROM_SAVEPOINT_ENV = "STOKER_FROM_SAVEPOINT"
+REWRITE_OUTPUT_ENV = "STOKER_REWRITE_OUTPUT_AFTER_SAVEPOINT"
 
 
 class Collected(BaseException):  # not an error: a way out of the user's main

@@ -8,8 +8,12 @@ e.g. an upgraded version of the code, exactly once across the switch.
 - a pipeline whose sources (count and kind, in order) or sinks (names and kinds) are not the
   savepoint's (a change of a stateful query that Spark refuses is Spark's error when the query
   starts);
-- a savepoint whose job has not ended (``savepoint --stop`` ends it), unless it is this job;
-- a files sink that already holds epochs after the savepoint's (its job went on after it).
+- a savepoint whose job has not ended (``savepoint --stop`` ends it) or whose outputs are
+  not resolved yet, unless it is this job; a job on a store that cannot be looked at;
+- a sink that already holds epochs after the savepoint's (its job went on after it), unless
+  the user asks for their rows to be written again (``rewrite``; never a files sink).
+
+The checks of the old job and the outputs are :mod:`stoker.runtime.restore_checks`.
 
 :func:`restore` then copies the checkpoint and the source logs into the state folder, and hands
 the old job's outputs over: the new job adopts the savepoint's uid, and the owner markers of
@@ -32,7 +36,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import time
 import uuid
@@ -42,8 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from stoker import checkpoint_layout
 from stoker.errors import InvalidInput, JobNotFound
-from stoker.redact import redact_url
-from stoker.runtime.attempt import existing_job
+from stoker.runtime import restore_checks
 from stoker.runtime.savepoint import (
     FIELD,
     fsync_tree,
@@ -69,7 +71,6 @@ log = logging.getLogger("stoker.savepoint")
 # In a state folder restored from a savepoint: which one (written before the checkpoint is
 # put in place, so a checkpoint next to it is that savepoint's, and a rerun resumes it).
 RESTORED = "_restored_from.json"
-_EPOCH_DIR = re.compile(r"^epoch=(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ class Restore:
     owner: SinkOwner  # whom the new job's sinks write for
     previous: SinkOwner  # the savepoint's job: whose the outputs are until restored
     done: bool  # restored into this state folder before: the job resumes, nothing is copied
+    rewrite: bool = False  # the user asked for output after the savepoint to be written again
+    rewrites: tuple[str, ...] = ()  # what will be written again (for the log)
 
     @property
     def epoch(self) -> Epoch | None:
@@ -105,10 +108,12 @@ def check(
     pipeline: Pipeline,
     store_url: str | Path,
     existing: JobRecord | None,
+    rewrite: bool = False,
 ) -> Restore:
     """Everything that can refuse a restore, before Spark starts and before anything is
-    written: :class:`InvalidInput` naming ``from_savepoint`` and the problem."""
-    return _plan(Path(folder), root, jid, pipeline, str(store_url), existing)
+    written: :class:`InvalidInput` naming ``from_savepoint`` and the problem. ``rewrite``:
+    output the savepoint's job wrote after the savepoint is written again, not refused."""
+    return _plan(Path(folder), root, jid, pipeline, str(store_url), existing, rewrite)
 
 
 @dataclass(frozen=True)
@@ -124,7 +129,12 @@ class Restored:
 
 
 def restore(
-    folder: str | Path, root: Path, store: Store, jid: JobId, pipeline: Pipeline
+    folder: str | Path,
+    root: Path,
+    store: Store,
+    jid: JobId,
+    pipeline: Pipeline,
+    rewrite: bool = False,
 ) -> Restored:
     """Restore the savepoint in ``folder`` into job ``jid``'s state folder ``root``.
 
@@ -138,9 +148,11 @@ def restore(
         existing: JobRecord | None = store.get_job(jid)
     except JobNotFound:
         existing = None
-    plan = _plan(Path(folder), root, jid, pipeline, store.url, existing)
+    plan = _plan(Path(folder), root, jid, pipeline, store.url, existing, rewrite)
     copied = False
     if not plan.done:
+        for line in plan.rewrites:
+            log.warning("job %s: %s", jid, line)
         _install(plan, root, pipeline)
         copied = True
         log.info(
@@ -161,6 +173,7 @@ def _plan(
     pipeline: Pipeline,
     store_url: str,
     existing: JobRecord | None,
+    rewrite: bool = False,
 ) -> Restore:
     folder = folder.resolve()
     manifest = read_manifest(folder)
@@ -173,7 +186,7 @@ def _plan(
         if done is not None and done.get("path") == str(folder):
             if existing is None and done.get("uid"):
                 owner = SinkOwner(jid, str(done["uid"]))
-            return Restore(folder, manifest, owner, previous, done=True)
+            return Restore(folder, manifest, owner, previous, done=True, rewrite=rewrite)
         raise InvalidInput(
             FIELD,
             f"job {jid!r} has a checkpoint already ({str(checkpoint)!r}): a savepoint is "
@@ -187,9 +200,9 @@ def _plan(
             f"the pipeline does not fit the savepoint {str(folder)!r}: " + "; ".join(problems),
         )
     if previous.job_id != jid:
-        _refuse_live(previous, manifest, store_url)
-    _refuse_outputs_ahead(manifest, folder, pipeline, previous)
-    return Restore(folder, manifest, owner, previous, done=False)
+        restore_checks.refuse_unsettled(previous, manifest, store_url)
+    rewrites = restore_checks.outputs_ahead(manifest, folder, pipeline, previous, rewrite)
+    return Restore(folder, manifest, owner, previous, False, rewrite, rewrites)
 
 
 def shape_difference(manifest: dict[str, Any], pipeline: Pipeline) -> list[str]:
@@ -218,67 +231,11 @@ def shape_difference(manifest: dict[str, Any], pipeline: Pipeline) -> list[str]:
     return out
 
 
-def _refuse_live(previous: SinkOwner, manifest: dict[str, Any], store_url: str) -> None:
-    """The savepoint's job must have ended before another job takes its outputs over: two
-    jobs writing them would each commit what the other did not read."""
-    urls = [store_url]
-    old = manifest.get("store")
-    if isinstance(old, str) and old and redact_url(old) != redact_url(store_url):
-        urls.append(old)
-    for url in urls:
-        job = _job_at(url, previous.job_id)
-        if job is None or (job.uid and job.uid != previous.uid):
-            continue  # not there, or another job of that id (the savepoint's store is gone)
-        if not job.state.terminal:
-            raise InvalidInput(
-                FIELD,
-                f"the savepoint's job {previous.job_id!r} is still {job.state} (not ended): stop "
-                f"it first (stoker savepoint {previous.job_id} --stop, or cancel it), then start "
-                "the new job from a savepoint",
-            )
-
-
-def _job_at(url: str, jid: JobId) -> JobRecord | None:
-    """Job ``jid`` of the store at ``url``; None if it has no such job, or if the URL is an
-    SQLite file that does not exist (not created here) or a URL with a hidden password."""
-    if "***" in url:
-        return None
-    return existing_job(url, jid)
-
-
 def _files_folder(sink: TwoPhaseSink) -> Path | None:
     d = descriptor_of(sink)
     if d.get("kind") != "files" or not isinstance(d.get("path"), str):
         return None
     return Path(str(d["path"])).resolve()
-
-
-def _refuse_outputs_ahead(
-    manifest: dict[str, Any], folder: Path, pipeline: Pipeline, previous: SinkOwner
-) -> None:
-    """A files sink already holding epochs after the savepoint's (its job went on after it):
-    the new job would write those epochs again."""
-    epoch = manifest.get("epoch")
-    for sink in pipeline.sinks:
-        out = _files_folder(sink)
-        if out is None or not out.is_dir():
-            continue
-        claim = read_claim(out)
-        if claim is not None and not claim.owned_by(previous):
-            continue  # another job's folder: the sink's validate names its owner
-        ahead = sorted(
-            int(m.group(1))
-            for p in out.iterdir()
-            if (m := _EPOCH_DIR.match(p.name)) and (epoch is None or int(m.group(1)) > epoch)
-        )
-        if ahead:
-            raise InvalidInput(
-                FIELD,
-                f"output folder {str(out)!r} holds epochs {ahead[0]}..{ahead[-1]}, after the "
-                f"savepoint's epoch {epoch} (job {previous.job_id!r} went on after "
-                f"{str(folder)!r} was taken): the new job would write them again; start from "
-                "a later savepoint, or write to another folder",
-            )
 
 
 def _restored_from(root: Path) -> dict[str, Any] | None:

@@ -1,6 +1,14 @@
 """A job started from a savepoint takes the savepoint's control state over (config overrides,
 rate limits, log levels, trigger; not a pause) as control events of its own, applied at its
-first epoch (:mod:`stoker.runtime.restore` restores the rest)."""
+first epoch (:mod:`stoker.runtime.restore` restores the rest).
+
+Carried once. Every attempt of a restored job comes here (a crash may fall between the copy
+and the events), and the request ids dedupe the events only while they are stored: retention
+prunes ended control events, and the savepoint's old values sent again would undo whatever
+the operator changed since. What retention never prunes is the job's latest epoch; the
+events are stored before the job's first epoch is pinned (the sinks open, recovery runs and
+the query starts after them), so a job with an epoch after the savepoint's got them.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from stoker.control import events
 from stoker.errors import ControlConflict, InvalidInput
 from stoker.runtime.restore import Restored
-from stoker.types import JobId
+from stoker.types import Epoch, JobId
 
 if TYPE_CHECKING:
     from stoker.pipeline import Pipeline
@@ -32,8 +40,12 @@ def carry_control(
     ``savepoint`` that apply at the job's first epoch. Retry-safe (request ids); what the new
     pipeline no longer takes (a config key it does not declare, a rate limit no source obeys)
     is left out with a warning. ``spec``: the pipeline's, when the caller has it already.
-    Returns the control ids."""
+    Returns the control ids; none once the job has an epoch after the savepoint's (carried
+    by an earlier attempt, see the module's docstring)."""
     m = restored.plan.manifest
+    if _ran_since(store, jid, restored.plan.epoch):
+        log.info("job %s: the savepoint's control state was carried before its first epoch", jid)
+        return []
     state = dict(m.get("state") or {})
     spec = dict(spec) if spec is not None else pipeline.spec()
     tag = str(m.get("control_id") or restored.plan.folder.name)
@@ -77,6 +89,12 @@ def carry_control(
             continue
         ids.append(ev.control_id)
     return ids
+
+
+def _ran_since(store: Store, jid: JobId, epoch: Epoch | None) -> bool:
+    """Whether job ``jid`` has an epoch after ``epoch`` (the savepoint's) in the store."""
+    newest = store.list_epochs(jid, limit=1)
+    return bool(newest) and (epoch is None or newest[0].epoch > epoch)
 
 
 def _takes(spec: dict[str, Any], body: dict[str, Any], what: str) -> bool:

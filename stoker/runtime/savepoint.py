@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from stoker import checkpoint_layout
 from stoker.errors import InvalidInput
-from stoker.redact import redact_url
+from stoker.redact import redact_text
 from stoker.sinks import descriptor_of
 from stoker.types import ControlStatus, Epoch, EpochState, JobId
 
@@ -114,7 +114,9 @@ def take(
             shutil.copytree(
                 sources, tmp / "sources", symlinks=True, ignore=shutil.ignore_patterns("*.lock")
             )
-        store_url = redact_url(store.url)
+        # Hidden as any shown URL is (a password in the user part or in the query): the
+        # restore reads that store through the new job's URL or one the operator gives.
+        store_url = redact_text(store.url)
         manifest = {
             "format": FORMAT,
             "job_id": str(jid),

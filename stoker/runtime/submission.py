@@ -40,6 +40,7 @@ SETTINGS = frozenset(
         "lease_ttl",
         "spark",
         "from_savepoint",
+        "rewrite_output_after_savepoint",
     }
 )
 

@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from stoker.errors import InvalidSink
-from stoker.sinks.base import Prepared, Recovered, TwoPhaseSink
+from stoker.sinks.base import Prepared, Recovered, SinkOwner, TwoPhaseSink
 from stoker.sinks.files import FilesSink
 from stoker.sinks.postgres import PostgresSink
+from stoker.types import Epoch
 
 __all__ = [
     "FilesSink",
@@ -16,6 +17,7 @@ __all__ = [
     "Prepared",
     "Recovered",
     "TwoPhaseSink",
+    "committed_epochs_of",
     "descriptor_of",
     "files",
     "from_descriptor",
@@ -56,6 +58,16 @@ def descriptor_of(sink: TwoPhaseSink) -> dict[str, Any]:
         return dict(describe())
     cls = type(sink)
     return {"kind": None, "name": sink.name, "class": f"{cls.__module__}.{cls.__qualname__}"}
+
+
+def committed_epochs_of(sink: TwoPhaseSink, owner: SinkOwner) -> list[Epoch] | None:
+    """The sink's :meth:`~stoker.sinks.base.TwoPhaseSink.committed_epochs`, or None (cannot
+    tell) for a sink without it (a user-defined sink written before it existed)."""
+    ask = getattr(sink, "committed_epochs", None)
+    if not callable(ask):
+        return None
+    got = ask(owner)
+    return None if got is None else sorted(Epoch(int(e)) for e in got)
 
 
 def _field(d: Mapping[str, Any], key: str, kind: str) -> str:

@@ -233,16 +233,24 @@ class Legacy:
         return None
 
 
-def legacy_content(root: Path) -> Legacy:
-    """The stoker outputs of a folder without a marker."""
+def epoch_folders(root: Path) -> dict[int, dict[str, Any] | None]:
+    """The ``epoch=N`` folders of ``root``: epoch -> its manifest (None: unreadable)."""
     epochs: dict[int, dict[str, Any] | None] = {}
-    staged: list[str] = []
     if not root.is_dir():
-        return Legacy(epochs, staged)
+        return epochs
     for entry in root.iterdir():
         m = _EPOCH.match(entry.name)
         if m and entry.is_dir():
             epochs[int(m.group(1))] = read_manifest(entry)
+    return epochs
+
+
+def legacy_content(root: Path) -> Legacy:
+    """The stoker outputs of a folder without a marker."""
+    staged: list[str] = []
+    if not root.is_dir():
+        return Legacy({}, staged)
+    epochs = epoch_folders(root)
     staging = root / "_staging"
     if staging.is_dir():
         staged = sorted(e.name for e in staging.iterdir() if STAGED.match(e.name))

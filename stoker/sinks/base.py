@@ -123,6 +123,17 @@ class TwoPhaseSink(Protocol):
         """Bind the sink to its job before the first epoch (on the driver)."""
         ...
 
+    def committed_epochs(self, owner: SinkOwner) -> list[Epoch] | None:
+        """The epochs of job uid ``owner.uid`` whose output this sink holds committed, in
+        order; None when the sink cannot tell (a user-defined sink without this method is
+        taken as None: :func:`stoker.sinks.committed_epochs_of`).
+
+        Needs no ``open`` and writes nothing. A restore from a savepoint asks it, so that a
+        new job does not write again what the savepoint's job wrote after the savepoint.
+        Epochs commit in order, so the newest one reported is what matters: a sink may
+        forget older ones (the PostgreSQL sink keeps the last two per job)."""
+        ...
+
     def prepare(self, df: DataFrame, epoch: Epoch, attempt: AttemptNo) -> Prepared:
         """Write ``df`` as this epoch's part, durable but invisible to readers."""
         ...

@@ -27,6 +27,7 @@ from stoker.sinks._files_owner import (
     STAGED,
     check_uid,
     claim_folder,
+    epoch_folders,
     fsync_dir,
     legacy_content,
     manifest_is,
@@ -170,6 +171,22 @@ class FilesSink:
             raise refusal(root, claim, owner)  # lost the race to another job
         self._owner = owner
         self.staging.mkdir(parents=True, exist_ok=True)
+
+    def committed_epochs(self, owner: SinkOwner) -> list[Epoch] | None:
+        """The ``epoch=N`` folders of job uid ``owner.uid``: their manifest names that uid (or,
+        written before uids, that job id). A folder without a readable manifest counts too:
+        stoker's commit never makes one, and it would refuse to write that epoch over it. A
+        folder whose owner marker names another uid holds none of this uid's epochs."""
+        claim = read_claim(self._root)
+        if claim is not None and claim.uid != owner.uid:
+            return []
+        return sorted(
+            Epoch(n)
+            for n, manifest in epoch_folders(self._root).items()
+            if manifest is None
+            or manifest.get("uid") == owner.uid
+            or ("uid" not in manifest and manifest.get("job_id") == owner.job_id)
+        )
 
     def _still_ours(self) -> SinkOwner:
         """The folder's marker still names this job (it was not deleted and claimed anew)."""

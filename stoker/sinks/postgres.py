@@ -341,3 +341,25 @@ class PostgresSink:
                 elif (p.epoch, p.attempt) not in done.aborted:
                     done.aborted.append((p.epoch, p.attempt))
         return done
+
+    def committed_epochs(self, owner: SinkOwner) -> list[Epoch] | None:
+        """The epochs of job uid ``owner.uid`` whose marker rows in ``stoker_parts`` are
+        visible (a marker commits with its part and only with it), in order.
+
+        Commit deletes a job's markers older than its latest epoch - 1, so this is the last
+        one or two epochs each job of that uid committed here, not every epoch: epochs commit
+        in order, so the newest is the high-water mark of what the uid's jobs wrote. A table
+        that has no marker table yet holds nothing of anyone's."""
+        from psycopg import sql
+
+        markers = _markers_name(self.table)
+        with self._connect() as conn:
+            if conn.execute("SELECT to_regclass(%s)", (".".join(markers),)).fetchone()[0] is None:
+                return []
+            rows = conn.execute(
+                sql.SQL("SELECT DISTINCT epoch FROM {} WHERE uid = %s ORDER BY epoch").format(
+                    sql.Identifier(*markers)
+                ),
+                (owner.uid,),
+            ).fetchall()
+        return [Epoch(int(r[0])) for r in rows]

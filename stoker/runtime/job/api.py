@@ -36,6 +36,7 @@ def run(
     lease_ttl: float | None = None,
     spark: SparkSession | None = None,
     from_savepoint: str | Path | None = None,
+    rewrite_output_after_savepoint: bool = False,
 ) -> JobResult:
     """Run ``pipeline`` as a job until it ends; blocking.
 
@@ -55,7 +56,10 @@ def run(
     savepoint's (the transform may change), and the savepoint's job must have ended (or be
     this job). The job goes on from the savepoint's epoch with its control state, and takes
     its outputs over: exactly once across the switch. Run again after a crash or a stop, the
-    same call resumes the job.
+    same call resumes the job. A savepoint whose job went on after it (a savepoint without
+    ``--stop``) is refused when a sink holds that later output, naming the sink and the
+    epochs; ``rewrite_output_after_savepoint=True`` starts it anyway, and the rows of those
+    epochs are written to such sinks again (a files sink is refused even then).
 
     Inside an application (a program run by ``stoker run --driver``), ``run`` is
     ``stoker.submit(pipeline, ...).wait()``: the job runs on a thread of the application's
@@ -75,6 +79,7 @@ def run(
         lease_ttl=lease_ttl,
         spark=spark,
         from_savepoint=from_savepoint,
+        rewrite_output_after_savepoint=rewrite_output_after_savepoint,
     )
     if application.current_app() is not None:
         return submission.submit_options(pipeline, opts, None, ctx).wait()

@@ -143,7 +143,12 @@ class AttemptRun:
                 # source logs and the outputs become this job's. Checked again against the
                 # open store.
                 self.restored = restore.restore(
-                    plan.restoring.folder, self.root, st, jid, self.pipeline
+                    plan.restoring.folder,
+                    self.root,
+                    st,
+                    jid,
+                    self.pipeline,
+                    plan.restoring.rewrite,
                 )
                 self.owner = self.restored.owner
         except BaseException:

@@ -67,6 +67,8 @@ class RunOptions:
     lease_ttl: float | None = None
     spark: SparkSession | None = None
     from_savepoint: str | Path | None = None
+    # Output the savepoint's job wrote after the savepoint is written again (not refused).
+    rewrite_output_after_savepoint: bool = False
     config: Mapping[str, Any] | None = None  # pipeline config given (submit's ``config=``)
 
 
@@ -191,12 +193,21 @@ def plan_job(
     if ended and existing is not None and ctx.attempt is None and not restart:
         raise JobTerminal(jid, str(existing.state))  # before Spark starts: fast
     from_savepoint = opts.from_savepoint
+    rewrite = opts.rewrite_output_after_savepoint
     if from_savepoint is None and not in_app:  # the launcher's folder is for its one job
         from_savepoint = ctx.savepoint()
+        rewrite = rewrite or ctx.rewrites_output()
     restoring = None
+    if rewrite and from_savepoint is None:
+        raise InvalidInput(
+            "rewrite_output_after_savepoint",
+            "is given without from_savepoint: it only says what a start from a savepoint "
+            "may do with output its job wrote after the savepoint",
+        )
     if from_savepoint is not None:
-        # Not a savepoint, another shape, its job still live: refused before Spark starts.
-        restoring = restore.check(from_savepoint, root, jid, pipeline, store_url, existing)
+        # Not a savepoint, another shape, its job still live or unresolved, output after it:
+        # refused before Spark starts.
+        restoring = restore.check(from_savepoint, root, jid, pipeline, store_url, existing, rewrite)
         owner = restoring.owner
     else:
         owner = SinkOwner(jid, (existing.uid if existing else None) or uuid.uuid4().hex)

@@ -58,6 +58,12 @@ class SubmitBody(BaseModel):
         description="A savepoint folder (absolute, under an --allow-dir) the job starts from: "
         "its checkpoint, source logs, outputs and control state; exactly once across the switch.",
     )
+    rewrite_output_after_savepoint: bool = Field(
+        False,
+        description="With from_savepoint: when the savepoint's job went on after it and a sink "
+        "holds that later output, start anyway and write the rows of those epochs again "
+        "(without it the driver refuses the start, naming the sink and the epochs).",
+    )
     scaling: Any = scaling_field(SCALING_HELP)
 
 
@@ -85,6 +91,7 @@ async def submit(body: SubmitBody, ctx: Ctx) -> JSONResponse:
             config=body.config,
             from_savepoint=body.from_savepoint,
             scaling=body.scaling,
+            rewrite_output_after_savepoint=body.rewrite_output_after_savepoint,
         )
     finally:
         ctx.submit_latency.observe(time.perf_counter() - t0)

@@ -20,6 +20,7 @@ VALUES = {
     "--pipeline": "p",
     "--config": "k=1",
     "--from-savepoint": "/nowhere",
+    "--rewrite-output-after-savepoint": "arg",  # a flag: the value is an app argument
     "--restart-strategy": "{}",
     "--scaling": "fixed",
 }

@@ -56,3 +56,26 @@ def test_the_runtime_reads_the_same_variable() -> None:
     from stoker.runtime import launch
 
     assert launch.FROM_SAVEPOINT_ENV == processes.FROM_SAVEPOINT_ENV
+
+
+def test_rewrite_output_goes_with_a_savepoint_into_the_spec_and_the_drivers_environment(
+    tmp_path: Path,
+) -> None:
+    from stoker.manager.submit import Submission
+    from stoker.runtime import launch
+
+    app = tmp_path / "app.py"
+    sub = Submission(app, from_savepoint="/srv/sp", rewrite_output_after_savepoint=True)
+    sub.check_rewrite()
+    assert sub.spec()["rewrite_output_after_savepoint"] is True
+    assert "rewrite_output_after_savepoint" not in Submission(app, from_savepoint="/x").spec()
+    with pytest.raises(InvalidInput) as e:
+        Submission(app, rewrite_output_after_savepoint=True).check_rewrite()
+    assert e.value.field == "rewrite_output_after_savepoint" and "from_savepoint" in str(e.value)
+    argv = processes.driver_argv(
+        "j", 1, "sqlite:///x.db", tmp_path, app, [], {}, 10.0, "/srv/sp", rewrite_output=True
+    )
+    assert argv.env[processes.REWRITE_OUTPUT_ENV] == "1"
+    assert launch.REWRITE_OUTPUT_ENV == processes.REWRITE_OUTPUT_ENV
+    plain = processes.driver_argv("j", 1, "sqlite:///x.db", tmp_path, app, [], {}, 10.0, "/s")
+    assert processes.REWRITE_OUTPUT_ENV not in plain.env
