@@ -266,8 +266,13 @@ def run_cmd(
             f"{r.job_id} after epoch {r.last_epoch}" if r.last_epoch is not None else r.job_id
             for r in suspended
         )
+        how = (
+            "a second signal did not wait for the epoch in flight: it runs again on resume"
+            if any(r.stopped_at_once for r in suspended)
+            else "the epoch in flight committed"
+        )
         raise JobSuspended(
-            f"stopped by a signal: job {done} is SUSPENDED (the epoch in flight committed); "
+            f"stopped by a signal: job {done} is SUSPENDED ({how}); "
             f"to resume it, run the same command again (no --restart): {_this_command()}"
         )
 

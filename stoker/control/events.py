@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stoker.errors import ControlConflict, InvalidInput
@@ -403,6 +404,53 @@ def declare(
     else:
         state.pop("overrides", None)
     return {**defaults, **overrides}, state
+
+
+# The kinds whose event changes the control state (the others act through the event itself).
+STATE_KINDS = frozenset(
+    {
+        ControlKind.CONFIG,
+        ControlKind.RATE_LIMIT,
+        ControlKind.LOG_LEVEL,
+        ControlKind.TRIGGER,
+        ControlKind.PAUSE,
+        ControlKind.RESUME,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What made one control version out of the one before it, as :func:`replay` redoes it:
+    an event (``kind`` and ``body``; ``counts`` False once it was rejected), or a new
+    attempt's declared ``defaults``; neither (an undo) is a step that changes nothing."""
+
+    kind: ControlKind | None = None
+    body: Mapping[str, Any] | None = None
+    counts: bool = True
+    defaults: Mapping[str, Any] | None = None
+
+
+def replay(
+    job_id: str, config: dict[str, Any], state: dict[str, Any], steps: Sequence[Step]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The control state from ``(config, state)`` through ``steps``, leaving out the events
+    that do not count: the state as if a rejected event had never been sent.
+
+    An event that conflicts once an earlier one is left out (a pause after a resume that was
+    rejected) changes nothing, as it would have been refused then.
+    """
+    for step in steps:
+        if step.kind is not None:
+            if not step.counts:
+                continue
+            try:
+                config, state = apply(job_id, config, state, step.kind, step.body or {})
+            except ControlConflict:
+                continue
+        elif step.defaults is not None:
+            config, state = declare(config, state, step.defaults)
+    return config, state
 
 
 def same_request(kind: ControlKind, body: Mapping[str, Any], other_kind: str, other: Any) -> bool:

@@ -176,6 +176,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_tree(folder: Path) -> None:
+    """Every file under ``folder``, then every folder bottom-up (so a folder's entries are on
+    disk before the entry naming it): what Spark's writer left in the page cache is durable."""
+    for dirpath, _dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))
+
+
 def read_manifest(folder: Path) -> dict[str, Any] | None:
     try:
         d = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))

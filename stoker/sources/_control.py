@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from stoker.errors import SourceError
 from stoker.types import ControlVersion, JobId
 
 CV = "cv"
@@ -97,25 +98,29 @@ class ReaderControl:
         if self.store_url is None or self.job_id is None:
             return _FREE
         try:
-            if self._store is None:
-                from stoker.store import open_store
+            return self._plan(start)
+        except Exception as e:
+            # Planning without the control state would ignore a pause and every rate limit
+            # (an endless source without a limit of its own plans 10,000,000 rows at once),
+            # and the offset Spark logs is replayed as it is. So the trigger fails instead:
+            # the query stops with this error and the job's restart policy decides what next.
+            self.close_quietly()
+            raise SourceError(
+                "control",
+                f"cannot read the control state of job {self.job_id} from the store "
+                f"({type(e).__name__}: {e}); no epoch is planned without its pause and "
+                "rate limits",
+            ) from e
 
-                self._store = open_store(self.store_url)
-            job = self._store.get_job(self.job_id)
-            version = int(job.control_version)
-            self._note_cores(job)
-            state = self._state(version)
-        except Exception:
-            # The store is briefly unreachable: keep reading at the start's version rather
-            # than fail the query; the epoch's own fence decides whether it may commit.
-            _log.warning(
-                "control state of job %s unreadable; planning without it",
-                self.job_id,
-                exc_info=True,
-            )
-            if self._paced_hold({}, same_version=True):
-                return Plan(None, hold=True, empty=False, limits={}, cores=self._cores)
-            return Plan(None, False, False, {}, cores=self._cores)
+    def _plan(self, start: dict[str, Any]) -> Plan:
+        if self._store is None:
+            from stoker.store import open_store
+
+            self._store = open_store(str(self.store_url))
+        job = self._store.get_job(self.job_id)
+        version = int(job.control_version)
+        self._note_cores(job)
+        state = self._state(version)
         start_v = start.get(CV)
         cores = self._cores
         if state.get("paused"):
@@ -167,6 +172,14 @@ class ReaderControl:
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
+            self._store = None
+
+    def close_quietly(self) -> None:
+        """Drop the store after a failed read, so the next plan opens it afresh."""
+        try:
+            self.close()
+        except Exception:
+            _log.debug("closing the store of job %s failed", self.job_id, exc_info=True)
             self._store = None
 
 

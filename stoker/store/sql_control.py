@@ -27,6 +27,8 @@ from stoker.types import (
     JobState,
 )
 
+_DECLARED = "declared defaults changed"  # the reason of a version declare_defaults makes
+
 
 def _dump(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
@@ -57,6 +59,38 @@ def _event(row: Any) -> ControlEvent:
     )
 
 
+def _version_in(
+    store: SqlBase, cur: Any, job_id: JobId, version: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    row = store._x(cur, "get_control_version", job_id=job_id, version=version).fetchone()
+    if row is None:
+        raise JobNotFound(f"{job_id} (control version {version})")
+    return json.loads(row[1]), json.loads(row[2])
+
+
+def _new_version_in(
+    store: SqlBase,
+    cur: Any,
+    job_id: JobId,
+    version: int,
+    config: dict[str, Any],
+    state: dict[str, Any],
+    reason: str,
+    now: float,
+) -> None:
+    store._x(
+        cur,
+        "insert_control_version",
+        job_id=job_id,
+        version=version,
+        config=_dump(config),
+        state=_dump(state),
+        reason=reason,
+        now=now,
+    )
+    store._x(cur, "set_control_version", job_id=job_id, version=version, now=now)
+
+
 def end_controls_in(store: SqlBase, cur: Any, job_id: JobId, state: JobState, now: float) -> None:
     """The job has just become ``state`` (terminal) in ``cur``'s transaction: its control
     events that can no longer take effect become REJECTED.
@@ -68,45 +102,83 @@ def end_controls_in(store: SqlBase, cur: Any, job_id: JobId, state: JobState, no
     """
     if not state.terminal:
         return
+    open_before = [_event(r) for r in store._x(cur, "open_controls", job_id=job_id).fetchall()]
     reason = f"the job ended ({state}) before the event applied"
     store._x(cur, "reject_pending_controls", job_id=job_id, reason=reason, now=now)
     store._x(cur, "reject_unfinished_controls", job_id=job_id, now=now)
+    undone = undo_rejected_in(store, cur, job_id, open_before, now)
+    if undone is not None:
+        after, version = undone
+        store._x(cur, "repin_unfinished_epochs", job_id=job_id, after=after, version=version)
+
+
+def undo_rejected_in(
+    store: SqlBase, cur: Any, job_id: JobId, candidates: list[ControlEvent], now: float
+) -> tuple[int, int] | None:
+    """Those of ``candidates`` that are REJECTED now leave no trace in the job's control state.
+
+    A rejected event's version stays in the history (versions only grow, and an epoch may be
+    pinned at it), so the undo is a new latest version: the state the versions since the one
+    before the first rejected event make without the rejected events (a new attempt's declared
+    defaults are declared again). A restart then starts from it, not from a config or pause
+    nobody ever saw applied. Returns ``(base version, new version)``, or None when there was
+    nothing to undo (only events that change no state, such as a custom event or a savepoint).
+    """
+    watched = {e.control_id for e in candidates if e.kind in events.STATE_KINDS}
+    if not watched:
+        return None
+    first = min(int(e.version) for e in candidates if e.control_id in watched)
+    later = {
+        e.version: e
+        for e in map(
+            _event, store._x(cur, "controls_after", job_id=job_id, version=first - 1).fetchall()
+        )
+    }
+    rejected = [
+        e for e in later.values() if e.control_id in watched and e.status == ControlStatus.REJECTED
+    ]
+    if not rejected:
+        return None
+    base = min(int(e.version) for e in rejected)
+    config, state = _version_in(store, cur, job_id, base - 1)
+    steps: list[events.Step] = []
+    latest: tuple[int, dict[str, Any], dict[str, Any]] = (base - 1, config, state)
+    rows = store._x(cur, "control_versions_after", job_id=job_id, version=base - 1).fetchall()
+    for row in rows:
+        version, v_state, why = int(row[0]), json.loads(row[2]), str(row[3])
+        latest = (version, json.loads(row[1]), v_state)
+        ev = later.get(ControlVersion(version))
+        if ev is not None:
+            ok = ev.status != ControlStatus.REJECTED
+            steps.append(events.Step(kind=ev.kind, body=ev.body, counts=ok))
+        elif why == _DECLARED:
+            steps.append(events.Step(defaults=v_state.get("base") or {}))
+        else:
+            steps.append(events.Step())  # an earlier undo: the replay makes it again
+    new_config, new_state = events.replay(job_id, config, state, steps)
+    version, latest_config, latest_state = latest
+    if "pipeline" in latest_state:
+        new_state["pipeline"] = latest_state["pipeline"]
+    new_config, new_state = json.loads(_dump(new_config)), json.loads(_dump(new_state))
+    if (new_config, new_state) == (latest_config, latest_state):
+        return None
+    _new_version_in(
+        store,
+        cur,
+        job_id,
+        version + 1,
+        new_config,
+        new_state,
+        "undo of rejected control " + ", ".join(e.control_id for e in rejected),
+        now,
+    )
+    return base - 1, version + 1
 
 
 class ControlMixin(SqlBase):
     """Implements :class:`stoker.store.protocols.jobs.ControlStore`."""
 
     # versions -------------------------------------------------------------------------------
-    def _version_in(
-        self, cur: Any, job_id: JobId, version: int
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        row = self._x(cur, "get_control_version", job_id=job_id, version=version).fetchone()
-        if row is None:
-            raise JobNotFound(f"{job_id} (control version {version})")
-        return json.loads(row[1]), json.loads(row[2])
-
-    def _new_version_in(
-        self,
-        cur: Any,
-        job_id: JobId,
-        version: int,
-        config: dict[str, Any],
-        state: dict[str, Any],
-        reason: str,
-        now: float,
-    ) -> None:
-        self._x(
-            cur,
-            "insert_control_version",
-            job_id=job_id,
-            version=version,
-            config=_dump(config),
-            state=_dump(state),
-            reason=reason,
-            now=now,
-        )
-        self._x(cur, "set_control_version", job_id=job_id, version=version, now=now)
-
     def control_snapshot(
         self, job_id: JobId, version: ControlVersion | None = None
     ) -> ControlSnapshot:
@@ -116,7 +188,7 @@ class ControlMixin(SqlBase):
                 if row is None:
                     raise JobNotFound(job_id)
                 version = ControlVersion(int(row[5]))
-            config, state = self._version_in(cur, job_id, version)
+            config, state = _version_in(self, cur, job_id, version)
         return ControlSnapshot(version, config, state)
 
     def declare_defaults(
@@ -128,7 +200,7 @@ class ControlMixin(SqlBase):
         now = self.clock.now()
         with self._tx() as cur:
             version = int(self._locked_job(cur, job_id).control_version)
-            config, state = self._version_in(cur, job_id, version)
+            config, state = _version_in(self, cur, job_id, version)
             new_config, new_state = events.declare(config, state, defaults)
             if pipeline is not None:
                 new_state["pipeline"] = pipeline
@@ -148,9 +220,7 @@ class ControlMixin(SqlBase):
                 )
                 return ControlSnapshot(ControlVersion(version), new_config, new_state)
             version += 1
-            self._new_version_in(
-                cur, job_id, version, new_config, new_state, "declared defaults changed", now
-            )
+            _new_version_in(self, cur, job_id, version, new_config, new_state, _DECLARED, now)
         return ControlSnapshot(ControlVersion(version), new_config, new_state)
 
     # events ---------------------------------------------------------------------------------
@@ -191,13 +261,13 @@ class ControlMixin(SqlBase):
             if job.state.terminal:
                 raise JobTerminal(job_id, str(job.state))
             latest = int(job.control_version)
-            config, state = self._version_in(cur, job_id, latest)
+            config, state = _version_in(self, cur, job_id, latest)
             # ControlConflict (pause of a paused job) leaves here before anything is written.
             config, state = events.apply(job_id, config, state, kind, body)
             control_id = uuid.uuid4().hex[:16]
             version = latest + 1
-            self._new_version_in(
-                cur, job_id, version, config, state, f"control {kind} {control_id}", now
+            _new_version_in(
+                self, cur, job_id, version, config, state, f"control {kind} {control_id}", now
             )
             self._x(
                 cur,
@@ -253,7 +323,10 @@ class ControlMixin(SqlBase):
         return [_event(r) for r in rows]
 
     def reject_control(self, job_id: JobId, control_id: str, reason: str) -> ControlEvent:
+        now = self.clock.now()
         with self._tx() as cur:
+            # The job's row first, as add_control takes it: an undo writes the next version.
+            self._locked_job(cur, job_id)
             current = self._locked_event(cur, job_id, control_id)
             if not current.status.ended:
                 CONTROLS.check(current.status, ControlStatus.REJECTED)
@@ -263,9 +336,10 @@ class ControlMixin(SqlBase):
                     job_id=job_id,
                     control_id=control_id,
                     reason=reason,
-                    now=self.clock.now(),
+                    now=now,
                     from_state=str(current.status),
                 )
+                undo_rejected_in(self, cur, job_id, [current], now)
             row = self._x(cur, "get_control_event", job_id=job_id, control_id=control_id).fetchone()
         return _event(row)
 

@@ -31,6 +31,7 @@ from tests.support import (
     start_driver,
     stoker_cmd,
     wait_for,
+    wait_group_gone,
 )
 from tests.support.manager import Manager, stop_all
 
@@ -181,6 +182,101 @@ def test_a_signalled_local_run_suspends_and_the_same_command_resumes_it(
         st.close()
 
 
+# An epoch stuck in the driver's own code (a call that never returns) while `hang` exists.
+HANG_APP = """\
+import time
+from pathlib import Path
+
+from stoker import Pipeline, sinks, sources
+
+HANG = Path({hang!r})
+
+
+def _transform(df, ctx):
+    if ctx.epoch >= 2 and HANG.exists():
+        (HANG.parent / "hanging").write_text(str(ctx.epoch))
+        while HANG.exists():
+            time.sleep(0.2)
+    return df
+
+
+pipeline = (
+    Pipeline({name!r})
+    .source(sources.generator(total={total}, max_rows_per_epoch=400, partitions=1))
+    .transform(_transform)
+    .sink(sinks.files({out!r}))
+)
+"""
+
+
+def test_a_second_signal_stops_a_run_stuck_in_an_epoch_at_once(tmp_path: Path) -> None:
+    """The first SIGTERM waits for the epoch in flight, which never ends; the second stops
+    the run now (exit 13, SUSPENDED, saying which epoch it did not wait for), and the same
+    command resumes the job from its last committed epoch: every id once."""
+    total = 2_000
+    name, out, state = "stuck", tmp_path / "out", tmp_path / "state"
+    hang, hanging = tmp_path / "hang", tmp_path / "hanging"
+    hang.touch()
+    app = tmp_path / f"{name}.py"
+    app.write_text(HANG_APP.format(hang=str(hang), name=name, total=total, out=str(out)))
+    store_url = f"sqlite:///{state / 'store.db'}"
+    args = ["-D", f"stoker.state_dir={state}", *LOCAL]
+    log = tmp_path / "run-1.log"
+
+    first = start_driver(app, *args, log=log)
+
+    def stuck() -> bool:
+        assert first.poll() is None, f"exited early:\n{log.read_text(errors='replace')[-3000:]}"
+        return hanging.exists()
+
+    wait_for("an epoch stuck in the transform", stuck, JOB_TIMEOUT)
+    epoch = int(hanging.read_text())
+    os.kill(first.pid, signal.SIGTERM)
+    wait_for(
+        "the first signal to be taken",
+        lambda: "stopping after the epoch in flight" in log.read_text(errors="replace"),
+        60,
+    )
+    assert first.poll() is None  # still waiting: the epoch in flight never ends by itself
+    os.kill(first.pid, signal.SIGTERM)
+    assert _wait_exit(first, log, 120) == SUSPENDED_EXIT, log.read_text(errors="replace")[-3000:]
+    text = log.read_text(errors="replace")
+    assert (
+        f"second signal (SIGTERM): stopping now without waiting for epoch {epoch}; the job is "
+        "SUSPENDED and resumes from its last committed epoch"
+    ) in text, text[-3000:]
+    assert "did not wait for the epoch in flight" in text
+    wait_group_gone(first.pid)  # the Spark JVM went with the driver
+    st = open_store(store_url)
+    try:
+        jid = job_id(name)
+        j = st.get_job(jid)
+        a = st.get_attempt(jid, j.current_attempt)
+        assert j.state == JobState.SUSPENDED
+        assert a is not None and a.state == AttemptState.SUSPENDED
+        assert st.list_txns(jid, TxnState.PREPARED) == []
+        assert [e.epoch for e in st.list_epochs(jid, 100_000) if e.state != "COMMITTED"] == [epoch]
+    finally:
+        st.close()
+    before = file_sink_ids(out)  # the epochs before the stuck one, each once
+    exactly_once(before, len(before))
+    assert 0 < len(before) < total
+
+    hang.unlink()
+    log2 = tmp_path / "run-2.log"
+    again = start_driver(app, *args, log=log2)
+    assert _wait_exit(again, log2, JOB_TIMEOUT) == 0, log2.read_text(errors="replace")[-3000:]
+    exactly_once(file_sink_ids(out), total)
+    st = open_store(store_url)
+    try:
+        assert [(a.attempt, a.state) for a in st.list_attempts(job_id(name))] == [
+            (1, AttemptState.SUSPENDED),
+            (2, AttemptState.FINISHED),
+        ]
+    finally:
+        st.close()
+
+
 # The pieces, in this process (no Spark) -----------------------------------------------------
 def test_stop_signals_raise_before_the_query_and_only_flag_while_it_runs() -> None:
     from stoker.runtime.job.signals import StopSignals
@@ -193,9 +289,11 @@ def test_stop_signals_raise_before_the_query_and_only_flag_while_it_runs() -> No
     with StopSignals() as s:
         s.deferred = True  # the query runs: the supervise loop stops it between epochs
         os.kill(os.getpid(), signal.SIGINT)
-        os.kill(os.getpid(), signal.SIGTERM)  # a second signal changes nothing
-    assert s.received == signal.SIGTERM
+        s.settle()  # the query is left: the attempt's end is recorded, nothing breaks it off
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert s.received == signal.SIGTERM and not s.forced
     assert signal.getsignal(signal.SIGTERM) == before
+    # A second signal while the graceful stop waits: tests/unit/runtime/test_stop_signals.py.
 
 
 def test_a_cancel_asked_for_meanwhile_wins_over_a_suspension(tmp_path: Path) -> None:

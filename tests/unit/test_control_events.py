@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from stoker.control.events import apply, declare, parse_duration, same_request, validate
+from stoker.control.events import (
+    Step,
+    apply,
+    declare,
+    parse_duration,
+    replay,
+    same_request,
+    validate,
+)
 from stoker.errors import ControlConflict, InvalidInput
 from stoker.types import ControlKind
 
@@ -146,3 +154,19 @@ def test_a_pydantic_model_declares_config_with_types_and_constraints() -> None:
     with pytest.raises(InvalidInput) as e:
         p.check_config({"other": 1})
     assert "declared: min_amount, mode" in str(e.value)
+
+
+def test_replay_leaves_out_what_does_not_count_and_redoes_the_rest() -> None:
+    config, state = declare({}, {}, {"limit": 5, "tag": "a"})
+    steps = [
+        Step(ControlKind.PAUSE, {}),
+        Step(ControlKind.RESUME, {}, counts=False),  # rejected: the job stays paused
+        Step(ControlKind.PAUSE, {}),  # conflicts once the resume is out: changes nothing
+        Step(ControlKind.CONFIG, {"set": {"tag": "b"}, "unset": []}, counts=False),
+        Step(defaults={"limit": 7, "tag": "a"}),  # a new attempt's declared defaults
+        Step(ControlKind.CONFIG, {"set": {"limit": 9}, "unset": []}),
+        Step(),  # an earlier undo
+    ]
+    config, state = replay("job-1", config, state, steps)
+    assert config == {"limit": 9, "tag": "a"}
+    assert state == {"base": {"limit": 7, "tag": "a"}, "overrides": {"limit": 9}, "paused": True}

@@ -293,6 +293,10 @@ class AttemptRun:
             return JobState.SUSPENDED
         checkpoint_layout.clear_half_written_logs(self.checkpoint)
         self.signals.deferred = True  # from here a signal is seen by supervise, between epochs
+        checkpoint = self.checkpoint
+        self.signals.in_flight = lambda: max(
+            checkpoint_layout.uncommitted(checkpoint), default=None
+        )
         # A trigger interval set by control outlives the attempt that applied it.
         trigger = store.control_snapshot(jid).trigger_s
         self.handle = QueryHandle(
@@ -307,17 +311,24 @@ class AttemptRun:
         )
         self.handle.start()
         log.info("job %s: query started, first epoch on its way", jid)
-        return supervise(
-            self.handle,
-            self.lease,
-            ControlWatch(store, jid),
-            stoker_sources_only=opening.stoker_sources_only(self.pipeline),
-            savepoint=opening.savepointer(
-                store, jid, self.root, self.pipeline, self.owner, self.plan.spec
-            ),
-            signalled=self.signalled,
-            metrics=self.metrics,
-        )
+        try:
+            return supervise(
+                self.handle,
+                self.lease,
+                ControlWatch(store, jid),
+                stoker_sources_only=opening.stoker_sources_only(self.pipeline),
+                savepoint=opening.savepointer(
+                    store, jid, self.root, self.pipeline, self.owner, self.plan.spec
+                ),
+                signalled=self.signalled,
+                metrics=self.metrics,
+            )
+        finally:
+            self.signals.settle()  # the attempt's end is recorded next: no signal breaks it off
+
+    def _epoch_in_flight(self) -> int | None:
+        """The epoch Spark has planned and not committed (what a second signal gives up)."""
+        return max(checkpoint_layout.uncommitted(self.checkpoint), default=None)
 
     def end(self, state: JobState | None, error: BaseException | None) -> JobResult:
         """Record how the attempt ended (:func:`classify_end`), let go of what it held, leave
@@ -356,6 +367,7 @@ class AttemptRun:
             state_dir=self.root,
             store_url=store.url,
             outputs=tuple(s.describe() for s in self.pipeline.sinks),
+            stopped_at_once=self.signals.forced,
         )
         self.plan.launch.report(result)
         return result

@@ -14,6 +14,7 @@ last committed one ended.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from stoker import checkpoint_layout
 from stoker.errors import InvalidPipeline, JobFailed, StaleAttempt
 from stoker.runtime.epoch import EpochProcessor, all_sources_finished
+from stoker.runtime.job.signals import StopNow
 from stoker.store.records import ControlEvent, ControlSnapshot
 from stoker.types import ControlKind, ControlStatus, Epoch, JobId, JobState
 
@@ -247,8 +249,32 @@ def supervise(
             ended = _control(handle, watch, snap, stoker_sources_only, savepoint)
             if ended is not None:
                 return ended
+    except StopNow:
+        abandon(handle)
+        raise
     except KeyboardInterrupt:  # not through _StopSignals (run() off the main thread)
         return _stop(handle, JobState.SUSPENDED)
+
+
+def abandon(handle: QueryHandle) -> None:
+    """Stop without waiting for the epoch in flight (a second signal): no new epoch starts,
+    and the query is told to stop on a thread of its own. That stop may never return (an
+    epoch stuck in the driver's Python code holds Spark's query thread), and this thread must
+    not wait for it: the attempt's end is recorded now, and the process's exit takes the JVM
+    with it. The epoch in flight never reached its commit point (the attempt's end fences it
+    off) and runs again when the job resumes."""
+    handle.proc.stopping.set()
+    if handle.held:
+        return
+    query = handle.query
+
+    def stop() -> None:
+        try:
+            query.stop()
+        except Exception:  # the process is going; nothing is waiting for this
+            log.debug("stopping the abandoned query failed", exc_info=True)
+
+    threading.Thread(target=stop, name=f"stoker-abandon-{handle.jid}", daemon=True).start()
 
 
 def _control(

@@ -22,6 +22,8 @@ class JobResult:
     state_dir: Path
     store_url: str
     outputs: tuple[str, ...] = ()  # each sink, described (no credentials)
+    # A second signal stopped it without waiting for the epoch in flight (it runs again).
+    stopped_at_once: bool = False
 
 
 def describe(result: JobResult) -> dict[str, Any]:

@@ -369,6 +369,27 @@ WHERE job_id = :job_id AND status = 'APPLIED'
                   WHERE e.job_id = control_events.job_id AND e.epoch = control_events.applied_epoch
                     AND e.state IN ('DECIDED', 'COMMITTED'));
 
+-- name: open_controls
+-- The events a job's end may reject (PENDING, APPLIED), before it does.
+SELECT job_id, control_id, version, kind, body, status, applied_epoch, reason, result, request_id,
+       sender, origin, created_at, applied_at, ended_at
+FROM control_events WHERE job_id = :job_id AND status IN ('PENDING', 'APPLIED') ORDER BY version;
+
+-- name: controls_after
+SELECT job_id, control_id, version, kind, body, status, applied_epoch, reason, result, request_id,
+       sender, origin, created_at, applied_at, ended_at
+FROM control_events WHERE job_id = :job_id AND version > :version ORDER BY version;
+
+-- name: control_versions_after
+SELECT version, config, state, reason FROM control_versions
+WHERE job_id = :job_id AND version > :version ORDER BY version;
+
+-- name: repin_unfinished_epochs
+-- The job ended with these epochs short of their commit point, pinned at a version a rejected
+-- event made: a replay after a restart applies the version that undid it instead.
+UPDATE epochs SET control_version = :version
+WHERE job_id = :job_id AND state = 'PINNED' AND control_version > :after;
+
 -- name: reject_control
 UPDATE control_events SET status = 'REJECTED', reason = :reason, ended_at = :now
 WHERE job_id = :job_id AND control_id = :control_id AND status = :from_state;

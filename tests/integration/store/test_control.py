@@ -269,7 +269,9 @@ def test_an_ended_job_takes_no_control(store: Store) -> None:
     with pytest.raises(JobTerminal) as info:
         store.add_control(JOB, ControlKind.PAUSE, {}, sender="ops")
     assert info.value.state == "FINISHED"
-    assert store.get_job(JOB).control_version == 1
+    # Version 2 undoes the config change the end rejected (tests/.../test_control_rejects.py).
+    assert store.get_job(JOB).control_version == 2
+    assert store.control_snapshot(JOB).config == CONFIG
     # A retry of an event stored before the end still finds it (rejected by the end).
     again, created = store.add_control(
         JOB, ControlKind.CONFIG, _set(rate=2.0), sender="ops", request_id="r-1"
@@ -692,7 +694,8 @@ def test_retention_prunes_control_in_batches_and_paces(store: Store) -> None:
     assert (first.controls, first.batches, first.more) == (8, 2, True)
     rest = store.prune_epochs(JOB, policy, batch_size=4, max_batches=2)
     assert (rest.controls, rest.more) == (2, False)
-    assert [e.version for e in store.list_controls(JOB)] == [12, 11]
+    # Each rejection wrote a version that undoes its event: the events hold the odd ones.
+    assert [e.version for e in store.list_controls(JOB)] == [23, 21]
     with pytest.raises(InvalidInput) as info:
         RetentionPolicy(keep_control_events=-1)
     assert info.value.field == "retention.keep_control_events"

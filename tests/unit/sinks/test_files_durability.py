@@ -1,0 +1,45 @@
+"""The files sink's commit publishes only what is on disk: every file and folder of the staged
+part (the manifest too) is fsynced before the rename that makes the epoch visible, and the
+output folder after it. Real folders and real fsyncs, recorded on the way (no Spark: the part
+is staged by hand as Spark's writer leaves it; the write itself is covered by
+tests/integration/test_files_durability.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stoker.sinks.base import SinkOwner
+from stoker.sinks.files import FilesSink
+from stoker.types import AttemptNo, Epoch, JobId
+from tests.support.fsyncs import FsyncLog, everything_under
+
+OWNER = SinkOwner(JobId("durable"), "d00d1e55")
+
+
+def test_commit_fsyncs_every_file_and_folder_before_the_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    sink = FilesSink(path=str(out))
+    sink.validate(OWNER)
+    sink.open(OWNER, tmp_path / "state")
+    staged = sink.staging / f"epoch=3.attempt=1.owner={OWNER.uid}"
+    for rel in ("part-0.parquet", ".part-0.parquet.crc", "_SUCCESS", "k=1/part-1.parquet"):
+        (staged / rel).parent.mkdir(parents=True, exist_ok=True)
+        (staged / rel).write_bytes(b"rows")
+    expected = everything_under(staged) | {str(staged / "_manifest.json")}
+    log = FsyncLog(monkeypatch)
+
+    sink.commit(Epoch(3), AttemptNo(1))
+
+    final = out / "epoch=3"
+    assert (final / "_manifest.json").exists()
+    renames = [path for what, path in log.events if what == "rename"]
+    assert renames == [f"{staged} -> {final}"]
+    # Every file and folder as it was staged, the manifest included, before the rename.
+    assert expected - log.before_rename() == set()
+    # The rename is durable with the output folder's fsync, after it.
+    last = log.events[-1]
+    assert last == ("fsync", str(out))
