@@ -20,11 +20,11 @@ class LaunchContext:
     it runs: given once, by the launcher (``stoker run``'s local path, a job manager's driver,
     an application's driver), and read once by each of those calls.
 
-    ``overrides``: the ``-D`` settings; ``job_id``, ``restart``, ``config``, ``from_savepoint``:
-    the launcher's options for its one job; ``attempt``: the attempt a job manager made for
-    this driver (driver mode); ``collect``: ``stoker.run`` hands its pipeline back instead of
-    running it; ``wanted_pipeline``: ``stoker run --pipeline NAME``, any other is refused;
-    ``on_result``: called with the result of every job run.
+    ``overrides``: the ``-D`` settings; ``job_id``, ``restart``, ``config``, ``from_savepoint``,
+    ``reset_checkpoint``: the launcher's options for its one job; ``attempt``: the attempt a
+    job manager made for this driver (driver mode); ``collect``: ``stoker.run`` hands its
+    pipeline back instead of running it; ``wanted_pipeline``: ``stoker run --pipeline NAME``,
+    any other is refused; ``on_result``: called with the result of every job run.
     """
 
     overrides: Mapping[str, str] = field(default_factory=dict)
@@ -35,6 +35,7 @@ class LaunchContext:
     config: Mapping[str, Any] = field(default_factory=dict)
     wanted_pipeline: str | None = None
     from_savepoint: str | None = None
+    reset_checkpoint: bool = False
     on_result: tuple[Callable[[Any], None], ...] = ()
 
     def savepoint(self) -> str | None:

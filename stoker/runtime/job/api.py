@@ -36,6 +36,7 @@ def run(
     lease_ttl: float | None = None,
     spark: SparkSession | None = None,
     from_savepoint: str | Path | None = None,
+    reset_checkpoint: bool = False,
 ) -> JobResult:
     """Run ``pipeline`` as a job until it ends; blocking.
 
@@ -57,6 +58,11 @@ def run(
     its outputs over: exactly once across the switch. Run again after a crash or a stop, the
     same call resumes the job.
 
+    A job whose checkpoint has lost epochs its store decided (the folder wiped, another
+    host's) is refused (:class:`~stoker.errors.CheckpointBehind`): Spark would number them
+    again and their input would be skipped. ``reset_checkpoint=True`` starts it over instead,
+    under a new uid, its sources read again from their beginning.
+
     Inside an application (a program run by ``stoker run --driver``), ``run`` is
     ``stoker.submit(pipeline, ...).wait()``: the job runs on a thread of the application's
     driver, and a job that ended already is not run again (its result comes back at once).
@@ -75,6 +81,7 @@ def run(
         lease_ttl=lease_ttl,
         spark=spark,
         from_savepoint=from_savepoint,
+        reset_checkpoint=reset_checkpoint,
     )
     if application.current_app() is not None:
         return submission.submit_options(pipeline, opts, None, ctx).wait()
