@@ -59,16 +59,14 @@ class Gap:
         )
 
     def refusal(self) -> CheckpointBehind:
-        """The error: both sides, why it cannot run, the ways out."""
+        """The error: both sides, the ways out, then why (the CLI cuts a long line at its end;
+        README and the architecture say the rest: put the folder back, a files sink's folder
+        to empty)."""
         return CheckpointBehind(
             FIELD,
-            f"{self.what()}: Spark would number those batches again and the store would take "
-            "them as replays, skipping their input. Ways out: put the checkpoint folder back "
-            "(the state folder on storage every host reaches); or restore the job from a "
-            f"savepoint (stoker run --from-savepoint DIR: one taken at epoch {self.last}, or "
-            "under another --job-id); or start it over with stoker run --reset-checkpoint (a "
-            "new uid, its sources read again from their beginning, its sinks written as a new "
-            "job's: a files sink's folder must be emptied or another chosen)",
+            f"{self.what()}. Ways out: --from-savepoint DIR, or --reset-checkpoint (a new uid, "
+            "its sources read again from their start); as it is, Spark would redo those "
+            "batches and the store skip them as replays, their input lost",
         )
 
 
