@@ -143,6 +143,39 @@ def checkpoint_partitions(checkpoint: Path) -> int | None:
         return None
 
 
+# agreement with the store -------------------------------------------------------------------
+def behind_store(last_batch: int | None, decided: int | None) -> bool:
+    """Whether a checkpoint whose offset log ends at ``last_batch`` (None: no entry) has lost
+    epochs the store decided (``decided``: the newest DECIDED or COMMITTED epoch, None: none).
+
+    Spark resumes from its checkpoint alone: a checkpoint without the store's decided epochs
+    numbers its batches from its own end again, and the epoch pin takes every batch the store
+    decided as a replay and skips it, with whatever input Spark gave it now: lost, silently.
+
+    Not behind, and normal: a checkpoint ahead of the store by the epoch in flight (offsets
+    written for batch N, the store has nothing, or a PINNED record, for N); an epoch the store
+    decided whose commit log entry Spark has not written (a crash between the decide and
+    Spark's commit: the offsets for it are there, the replay skips it); a checkpoint ahead by
+    many batches (a restore installs one cut at the savepoint's epoch for a job whose store
+    has none of them); no checkpoint and nothing decided (a fresh job). The commit log is
+    not compared: Spark writes offsets N only after commits N-1, so the offset log's end
+    says it all.
+    """
+    return decided is not None and (last_batch is None or last_batch < decided)
+
+
+def describe_end(checkpoint: Path) -> str:
+    """Where the checkpoint's logs end, for a message: "does not exist", "has no offsets",
+    "ends at batch 3 (committed up to 2)"."""
+    if not checkpoint.exists():
+        return "does not exist"
+    offsets, commits = offset_ids(checkpoint), commit_ids(checkpoint)
+    if not offsets:
+        return "has no offsets"
+    committed = f"committed up to {commits[-1]}" if commits else "none committed"
+    return f"ends at batch {offsets[-1]} ({committed})"
+
+
 # changing the logs ---------------------------------------------------------------------------
 def drop_log_file(path: Path) -> None:
     """A Spark log file and its Hadoop checksum file (a missing .crc is not checked)."""

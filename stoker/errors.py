@@ -41,6 +41,14 @@ class InvalidPipeline(InvalidInput):
     """The pipeline definition cannot run (no source, no sink, bad transform, ...)."""
 
 
+class CheckpointBehind(InvalidInput):
+    """A job's Spark checkpoint has lost epochs its store decided (wiped, another host's
+    folder, a store kept outside the state folder): Spark would number them again and the
+    store would take them as replays, dropping their input. Refused before anything runs;
+    the message names the store's epochs, the checkpoint, and the ways out (a savepoint, or
+    ``--reset-checkpoint``). Exit 2, HTTP 422, as other input that cannot run."""
+
+
 class SourceError(FieldError):
     """A source failed while the job ran: its data changed under the job (a file log removed,
     damaged or locked by another process). Not the user's input: exit 16, HTTP 503.

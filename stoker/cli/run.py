@@ -68,6 +68,15 @@ if TYPE_CHECKING:
     "--restart", is_flag=True, help="Run a job that has ended again, from its checkpoint."
 )
 @click.option(
+    "--reset-checkpoint",
+    "reset_checkpoint",
+    is_flag=True,
+    help="When the job's checkpoint has lost epochs its store decided (stoker run refuses to "
+    "start it, exit 2): start the job over under a new uid, its sources read again from their "
+    "beginning, its sinks written as a new job's. Does nothing to a job whose checkpoint is "
+    "whole.",
+)
+@click.option(
     "--from-savepoint",
     "from_savepoint",
     default=None,
@@ -132,6 +141,7 @@ def run_cmd(
     restart_strategy: str | None,
     job_id: str | None,
     restart: bool,
+    reset_checkpoint: bool,
     from_savepoint: str | None,
     rewrite_output: bool,
     defines: tuple[str, ...],
@@ -174,6 +184,7 @@ def run_cmd(
             "--config": bool(config),
             "--from-savepoint": from_savepoint is not None,
             "--rewrite-output-after-savepoint": rewrite_output,
+            "--reset-checkpoint": reset_checkpoint,
             "--restart-strategy": strategy is not None,
             "--scaling": scaling is not None,
         },
@@ -242,6 +253,7 @@ def run_cmd(
         config=dict(config),
         from_savepoint=str(from_savepoint) if from_savepoint else None,
         rewrite_output_after_savepoint=rewrite_output,
+        reset_checkpoint=reset_checkpoint,
     )
     _setup_logging(quiet, log_format)
 
@@ -307,6 +319,11 @@ MODE_OPTIONS: dict[str, tuple[frozenset[str], str]] = {
     "--config": (frozenset({LOCAL, SERVER}), _ONE_JOB),
     "--from-savepoint": (frozenset({LOCAL, SERVER}), _ONE_JOB),
     "--rewrite-output-after-savepoint": (frozenset({LOCAL, SERVER}), _ONE_JOB),
+    # A job manager's submissions do not carry it: its attempts would each start over.
+    "--reset-checkpoint": (
+        frozenset({LOCAL}),
+        "is a local run's: a job manager's submission does not carry it",
+    ),
     "--restart-strategy": (frozenset({SERVER, DRIVER}), "is the job manager's: add --server"),
     "--scaling": (
         frozenset({SERVER, DRIVER}),

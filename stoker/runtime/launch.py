@@ -21,11 +21,11 @@ class LaunchContext:
     an application's driver), and read once by each of those calls.
 
     ``overrides``: the ``-D`` settings; ``job_id``, ``restart``, ``config``, ``from_savepoint``,
-    ``rewrite_output_after_savepoint``: the launcher's options for its one job; ``attempt``:
-    the attempt a job manager made for this driver (driver mode); ``collect``: ``stoker.run``
-    hands its pipeline back instead of running it; ``wanted_pipeline``: ``stoker run
-    --pipeline NAME``, any other is refused; ``on_result``: called with the result of every
-    job run.
+    ``rewrite_output_after_savepoint``, ``reset_checkpoint``: the launcher's options for its
+    one job; ``attempt``: the attempt a job manager made for this driver (driver mode);
+    ``collect``: ``stoker.run`` hands its pipeline back instead of running it;
+    ``wanted_pipeline``: ``stoker run --pipeline NAME``, any other is refused; ``on_result``:
+    called with the result of every job run.
     """
 
     overrides: Mapping[str, str] = field(default_factory=dict)
@@ -37,6 +37,7 @@ class LaunchContext:
     wanted_pipeline: str | None = None
     from_savepoint: str | None = None
     rewrite_output_after_savepoint: bool = False
+    reset_checkpoint: bool = False
     on_result: tuple[Callable[[Any], None], ...] = ()
 
     def savepoint(self) -> str | None:

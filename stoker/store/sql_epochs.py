@@ -128,3 +128,21 @@ class EpochsMixin(SqlBase):
                 cur, "list_epochs_in_state", job_id=job_id, state=str(EpochState(state))
             ).fetchall()
         return [EpochRecord.from_row(r) for r in rows]
+
+    def decided_range(self, job_id: JobId) -> tuple[Epoch, Epoch] | None:
+        with self._tx(write=False) as cur:
+            lo, hi = self._x(cur, "decided_range", job_id=job_id).fetchone()
+        return None if hi is None else (Epoch(int(lo)), Epoch(int(hi)))
+
+    def reset_epochs(self, job_id: JobId, attempt: AttemptNo, uid: str) -> int:
+        with self._tx() as cur:
+            job = self._locked_job(cur, job_id)
+            if job.current_attempt != attempt:
+                raise StaleAttempt(
+                    f"attempt {attempt} of job {job_id!r} may not reset its epochs: attempt "
+                    f"{job.current_attempt} is the job's current one"
+                )
+            self._x(cur, "reset_txns", job_id=job_id)
+            n = int(self._x(cur, "reset_epochs", job_id=job_id).rowcount)
+            self._x(cur, "set_job_uid", job_id=job_id, uid=uid, now=self.clock.now())
+        return n

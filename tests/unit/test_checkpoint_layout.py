@@ -165,3 +165,33 @@ def test_inspect(tmp_path: Path) -> None:
     bare = cl.inspect(tmp_path / "none")
     assert bare.last_batch is None and bare.uncommitted == [] and bare.partitions is None
     assert bare.provider == cl.HDFS_PROVIDER  # Spark's default when nothing is recorded
+
+
+# agreement with the store ---------------------------------------------------------------------
+def test_a_checkpoint_behind_the_stores_decided_epochs_is_told_from_the_normal_cases() -> None:
+    """(newest offset batch, newest decided epoch) -> behind. Normal: nothing anywhere (a fresh
+    job); the epoch in flight (offsets for N, nothing decided for N); decided but not in
+    Spark's commit log (the offsets for it are there); far ahead (a restored checkpoint cut at
+    the savepoint's epoch, a store with none of its epochs). Behind: no offsets while the store
+    decided epochs (the folder lost), or offsets that end before the newest decided epoch (an
+    older copy)."""
+    behind = cl.behind_store
+    assert not behind(None, None)  # fresh
+    assert not behind(0, None)  # epoch 0 in flight, nothing decided yet
+    assert not behind(8, 7)  # epoch 8 in flight
+    assert not behind(7, 7)  # decided 7, committed by Spark or not
+    assert not behind(41, None) and not behind(41, 3)  # restored: ahead of the store
+    assert behind(None, 0) and behind(None, 7)  # the checkpoint has no offsets
+    assert behind(3, 7) and behind(6, 7)  # truncated: ends before the newest decided epoch
+
+
+def test_describe_end_names_where_the_logs_end(tmp_path: Path) -> None:
+    cp = tmp_path / "checkpoint"
+    assert cl.describe_end(cp) == "does not exist"
+    (cp / "offsets").mkdir(parents=True)
+    assert cl.describe_end(cp) == "has no offsets"
+    _offsets(cp, 0, {})
+    assert cl.describe_end(cp) == "ends at batch 0 (none committed)"
+    _commit(cp, 0)
+    _offsets(cp, 1, {})
+    assert cl.describe_end(cp) == "ends at batch 1 (committed up to 0)"

@@ -37,6 +37,7 @@ def run(
     spark: SparkSession | None = None,
     from_savepoint: str | Path | None = None,
     rewrite_output_after_savepoint: bool = False,
+    reset_checkpoint: bool = False,
 ) -> JobResult:
     """Run ``pipeline`` as a job until it ends; blocking.
 
@@ -61,6 +62,11 @@ def run(
     epochs; ``rewrite_output_after_savepoint=True`` starts it anyway, and the rows of those
     epochs are written to such sinks again (a files sink is refused even then).
 
+    A job whose checkpoint has lost epochs its store decided (the folder wiped, another
+    host's) is refused (:class:`~stoker.errors.CheckpointBehind`): Spark would number them
+    again and their input would be skipped. ``reset_checkpoint=True`` starts it over instead,
+    under a new uid, its sources read again from their beginning.
+
     Inside an application (a program run by ``stoker run --driver``), ``run`` is
     ``stoker.submit(pipeline, ...).wait()``: the job runs on a thread of the application's
     driver, and a job that ended already is not run again (its result comes back at once).
@@ -80,6 +86,7 @@ def run(
         spark=spark,
         from_savepoint=from_savepoint,
         rewrite_output_after_savepoint=rewrite_output_after_savepoint,
+        reset_checkpoint=reset_checkpoint,
     )
     if application.current_app() is not None:
         return submission.submit_options(pipeline, opts, None, ctx).wait()

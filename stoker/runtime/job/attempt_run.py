@@ -5,6 +5,8 @@ method per phase, called in order by :meth:`AttemptRun.attempt`.
               the job is recorded (bad input, a schema mismatch, leaves no record)
     register  the job's record and its spec
     claim     the attempt and its lease
+    start_over  a checkpoint found behind the store, with --reset-checkpoint: the job starts
+              over under a new uid (runtime/job/lost_checkpoint.py)
     open      the defaults declared, the savepoint's control carried over, the sinks opened
     recover   what an earlier attempt left (runtime/recovery.py)
     run       the query and its supervision (runtime/job/query.py)
@@ -34,6 +36,7 @@ from stoker.runtime.job.ending import (
     resolve_at_end,
 )
 from stoker.runtime.job.lease import ScopedLease, start_in_app
+from stoker.runtime.job.lost_checkpoint import reset
 from stoker.runtime.job.plan import JobPlan
 from stoker.runtime.job.query import ControlWatch, QueryHandle, brief, supervise
 from stoker.runtime.job.result import JobResult
@@ -109,6 +112,7 @@ class AttemptRun:
             state: JobState | None = None
             error: BaseException | None = None
             try:
+                self.start_over()
                 self.open()
                 self.recover()
                 state = self.run()
@@ -209,7 +213,7 @@ class AttemptRun:
             store.set_job_spec(jid, {**spec, "max_parallelism": max_par})
         elif job.spec.get("max_parallelism") != max_par:
             store.set_job_spec(jid, {**store.get_job(jid).spec, "max_parallelism": max_par})
-        if job.uid and job.uid != self.owner.uid:
+        if job.uid and job.uid != self.owner.uid and self.plan.reset is None:
             # Made meanwhile by someone else (a job manager): the sinks work for that record.
             self.owner = SinkOwner(jid, job.uid)
         self.spec, self.given, self.max_par = spec, given, max_par
@@ -244,6 +248,14 @@ class AttemptRun:
         self.proc = EpochProcessor(self.pipeline, store, self.lease, self.checkpoint)
         self.proc.pool = scope.pool if scope is not None else None
         self.pruner = Pruner(store, jid, policy_of(self.settings), self.settings.retention_interval)
+
+    def start_over(self) -> None:
+        """``--reset-checkpoint`` of a checkpoint behind the store: the job starts over under
+        its new uid, now that this attempt owns it (lost_checkpoint.reset)."""
+        gap = self.plan.reset
+        if gap is not None:
+            self.lease.check()
+            reset(self.store, gap, self.record.attempt, self.owner.uid, self.pipeline, self.root)
 
     def open(self) -> None:
         """The job's defaults declared, the savepoint's control carried over, the sinks open."""

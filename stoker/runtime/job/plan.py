@@ -3,6 +3,7 @@ one of an application), its settings and its plan."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from stoker.errors import InvalidInput, JobTerminal
 from stoker.runtime import restore
 from stoker.runtime.attempt import existing_job
+from stoker.runtime.job.lost_checkpoint import Gap, gap_in
 from stoker.runtime.launch import LaunchContext
 from stoker.runtime.resources import ResourceWatch
 from stoker.settings import Settings, parse_duration
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from stoker.pipeline import Pipeline
+
+log = logging.getLogger("stoker.runner")
 
 
 def resolve_settings(
@@ -70,6 +74,8 @@ class RunOptions:
     # Output the savepoint's job wrote after the savepoint is written again (not refused).
     rewrite_output_after_savepoint: bool = False
     config: Mapping[str, Any] | None = None  # pipeline config given (submit's ``config=``)
+    # Start over when the checkpoint has lost epochs the store decided (lost_checkpoint.py).
+    reset_checkpoint: bool = False
 
 
 def _never() -> bool:
@@ -128,6 +134,9 @@ class JobPlan:
     scope: JobScope | None
     launch: LaunchContext  # what the launcher decided
     spec: dict[str, Any]  # the pipeline's description (Pipeline.spec()), computed once
+    # --reset-checkpoint of a checkpoint found behind the store: the attempt starts the job
+    # over under ``owner``'s new uid once it owns the job (lost_checkpoint.reset).
+    reset: Gap | None = None
 
     @property
     def managed(self) -> bool:
@@ -175,6 +184,7 @@ def plan_job(
     in_app = scope is not None and scope.app_id is not None
     jid = _job_id((None if in_app else ctx.job_id) or opts.job_id or pipeline.name)
     restart = opts.restart or (not in_app and ctx.restart)
+    reset_checkpoint = opts.reset_checkpoint or (not in_app and ctx.reset_checkpoint)
     given = dict(opts.config) if opts.config is not None else dict(ctx.config)
     check_state_dir(settings)
 
@@ -197,20 +207,46 @@ def plan_job(
     if from_savepoint is None and not in_app:  # the launcher's folder is for its one job
         from_savepoint = ctx.savepoint()
         rewrite = rewrite or ctx.rewrites_output()
-    restoring = None
     if rewrite and from_savepoint is None:
         raise InvalidInput(
             "rewrite_output_after_savepoint",
             "is given without from_savepoint: it only says what a start from a savepoint "
             "may do with output its job wrote after the savepoint",
         )
+    if from_savepoint is not None and reset_checkpoint:
+        raise InvalidInput(
+            "--reset-checkpoint",
+            "starts the job over from its sources' beginning; --from-savepoint restores it: "
+            "give one of them",
+        )
+    restoring = None
+    gap: Gap | None = None
     if from_savepoint is not None:
         # Not a savepoint, another shape, its job still live or unresolved, output after it:
         # refused before Spark starts.
         restoring = restore.check(from_savepoint, root, jid, pipeline, store_url, existing, rewrite)
         owner = restoring.owner
+        if existing is not None:
+            # A job of this id with epochs after the savepoint's (it went on after it, or was
+            # restored from it before and lost its checkpoint since): the savepoint's
+            # checkpoint, cut at its epoch, would be behind them.
+            cut = None if restoring.done else restoring.epoch
+            gap = gap_in(store_url, existing, root / "checkpoint", cut)
+            if gap is not None:
+                raise gap.refusal()
     else:
         owner = SinkOwner(jid, (existing.uid if existing else None) or uuid.uuid4().hex)
+        gap = None if existing is None else gap_in(store_url, existing, root / "checkpoint")
+        if gap is not None and not reset_checkpoint:
+            raise gap.refusal()  # before Spark starts: nothing written
+        if gap is not None:
+            owner = SinkOwner(jid, uuid.uuid4().hex)  # a new owner: see lost_checkpoint
+        elif reset_checkpoint and existing is not None:
+            log.info(
+                "job %s: --reset-checkpoint: its checkpoint is not behind its store, nothing "
+                "to reset: the job resumes",
+                jid,
+            )
     for sink in pipeline.sinks:
         # Restoring: an output still names the savepoint's job until the restore hands it over.
         sink.validate(restoring.owner_for(sink) if restoring is not None else owner)
@@ -229,4 +265,5 @@ def plan_job(
         scope=scope,
         launch=ctx,
         spec=pipeline.spec(),
+        reset=gap,
     )

@@ -155,6 +155,22 @@ class EpochStore(Protocol):
 
     def epochs_in_state(self, job_id: JobId, state: str) -> list[EpochRecord]: ...
 
+    def decided_range(self, job_id: JobId) -> tuple[Epoch, Epoch] | None:
+        """The oldest and newest epoch of the job the store holds DECIDED or COMMITTED (the
+        ones kept: retention may have pruned older ones); None when it holds none. What the
+        job's Spark checkpoint must not be behind (``checkpoint_layout.behind_store``)."""
+        ...
+
+    def reset_epochs(self, job_id: JobId, attempt: AttemptNo, uid: str) -> int:
+        """Start the job's epochs afresh under a new ``uid`` (``stoker run
+        --reset-checkpoint``: its Spark checkpoint is lost and its batches are numbered from 0
+        again): every epoch record and sink transaction of the job is deleted and its uid
+        replaced, in one transaction, so a sink takes the new epochs for a new owner's and the
+        epoch pin no longer finds the old ones as replays. Fenced: only the job's current
+        attempt ``attempt`` may (:class:`~stoker.errors.StaleAttempt` otherwise). Attempts,
+        control history and counters stay. Returns how many epoch records went."""
+        ...
+
 
 class TxnStore(Protocol):
     """Sink transactions of each epoch, moved only along ``TXN_TRANSITIONS``."""

@@ -131,6 +131,20 @@ SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, fi
        pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores
 FROM epochs WHERE job_id = :job_id ORDER BY epoch DESC LIMIT :limit;
 
+-- name: decided_range
+-- The oldest and newest epoch the store decided (DECIDED or COMMITTED) for the job; NULLs for none.
+SELECT MIN(epoch), MAX(epoch) FROM epochs
+WHERE job_id = :job_id AND state IN ('DECIDED', 'COMMITTED');
+
+-- name: reset_txns
+DELETE FROM sink_txns WHERE job_id = :job_id;
+
+-- name: reset_epochs
+DELETE FROM epochs WHERE job_id = :job_id;
+
+-- name: set_job_uid
+UPDATE jobs SET uid = :uid, updated_at = :now WHERE job_id = :job_id;
+
 -- name: list_epochs_in_state
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
        pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores

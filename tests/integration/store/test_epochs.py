@@ -14,7 +14,7 @@ import pytest
 from stoker.clock import ManualClock
 from stoker.errors import InvalidTransition, StaleAttempt
 from stoker.store import EpochRecord, Store, open_store
-from stoker.types import AttemptNo, ControlVersion, Epoch, EpochState, job_id
+from stoker.types import AttemptNo, ControlVersion, Epoch, EpochState, TxnState, job_id
 from tests.integration.store.support import (
     CONFIG,
     JOB,
@@ -270,3 +270,35 @@ def test_decide_epoch_cannot_land_after_a_takeover(pg_dsn: str, clock: ManualClo
     finally:
         store.close()
         new_owner.close()
+
+
+def test_decided_range_and_a_reset_of_the_epochs_under_a_new_uid(store: Store) -> None:
+    """decided_range: what a job's checkpoint must not be behind; reset_epochs (stoker run
+    --reset-checkpoint): the current attempt drops the job's epochs and sink transactions and
+    gives it a new uid, in one transaction; another job's are left alone."""
+    running_job(store)
+    assert store.decided_range(JOB) is None
+    for e in range(3):
+        store.pin_epoch(JOB, Epoch(e), AttemptNo(1), ControlVersion(0))
+        store.record_txn(JOB, Epoch(e), "files", AttemptNo(1), TxnState.PREPARED, {})
+        if e < 2:
+            store.decide_epoch(JOB, Epoch(e), AttemptNo(1), rows_in=1, final=False)
+    store.mark_epoch_committed(JOB, Epoch(0))
+    assert store.decided_range(JOB) == (Epoch(0), Epoch(1))  # PINNED epoch 2 is not decided
+    store.create_job(OTHER, "other", SPEC, CONFIG)
+    store.start_attempt(OTHER, OWNER_B, TTL, expected_current=AttemptNo(0))
+    store.pin_epoch(OTHER, Epoch(0), AttemptNo(1), ControlVersion(0))
+
+    with pytest.raises(StaleAttempt):
+        store.reset_epochs(JOB, AttemptNo(2), "new-uid")  # not the current attempt
+    assert store.decided_range(JOB) == (Epoch(0), Epoch(1))
+
+    assert store.reset_epochs(JOB, AttemptNo(1), "new-uid") == 3
+    assert store.get_job(JOB).uid == "new-uid"
+    assert store.list_epochs(JOB) == [] and store.list_txns(JOB) == []
+    assert store.decided_range(JOB) is None
+    assert [e.epoch for e in store.list_epochs(OTHER)] == [Epoch(0)]
+    # Epoch 0 of the new uid is a new epoch, not a replay of the old one.
+    assert store.pin_epoch(JOB, Epoch(0), AttemptNo(1), ControlVersion(0)).state == (
+        EpochState.PINNED
+    )

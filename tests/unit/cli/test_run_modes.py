@@ -11,7 +11,7 @@ from stoker.cli import main
 from stoker.cli.run import DRIVER, LOCAL, MODE_OPTIONS, SERVER, check_mode, run_mode
 from stoker.errors import InvalidInput
 
-VALUES = {
+VALUES: dict[str, str | None] = {
     "--app-id": "a1",
     "--cluster": "local",
     "--driver-memory": "1g",
@@ -21,6 +21,7 @@ VALUES = {
     "--config": "k=1",
     "--from-savepoint": "/nowhere",
     "--rewrite-output-after-savepoint": "arg",  # a flag: the value is an app argument
+    "--reset-checkpoint": None,  # a flag: no value
     "--restart-strategy": "{}",
     "--scaling": "fixed",
 }
@@ -68,12 +69,12 @@ REFUSED = [(m, f) for f, (modes, _) in MODE_OPTIONS.items() for m in MODE_ARGS i
 def test_the_command_line_refuses_an_option_of_another_mode_with_exit_2(
     tmp_path: Path, mode: str, flag: str
 ) -> None:
-    why = MODE_OPTIONS[flag][1]
+    why, value = MODE_OPTIONS[flag][1], VALUES[flag]
     app = tmp_path / "app.py"
     app.write_text("raise SystemExit('must not run')\n")
     done = CliRunner().invoke(
         main,
-        ["run", str(app), *MODE_ARGS[mode], flag, VALUES[flag]],
+        ["run", str(app), *MODE_ARGS[mode], flag, *([] if value is None else [value])],
         env={"STOKER_SERVER": "", "STOKER_STORE": ""},
     )
     assert done.exit_code == 2, done.output

@@ -3,17 +3,18 @@ stood in for: what each way a run ends leaves in the store (no Spark started).""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stoker.errors import JobFailed, StaleAttempt
+from stoker.errors import CheckpointBehind, InvalidSink, JobFailed, StaleAttempt
 from stoker.runtime.job import attempt_run, opening
 from stoker.runtime.job.plan import RunOptions, plan_job
 from stoker.runtime.launch import LaunchContext
 from stoker.store import Owner, open_store
-from stoker.types import AttemptNo, AttemptState, JobId, JobState
+from stoker.types import AttemptNo, AttemptState, Epoch, JobId, JobState
 
 
 class FakeHandle:
@@ -126,3 +127,89 @@ def test_a_failure_under_a_job_manager_leaves_the_job_to_it(
     job_state, attempt_state = _attempt(tmp_path)
     assert attempt_state == AttemptState.FAILED
     assert job_state != JobState.FAILED  # the manager's restart strategy decides
+
+
+# a lost checkpoint ----------------------------------------------------------------------------
+def _decide(tmp_path: Path, epochs: range) -> None:
+    """The job's epochs decided and committed in its store, as an attempt that ran them left
+    them (its attempt ended)."""
+    st = open_store(tmp_path / "state" / "store.db")
+    try:
+        jid = JobId("job")
+        rec = st.start_attempt(jid, Owner("h", 1, "x"), 30.0, st.get_job(jid).current_attempt)
+        for e in epochs:
+            st.pin_epoch(jid, Epoch(e), rec.attempt, st.get_job(jid).control_version)
+            st.decide_epoch(jid, Epoch(e), rec.attempt, 10, final=False)
+            st.mark_epoch_committed(jid, Epoch(e))
+        st.end_attempt(jid, rec.attempt, AttemptState.SUSPENDED)
+    finally:
+        st.close()
+
+
+def test_a_checkpoint_behind_the_store_is_refused_and_a_reset_starts_over(
+    tmp_path: Path, stand_ins: dict[str, Any]
+) -> None:
+    stand_ins["run"] = JobState.SUSPENDED
+    attempt_run.execute(_plan(tmp_path))  # the job made
+    _decide(tmp_path, range(8))
+    st = open_store(tmp_path / "state" / "store.db")
+    try:
+        old_uid = st.get_job(JobId("job")).uid
+        attempts = len(st.list_attempts(JobId("job")))
+    finally:
+        st.close()
+    checkpoint = tmp_path / "state" / "checkpoint"
+
+    # No checkpoint, then one that ends at batch 3: refused in the plan, before Spark.
+    for end in ("does not exist", "ends at batch 3 (committed up to 2)"):
+        stand_ins["phases"].clear()
+        with pytest.raises(CheckpointBehind) as refused:
+            attempt_run.execute(_plan(tmp_path))
+        assert stand_ins["phases"] == []
+        assert str(refused.value).startswith(
+            f"checkpoint: the store has epochs 0..7 of job 'job' (uid {old_uid}) decided, but "
+            f"its checkpoint folder '{checkpoint}' {end}"
+        )
+        assert "--from-savepoint" in str(refused.value)
+        assert "--reset-checkpoint" in str(refused.value)
+        for b in range(4):
+            (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+            (checkpoint / "offsets" / str(b)).write_text("v1\n{}\n")
+            if b < 3:
+                (checkpoint / "commits").mkdir(parents=True, exist_ok=True)
+                (checkpoint / "commits" / str(b)).write_text("v1\n{}\n")
+
+    # The epoch in flight (offsets for 8, nothing decided for it) and an epoch decided but
+    # not in Spark's commit log (7) are normal: the job resumes.
+    for b in (7, 8):
+        (checkpoint / "offsets" / str(b)).write_text("v1\n{}\n")
+    plan = _plan(tmp_path)
+    assert plan.reset is None and plan.owner.uid == old_uid
+    for b in (7, 8):
+        (checkpoint / "offsets" / str(b)).unlink()
+
+    # --reset-checkpoint: refused by the files sink while its folder holds the old uid's
+    # epochs (the new job numbers its own from 0 again); once emptied: a new uid, the old
+    # epochs gone, the stale checkpoint kept aside.
+    with pytest.raises(InvalidSink, match="belongs to an earlier job of the same id"):
+        _plan(tmp_path, LaunchContext(reset_checkpoint=True))
+    shutil.rmtree(tmp_path / "out")
+    plan = _plan(tmp_path, LaunchContext(reset_checkpoint=True))
+    assert plan.reset is not None and plan.owner.uid != old_uid
+    result = attempt_run.execute(plan)
+    assert result.state == JobState.SUSPENDED
+    st = open_store(tmp_path / "state" / "store.db")
+    try:
+        job = st.get_job(JobId("job"))
+        assert job.uid == plan.owner.uid
+        assert st.list_epochs(JobId("job")) == [] and st.decided_range(JobId("job")) is None
+        assert len(st.list_attempts(JobId("job"))) == attempts + 1
+    finally:
+        st.close()
+    assert not checkpoint.exists()
+    [aside] = (tmp_path / "state").glob("checkpoint.lost-*")
+    assert sorted(p.name for p in (aside / "offsets").iterdir()) == ["0", "1", "2", "3"]
+
+    # Asked again, with nothing behind: nothing is reset, the uid stays.
+    plan = _plan(tmp_path, LaunchContext(reset_checkpoint=True))
+    assert plan.reset is None and plan.owner.uid == job.uid
