@@ -5,10 +5,16 @@ with SIGKILL when it reaches that step of that epoch: the whole process group wh
 leads one (as the CLI's driver does), so the Spark JVM and Python workers die with it.
 
 Steps: ``after_pin``, ``after_transform``, ``after_prepare``, ``after_decide``, ``after_commit``,
-``before_spark_commit``, ``in_recovery``.
+``before_spark_commit``, ``in_recovery``; and, without an epoch, ``sink_recovery_at_<phase>``
+right before a sink's ``recover`` in recovery run at an attempt's ``start``, at its ``end``, or
+by the janitor's ``cleanup``.
 
 ``stall_<step>:<epoch>`` (e.g. ``stall_after_prepare:2``) hangs there for ever instead: a
 driver that stops making progress with its parts prepared (a cancel timeout must kill it).
+
+``sigstop_<step>[:<epoch>]`` stops the process there with a real SIGSTOP (itself only, not its
+group: the JVM runs on), once per process: the test resumes it with SIGCONT when it wants, e.g.
+a recovery frozen while the next attempt runs. Test-only, as every fault here.
 
 Faults inside a Spark task (the PostgreSQL sink's writer), on the task's first attempt only
 (``TaskContext.attemptNumber() == 0``), so that Spark's retry or speculative copy succeeds:
@@ -42,6 +48,9 @@ STEPS = (
     "after_commit",
     "before_spark_commit",
     "in_recovery",
+    "sink_recovery_at_start",
+    "sink_recovery_at_end",
+    "sink_recovery_at_cleanup",
 )
 
 
@@ -62,11 +71,19 @@ def _planned() -> set[tuple[str, int]]:
 
 
 _PLAN = _planned()
+_STOPPED: set[str] = set()  # sigstop faults fire once per process
 
 
 def fault_point(step: str, epoch: int = -1) -> None:
     """Die here if a crash at (step, epoch) was asked for."""
     if not _PLAN:
+        return
+    stop = f"sigstop_{step}"
+    if ((stop, epoch) in _PLAN or (stop, -1) in _PLAN) and step not in _STOPPED:
+        _STOPPED.add(step)
+        sys.stderr.write(f"stoker.testing: injected sigstop at {step} epoch {epoch}\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)  # returns once the test sends SIGCONT
         return
     stall = f"stall_{step}"
     if (stall, epoch) in _PLAN or (stall, -1) in _PLAN:

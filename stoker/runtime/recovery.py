@@ -17,7 +17,9 @@ from stoker.types import AttemptNo, Epoch, EpochState, JobId, TxnState
 log = logging.getLogger("stoker.recovery")
 
 
-def recover(store: Store, job: JobId, sinks: list[TwoPhaseSink]) -> dict[str, Recovered]:
+def recover(
+    store: Store, job: JobId, sinks: list[TwoPhaseSink], phase: str = "start"
+) -> dict[str, Recovered]:
     """Commit every decided epoch's recorded parts, then abort every other leftover part.
 
     1. Each DECIDED epoch becomes a :class:`PendingEpoch` built from the store's records (the
@@ -49,6 +51,7 @@ def recover(store: Store, job: JobId, sinks: list[TwoPhaseSink]) -> dict[str, Re
     # 2. Everything else each sink still holds.
     report: dict[str, Recovered] = {}
     for sink in sinks:
+        fault_point(f"sink_recovery_at_{phase}")
         done = sink.recover(decision)
         fault_point("in_recovery", -1)
         for e, a in done.committed:

@@ -141,7 +141,7 @@ def resolve_at_end(store: Store, jid: JobId, attempt: int, sinks: list[TwoPhaseS
         rec = store.get_attempt(jid, AttemptNo(attempt))
         if rec is None or rec.state in (AttemptState.STARTING, AttemptState.RUNNING):
             return
-        recover(store, jid, sinks)
+        recover(store, jid, sinks, phase="end")
         if job.state.terminal:
             store.set_resolved(jid)
     except Exception:
