@@ -12,9 +12,12 @@ by the janitor's ``cleanup``.
 ``stall_<step>:<epoch>`` (e.g. ``stall_after_prepare:2``) hangs there for ever instead: a
 driver that stops making progress with its parts prepared (a cancel timeout must kill it).
 
-``sigstop_<step>[:<epoch>]`` stops the process there with a real SIGSTOP (itself only, not its
-group: the JVM runs on), once per process: the test resumes it with SIGCONT when it wants, e.g.
-a recovery frozen while the next attempt runs. Test-only, as every fault here.
+``sigstop_<step>[:<epoch>]`` freezes the driver there with a real SIGSTOP, once per process:
+its whole process group when it leads one (the JVM and its Python workers too), so that the
+test resumes it with one SIGCONT to the group when it wants, e.g. a recovery frozen while the
+next attempt runs. (Stopping the driver alone would not hold: a driver started in a session of
+its own leads an orphaned process group, and when any other member of such a group exits, a
+Spark worker say, the kernel sends the group SIGHUP and SIGCONT.) Test-only, as every fault.
 
 Faults inside a Spark task (the PostgreSQL sink's writer), on the task's first attempt only
 (``TaskContext.attemptNumber() == 0``), so that Spark's retry or speculative copy succeeds:
@@ -83,7 +86,11 @@ def fault_point(step: str, epoch: int = -1) -> None:
         _STOPPED.add(step)
         sys.stderr.write(f"stoker.testing: injected sigstop at {step} epoch {epoch}\n")
         sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGSTOP)  # returns once the test sends SIGCONT
+        pid = os.getpid()
+        if os.getpgid(0) == pid:
+            os.killpg(pid, signal.SIGSTOP)  # returns once the test sends SIGCONT
+        else:
+            os.kill(pid, signal.SIGSTOP)
         return
     stall = f"stall_{step}"
     if (stall, epoch) in _PLAN or (stall, -1) in _PLAN:

@@ -3,7 +3,8 @@
 Real ``stoker run`` drivers on Spark, a real PostgreSQL sink and a files sink (the ids app).
 Attempt 1 is stopped by SIGTERM; the recovery it runs at its end is frozen by a real SIGSTOP
 (the test-only fault ``sigstop_sink_recovery_at_end`` of :mod:`stoker.testing`: the driver
-stops itself right before a sink's ``recover``, a point no outside signal can hit). Attempt 2
+stops its process group right before a sink's ``recover``, a point no outside signal can hit;
+the test resumes the group with SIGCONT). Attempt 2
 starts meanwhile, prepares its first epoch and is frozen the same way right after that prepare
 (``sigstop_after_prepare``). Then attempt 1 resumes and finishes its recovery, and only then
 attempt 2 goes on to decide and commit.
@@ -101,21 +102,20 @@ def test_a_frozen_end_of_attempt_recovery_leaves_the_next_attempts_parts_alone(
         assert len(staged) == 1 and staged[0].endswith(".attempt=2"), staged
 
         # Attempt 1's recovery resumes and finishes; its driver exits, suspended.
-        os.kill(first.pid, signal.SIGCONT)
+        os.killpg(first.pid, signal.SIGCONT)
         rc1 = wait_exit(first, log1)
         wait_group_gone(first.pid)
         assert rc1 == SUSPENDED_RC, f"attempt 1 exited {rc1}\n{tail(log1)}"
 
         # Attempt 2 decides and commits the parts it prepared, then runs to the end.
-        os.kill(second.pid, signal.SIGCONT)
+        os.killpg(second.pid, signal.SIGCONT)
         rc2 = wait_exit(second, log2)
         wait_group_gone(second.pid)
         assert rc2 == 0, f"attempt 2 failed, rc {rc2}\n{tail(log1)}\n{tail(log2)}"
     finally:
         for p in (first, second):
             if p is not None and p.poll() is None:
-                os.kill(p.pid, signal.SIGCONT)
-                kill_group(p)
+                kill_group(p)  # SIGKILL ends a stopped process as well
 
     assert_finished_exactly_once(state, out, pg_dsn, total, log2)
     with opened(state) as st:
