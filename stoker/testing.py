@@ -5,10 +5,19 @@ with SIGKILL when it reaches that step of that epoch: the whole process group wh
 leads one (as the CLI's driver does), so the Spark JVM and Python workers die with it.
 
 Steps: ``after_pin``, ``after_transform``, ``after_prepare``, ``after_decide``, ``after_commit``,
-``before_spark_commit``, ``in_recovery``.
+``before_spark_commit``, ``in_recovery``; and, without an epoch, ``sink_recovery_at_<phase>``
+right before a sink's ``recover`` in recovery run at an attempt's ``start``, at its ``end``, or
+by the janitor's ``cleanup``.
 
 ``stall_<step>:<epoch>`` (e.g. ``stall_after_prepare:2``) hangs there for ever instead: a
 driver that stops making progress with its parts prepared (a cancel timeout must kill it).
+
+``sigstop_<step>[:<epoch>]`` freezes the driver there with a real SIGSTOP, once per process:
+its whole process group when it leads one (the JVM and its Python workers too), so that the
+test resumes it with one SIGCONT to the group when it wants, e.g. a recovery frozen while the
+next attempt runs. (Stopping the driver alone would not hold: a driver started in a session of
+its own leads an orphaned process group, and when any other member of such a group exits, a
+Spark worker say, the kernel sends the group SIGHUP and SIGCONT.) Test-only, as every fault.
 
 Faults inside a Spark task (the PostgreSQL sink's writer), on the task's first attempt only
 (``TaskContext.attemptNumber() == 0``), so that Spark's retry or speculative copy succeeds:
@@ -42,6 +51,9 @@ STEPS = (
     "after_commit",
     "before_spark_commit",
     "in_recovery",
+    "sink_recovery_at_start",
+    "sink_recovery_at_end",
+    "sink_recovery_at_cleanup",
 )
 
 
@@ -62,11 +74,23 @@ def _planned() -> set[tuple[str, int]]:
 
 
 _PLAN = _planned()
+_STOPPED: set[str] = set()  # sigstop faults fire once per process
 
 
 def fault_point(step: str, epoch: int = -1) -> None:
     """Die here if a crash at (step, epoch) was asked for."""
     if not _PLAN:
+        return
+    stop = f"sigstop_{step}"
+    if ((stop, epoch) in _PLAN or (stop, -1) in _PLAN) and step not in _STOPPED:
+        _STOPPED.add(step)
+        sys.stderr.write(f"stoker.testing: injected sigstop at {step} epoch {epoch}\n")
+        sys.stderr.flush()
+        pid = os.getpid()
+        if os.getpgid(0) == pid:
+            os.killpg(pid, signal.SIGSTOP)  # returns once the test sends SIGCONT
+        else:
+            os.kill(pid, signal.SIGSTOP)
         return
     stall = f"stall_{step}"
     if (stall, epoch) in _PLAN or (stall, -1) in _PLAN:

@@ -19,7 +19,11 @@ others are resolved (a decided epoch's parts are committed, but the epoch stays 
 next recovery commits the part of the sink left out).
 
 A job that is not ended (restarted meanwhile) is left alone: its live attempt recovers at its
-own start, and its parts in flight are not ours to abort.
+own start, and its parts in flight are not ours to abort. The cleanup works under the job's
+recovery hold (see :mod:`stoker.runtime.recovery_hold`; the job's state is read again once it
+is taken) and touches parts of the job's last attempt and earlier ones only: an attempt started
+meanwhile waits for the hold, and a cleanup that stalled past it leaves that attempt's parts
+alone.
 
 Older managers passed ``-D`` pairs and ``-- app.py [args ...]``: both are still accepted and
 ignored.
@@ -42,9 +46,10 @@ from stoker.errors import SinkError, StokerError, exit_code
 from stoker.redact import redact_logs, redact_text
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from stoker.sinks.base import TwoPhaseSink
-    from stoker.store import Store
-    from stoker.types import JobId
+    from stoker.store import JobRecord, Store
 
 log = logging.getLogger("stoker.cleanup")
 
@@ -76,45 +81,14 @@ def _rebuild(descriptors: list[dict[str, Any]]) -> tuple[list[TwoPhaseSink], lis
     return sinks, left
 
 
-def _recover_some(store: Store, job: JobId, sinks: list[TwoPhaseSink]) -> None:
-    """Recovery of ``sinks`` only, while other sinks of the job are left unresolved.
-
-    As :func:`~stoker.runtime.recovery.recover`, except that a decided epoch is not marked
-    COMMITTED (a sink left out still holds its part) and only these sinks' records follow."""
-    from stoker.runtime.pending import PendingEpoch
-    from stoker.types import EpochState, TxnState
-
-    for rec in store.epochs_in_state(job, str(EpochState.DECIDED)):
-        PendingEpoch.decided(store, rec, sinks).commit(sinks)
-        log.info("committed epoch %d of attempt %d (left DECIDED)", rec.epoch, rec.decided_by)
-
-    def decision(epoch: Any) -> Any:
-        rec = store.get_epoch(job, epoch)
-        return rec.decided_by if rec is not None and rec.state != EpochState.PINNED else None
-
-    names = {s.name for s in sinks}
-    for sink in sinks:
-        done = sink.recover(decision)
-        for e, a in done.committed:
-            store.record_txn(job, e, sink.name, a, TxnState.COMMITTED, {"by": "recovery"})
-        for e, a in done.aborted:
-            store.record_txn(job, e, sink.name, a, TxnState.ABORTED, {"by": "recovery"})
-        log.info("recovered %s: committed %s, aborted %s", sink.name, done.committed, done.aborted)
-    for txn in store.list_txns(job, TxnState.PREPARED):
-        if txn.sink not in names:
-            continue
-        state = TxnState.COMMITTED if decision(txn.epoch) == txn.attempt else TxnState.ABORTED
-        store.record_txn(job, txn.epoch, txn.sink, txn.attempt, state, {})
-
-
 def resolve(job: str, store_url: str, state_dir: Path) -> bool:
     """Resolve the sinks of ended job ``job`` as its last attempt recorded them.
 
     True when they were resolved (or there were none); False when the job is not ended
     (nothing done).
     """
-    from stoker.runtime.recovery import recover
-    from stoker.sinks.base import SinkOwner
+    from stoker.errors import StaleAttempt
+    from stoker.runtime.recovery_hold import Hold
     from stoker.store import open_store
     from stoker.types import job_id
 
@@ -122,26 +96,60 @@ def resolve(job: str, store_url: str, state_dir: Path) -> bool:
     st = open_store(store_url)
     try:
         record = st.get_job(jid)
-        if not record.state.terminal:
-            log.info("job %s is %s, not ended: its own attempt recovers", jid, record.state)
+        if not _ended(record):
             return False
-        descriptors = st.get_job_sinks(jid)
-        if not descriptors:
-            log.info("job %s: no attempt opened its sinks; nothing to resolve", jid)
-            st.set_resolved(jid)
-            return True
-        sinks, left = _rebuild(descriptors)
-        owner = SinkOwner(jid, record.uid)
-        for sink in sinks:
-            sink.open(owner, state_dir)
-        if left:
-            _recover_some(st, jid, sinks)
-        else:
-            recover(st, jid, sinks)  # logs what it committed and aborted
-        st.set_resolved(jid)
+        try:
+            last = record.current_attempt
+            with Hold(st, jid, last, HOLD_TTL) as hold:
+                record = st.get_job(jid)  # again, under the hold: a restart may have come
+                if not _ended(record) or record.current_attempt != last:
+                    return False
+                _resolve_held(st, record, state_dir, hold.check)
+        except StaleAttempt as e:
+            log.info("job %s: a newer attempt resolves it: %s", jid, e)
+            return False
         return True
     finally:
         st.close()
+
+
+# How long a cleanup's hold outlives the cleanup if it stalls: a driver's default lease.
+HOLD_TTL = 30.0
+
+
+def _ended(record: JobRecord) -> bool:
+    if not record.state.terminal:
+        log.info("job %s is %s, not ended: its own attempt recovers", record.job_id, record.state)
+    return record.state.terminal
+
+
+def _resolve_held(st: Store, record: JobRecord, state_dir: Path, fence: Callable[[], None]) -> None:
+    """Recover the job's sinks as recorded, up to its last attempt; mark it resolved."""
+    from stoker.runtime.recovery import recover
+    from stoker.sinks.base import SinkOwner
+
+    jid = record.job_id
+    descriptors = st.get_job_sinks(jid)
+    if not descriptors:
+        log.info("job %s: no attempt opened its sinks; nothing to resolve", jid)
+        st.set_resolved(jid)
+        return
+    sinks, left = _rebuild(descriptors)
+    owner = SinkOwner(jid, record.uid)
+    for sink in sinks:
+        sink.open(owner, state_dir)
+    # Logs what it committed and aborted. A sink left out: a decided epoch stays DECIDED
+    # (that sink still holds its part) and only the rebuilt sinks' records follow.
+    recover(
+        st,
+        jid,
+        sinks,
+        up_to=record.current_attempt,
+        phase="cleanup",
+        fence=fence,
+        complete=not left,
+    )
+    st.set_resolved(jid)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,6 +69,9 @@ class PendingEpoch:
     control_version: ControlVersion
     status: PendingStatus = PendingStatus.PINNED
     parts: dict[str, SinkPart] = field(default_factory=dict)
+    # Sinks with no part in this epoch: added to the pipeline after it was decided (rebuilt
+    # from the store only). They take part from the next epoch on; commit passes them by.
+    absent: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return (
@@ -137,6 +140,8 @@ class PendingEpoch:
         self._require(PendingStatus.DECIDED, doing="commit")
         for sink in sinks:
             part = self.parts.get(sink.name)
+            if part is None and sink.name in self.absent:
+                continue
             if part is None:
                 raise SinkError(
                     "sinks",
@@ -182,18 +187,25 @@ class PendingEpoch:
             rec.control_version,
             status=PendingStatus.DECIDED,
         )
+        absent = []
         for sink in sinks:
             txn = store.get_txn(rec.job_id, rec.epoch, sink.name, rec.decided_by)
-            if txn is None or txn.state == TxnState.ABORTED:
+            if txn is None:
+                # Every sink of the deciding attempt recorded its part before the decision
+                # (all_prepared): a sink without a record was not in that attempt's pipeline.
+                absent.append(sink.name)
+                continue
+            if txn.state == TxnState.ABORTED:
                 raise SinkError(
                     "sinks",
                     f"epoch {rec.epoch} of job {rec.job_id!r} was decided for attempt "
-                    f"{rec.decided_by}, but the store holds no prepared part of sink "
-                    f"{sink.name!r} for it ({txn.state if txn else 'no record'})",
+                    f"{rec.decided_by}, but its part of sink {sink.name!r} is recorded "
+                    "ABORTED: it cannot be committed",
                 )
             raw = txn.detail.get("parts") or []
             parts = tuple(PreparedPart.from_json(p) for p in raw if isinstance(p, dict))
             pending.parts[sink.name] = SinkPart(
                 sink.name, rec.rows_in or 0, dict(txn.detail), parts
             )
+        pending.absent = frozenset(absent)
         return pending

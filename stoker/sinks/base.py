@@ -151,11 +151,16 @@ class TwoPhaseSink(Protocol):
         """Discard the part of (epoch, attempt); a no-op if there is none."""
         ...
 
-    def recover(self, decision: Decision) -> Recovered:
+    def recover(self, decision: Decision, up_to: AttemptNo | None = None) -> Recovered:
         """Abort every leftover part that is not the decided attempt's part of an epoch.
 
         Called by :func:`stoker.runtime.recovery.recover` after it has committed every
-        decided epoch's recorded parts (through ``commit``), with no attempt of the job able
-        to decide an epoch meanwhile. A sink whose parts are named by (epoch, attempt) alone
-        may still commit the part of a decided (epoch, attempt) here (idempotent)."""
+        decided epoch's recorded parts (through ``commit``). A sink whose parts are named by
+        (epoch, attempt) alone may still commit the part of a decided (epoch, attempt) here
+        (idempotent).
+
+        ``up_to``: touch parts of that attempt and earlier ones only, never a later attempt's
+        (None: every attempt's). Recovery resolves what attempts up to a given one left; a
+        later attempt may already be preparing its own parts when a recovery that stalled
+        (a frozen process, a partition) goes on, and those are not leftovers."""
         ...

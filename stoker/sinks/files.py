@@ -294,7 +294,9 @@ class FilesSink:
         shutil.rmtree(self._staged(epoch, attempt), ignore_errors=True)
         shutil.rmtree(self._staged_before_markers(epoch, attempt), ignore_errors=True)
 
-    def recover(self, decision: Decision) -> Recovered:
+    def recover(self, decision: Decision, up_to: AttemptNo | None = None) -> Recovered:
+        """Publish staged parts the store decided, drop the others: of attempts up to
+        ``up_to`` only (a later attempt's staged folder, named by its attempt, is in flight)."""
         done = Recovered()
         if not self.staging.exists():
             return done
@@ -309,7 +311,10 @@ class FilesSink:
                 # and claimed anew): never this job's to commit or abort.
                 log.warning("%s: leaving %s alone, it was not staged by this job", self.name, entry)
                 continue
-            parts.add((Epoch(int(m.group(1))), AttemptNo(int(m.group(2)))))
+            attempt = AttemptNo(int(m.group(2)))
+            if up_to is not None and attempt > up_to:
+                continue
+            parts.add((Epoch(int(m.group(1))), attempt))
         for epoch, attempt in sorted(parts):
             if decision(epoch) == attempt and not self._committed(epoch, attempt):
                 self.commit(epoch, attempt)

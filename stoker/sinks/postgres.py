@@ -328,12 +328,16 @@ class PostgresSink:
                 if p.epoch == epoch and p.attempt == attempt:
                     finish_part(conn, p.gid, commit=False)
 
-    def recover(self, decision: Decision) -> Recovered:
-        """Roll back every prepared part left: the decided epochs' recorded parts were
-        committed before this runs (see :meth:`TwoPhaseSink.recover`)."""
+    def recover(self, decision: Decision, up_to: AttemptNo | None = None) -> Recovered:
+        """Roll back every prepared part left by attempts up to ``up_to``: the decided
+        epochs' recorded parts were committed before this runs (see
+        :meth:`TwoPhaseSink.recover`). A later attempt's parts (its gid names the attempt)
+        are that attempt's, in flight: never touched."""
         done = Recovered()
         with self._connect() as conn:
             for p in self._prepared(conn):
+                if up_to is not None and p.attempt > up_to:
+                    continue
                 if not finish_part(conn, p.gid, commit=False):
                     continue
                 if decision(p.epoch) == p.attempt:

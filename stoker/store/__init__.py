@@ -23,6 +23,7 @@ from stoker.store.records import (
     JobRecord,
     NewJob,
     Owner,
+    RecoveryHold,
     SinkTxn,
 )
 
@@ -39,6 +40,7 @@ __all__ = [
     "NewJob",
     "Owner",
     "PruneResult",
+    "RecoveryHold",
     "RescaleRecord",
     "RetentionPolicy",
     "SinkTxn",

@@ -12,12 +12,19 @@ from typing import Protocol
 from stoker.clock import Clock
 from stoker.store.protocols.fleet import ClusterStore, LeaderStore, ScalingStore
 from stoker.store.protocols.jobs import ControlStore, JobStore
-from stoker.store.protocols.runs import AttemptStore, EpochStore, RetentionStore, TxnStore
+from stoker.store.protocols.runs import (
+    AttemptStore,
+    EpochStore,
+    RecoveryHoldStore,
+    RetentionStore,
+    TxnStore,
+)
 
 
 class Store(
     JobStore,
     AttemptStore,
+    RecoveryHoldStore,
     EpochStore,
     TxnStore,
     ControlStore,

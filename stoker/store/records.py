@@ -113,6 +113,26 @@ class Owner:
 
 
 @dataclass(frozen=True)
+class RecoveryHold:
+    """Who resolves a job's leftover sink parts now, for which attempt, and until when: the
+    next attempt waits for it (``recovery_holds``, migration 10)."""
+
+    job_id: JobId
+    attempt: AttemptNo  # recovery touches parts of this attempt and earlier ones only
+    owner: Owner
+    expires_at: float
+
+    @classmethod
+    def from_row(cls, r: Any) -> RecoveryHold:
+        return cls(
+            job_id=JobId(r[0]),
+            attempt=AttemptNo(int(r[1])),
+            owner=Owner(host=r[2], pid=int(r[3]), pid_started=r[4]),
+            expires_at=float(r[5]),
+        )
+
+
+@dataclass(frozen=True)
 class AttemptRecord:
     """One run of a job's driver; ``attempt`` is the fencing token."""
 

@@ -152,10 +152,10 @@ def test_zombie_task_attempt_that_prepares_after_the_commit(tmp_path: Path, pg_d
     left = pg_prepared(pg_dsn)
     assert set(left) <= {z3["gid"]}, left
     with opened(state) as st:
-        uid = st.get_job(JOB).uid
+        job = st.get_job(JOB)
         sink = PostgresSink(pg_dsn, "ids")
-        sink.open(SinkOwner(job_id(JOB), uid), state)
-        recover(st, job_id(JOB), [sink])
+        sink.open(SinkOwner(job_id(JOB), job.uid), state)
+        recover(st, job_id(JOB), [sink], up_to=job.current_attempt)
     assert_finished_exactly_once(state, out, pg_dsn, TOTAL, log2)
 
 

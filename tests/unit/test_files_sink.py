@@ -317,3 +317,20 @@ def test_a_folder_without_marker_holding_another_uids_staged_part_is_refused(
     with pytest.raises(SinkError, match="was staged by a job of uid bbbb2222"):
         _sink(out).open(A, tmp_path / "a")
     assert not (out / MARKER).exists()
+
+
+def test_recovery_up_to_an_attempt_leaves_a_later_attempts_staged_parts_alone(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    sink = _opened(out, A, tmp_path / "a")
+    _stage(sink, "epoch=1.attempt=1.owner=aaaa1111")  # attempt 1's leftover: aborted
+    later = _stage(sink, "epoch=1.attempt=2.owner=aaaa1111")  # attempt 2, preparing now
+    decided_later = _stage(sink, "epoch=0.attempt=2.owner=aaaa1111")  # attempt 2's decision
+
+    done = sink.recover(lambda e: TWO if e == E0 else None, up_to=ONE)
+
+    assert (done.committed, done.aborted) == ([], [(E1, ONE)])
+    assert later.exists() and decided_later.exists() and not (out / "epoch=0").exists()
+    done = sink.recover(lambda e: TWO if e == E0 else None)  # unbounded: every attempt's
+    assert (done.committed, done.aborted) == ([(E0, TWO)], [(E1, TWO)])

@@ -43,12 +43,13 @@ from stoker.runtime.job.result import JobResult
 from stoker.runtime.job.signals import StopSignals
 from stoker.runtime.metrics import EpochMetrics
 from stoker.runtime.recovery import recover
+from stoker.runtime.recovery_hold import Hold
 from stoker.runtime.repartition import repartitioning
 from stoker.runtime.restore_control import carry_control
 from stoker.runtime.retention import Pruner, policy_of
 from stoker.runtime.session import job_max_parallelism
-from stoker.sinks import descriptor_of
-from stoker.sinks.base import SinkOwner
+from stoker.runtime.sinkset import SinkSet, forget_removed, open_removed, record_sinks
+from stoker.sinks.base import SinkOwner, TwoPhaseSink
 from stoker.sources.base import SourceContext
 from stoker.store import AttemptRecord, Store, open_store
 from stoker.types import AttemptNo, JobKind, JobState, SpecKind, given_config
@@ -93,6 +94,7 @@ class AttemptRun:
         self.proc: EpochProcessor
         self.pruner: Pruner
         self.sinks_open = False
+        self.sinkset = SinkSet([])  # the recover phase reads what the store recorded
         self.release_watch: Callable[[], None] = opening.nothing
         self.handle: QueryHandle | None = None
         self.metrics: EpochMetrics | None = None
@@ -268,16 +270,26 @@ class AttemptRun:
             carry_control(store, jid, self.restored, pipeline, self.plan.spec)
         for sink in pipeline.sinks:
             sink.open(self.owner, self.root)
-        store.set_job_sinks(jid, [descriptor_of(s) for s in pipeline.sinks])  # for the janitor
         self.sinks_open = True
 
     def recover(self) -> None:
-        """Finish what the attempt before left: commit what the store decided, abort the
-        rest; old epoch records pruned in the background from now on."""
-        attempt = self.record.attempt
+        """Finish what the attempts before left: commit what the store decided, abort the
+        rest, for the sinks removed since as well (rebuilt from their recorded descriptors);
+        old epoch records pruned in the background from now on.
+
+        Under the job's recovery hold, held until the recovery is done: a recovery still at
+        work (the previous attempt's end, the janitor's cleanup) is waited for, or taken over
+        once its hold lapses, so that it never aborts this attempt's parts in flight."""
+        store, jid, attempt = self.store, self.jid, self.record.attempt
+        # The descriptors the janitor rebuilds the sinks from (removed ones until resolved).
+        self.sinkset = record_sinks(store, jid, self.pipeline.sinks)
         if attempt > 1:
-            log.info("job %s: recovering what attempt %d left", self.jid, attempt - 1)
-        recover(self.store, self.jid, self.pipeline.sinks)
+            log.info("job %s: recovering what attempt %d left", jid, attempt - 1)
+        ttl = self.settings.lease_ttl
+        with Hold(store, jid, attempt, ttl, waiting=self.lease.check) as hold:
+            removed = open_removed(store, jid, self.sinkset, self.owner, self.root)
+            recover(store, jid, [*self.pipeline.sinks, *removed], up_to=attempt, fence=hold.check)
+        forget_removed(store, jid, self.sinkset)
         self.pruner.start()  # old epoch records go in the background, never inside an epoch
 
     def run(self) -> JobState:
@@ -366,7 +378,8 @@ class AttemptRun:
         result_state = end_attempt(
             store, jid, attempt, ending.attempt, ending.job, None, managed=managed
         )
-        resolve_at_end(store, jid, attempt, self.pipeline.sinks)
+        if resolve_at_end(store, jid, attempt, self._owed_sinks(), self.settings.lease_ttl):
+            forget_removed(store, jid, self.sinkset)
         self.pruner.final_round()
         done = [t for t in self.proc.timings if not t.replayed]
         result = JobResult(
@@ -393,4 +406,12 @@ class AttemptRun:
         self.pruner.stop()
         self.lease.stop()
         if self.sinks_open:  # the ways out that raise have ended the attempt already
-            resolve_at_end(self.store, self.jid, self.record.attempt, self.pipeline.sinks)
+            ttl = self.settings.lease_ttl
+            if resolve_at_end(self.store, self.jid, self.record.attempt, self._owed_sinks(), ttl):
+                forget_removed(self.store, self.jid, self.sinkset)
+
+    def _owed_sinks(self) -> list[TwoPhaseSink]:
+        """The sinks an end-of-attempt recovery resolves: the pipeline's, and removed ones
+        whose recovery at the start did not get through."""
+        owed = self.sinkset.rebuilt if self.sinkset.removed else []
+        return [*self.pipeline.sinks, *owed]

@@ -12,6 +12,7 @@ from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.job.plan import JobScope
 from stoker.runtime.job.query import brief
 from stoker.runtime.recovery import recover
+from stoker.runtime.recovery_hold import Hold
 from stoker.sinks.base import TwoPhaseSink
 from stoker.store import Store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobState
@@ -126,26 +127,44 @@ def end_attempt(
     return jstate
 
 
-def resolve_at_end(store: Store, jid: JobId, attempt: int, sinks: list[TwoPhaseSink]) -> None:
+def resolve_at_end(
+    store: Store, jid: JobId, attempt: int, sinks: list[TwoPhaseSink], ttl: float
+) -> bool:
     """Leave nothing prepared behind an attempt that has ended: commit what the store decided,
-    abort the rest (``recover``); for an ended job, record that its sinks are resolved.
+    abort the rest (``recover``, bounded to this attempt and earlier ones); for an ended job,
+    record that its sinks are resolved. Whether it ran.
 
-    Best effort: a failure here is logged, and the job manager's janitor (or the next
-    attempt's recovery) does it again. Nothing is done while the attempt is live, nor once a
-    newer attempt owns the job: its parts in flight are not ours to abort.
+    Under the job's recovery hold (``ttl``: how long it outlives a stall): the job manager may
+    start the next attempt the moment this one has ended, and that attempt waits for the hold
+    before its own recovery and its query. The checks are made again once the hold is taken:
+    nothing is done while the attempt is live, nor once a newer attempt owns the job (its
+    parts in flight are not ours to abort). Best effort: a failure here is logged, and the job
+    manager's janitor (or the next attempt's recovery) does it again.
     """
     try:
-        job = store.get_job(jid)
-        if job.current_attempt != attempt:
-            return
-        rec = store.get_attempt(jid, AttemptNo(attempt))
-        if rec is None or rec.state in (AttemptState.STARTING, AttemptState.RUNNING):
-            return
-        recover(store, jid, sinks)
-        if job.state.terminal:
-            store.set_resolved(jid)
+        if not _ended_and_current(store, jid, attempt):
+            return False
+        with Hold(store, jid, AttemptNo(attempt), ttl) as hold:
+            if not _ended_and_current(store, jid, attempt):
+                return False
+            job = store.get_job(jid)
+            recover(store, jid, sinks, up_to=AttemptNo(attempt), phase="end", fence=hold.check)
+            if job.state.terminal:
+                store.set_resolved(jid)
+            return True
+    except StaleAttempt as e:
+        log.info("job %s: attempt %d leaves its sinks to a newer recovery: %s", jid, attempt, e)
     except Exception:
         log.exception("job %s: resolving the sinks at the end of attempt %d failed", jid, attempt)
+    return False
+
+
+def _ended_and_current(store: Store, jid: JobId, attempt: int) -> bool:
+    """The attempt has ended and no newer one has started."""
+    if store.get_job(jid).current_attempt != attempt:
+        return False
+    rec = store.get_attempt(jid, AttemptNo(attempt))
+    return rec is not None and rec.state not in (AttemptState.STARTING, AttemptState.RUNNING)
 
 
 def final_committed(store: Store, jid: JobId) -> bool:

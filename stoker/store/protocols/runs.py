@@ -11,6 +11,7 @@ from stoker.store.records import (
     EpochRecord,
     JobRecord,
     Owner,
+    RecoveryHold,
     SinkTxn,
 )
 from stoker.types import (
@@ -118,6 +119,38 @@ class AttemptStore(Protocol):
         (:class:`InvalidTransition` otherwise). An attempt that has ended already is left as it
         ended: ends are idempotent. The same holds wherever the store ends an attempt."""
         ...
+
+
+class RecoveryHoldStore(Protocol):
+    """The per-job hold of whoever resolves leftover sink parts (recovery), so that it never
+    overlaps the next attempt's epochs. A lease: renewed by its holder, lapsing at
+    ``expires_at`` by the store's clock."""
+
+    def take_recovery_hold(
+        self,
+        job_id: JobId,
+        attempt: AttemptNo,
+        owner: Owner,
+        ttl: float,
+        gone: RecoveryHold | None = None,
+    ) -> RecoveryHold:
+        """Take the job's hold for ``owner`` resolving ``attempt``, until now + ``ttl``: when
+        there is none, it has lapsed, it is this holder's already (renewed), or it is exactly
+        ``gone`` (a holder the caller saw dead; any other holder meanwhile is not taken
+        over). Returns the hold as it is after the call: the caller's when taken, else the
+        live holder's (to wait for, or to see gone)."""
+        ...
+
+    def renew_recovery_hold(self, hold: RecoveryHold, ttl: float) -> bool:
+        """Extend ``hold`` to now + ``ttl``; False when it is no longer this holder's (it
+        lapsed and someone took it over)."""
+        ...
+
+    def release_recovery_hold(self, hold: RecoveryHold) -> None:
+        """Give ``hold`` up; nothing when it is no longer this holder's."""
+        ...
+
+    def get_recovery_hold(self, job_id: JobId) -> RecoveryHold | None: ...
 
 
 class EpochStore(Protocol):

@@ -541,3 +541,34 @@ FROM rescales
 WHERE job_id = :job_id
   AND (CAST(:since AS DOUBLE PRECISION) IS NULL OR at >= CAST(:since AS DOUBLE PRECISION))
 ORDER BY at DESC, rescale_id DESC LIMIT :limit;
+
+-- name: insert_recovery_hold
+INSERT INTO recovery_holds (job_id, attempt, host, pid, pid_started, expires_at)
+VALUES (:job_id, :attempt, :host, :pid, :pid_started, :expires_at)
+ON CONFLICT (job_id) DO NOTHING;
+
+-- name: take_recovery_hold
+-- Taken when it has lapsed, is already this holder's, or is held by exactly the holder the
+-- caller saw gone (:gone_*; a compare and swap: a newer holder meanwhile is not taken over).
+UPDATE recovery_holds
+SET attempt = :attempt, host = :host, pid = :pid, pid_started = :pid_started,
+    expires_at = :expires_at
+WHERE job_id = :job_id
+  AND (expires_at <= :now
+       OR (attempt = :attempt AND host = :host AND pid = :pid AND pid_started = :pid_started)
+       OR (attempt = :gone_attempt AND host = :gone_host AND pid = :gone_pid
+           AND pid_started = :gone_pid_started));
+
+-- name: get_recovery_hold
+SELECT job_id, attempt, host, pid, pid_started, expires_at FROM recovery_holds
+WHERE job_id = :job_id;
+
+-- name: renew_recovery_hold
+UPDATE recovery_holds SET expires_at = :expires_at
+WHERE job_id = :job_id AND attempt = :attempt AND host = :host AND pid = :pid
+  AND pid_started = :pid_started;
+
+-- name: release_recovery_hold
+DELETE FROM recovery_holds
+WHERE job_id = :job_id AND attempt = :attempt AND host = :host AND pid = :pid
+  AND pid_started = :pid_started;

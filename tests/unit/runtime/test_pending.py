@@ -43,7 +43,7 @@ class RecordingSink:
 
     def abort(self, epoch: Epoch, attempt: AttemptNo) -> None: ...
 
-    def recover(self, decision: Decision) -> Recovered:
+    def recover(self, decision: Decision, up_to: AttemptNo | None = None) -> Recovered:
         return Recovered()
 
 
@@ -108,12 +108,25 @@ def test_recovery_side_rebuilds_a_decided_epoch_from_the_store(store: Store) -> 
     again.commit([a])
     again.mark_committed()
     assert a.committed == [(0, 1, {"gids": ["a:0:1"]})]
-    # A sink with no recorded part of a decided epoch cannot be committed from the record.
+    # A sink with no record of a decided epoch was added to the pipeline after the decision:
+    # it has no part of the epoch, and committing the epoch passes it by.
     store.pin_epoch(JOB, Epoch(1), AttemptNo(1), ControlVersion(0))
     store.record_txn(JOB, Epoch(1), "a", AttemptNo(1), TxnState.PREPARED, {"gids": []})
     rec1 = store.decide_epoch(JOB, Epoch(1), AttemptNo(1), 0, False)
-    with pytest.raises(SinkError, match="no prepared part"):
-        PendingEpoch.decided(store, rec1, [a, RecordingSink("added-later")])
+    added = RecordingSink("added-later")
+    later = PendingEpoch.decided(store, rec1, [a, added])
+    assert later.absent == {"added-later"}
+    later.commit([a, added])
+    later.mark_committed()
+    assert added.committed == [] and a.committed[-1] == (1, 1, {"gids": []})
+    # A recorded part that was aborted cannot be committed: that is an error, not a new sink.
+    store.pin_epoch(JOB, Epoch(2), AttemptNo(1), ControlVersion(0))
+    store.record_txn(JOB, Epoch(2), "a", AttemptNo(1), TxnState.PREPARED, {"gids": []})
+    store.record_txn(JOB, Epoch(2), "b", AttemptNo(1), TxnState.PREPARED, {"gids": []})
+    store.record_txn(JOB, Epoch(2), "b", AttemptNo(1), TxnState.ABORTED, {})
+    rec2 = store.decide_epoch(JOB, Epoch(2), AttemptNo(1), 0, False)
+    with pytest.raises(SinkError, match="recorded ABORTED"):
+        PendingEpoch.decided(store, rec2, [a, RecordingSink("b")])
     pinned_rec = store.get_epoch(JOB, Epoch(0))
     assert pinned_rec is not None
     with pytest.raises(InvalidTransition):

@@ -133,6 +133,17 @@ def test_recover_rolls_back_every_part_left(sink: PostgresSink, pg_dsn: str) -> 
     assert {undecided, other_attempt}.isdisjoint(done.strays)
 
 
+def test_recover_up_to_an_attempt_leaves_a_later_attempts_parts_prepared(
+    sink: PostgresSink, pg_dsn: str
+) -> None:
+    left = prepare(sink, 5, 1, 0, 1, [0])  # attempt 1's undecided leftover
+    in_flight = prepare(sink, 5, 2, 0, 2, [1])  # attempt 2 is preparing epoch 5 now
+    done = sink.recover(lambda e: None, up_to=AttemptNo(1))
+    assert done.aborted == [(5, 1)] and done.strays == []
+    assert pg_prepared(pg_dsn) == [in_flight]
+    assert left not in pg_prepared(pg_dsn)
+
+
 def test_gid_fits_postgres_for_the_longest_job_id(sink: PostgresSink) -> None:
     gid = make_gid("j" * 100, 2**63 - 1, 2**31 - 1, 2**31 - 1, 2**63 - 1, sink._tag, uid_hash(UID))
     assert len(gid.encode()) <= GID_MAX
