@@ -277,8 +277,19 @@ class FilesSink:
             "format": self.format,
             "files": files,
         }
-        mpath = staged / MANIFEST
-        with open(mpath, "w", encoding="utf-8") as fh:
+        try:
+            self._publish(staged, manifest, epoch)
+        except OSError as e:
+            # A full disk, a folder gone read-only: the file system failing, not bad input.
+            # The epoch stays decided and its part staged; the next run commits it.
+            raise SinkError(
+                "files",
+                f"epoch {epoch} (decided) could not be published from {staged}: {e}; it is "
+                "committed when the job runs again",
+            ) from e
+
+    def _publish(self, staged: Path, manifest: dict[str, Any], epoch: Epoch) -> None:
+        with open(staged / MANIFEST, "w", encoding="utf-8") as fh:
             json.dump(manifest, fh)
         # The manifest and the folder's entries. The data files were made durable by prepare;
         # their second fsync finds nothing to write (and covers a part staged by a version of
