@@ -71,6 +71,8 @@ def check(run: Run) -> Verdict:
 
     v = Verdict()
     w = run.schedule.workload
+    for what in run.op.unexpected:
+        v.add(f"a driver ended with an exit code no fault explains: {what}")
     want = run.expected_ids()
     _once("files sink", file_sink_ids(run.out), want, v)
     staging = run.out / "_staging"

@@ -26,6 +26,13 @@ MASTER = "local[2,8]"  # two cores, a task may fail 8 times: task retries are re
 MAX_STARTS = 40  # more driver (or manager) starts than this in one schedule: a restart loop
 
 
+# What a driver may exit with under the nemesis: done, refused (a lost checkpoint), the job
+# failed (a task failed more often than local[2,8] retries: the worker kills hit one task), a
+# signal's graceful stop, a sink or source failing (a server down, a full disk), a SIGKILL. 1 is
+# "an error stoker did not expect": always a finding.
+EXPECTED_EXITS = {0, 2, 8, 13, 16, -9}
+
+
 class Stuck(Exception):
     """The job made no progress, or its drivers kept ending: a failure of the schedule."""
 
@@ -36,6 +43,7 @@ class Local:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.exits: list[int] = []
+        self.unexpected: list[str] = []
 
     def start(self) -> None:
         run = self.run
@@ -86,6 +94,8 @@ class Local:
 
         wait_group_gone(p.pid)
         self.exits.append(p.returncode)
+        if p.returncode not in EXPECTED_EXITS:
+            self.unexpected.append(f"rc {p.returncode}: {self.run.last_line()}")
         self.proc = None
         self.run.log(f"driver ended rc {p.returncode}, job {self.run.job_state()}")
         return p.returncode
@@ -132,6 +142,7 @@ class Managed:
         self.managers: list[Any] = [None, None]
         self.starts = 0
         self.exits: list[int] = []
+        self.unexpected: list[str] = []
         self.submitted = False
 
     def _start_manager(self, i: int) -> None:
