@@ -38,7 +38,7 @@ def python_workers(driver: int) -> list[Proc]:
 
 def kill_worker(driver: int, rng: random.Random) -> str | None:
     """SIGKILL one Python worker; Spark fails the task it runs and retries it."""
-    deadline = time.monotonic() + 3.0
+    deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline:
         workers = sorted(python_workers(driver), key=lambda p: p.pid)
         if workers:

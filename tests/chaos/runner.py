@@ -178,7 +178,7 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
     if k in ("leader_kill", "manager_stall"):
         return run.op.manager_fault(k, step.arg)
     if k in ("worker_kill", "driver_stall", "jvm_stall", "driver_kill", "driver_term"):
-        d = run.op.driver()
+        d = live_driver(run)
         if d is None:
             return None
         if k == "worker_kill":
@@ -224,6 +224,20 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
         "savepoint": {"kind": "savepoint"},
     }[k]
     return _control(run, body)
+
+
+def live_driver(run: Run, timeout: float = 120.0) -> int | None:
+    """The driver's pid, waiting (and starting it again) while it is between two lives: a
+    fault meant for a driver is not lost because the one before it killed the driver."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not run.op.ensure():
+            return None  # the job has ended
+        d = run.op.driver()
+        if d is not None:
+            return int(d)
+        time.sleep(0.2)
+    return None
 
 
 def cancel_and_resubmit(run: Run) -> str | None:
