@@ -358,26 +358,31 @@ class ThrowawayPostgres:
         with (self._dir / "data" / "postgresql.conf").open("a") as f:
             f.write("\n# stoker ThrowawayPostgres\n" + "\n".join(lines) + "\n")
 
-    def _start_server(self) -> None:
+    def _spawn(self) -> None:
+        """Start ``postgres`` on the folder's settings, as our own child rather than pg_ctl's
+        daemon, so that stop() can reap it."""
         assert self._dir is not None and self._run_as is not None
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env["LC_ALL"] = "C"
+        with (self._dir / "server.log").open("ab") as log:
+            self._proc = subprocess.Popen(
+                [self._exe("postgres"), "-D", str(self._dir / "data")],
+                cwd=self._dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C meant for pytest is not meant for it
+                **self._run_as.popen_kwargs(),
+            )
+
+    def _start_server(self) -> None:
+        assert self._dir is not None
         # A free port can be taken by someone else before the server binds it: try a few.
         for _ in range(5):
             port = free_port()
             self._write_settings(port)  # later lines win in postgresql.conf
-            with (self._dir / "server.log").open("ab") as log:
-                # Our own child rather than pg_ctl's daemon, so that stop() can reap it.
-                self._proc = subprocess.Popen(
-                    [self._exe("postgres"), "-D", str(self._dir / "data")],
-                    cwd=self._dir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # a Ctrl-C meant for pytest is not meant for it
-                    **self._run_as.popen_kwargs(),
-                )
+            self._spawn()
             self.port = port
             if self._wait_ready():
                 return

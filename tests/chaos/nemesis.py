@@ -83,7 +83,14 @@ def term_driver(driver: int) -> str | None:
 
 
 class BouncingPostgres(ThrowawayPostgres):
-    """A throwaway server that can also crash and come back on the same port with its data."""
+    """A throwaway server that can also crash and come back on the same port with its data.
+
+    It keeps what it acknowledged (``synchronous_commit=on``): the throwaway default (off)
+    loses the last commits in a crash, and no exactly-once protocol survives a database that
+    forgets a COMMIT PREPARED it acknowledged (found by the harness's first ``pg_down``)."""
+
+    def __init__(self) -> None:
+        super().__init__(settings={"synchronous_commit": "on"})
 
     def crash(self) -> None:
         """Stop at once, as a crash does (``immediate``: no shutdown checkpoint; prepared
@@ -97,21 +104,9 @@ class BouncingPostgres(ThrowawayPostgres):
         self._proc.wait(timeout=30)
 
     def come_back(self) -> None:
-        """Start the crashed server again on its port."""
-        assert self._dir is not None and self._run_as is not None and self.port is not None
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        env["LC_ALL"] = "C"
-        with (self._dir / "server.log").open("ab") as log:
-            self._proc = subprocess.Popen(
-                [self._exe("postgres"), "-D", str(self._dir / "data")],
-                cwd=self._dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                **self._run_as.popen_kwargs(),
-            )
+        """Start the crashed server again on its port, with its data."""
+        assert self.port is not None
+        self._spawn()
         if not self._wait_ready():
             raise RuntimeError(f"PostgreSQL did not come back:{self._log_tail()}")
 
