@@ -36,8 +36,12 @@ def _pipeline(mode: str, *outs: stoker.sinks.TwoPhaseSink) -> Pipeline:
 
 
 def _table(dsn: str) -> dict[int, int]:
+    """The table as key -> count; a key in two rows (a changelog, snapshots) fails."""
     with psycopg.connect(dsn) as conn:
-        return dict(conn.execute('SELECT k, "count" FROM counts').fetchall())
+        rows = conn.execute('SELECT k, "count" FROM counts').fetchall()
+    by_key = dict(rows)
+    assert len(by_key) == len(rows), f"keys in more than one row: {sorted(rows)}"
+    return by_key
 
 
 def _stage_left(dsn: str) -> int:
