@@ -157,9 +157,35 @@ class Pipeline:
             if s.name in names:
                 raise InvalidPipeline(f"sinks[{i}]", f"two sinks are named {s.name!r}")
             names.add(s.name)
+            self._tell_mode(i, s)
         for key in self.config:
             if not isinstance(key, str):
                 raise InvalidPipeline("config", f"keys must be strings, got {key!r}")
+
+    def _tell_mode(self, i: int, sink: TwoPhaseSink) -> None:
+        """Tell a sink the output mode, which it writes as the mode means or refuses
+        (InvalidSink naming what to use). A sink that does not say (no
+        ``accept_output_mode``, e.g. a user-defined sink) only appends: it is refused any
+        other mode rather than silently piling up a changelog or snapshots."""
+        accept = getattr(sink, "accept_output_mode", None)
+        if callable(accept):
+            accept(self.output_mode)
+            return
+        if self.output_mode == "append":
+            return
+        what = (
+            "each epoch's changed rows (a changelog)"
+            if self.output_mode == "update"
+            else "each epoch's whole result (one more full copy per epoch)"
+        )
+        raise InvalidPipeline(
+            f"sinks[{i}]",
+            f"sink {sink.name!r} does not declare output_mode={self.output_mode!r} (it has no "
+            f"accept_output_mode): appending would write {what}. Use sinks.postgres(dsn, "
+            "table, key=[...]) (update: an upsert; complete: a replace) or, for complete, "
+            "sinks.files(path) (read <path>/current); or give the sink an "
+            "accept_output_mode(mode) method that raises for modes it cannot write",
+        )
 
     def check_targets(self) -> None:
         """Refuse two sinks that write one place, once each sink's ``validate`` has resolved

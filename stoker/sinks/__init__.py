@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stoker.errors import InvalidSink
+from stoker.sinks._pg_modes import check_key
 from stoker.sinks.base import Prepared, Recovered, SinkOwner, TwoPhaseSink
 from stoker.sinks.files import FilesSink
 from stoker.sinks.postgres import PostgresSink
@@ -31,22 +32,40 @@ def files(path: str, format: str = "parquet", options: dict[str, str] | None = N
     """Files of ``format`` (parquet, json, csv, orc) under ``path``, one folder per epoch.
 
     A committed epoch appears as ``<path>/epoch=<N>`` in one rename; a reader of ``path`` never
-    sees a partial or aborted epoch.
+    sees a partial or aborted epoch. In a pipeline of ``output_mode='complete'`` every epoch
+    is a whole snapshot: ``<path>/current`` (a symbolic link swapped in one rename) names the
+    newest, readers read ``<path>/current``, and older snapshots are pruned. Update mode is
+    refused (it would pile up changed rows): write it to :func:`postgres` with a ``key``.
     """
     return FilesSink(path=str(path), format=format, options=dict(options or {}))
 
 
 def postgres(
-    dsn: str, table: str, create_table: bool = True, max_writers: int | None = None
+    dsn: str,
+    table: str,
+    create_table: bool = True,
+    max_writers: int | None = None,
+    key: str | Sequence[str] | None = None,
 ) -> PostgresSink:
-    """Rows appended to ``table`` exactly once, with PREPARE TRANSACTION per Spark task.
+    """Rows written to ``table`` exactly once, with PREPARE TRANSACTION per Spark task.
 
     An epoch is written through at most ``max_writers`` tasks (so prepared transactions);
     None: a quarter of the server's ``max_prepared_transactions``, which must be at least
     twice the writers. With ``create_table`` the table is created from the epoch's schema if
-    it does not exist.
+    it does not exist (with ``key`` as its primary key).
+
+    How an epoch is written follows the pipeline's ``output_mode``: ``append`` appends its
+    rows; ``update`` upserts them on the ``key`` columns (required; an existing table needs a
+    primary key or unique index on them); ``complete`` replaces the table's rows with the
+    epoch's. A ``key`` in append mode upserts too.
     """
-    return PostgresSink(dsn=dsn, table=table, create_table=create_table, max_writers=max_writers)
+    return PostgresSink(
+        dsn=dsn,
+        table=table,
+        create_table=create_table,
+        max_writers=max_writers,
+        key=check_key(key),
+    )
 
 
 def descriptor_of(sink: TwoPhaseSink) -> dict[str, Any]:
@@ -79,10 +98,7 @@ def _field(d: Mapping[str, Any], key: str, kind: str) -> str:
     return value
 
 
-def from_descriptor(d: Mapping[str, Any]) -> TwoPhaseSink:
-    """The sink ``d`` (a :meth:`~stoker.sinks.base.TwoPhaseSink.descriptor`) describes, not
-    yet opened. Needs neither the application's code nor Spark. An unknown ``kind`` or a
-    missing field: :class:`~stoker.errors.InvalidSink` naming it."""
+def _build(d: Mapping[str, Any]) -> FilesSink | PostgresSink | None:
     kind = d.get("kind")
     if kind == "files":
         return FilesSink(
@@ -98,8 +114,24 @@ def from_descriptor(d: Mapping[str, Any]) -> TwoPhaseSink:
             create_table=bool(d.get("create_table", True)),
             name=_field(d, "name", kind),
             max_writers=writers if isinstance(writers, int) else None,
+            key=check_key(d.get("key")),
         )
-    raise InvalidSink(
-        "sink.kind",
-        f"unknown sink kind {kind!r} (sink {d.get('name')!r}); known kinds: {', '.join(KINDS)}",
-    )
+    return None
+
+
+def from_descriptor(d: Mapping[str, Any]) -> TwoPhaseSink:
+    """The sink ``d`` (a :meth:`~stoker.sinks.base.TwoPhaseSink.descriptor`) describes, not
+    yet opened. Needs neither the application's code nor Spark. An unknown ``kind`` or a
+    missing field: :class:`~stoker.errors.InvalidSink` naming it."""
+    sink = _build(d)
+    if sink is None:
+        raise InvalidSink(
+            "sink.kind",
+            f"unknown sink kind {d.get('kind')!r} (sink {d.get('name')!r}); known kinds: "
+            f"{', '.join(KINDS)}",
+        )
+    # Commit finishes an epoch as its output mode means (an upsert, a replace, a swap of the
+    # current snapshot): the mode is carried for the janitor. A descriptor older than it:
+    # append, which is what its job wrote.
+    sink.accept_output_mode(str(d.get("output_mode") or "append"))
+    return sink

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stoker.sinks._pg_modes import STAGE_COLUMNS, copy_staged
 from stoker.sinks._pg_parts import Table, _markers_name, make_gid, table_parts, uid_hash
 from stoker.testing import kill_task_worker, task_fault, task_note
 
@@ -40,6 +41,8 @@ class _Task:
     epoch: int
     attempt: int
     tag: str
+    # The stage the rows go to (an upsert or a replace, see _pg_modes), or None: the table.
+    stage: tuple[str, ...] | None = None
 
     def gid(self, part: int, task: int) -> str:
         return make_gid(self.job, self.epoch, self.attempt, part, task, self.tag, self.owner)
@@ -57,16 +60,18 @@ def _copy_and_mark(conn: Any, t: _Task, gid: str, part: int, batches: Any) -> in
     from psycopg import sql
 
     rows = 0
+    into = table_parts(t.table) if t.stage is None else t.stage
+    columns = t.columns if t.stage is None else (*STAGE_COLUMNS, *t.columns)
     copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        sql.Identifier(*table_parts(t.table)), sql.SQL(", ").join(map(sql.Identifier, t.columns))
+        sql.Identifier(*into), sql.SQL(", ").join(map(sql.Identifier, columns))
     )
     with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-        for batch in batches:
-            for row in zip(
-                *(batch.column(i).to_pylist() for i in range(batch.num_columns)), strict=True
-            ):
+        if t.stage is not None:
+            rows = copy_staged(copy, t.uid, t.epoch, part, _rows(batches), len(t.columns))
+        else:
+            for row in _rows(batches):
                 copy.write_row(row)
-            rows += batch.num_rows
+                rows += 1
     # The marker commits with the part and only with it: once the gid is no longer prepared,
     # a visible marker says "committed", none says "rolled back or never prepared".
     conn.execute(
@@ -77,6 +82,13 @@ def _copy_and_mark(conn: Any, t: _Task, gid: str, part: int, batches: Any) -> in
         (t.uid, gid, t.job, t.epoch, t.attempt, part),
     )
     return rows
+
+
+def _rows(batches: Any) -> Iterator[tuple[Any, ...]]:
+    for batch in batches:
+        yield from zip(
+            *(batch.column(i).to_pylist() for i in range(batch.num_columns)), strict=True
+        )
 
 
 def _write_partition(t: _Task, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -112,6 +112,14 @@ class TwoPhaseSink(Protocol):
         left to its job's next recovery by that cleanup."""
         ...
 
+    def accept_output_mode(self, mode: str) -> None:
+        """Write the pipeline's Spark output mode ``mode`` (``append``, ``update``,
+        ``complete``) as it means, or raise :class:`~stoker.errors.InvalidSink` naming what
+        to use instead. Called by :meth:`stoker.pipeline.Pipeline.validate` before
+        ``validate``; the mode belongs in the ``descriptor`` when commit depends on it.
+        Optional: a sink without it is taken to append, and is refused any other mode."""
+        ...
+
     def validate(self, owner: SinkOwner) -> None:
         """Raise now if the sink cannot work for ``owner``: :class:`~stoker.errors.InvalidSink`
         for what the user can fix (bad settings, an output that belongs to another job),

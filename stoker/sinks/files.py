@@ -8,6 +8,9 @@ sees an epoch whole or not at all.
 The folder belongs to one job (``<path>/_stoker_owner.json``, see :mod:`._files_owner`): another
 job is refused at ``validate``, and an ``epoch=N`` folder or a staged folder is only ever taken
 for this job's when its manifest or name says so.
+
+In ``output_mode='complete'`` every epoch is a whole snapshot and ``<path>/current`` names
+the newest (:mod:`._files_current`); ``update`` is refused.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidSink, SinkError
+from stoker.sinks._files_current import check_mode, publish
 from stoker.sinks._files_owner import (
     MANIFEST,
     STAGED,
@@ -83,6 +87,7 @@ class FilesSink:
             self.name = f"files:{self.path}"
         self._root = Path(self.path).resolve()
         self._owner: SinkOwner | None = None
+        self._mode = "append"
 
     def describe(self) -> str:
         return f"files({self.path!r}, format={self.format!r})"
@@ -90,7 +95,19 @@ class FilesSink:
     def descriptor(self) -> dict[str, Any]:
         # Options only shape what Spark writes; commit, abort and recover do not need them
         # (and they may hold credentials of an object store).
-        return {"kind": "files", "path": str(self._root), "format": self.format, "name": self.name}
+        return {
+            "kind": "files",
+            "path": str(self._root),
+            "format": self.format,
+            "name": self.name,
+            "output_mode": self._mode,
+        }
+
+    def accept_output_mode(self, mode: str) -> None:
+        """``append``: one folder per epoch. ``complete``: those folders are snapshots, and
+        ``<path>/current`` names the newest. ``update``: refused (InvalidSink)."""
+        check_mode(mode)
+        self._mode = mode
 
     # layout --------------------------------------------------------------------------------
     @property
@@ -258,7 +275,10 @@ class FilesSink:
         # `detail` (the recorded {"staged": ...}) is not needed: the staged folder's name says
         # whose part it is.
         if self._committed(epoch, attempt):
-            return  # committed before (a replay or a recovery): nothing to do
+            # Committed before (a replay or a recovery); a crash may have come before the
+            # swap of the current snapshot.
+            self._publish(epoch)
+            return
         owner = self._still_ours()
         staged = self._staged(epoch, attempt)
         older = self._staged_before_markers(epoch, attempt)
@@ -300,6 +320,11 @@ class FilesSink:
         # never replaced.) The rename is durable with the fsync of `<path>`.
         os.rename(staged, self.final(epoch))
         fsync_dir(self._root)
+        self._publish(epoch)
+
+    def _publish(self, epoch: Epoch) -> None:
+        if self._mode == "complete":
+            publish(self._root, epoch)
 
     def abort(self, epoch: Epoch, attempt: AttemptNo) -> None:
         shutil.rmtree(self._staged(epoch, attempt), ignore_errors=True)

@@ -29,7 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stoker.errors import SinkError
+from stoker.errors import InvalidSink, SinkError
+from stoker.sinks._pg_modes import (
+    apply_stage,
+    check_key,
+    check_mode,
+    check_unique_key,
+    ensure_stage,
+    stage_name,
+    staged,
+)
 from stoker.sinks._pg_owner import check_still_owner, claim, qualified, read_owner, refusal
 from stoker.sinks._pg_parts import (
     ParsedGid,
@@ -83,6 +92,11 @@ class PostgresSink:
     ``max_writers`` bounds the Spark tasks that write an epoch (each holds one prepared
     transaction until commit): the epoch's frame is coalesced to at most that many partitions.
     None: a quarter of the server's ``max_prepared_transactions``.
+
+    ``key`` (column names) makes every epoch an upsert on them, as the pipeline's
+    ``output_mode='update'`` needs; ``output_mode='complete'`` replaces the table's rows with
+    each epoch's (:mod:`._pg_modes`). The pipeline tells the sink its mode
+    (:meth:`accept_output_mode`).
     """
 
     dsn: str
@@ -90,10 +104,13 @@ class PostgresSink:
     create_table: bool = True
     name: str = ""
     max_writers: int | None = None
+    key: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
             self.name = f"postgres:{self.table}"
+        self.key = check_key(self.key)
+        self._mode = "append"
         self._job: JobId | None = None
         self._uid = ""
         self._tag = ""
@@ -106,7 +123,24 @@ class PostgresSink:
 
     def describe(self) -> str:
         extra = f", max_writers={self.max_writers}" if self.max_writers is not None else ""
+        if self.key:
+            extra += f", key={list(self.key)!r}"
         return f"postgres(table={self.table!r}{extra})"
+
+    def accept_output_mode(self, mode: str) -> None:
+        """Write Spark's output mode ``mode`` as it means: ``append`` (rows appended, or
+        upserted with a ``key``), ``update`` (upserted: needs ``key``), ``complete`` (each
+        epoch replaces the table's rows). InvalidSink for ``update`` without a key."""
+        check_mode(mode, self.key, self.table)
+        self._mode = mode
+
+    @property
+    def _staged(self) -> bool:
+        return staged(self._mode, self.key)
+
+    def _stage(self) -> tuple[str, ...]:
+        assert self._where is not None, "open() first"
+        return stage_name(self._where, self._tag)
 
     def descriptor(self) -> dict[str, Any]:
         # The tag is derived again by open() from the same database and table (resolved
@@ -120,6 +154,8 @@ class PostgresSink:
             "create_table": self.create_table,
             "max_writers": self.max_writers,
             "tag": self._tag,
+            "key": list(self.key) if self.key else None,
+            "output_mode": self._mode,
         }
 
     def _connect(self) -> Any:
@@ -136,6 +172,8 @@ class PostgresSink:
             self._writers = fit_writers(max_prepared(conn), self.max_writers)
             where = self._resolve(conn)
             row = read_owner(conn, where, owner.job_id)
+            if self.key and self._mode != "complete":
+                check_unique_key(conn, where, self.key)
         if row is not None and not row.owned_by(owner):
             raise refusal(row, owner)
 
@@ -183,21 +221,29 @@ class PostgresSink:
                 )
 
     def _ensure_table(self, schema: StructType) -> None:
-        if self._created or not self.create_table:
+        """Create the table (``create_table``; with its key as primary key) and the stage
+        (an upsert or a replace) if they are missing."""
+        if self._created or not (self.create_table or self._staged):
             return
         from psycopg import sql
 
         assert self._where is not None, "open() first"
-        cols = sql.SQL(", ").join(
+        cols = [
             sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(_pg_type(f.dataType)))
             for f in schema.fields
-        )
+        ]
+        if self.key:
+            keys = sql.SQL(", ").join(map(sql.Identifier, self.key))
+            cols.append(sql.SQL("PRIMARY KEY ({})").format(keys))
         with self._connect() as conn:
-            conn.execute(
-                sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
-                    sql.Identifier(*self._where), cols
+            if self.create_table:
+                conn.execute(
+                    sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+                        sql.Identifier(*self._where), sql.SQL(", ").join(cols)
+                    )
                 )
-            )
+            if self._staged:
+                ensure_stage(conn, self._stage(), schema)
         self._created = True
 
     def writers(self) -> int:
@@ -211,6 +257,13 @@ class PostgresSink:
     def prepare(self, df: DataFrame, epoch: Epoch, attempt: AttemptNo) -> Prepared:
         if self._job is None:
             raise SinkError("postgres", f"sink {self.name!r} prepared before open()")
+        missing = [k for k in self.key or () if k not in df.columns]
+        if missing:
+            raise InvalidSink(
+                "postgres.key",
+                f"key column(s) {missing} of sink {self.name!r} are not in epoch {epoch}'s "
+                f"columns {df.columns}",
+            )
         self._ensure_table(df.schema)
         assert self._where is not None
         t = _Task(
@@ -222,6 +275,7 @@ class PostgresSink:
             epoch,
             attempt,
             self._tag,
+            self._stage() if self._staged else None,
         )
 
         def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -305,6 +359,19 @@ class PostgresSink:
                     raise SinkError(
                         "postgres", f"epoch {epoch}: part {g} vanished before its commit"
                     )
+            # 2b. An upsert or a replace: apply the epoch's staged rows (and any a crash left
+            #     unapplied) to the table, in one transaction. A crash before it leaves the
+            #     epoch unfinished in the store: recovery commits it again, and applies.
+            if self._staged:
+                apply_stage(
+                    conn,
+                    self._where,
+                    self._stage(),
+                    self._uid,
+                    epoch,
+                    self.key,
+                    replace=self._mode == "complete",
+                )
             # 3. Strays: every other part of this epoch, and every part left of earlier ones
             #    (all decided and committed by now), e.g. a zombie task that prepared late.
             for p in self._prepared(conn):

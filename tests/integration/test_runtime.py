@@ -760,12 +760,13 @@ def _running_counts(df: DataFrame) -> DataFrame:
     return df.groupBy((df.id % 3).alias("k")).count()
 
 
-def test_a_running_aggregation_runs_in_update_mode_and_is_refused_in_append(
+def test_a_running_aggregation_runs_in_complete_mode_and_is_refused_in_append(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     """Spark refuses an aggregation without a watermark in append mode (the default): refused
-    before the job is recorded, naming output_mode and the fix. In update mode each epoch's
-    transform sees the keys whose counts changed, and the last count of each key is exact."""
+    before the job is recorded, naming output_mode and the fix. In complete mode each epoch is
+    the whole result, and the files sink's ``current`` snapshot holds each key's last count.
+    (Update mode into files is refused: tests/unit/sinks/test_output_modes.py.)"""
     out = tmp_path / "out"
 
     def pipeline(**kwargs: Any) -> Pipeline:
@@ -787,15 +788,13 @@ def test_a_running_aggregation_runs_in_update_mode_and_is_refused_in_append(
 
     state = tmp_path / "state"
     result = stoker.run(
-        pipeline(output_mode="update"), state_dir=state, trigger=TRIGGER, spark=spark
+        pipeline(output_mode="complete"), state_dir=state, trigger=TRIGGER, spark=spark
     )
     assert result.state == JobState.FINISHED
-    last: dict[int, int] = {}
-    for _, rows in sorted(_rows(out).items()):
-        for row in rows:
-            last[int(row["k"])] = int(row["count"])
-    assert last == {0: 100, 1: 100, 2: 100}
-    assert _job(state, "counts").spec["output_mode"] == "update"
+    current = pq.read_table(out / "current").to_pylist()
+    assert {int(r["k"]): int(r["count"]) for r in current} == {0: 100, 1: 100, 2: 100}
+    assert len(current) == 3
+    assert _job(state, "counts").spec["output_mode"] == "complete"
     assert (state / "checkpoint" / "state").is_dir()
 
 
