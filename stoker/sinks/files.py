@@ -298,7 +298,7 @@ class FilesSink:
             "files": files,
         }
         try:
-            self._publish(staged, manifest, epoch)
+            self._rename_in(staged, manifest, epoch)
         except OSError as e:
             # A full disk, a folder gone read-only: the file system failing, not bad input.
             # The epoch stays decided and its part staged; the next run commits it.
@@ -308,7 +308,7 @@ class FilesSink:
                 "committed when the job runs again",
             ) from e
 
-    def _publish(self, staged: Path, manifest: dict[str, Any], epoch: Epoch) -> None:
+    def _rename_in(self, staged: Path, manifest: dict[str, Any], epoch: Epoch) -> None:
         with open(staged / MANIFEST, "w", encoding="utf-8") as fh:
             json.dump(manifest, fh)
         # The manifest and the folder's entries. The data files were made durable by prepare;
@@ -323,6 +323,7 @@ class FilesSink:
         self._publish(epoch)
 
     def _publish(self, epoch: Epoch) -> None:
+        """Complete mode: point ``current`` at the epoch's snapshot."""
         if self._mode == "complete":
             publish(self._root, epoch)
 
