@@ -17,7 +17,6 @@ left prepared there (see :meth:`stoker.sinks.postgres.PostgresSink.open`).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from stoker.errors import InvalidSink, SinkError
+from stoker.sinks._pg_server import create_missing_table
 from stoker.sinks.base import SinkOwner
 
 OWNERS = "stoker_owners"
@@ -79,23 +79,18 @@ def _name(table: tuple[str, str]) -> Any:
 
 def ensure_owners(conn: Any, table: tuple[str, str]) -> None:
     """Create the owner table beside ``table`` if it is missing."""
-    from psycopg import errors, sql
+    from psycopg import sql
 
-    if conn.execute("SELECT to_regclass(%s)", (qualified((table[0], OWNERS)),)).fetchone()[0]:
-        return
-    # Two drivers creating it at once: one wins, the other sees it exist.
-    with (
-        contextlib.suppress(errors.UniqueViolation, errors.DuplicateTable),
-        conn.transaction(),
-    ):
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (table_name TEXT NOT NULL, job_id TEXT NOT NULL, "
-                "uid TEXT NOT NULL, claimed_at TIMESTAMPTZ NOT NULL DEFAULT now(), "
-                "host TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL DEFAULT 0, "
-                "PRIMARY KEY (table_name, job_id))"
-            ).format(_name(table))
-        )
+    create_missing_table(
+        conn,
+        qualified((table[0], OWNERS)),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (table_name TEXT NOT NULL, job_id TEXT NOT NULL, "
+            "uid TEXT NOT NULL, claimed_at TIMESTAMPTZ NOT NULL DEFAULT now(), "
+            "host TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL DEFAULT 0, "
+            "PRIMARY KEY (table_name, job_id))"
+        ).format(_name(table)),
+    )
 
 
 def read_owner(

@@ -132,34 +132,41 @@ def server_key(conn: Any) -> str:
     return f"{addr}:{port}/{row[2]}"
 
 
-def ensure_markers(conn: Any, table: Table) -> None:
-    """Create the marker table beside ``table`` if it is missing."""
-    from psycopg import errors, sql
+def create_missing_table(conn: Any, qualified: str, *statements: Any) -> None:
+    """Run ``statements`` (a CREATE TABLE and its indexes) unless ``qualified`` exists already.
+    Only when missing: CREATE INDEX IF NOT EXISTS would wait for the prepared parts that hold
+    the table (recovery comes after open), for ever. Two drivers creating it at once: one wins,
+    the other sees it exist."""
+    from psycopg import errors
 
-    name = sql.Identifier(*_markers_name(table))
-    qualified = name.as_string(conn)
-    # Only when missing: CREATE INDEX IF NOT EXISTS would wait for the prepared parts
-    # that hold the table (recovery comes after open), for ever.
     if conn.execute("SELECT to_regclass(%s)", (qualified,)).fetchone()[0] is not None:
         return
-    # Two drivers creating it at once: one wins, the other sees it exist.
     with (
         contextlib.suppress(errors.UniqueViolation, errors.DuplicateTable),
         conn.transaction(),
     ):
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (uid TEXT NOT NULL, gid TEXT NOT NULL, "
-                "job_id TEXT NOT NULL, epoch BIGINT NOT NULL, attempt INTEGER NOT NULL, "
-                "part INTEGER NOT NULL, made_at TIMESTAMPTZ NOT NULL DEFAULT now(), "
-                "PRIMARY KEY (uid, gid))"
-            ).format(name)
-        )
-        conn.execute(
-            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (uid, epoch)").format(
-                sql.Identifier(f"{MARKERS}_uid_epoch"), name
-            )
-        )
+        for statement in statements:
+            conn.execute(statement)
+
+
+def ensure_markers(conn: Any, table: Table) -> None:
+    """Create the marker table beside ``table`` if it is missing."""
+    from psycopg import sql
+
+    name = sql.Identifier(*_markers_name(table))
+    create_missing_table(
+        conn,
+        name.as_string(conn),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (uid TEXT NOT NULL, gid TEXT NOT NULL, "
+            "job_id TEXT NOT NULL, epoch BIGINT NOT NULL, attempt INTEGER NOT NULL, "
+            "part INTEGER NOT NULL, made_at TIMESTAMPTZ NOT NULL DEFAULT now(), "
+            "PRIMARY KEY (uid, gid))"
+        ).format(name),
+        sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (uid, epoch)").format(
+            sql.Identifier(f"{MARKERS}_uid_epoch"), name
+        ),
+    )
 
 
 def _pg_type(dt: DataType) -> str:

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-import stoker
 from stoker import JobState, Pipeline, sinks, sources
 from stoker.sources._filelog import FileLog
 from tests.support import file_sink_ids, kill_group, start_driver, wait_for
+from tests.support.background import BackgroundRun
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,26 +50,6 @@ def _wait(
         return f"{what}{extra}"
 
     wait_for(details, pred, timeout, every=0.1)
-
-
-class _Background:
-    """``stoker.run`` in a thread (it blocks until the job ends)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.result: stoker.JobResult | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, kwargs=kwargs, daemon=True)
-        self._thread.start()
-
-    def _run(self, **kwargs: Any) -> None:
-        try:
-            self.result = stoker.run(**kwargs)
-        except BaseException as e:  # handed to the test
-            self.error = e
-
-    def join(self, timeout: float = 120.0) -> None:
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "stoker.run did not return"
 
 
 def _stop_query(spark: SparkSession, jid: str) -> None:
@@ -115,7 +95,7 @@ def test_clean_source_moves_a_file_only_after_its_epoch_committed(
     )
     p = Pipeline(jid).source(src).transform(gate).sink(sinks.files(str(out)))
     first = _put(indir, "u0.json", range(0, 5))
-    run = _Background(pipeline=p, state_dir=state, trigger=TRIGGER, spark=spark)
+    run = BackgroundRun(pipeline=p, state_dir=state, trigger=TRIGGER, spark=spark)
     try:
         _wait("u0 in the sink", lambda: set(file_sink_ids(out)) == set(range(5)))
         _wait("u0 cleaned", lambda: not first.exists())
@@ -137,7 +117,7 @@ def test_clean_source_moves_a_file_only_after_its_epoch_committed(
     finally:
         release.set()
         _stop_query(spark, jid)
-        run.join()
+        run.wait()
     assert run.error is None, run.error
     assert file_sink_ids(out) == Counter([*range(5), *range(1000, 1005)])
     assert {x["cleaned"] for x in _log_lines(state) if "cleaned" in x} >= {1, 2}
@@ -159,7 +139,7 @@ def test_a_job_restarted_after_compaction_reads_nothing_twice(
     src = dataclasses.replace(src, options={"compact_every": "2"})
     p = Pipeline(jid).source(src).sink(sinks.files(str(out)))
 
-    run = _Background(pipeline=p, state_dir=state, trigger=TRIGGER, spark=spark)
+    run = BackgroundRun(pipeline=p, state_dir=state, trigger=TRIGGER, spark=spark)
     want: set[int] = set()
     try:
         for k in range(6):
@@ -170,7 +150,7 @@ def test_a_job_restarted_after_compaction_reads_nothing_twice(
         _wait("the log compacted", lambda: "compacted" in _log_lines(state)[0])
     finally:
         _stop_query(spark, jid)
-        run.join()
+        run.wait()
     assert run.error is None, run.error
     loaded = FileLog(state / "sources" / "s0.files.jsonl")
     assert loaded.base >= 3 and loaded.next_seq == 6
@@ -182,13 +162,13 @@ def test_a_job_restarted_after_compaction_reads_nothing_twice(
         ids = range(100 * k, 100 * k + 10)
         _put(indir, f"f{k}.json", ids)
         want |= set(ids)
-    run = _Background(pipeline=p, state_dir=state, trigger=TRIGGER, spark=spark, restart=True)
+    run = BackgroundRun(pipeline=p, state_dir=state, trigger=TRIGGER, spark=spark, restart=True)
     try:
         _wait("f6, f7 in the sink", lambda: set(file_sink_ids(out)) == want)
         time.sleep(1.0)  # a few more triggers: nothing more may come
     finally:
         _stop_query(spark, jid)
-        run.join()
+        run.wait()
     assert run.error is None, run.error
     assert run.result is not None and run.result.state == JobState.CANCELED
     assert file_sink_ids(out) == Counter(want)

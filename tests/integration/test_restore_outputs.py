@@ -37,6 +37,7 @@ from stoker.types import (
     job_id,
 )
 from tests.support import pg_ids, pg_prepared, wait_for
+from tests.support.background import BackgroundRun
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,32 +69,6 @@ def _committed(state: Path, jid: str) -> list[int]:
     return sorted(e.epoch for e in _epochs(state, jid) if e.state == EpochState.COMMITTED)
 
 
-class _Job:
-    """``stoker.run`` on a thread."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        import threading
-
-        self.result: stoker.JobResult | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, kwargs=kwargs, daemon=True)
-        self._thread.start()
-
-    def _run(self, **kwargs: Any) -> None:
-        try:
-            self.result = stoker.run(**kwargs)
-        except BaseException as e:  # handed to the test
-            self.error = e
-
-    def join(self) -> stoker.JobResult:
-        self._thread.join(240)
-        assert not self._thread.is_alive(), "stoker.run did not return"
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
-
-
 # 1. output after the savepoint in PostgreSQL -----------------------------------------------------
 
 
@@ -101,7 +76,7 @@ def test_restore_from_a_savepoint_the_job_ran_past_is_refused_unless_rewrite_is_
     spark: SparkSession, tmp_path: Path, pg_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     a_state, b_state = tmp_path / "a", tmp_path / "b"
-    a = _Job(
+    a = BackgroundRun(
         pipeline=_pg_pipeline("pg-a", pg_dsn),
         job_id="pg-a",
         state_dir=a_state,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +42,7 @@ from stoker.sinks.base import Recovered, SinkOwner
 from stoker.store import Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, ControlVersion, Epoch, EpochState, job_id
 from tests.support import exactly_once, file_sink_ids, wait_for
+from tests.support.background import BackgroundRun
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -141,26 +141,6 @@ def _parquet(folder: Path, name: str, columns: dict[str, pa.Array]) -> Path:
 
 def _wait(what: str, pred: Callable[[], bool], timeout: float = 120.0) -> None:
     wait_for(what, pred, timeout, every=0.1)
-
-
-class _Background:
-    """``stoker.run`` in a thread (it blocks until the job ends)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.result: stoker.JobResult | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, kwargs=kwargs, daemon=True)
-        self._thread.start()
-
-    def _run(self, **kwargs: Any) -> None:
-        try:
-            self.result = stoker.run(**kwargs)
-        except BaseException as e:  # handed to the test
-            self.error = e
-
-    def join(self, timeout: float = 120.0) -> None:
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "stoker.run did not return"
 
 
 def _stop_query(spark: SparkSession, jid: str) -> None:
@@ -337,7 +317,7 @@ def test_epochs_continue_after_the_bounded_source_of_a_mixed_job_ends(
         .source(sources.files(str(udir), "json", "id long"))
         .sink(sinks.files(str(out)))
     )
-    run = _Background(pipeline=p, state_dir=state, trigger=TRIGGER, spark=spark)
+    run = BackgroundRun(pipeline=p, state_dir=state, trigger=TRIGGER, spark=spark)
     try:
         _wait("the bounded source to be read", lambda: set(file_sink_ids(out)) == set(range(20)))
         offsets = _offsets(state)
@@ -356,7 +336,7 @@ def test_epochs_continue_after_the_bounded_source_of_a_mixed_job_ends(
         assert run.result is None and run.error is None  # still running
     finally:
         _stop_query(spark, "mixed")
-        run.join()
+        run.wait()
 
     assert run.error is None, run.error
     assert run.result is not None

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +38,7 @@ from tests.support import (
     stoker_cmd,
     wait_for,
 )
+from tests.support.background import BackgroundRun
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -99,30 +99,6 @@ def _event(state: Path, jid: str, control_id: str) -> Any:
         st.close()
 
 
-class _Background:
-    """``stoker.run`` in a thread (it blocks until the job ends)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.result: stoker.JobResult | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, kwargs=kwargs, daemon=True)
-        self._thread.start()
-
-    def _run(self, **kwargs: Any) -> None:
-        try:
-            self.result = stoker.run(**kwargs)
-        except BaseException as e:  # handed to the test
-            self.error = e
-
-    def join(self, timeout: float = 240.0) -> stoker.JobResult:
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "stoker.run did not return"
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
-
-
 def _with_version(df: DataFrame, ctx: EpochContext) -> DataFrame:
     """The upgraded code: an extra column, from the job's config."""
     from pyspark.sql import functions as F
@@ -173,7 +149,7 @@ def test_stop_with_savepoint_then_upgraded_job_from_it_writes_every_id_once(
 ) -> None:
     a_state, b_state, out, sp = tmp_path / "a", tmp_path / "b", tmp_path / "out", tmp_path / "sp"
 
-    a = _Background(
+    a = BackgroundRun(
         pipeline=_ids_pipeline("ids-a", out, pg_dsn),
         job_id="ids-a",
         state_dir=a_state,
@@ -267,7 +243,7 @@ def test_savepoint_without_stop_keeps_the_job_running_and_is_complete(
         p.source(sources.generator(max_rows_per_epoch=100))  # endless
         return p.sink(sinks.files(str(out)))
 
-    c = _Background(
+    c = BackgroundRun(
         pipeline=pipeline("gen-c"), job_id="gen-c", state_dir=state, trigger=TRIGGER, spark=spark
     )
     _wait("two epochs", lambda: len(_committed(state, "gen-c")) >= 2)
