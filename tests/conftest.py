@@ -94,12 +94,12 @@ def sqlite_path(tmp_path: Path) -> Path:
 # clusters (masters and workers, minutes of JVMs), `soak` repeats faults at random for minutes,
 # `browser` drives a real Chromium, `scenario` runs a user's whole scenario through the CLI or
 # REST API (control, observability, the README, config, state repartition: features whose
-# crash paths are the protocol's, tested in the lane). The fast lane (`--fast`) leaves them out
-# and asks the
+# crash paths are the protocol's, tested in the lane), `variant` is one more form of a fault test
+# whose other forms run in both lanes. The fast lane (`--fast`) leaves them out and asks the
 # repeated-fault tests that stay for fewer rounds (the `rounds` fixture), never fewer kinds of
 # fault: it still starts real Spark drivers and SIGKILLs them at every step of the protocol (and
 # tasks after PREPARE, managers, drivers under managers).
-FAST_LANE = "not cluster and not soak and not browser and not scenario"
+FAST_LANE = "not cluster and not soak and not browser and not scenario and not variant"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -131,8 +131,11 @@ def _tree(root: int) -> list[int]:
 # 1, 2: `stoker run` in-process ----------------------------------------------------------------
 @pytest.mark.parametrize(
     ("sig", "everyone"),
-    [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGTERM, True)],
-    ids=["SIGTERM", "SIGINT", "SIGTERM-to-every-process"],
+    [
+        pytest.param(signal.SIGTERM, False, id="SIGTERM"),
+        pytest.param(signal.SIGINT, False, id="SIGINT", marks=pytest.mark.variant),
+        pytest.param(signal.SIGTERM, True, id="SIGTERM-to-every-process"),
+    ],
 )
 def test_a_signalled_local_run_suspends_and_the_same_command_resumes_it(
     tmp_path: Path, sig: signal.Signals, everyone: bool

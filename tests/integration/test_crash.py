@@ -182,7 +182,16 @@ STEP_EXPECT = {
 }
 
 
-@pytest.mark.parametrize("step", list(STEP_EXPECT))
+# The fast lane crashes at the three steps where the sinks' state differs most (prepared and
+# undecided, decided and uncommitted, committed in the sinks but not in Spark's log); the whole
+# suite at all five.
+@pytest.mark.parametrize(
+    "step",
+    [
+        pytest.param(s, marks=pytest.mark.variant) if s in ("after_pin", "after_commit") else s
+        for s in STEP_EXPECT
+    ],
+)
 def test_crash_at_protocol_step_is_exactly_once(step: str, tmp_path: Path, pg_dsn: str) -> None:
     state, out = tmp_path / "state", tmp_path / "out"
     log1, log2 = tmp_path / "driver-1.log", tmp_path / "driver-2.log"

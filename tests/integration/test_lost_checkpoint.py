@@ -96,7 +96,9 @@ def _uid(store_url: str) -> str | None:
         st.close()
 
 
-@pytest.mark.parametrize("store_at", ["in-state-folder", "outside"])
+@pytest.mark.parametrize(
+    "store_at", [pytest.param("in-state-folder", marks=pytest.mark.variant), "outside"]
+)
 def test_a_lost_checkpoint_is_refused_and_reset_checkpoint_reads_everything_again(
     tmp_path: Path, store_at: str
 ) -> None:
