@@ -38,9 +38,11 @@ pass it with ``-D spark.executorEnv.STOKER_FAULT=...``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 
 STEPS = (
@@ -87,10 +89,19 @@ def fault_point(step: str, epoch: int = -1) -> None:
         sys.stderr.write(f"stoker.testing: injected sigstop at {step} epoch {epoch}\n")
         sys.stderr.flush()
         pid = os.getpid()
-        if os.getpgid(0) == pid:
-            os.killpg(pid, signal.SIGSTOP)  # returns once the test sends SIGCONT
-        else:
-            os.kill(pid, signal.SIGSTOP)
+        if os.getpgid(0) == pid:  # the JVM and the Python workers first
+            from stoker.procs import group_pids
+
+            for other in group_pids(pid):
+                if other != pid:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(other, signal.SIGSTOP)
+        # Then this process, by the calling thread. A stop sent to a process (or its group)
+        # is taken by one of its threads, which stops the others as they next enter the
+        # kernel: the caller could run on for a while (seen here: into the decision's store
+        # transaction, frozen holding SQLite's write lock). Sent to the calling thread, it
+        # stops before the call returns, until the test's SIGCONT to the group.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         return
     stall = f"stall_{step}"
     if (stall, epoch) in _PLAN or (stall, -1) in _PLAN:
