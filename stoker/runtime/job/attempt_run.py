@@ -41,6 +41,8 @@ from stoker.runtime.job.plan import JobPlan
 from stoker.runtime.job.query import ControlWatch, QueryHandle, brief, supervise
 from stoker.runtime.job.result import JobResult
 from stoker.runtime.job.signals import StopSignals
+from stoker.runtime.job.spark_signals import TaskProbe, idle_interval_s, listen
+from stoker.runtime.job.watchdog import ProgressWatchdog
 from stoker.runtime.metrics import EpochMetrics
 from stoker.runtime.recovery import recover
 from stoker.runtime.recovery_hold import Hold
@@ -333,8 +335,21 @@ class AttemptRun:
             max_parallelism=self.max_par,
             output_mode=self.pipeline.output_mode,
         )
+        session = self.stream.sparkSession
+        watchdog = ProgressWatchdog(
+            settings.progress_timeout, idle_interval_s=idle_interval_s(session)
+        )
+        self.proc.progress = watchdog if watchdog.enabled else None
         self.handle.start()
         log.info("job %s: query started, first epoch on its way", jid)
+        unlisten = opening.nothing
+        if watchdog.enabled:
+            unlisten = listen(session, self.handle.query, watchdog)
+            log.debug(
+                "job %s: progress watchdog on, bound %.0f s",
+                jid,
+                watchdog.bound(self.handle.trigger_s),
+            )
         try:
             return supervise(
                 self.handle,
@@ -346,8 +361,11 @@ class AttemptRun:
                 ),
                 signalled=self.signalled,
                 metrics=self.metrics,
+                watchdog=watchdog if watchdog.enabled else None,
+                tasks_moved=TaskProbe(session).moved,
             )
         finally:
+            unlisten()
             self.signals.settle()  # the attempt's end is recorded next: no signal breaks it off
 
     def _epoch_in_flight(self) -> int | None:
