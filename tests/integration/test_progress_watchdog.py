@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -226,3 +227,33 @@ def test_an_idle_job_is_not_failed_for_want_of_data(tmp_path: Path) -> None:
         if driver.poll() is None:
             kill_group(driver)
         wait_group_gone(driver.pid)
+
+
+def test_a_slow_epoch_whose_tasks_complete_is_not_a_stall(tmp_path: Path) -> None:
+    """One epoch of 40 tasks of half a second on two cores: about twice the bound, with a task
+    completing every quarter second. The watchdog looks at the tasks and lets it run."""
+    out, state, log = tmp_path / "out", tmp_path / "state", tmp_path / "d.log"
+    env = {"SLOW_OUT": str(out), "SLOW_TOTAL": "100", "SLOW_PER_EPOCH": "100", "STOKER_FAULT": ""}
+    driver = start_driver(
+        APPS / "slow_epoch_app.py",
+        "-D",
+        f"stoker.state_dir={state}",
+        "-D",
+        "stoker.master=local[2]",
+        *WATCHDOG,
+        env=env,
+        log=log,
+    )
+    try:
+        rc = driver.wait(timeout=STARTUP + 120)
+    except subprocess.TimeoutExpired:
+        kill_group(driver)
+        pytest.fail(f"the slow job did not finish\n{_tail(log)}")
+    finally:
+        wait_group_gone(driver.pid)
+    text = log.read_text(errors="replace")
+    assert rc == 0, f"rc {rc}\n{_tail(log)}"
+    assert "no progress for" not in text
+    took = [int(ms) for ms in re.findall(r"epoch \d+ committed: 100 rows, (\d+) ms", text)]
+    assert took and max(took) > 1000 * BOUND, f"no epoch outlasted the bound: {took}"
+    exactly_once(file_sink_ids(out), 100)

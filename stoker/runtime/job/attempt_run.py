@@ -41,8 +41,6 @@ from stoker.runtime.job.plan import JobPlan
 from stoker.runtime.job.query import ControlWatch, QueryHandle, brief, supervise
 from stoker.runtime.job.result import JobResult
 from stoker.runtime.job.signals import StopSignals
-from stoker.runtime.job.spark_signals import TaskProbe, idle_interval_s, listen
-from stoker.runtime.job.watchdog import ProgressWatchdog
 from stoker.runtime.metrics import EpochMetrics
 from stoker.runtime.recovery import recover
 from stoker.runtime.recovery_hold import Hold
@@ -335,20 +333,14 @@ class AttemptRun:
             max_parallelism=self.max_par,
             output_mode=self.pipeline.output_mode,
         )
-        session = self.stream.sparkSession
-        watchdog = ProgressWatchdog(
-            settings.progress_timeout, idle_interval_s=idle_interval_s(session)
-        )
+        watchdog = opening.progress_watchdog(settings, self.stream)
         self.proc.progress = watchdog if watchdog.enabled else None
         self.handle.start()
         log.info("job %s: query started, first epoch on its way", jid)
-        unlisten = opening.nothing
+        tasks_moved, unlisten = None, opening.nothing
         if watchdog.enabled:
-            unlisten = listen(session, self.handle.query, watchdog)
-            log.debug(
-                "job %s: progress watchdog on, bound %.0f s",
-                jid,
-                watchdog.bound(self.handle.trigger_s),
+            tasks_moved, unlisten = opening.listen_progress(
+                self.stream, self.handle.query, watchdog
             )
         try:
             return supervise(
@@ -362,7 +354,7 @@ class AttemptRun:
                 signalled=self.signalled,
                 metrics=self.metrics,
                 watchdog=watchdog if watchdog.enabled else None,
-                tasks_moved=TaskProbe(session).moved,
+                tasks_moved=tasks_moved,
             )
         finally:
             unlisten()

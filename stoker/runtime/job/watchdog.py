@@ -132,12 +132,15 @@ class ProgressWatchdog:
 
     def probe_due(self) -> bool:
         """Whether to look at the running epoch's tasks now: an epoch runs, nothing else
-        moved for ``probe_after_s``, and the last look is that long ago."""
+        moved for ``probe_after_s`` (a quarter of the timeout when that is shorter), and the
+        last look is that long ago."""
         if not self.enabled or self._held or self._epoch is None:
             return False
+        # Two looks fit in the timeout however small it is: the first one is the reference.
+        every = min(self.probe_after_s, max(0.5, self.timeout_s / 4))
         now = self.clock()
         with self._lock:
-            if now - self._last < self.probe_after_s or now - self._probed < self.probe_after_s:
+            if now - self._last < every or now - self._probed < every:
                 return False
             self._probed = now
             return True

@@ -127,6 +127,16 @@ def test_tasks_are_looked_at_only_in_an_epoch_after_a_quiet_while_and_not_too_of
     assert not w.probe_due()
 
 
+def test_a_small_timeout_looks_at_tasks_often_enough_to_see_one_complete() -> None:
+    w, clock = watchdog(timeout=4.0, idle=1.0)
+    w.epoch_begun(2)
+    clock.advance(1.0)
+    assert w.probe_due()  # the reference look, a quarter of the timeout in
+    clock.advance(1.0)
+    assert w.probe_due()  # the look that can see a task completed: well inside the bound
+    assert w.overdue(0.0) is None
+
+
 def test_a_completed_task_keeps_a_slow_epoch_alive() -> None:
     w, clock = watchdog(timeout=30.0)
     w.epoch_begun(9)
