@@ -215,6 +215,12 @@ class JobFailed(StokerError):
     """The job's query stopped with an error."""
 
 
+class QueryStalled(JobFailed):
+    """The job's query made no progress for longer than ``stoker.progress_timeout``: no
+    epoch, no progress or idle event, no task completing (a Python process Spark waits on
+    without a timeout, say). The attempt fails (exit 8) and the restart strategy decides."""
+
+
 class JobSuspended(StokerError):
     """A signal (SIGTERM, SIGINT) stopped the run gracefully; the job is SUSPENDED, not ended:
     running the same command again resumes it."""

@@ -67,6 +67,10 @@ class Settings:
     # query runs at trigger 0, so control changes the interval without a query restart. False:
     # Spark's ProcessingTime trigger paces (a change of interval restarts the query).
     paced_trigger: bool = True
+    # The progress watchdog (runtime/job/watchdog.py): an attempt whose query shows no progress
+    # (no epoch, no progress or idle event, no task completing in an epoch) for this long, plus
+    # the trigger interval, fails so that the restart strategy starts the next one. 0: off.
+    progress_timeout: float = 300.0
 
     KEYS = (
         "trigger",
@@ -78,6 +82,7 @@ class Settings:
         "retention.time",
         "retention.interval",
         "paced_trigger",
+        "progress_timeout",
     )
 
     def with_overrides(self, overrides: dict[str, str]) -> Settings:
@@ -130,6 +135,11 @@ class Settings:
             if text not in ("true", "false", "1", "0"):
                 raise InvalidInput("stoker.paced_trigger", f"must be true or false, got {value!r}")
             return replace(self, paced_trigger=text in ("true", "1"))
+        if key == "progress_timeout":
+            text = str(value).strip().lower()
+            if text in ("off", "none"):
+                return replace(self, progress_timeout=0.0)
+            return replace(self, progress_timeout=parse_duration(value, "stoker.progress_timeout"))
         raise InvalidInput(
             f"stoker.{key}", "unknown stoker setting; known: " + ", ".join(self.KEYS)
         )

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from stoker.pipeline import Pipeline
+    from stoker.runtime.job.watchdog import ProgressWatchdog
     from stoker.store import Store
 
 log = logging.getLogger("stoker.epoch")
@@ -152,9 +153,22 @@ class EpochProcessor:
         # The FAIR scheduler pool of this job's Spark jobs (a job of an application shares
         # its driver's SparkSession with the others: one pool each, so none starves another).
         self.pool: str | None = None
+        # The attempt's progress watchdog (runtime/job/watchdog.py): told when an epoch begins
+        # and ends. None: not watched.
+        self.progress: ProgressWatchdog | None = None
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         logformat.bind(self.job, self.attempt, batch_id)  # Spark's callback thread: name it
+        progress = self.progress
+        if progress is not None:
+            progress.epoch_begun(batch_id)
+        try:
+            self._locked(df, batch_id)
+        finally:
+            if progress is not None:
+                progress.epoch_ended(batch_id, "ended" if self.error is None else "failed")
+
+    def _locked(self, df: DataFrame, batch_id: int) -> None:
         with self.epoch_lock:
             if self.stopping.is_set():
                 # Nothing of this epoch was written: it runs again when the job resumes.

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 MASTER = "local[2,8]"  # two cores, a task may fail 8 times: task retries are real
 MAX_STARTS = 40  # more driver (or manager) starts than this in one schedule: a restart loop
+# The drivers' progress watchdog (stoker.progress_timeout): well inside the runner's 180 s
+# without an epoch, so that a query that stalls is failed and restarted by stoker (the report
+# counts how often) before the runner calls the schedule stuck.
+PROGRESS_TIMEOUT = "60s"
 
 
 # What a driver may exit with under the nemesis: done, refused (a lost checkpoint), the job
@@ -51,6 +55,7 @@ class Local:
             raise Stuck(f"driver started {self.starts} times: a restart loop")
         state = run.job_state()
         args = ["-D", f"stoker.state_dir={run.state}", "-D", f"stoker.master={MASTER}"]
+        args += ["-D", f"stoker.progress_timeout={PROGRESS_TIMEOUT}"]
         if state in ("FAILED", "CANCELED"):
             args.append("--restart")  # a resubmission, or what an operator does after a failure
         log = run.base / f"driver-{self.starts + 1:02d}.log"
@@ -180,7 +185,7 @@ class Managed:
             "restart": restart,
             "job_id": self.run.schedule.workload.job,
             "entrypoint": str(self.run.app),
-            "conf": {"stoker.master": MASTER},
+            "conf": {"stoker.master": MASTER, "stoker.progress_timeout": PROGRESS_TIMEOUT},
             "restart_strategy": {"strategy": "fixed-delay", "attempts": 1000, "delay": 1},
         }
         deadline = time.monotonic() + 60

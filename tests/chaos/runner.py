@@ -30,6 +30,9 @@ from tests.support import APPS
 APP = APPS / "chaos_app.py"
 NO_PROGRESS = 180.0  # seconds without a committed epoch while the driver lives: stuck
 END_BY = 420.0  # seconds the job gets to end after the last fault
+# Seconds without an epoch after which the runner looks whether the job has anything left to
+# read (and then at most this often).
+DRAINED_AFTER = 15.0
 FILE_ID_BASE = 1_000_000
 
 
@@ -84,9 +87,16 @@ class Run:
             print(f"  {e}", flush=True)
 
     def expected_ids(self) -> set[int]:
+        return self._ids(self.schedule.workload.files)
+
+    def offered_ids(self) -> set[int]:
+        """The ids the job's input holds so far: the generator's and the files put."""
+        return self._ids(self.files_put)
+
+    def _ids(self, files: int) -> set[int]:
         w = self.schedule.workload
         ids = set(range(w.gen))
-        for n in range(w.files):
+        for n in range(files):
             ids |= set(range(FILE_ID_BASE + n * w.per_file, FILE_ID_BASE + (n + 1) * w.per_file))
         return ids
 
@@ -286,8 +296,15 @@ def lose_checkpoint(run: Run) -> str | None:
 
 # the schedule ------------------------------------------------------------------------------------
 def wait_epochs(run: Run, target: int) -> None:
-    """Until ``target`` epochs are committed (or the job ended), restarting ended drivers."""
+    """Until ``target`` epochs are committed (or the job ended), restarting ended drivers.
+
+    A job with an unbounded source whose input is all written (the generator drained, every
+    file put so far committed) runs no epoch until more input comes: it is idle, not stuck
+    (seed 7's "stuck" job was this: it waited for files the runner had not put yet). Then
+    the next file arrives, as the workload's ``files_arrive`` would put it; with none left
+    the step does not wait for epochs that cannot come."""
     last, since = run.committed(), time.monotonic()
+    looked = since
     while True:
         if not run.op.ensure():
             return
@@ -296,6 +313,20 @@ def wait_epochs(run: Run, target: int) -> None:
             return
         if n > last:
             last, since = n, time.monotonic()
+        now = time.monotonic()
+        if (
+            not run.schedule.workload.bounded
+            and min(now - since, now - looked) > DRAINED_AFTER
+            and not run.paused
+        ):
+            looked = now
+            if set(_sink_ids(run)) >= run.offered_ids():
+                arrived = put_file(run)
+                if arrived is None:
+                    run.log(f"input drained at {n} epochs, no file left: the step goes on")
+                    return
+                run.log(f"input drained at {n} epochs: {arrived}")
+                since = time.monotonic()
         if time.monotonic() - since > NO_PROGRESS:
             raise Stuck(
                 f"no epoch committed for {NO_PROGRESS:g}s (at {last}, waiting for {target})"
@@ -349,6 +380,7 @@ class Result:
     injected: dict[str, int]
     seconds: float
     starts: int
+    stalls: int = 0  # attempts the progress watchdog failed (stoker kept its promise)
 
     @property
     def ok(self) -> bool:
@@ -361,7 +393,9 @@ class Result:
         head = f"seed {self.schedule.seed}: {'ok' if self.ok else 'FAILED'}"
         lines = [
             f"{head} ({self.faults()} faults injected, {self.starts} driver starts, "
-            f"{self.seconds:.0f}s)"
+            f"{self.seconds:.0f}s"
+            + (f", {self.stalls} stalled attempts failed by the watchdog" if self.stalls else "")
+            + ")"
         ]
         if not self.ok:
             lines.append(self.schedule.describe())
@@ -380,6 +414,7 @@ class Result:
             "faults": self.faults(),
             "injected": self.injected,
             "starts": self.starts,
+            "stalls": self.stalls,
             "seconds": round(self.seconds, 1),
             "error": self.error,
             "violations": [] if self.verdict is None else self.verdict.violations,
@@ -444,6 +479,7 @@ def run_schedule(
             run.op.stop()
         if run.disk is not None:
             run.disk.close()
+        n_stalls = stalls(base)
         if pg is not None and error is None and not keep:
             for name in dbs:
                 with contextlib.suppress(Exception):
@@ -458,4 +494,17 @@ def run_schedule(
         run.injected,
         time.monotonic() - run.t0,
         0 if run.op is None else run.op.starts,
+        n_stalls,
     )
+
+
+def stalls(base: Path) -> int:
+    """How often a driver of the run said its progress watchdog failed its attempt."""
+    n = 0
+    for log in base.rglob("*.log"):
+        with contextlib.suppress(OSError):
+            n += sum(
+                "stoker.progress_timeout)" in line and "failing the attempt" in line
+                for line in log.read_text(errors="replace").splitlines()
+            )
+    return n

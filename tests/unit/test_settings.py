@@ -128,7 +128,7 @@ def test_unknown_stoker_key_names_the_key_and_the_known_ones() -> None:
     assert info.value.field == "stoker.nope"
     assert info.value.message == (
         "unknown stoker setting; known: trigger, state_dir, store, master, lease_ttl, "
-        "retention.epochs, retention.time, retention.interval, paced_trigger"
+        "retention.epochs, retention.time, retention.interval, paced_trigger, progress_timeout"
     )
 
 
@@ -139,7 +139,7 @@ def test_key_without_a_known_prefix_is_refused() -> None:
     assert info.value.message == (
         "unknown setting: use spark.<conf> or stoker.<key> with key one of "
         "trigger, state_dir, store, master, lease_ttl, retention.epochs, retention.time, "
-        "retention.interval, paced_trigger"
+        "retention.interval, paced_trigger, progress_timeout"
     )
 
 
@@ -211,3 +211,14 @@ def test_paced_trigger_is_a_boolean() -> None:
     with pytest.raises(InvalidInput) as info:
         Settings().with_overrides({"stoker.paced_trigger": "maybe"})
     assert info.value.field == "stoker.paced_trigger"
+
+
+def test_progress_timeout_is_a_duration_or_off() -> None:
+    assert Settings().progress_timeout == 300.0
+    assert Settings().with_overrides({"stoker.progress_timeout": "90s"}).progress_timeout == 90.0
+    assert Settings().with_overrides({"stoker.progress_timeout": "2m"}).progress_timeout == 120.0
+    for off in ("0", "off", "none"):
+        assert Settings().with_overrides({"stoker.progress_timeout": off}).progress_timeout == 0
+    with pytest.raises(InvalidInput) as info:
+        Settings().with_overrides({"stoker.progress_timeout": "soon"})
+    assert info.value.field == "stoker.progress_timeout"

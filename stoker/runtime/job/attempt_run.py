@@ -333,8 +333,15 @@ class AttemptRun:
             max_parallelism=self.max_par,
             output_mode=self.pipeline.output_mode,
         )
+        watchdog = opening.progress_watchdog(settings, self.stream)
+        self.proc.progress = watchdog if watchdog.enabled else None
         self.handle.start()
         log.info("job %s: query started, first epoch on its way", jid)
+        tasks_moved, unlisten = None, opening.nothing
+        if watchdog.enabled:
+            tasks_moved, unlisten = opening.listen_progress(
+                self.stream, self.handle.query, watchdog
+            )
         try:
             return supervise(
                 self.handle,
@@ -346,8 +353,11 @@ class AttemptRun:
                 ),
                 signalled=self.signalled,
                 metrics=self.metrics,
+                watchdog=watchdog if watchdog.enabled else None,
+                tasks_moved=tasks_moved,
             )
         finally:
+            unlisten()
             self.signals.settle()  # the attempt's end is recorded next: no signal breaks it off
 
     def _epoch_in_flight(self) -> int | None:

@@ -1,5 +1,5 @@
 """What an attempt opens around the query: Spark, the sources' stream, the watch of the
-driver's executors, the savepoint writer."""
+driver's executors, the progress watchdog and its signals, the savepoint writer."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from stoker.errors import InvalidPipeline, JobNotFound, JobTerminal
 from stoker.runtime import savepoint
 from stoker.runtime.job.plan import JobScope, spark_master
 from stoker.runtime.job.query import Savepointer, check_output_mode
+from stoker.runtime.job.spark_signals import TaskProbe, idle_interval_s, listen
+from stoker.runtime.job.watchdog import ProgressWatchdog
 from stoker.runtime.resources import ResourceWatch
 from stoker.runtime.session import get_session
 from stoker.settings import Settings
@@ -25,6 +27,7 @@ from stoker.types import Epoch, JobId
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
     from stoker.pipeline import Pipeline
 
@@ -58,6 +61,23 @@ def nothing() -> None:
 
 def no_resources() -> dict[str, Any] | None:
     return None
+
+
+def progress_watchdog(settings: Settings, stream: DataFrame) -> ProgressWatchdog:
+    """The attempt's progress watchdog (runtime/job/watchdog.py): ``stoker.progress_timeout``,
+    and the session's idle-event interval, below two of which its bound never goes."""
+    return ProgressWatchdog(
+        settings.progress_timeout, idle_interval_s=idle_interval_s(stream.sparkSession)
+    )
+
+
+def listen_progress(
+    stream: DataFrame, query: StreamingQuery, watchdog: ProgressWatchdog
+) -> tuple[Callable[[StreamingQuery], bool], Callable[[], None]]:
+    """Feed ``watchdog`` the query's progress and idle events: (whether a task of the epoch
+    running completed since the last call, the call that stops the feed)."""
+    session = stream.sparkSession
+    return TaskProbe(session).moved, listen(session, query, watchdog)
 
 
 def watch_resources(

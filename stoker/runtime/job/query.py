@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stoker import checkpoint_layout
-from stoker.errors import InvalidPipeline, JobFailed, StaleAttempt
+from stoker.errors import InvalidPipeline, JobFailed, QueryStalled, StaleAttempt
 from stoker.runtime.epoch import EpochProcessor, all_sources_finished
 from stoker.runtime.job.signals import StopNow
 from stoker.store.records import ControlEvent, ControlSnapshot
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from stoker.runtime.attempt import LeaseKeeper
+    from stoker.runtime.job.watchdog import ProgressWatchdog
     from stoker.runtime.metrics import EpochMetrics
     from stoker.store import Store
 
@@ -144,6 +145,8 @@ class QueryHandle:
             self.output_mode,
         )
         self.held = False
+        if self.proc.progress is not None:
+            self.proc.progress.saw("the query started")
 
     def stop_between_epochs(self) -> None:
         """The epoch in flight completes and commits (with Spark's commit log); then stop."""
@@ -208,12 +211,16 @@ def supervise(
     savepoint: Savepointer | None = None,
     signalled: Callable[[], bool] = lambda: False,
     metrics: EpochMetrics | None = None,
+    watchdog: ProgressWatchdog | None = None,
+    tasks_moved: Callable[[StreamingQuery], bool] | None = None,
 ) -> JobState:
     """Wait for the query to end: final epoch committed, stop asked for, fenced, or failed.
 
     A cancel stops the query gracefully and ends CANCELED; a signal likewise, SUSPENDED; a
     savepoint with stop, FINISHED. ``metrics``: each epoch's cost and backlog are recorded
-    from the query's progress as the epochs end.
+    from the query's progress as the epochs end. ``watchdog``: a query without progress for
+    longer than its bound fails the attempt (:class:`QueryStalled`); ``tasks_moved`` tells it
+    whether a task of the epoch running completed since the last call.
     """
     proc, checkpoint = handle.proc, handle.checkpoint
     try:
@@ -235,6 +242,8 @@ def supervise(
                 raise StaleAttempt(lease.fenced)
             if not handle.held and not query.isActive:
                 return _ended(query, proc, checkpoint)
+            if watchdog is not None:
+                _watch(handle, watchdog, tasks_moved)
             if signalled():
                 return _stop(handle, JobState.SUSPENDED)
             if proc.stopping.is_set():
@@ -254,6 +263,32 @@ def supervise(
         raise
     except KeyboardInterrupt:  # not through _StopSignals (run() off the main thread)
         return _stop(handle, JobState.SUSPENDED)
+
+
+def _watch(
+    handle: QueryHandle,
+    watchdog: ProgressWatchdog,
+    tasks_moved: Callable[[StreamingQuery], bool] | None,
+) -> None:
+    """Fail the attempt when the query has made no progress for longer than its bound.
+
+    The query is abandoned, not stopped and waited for: whatever holds it (a Python process
+    that does not answer) may hold a stop as well. The epoch in flight, if any, never reached
+    its commit point (the attempt's end fences it off) and runs again in the next attempt."""
+    watchdog.hold(handle.held)
+    if tasks_moved is not None and watchdog.probe_due() and tasks_moved(handle.query):
+        watchdog.saw(f"a task of epoch {watchdog.epoch} completed")
+    stall = watchdog.overdue(handle.trigger_s)
+    if stall is None:
+        return
+    what = stall.describe()
+    log.error(
+        "job %s: %s; failing the attempt, its restart strategy decides what next",
+        handle.jid,
+        what,
+    )
+    abandon(handle)
+    raise QueryStalled(f"job {handle.jid!r}: {what}")
 
 
 def abandon(handle: QueryHandle) -> None:

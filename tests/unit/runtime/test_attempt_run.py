@@ -12,6 +12,7 @@ import pytest
 from stoker.errors import CheckpointBehind, InvalidSink, JobFailed, StaleAttempt
 from stoker.runtime.job import attempt_run, opening
 from stoker.runtime.job.plan import RunOptions, plan_job
+from stoker.runtime.job.watchdog import ProgressWatchdog
 from stoker.runtime.launch import LaunchContext
 from stoker.store import Owner, open_store
 from stoker.types import AttemptNo, AttemptState, Epoch, JobId, JobState
@@ -32,6 +33,7 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(opening, "start_spark", lambda *a: object())
     monkeypatch.setattr(opening, "open_sources", lambda *a: object())
     monkeypatch.setattr(opening, "watch_resources", lambda *a: (None, opening.nothing))
+    monkeypatch.setattr(opening, "progress_watchdog", lambda *a: ProgressWatchdog(0.0))
     monkeypatch.setattr(attempt_run, "QueryHandle", FakeHandle)
 
     def supervise(*args: Any, **kwargs: Any) -> JobState:
