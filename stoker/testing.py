@@ -79,6 +79,23 @@ _PLAN = _planned()
 _STOPPED: set[str] = set()  # sigstop faults fire once per process
 
 
+def _group_members(pgid: int) -> list[int]:
+    """The pids of process group ``pgid``, read from /proc (this module imports nothing of
+    stoker's: it runs in Spark's Python workers too)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid:  # state, ppid, pgrp after the name
+            found.append(int(entry.name))
+    return found
+
+
 def fault_point(step: str, epoch: int = -1) -> None:
     """Die here if a crash at (step, epoch) was asked for."""
     if not _PLAN:
@@ -90,9 +107,7 @@ def fault_point(step: str, epoch: int = -1) -> None:
         sys.stderr.flush()
         pid = os.getpid()
         if os.getpgid(0) == pid:  # the JVM and the Python workers first
-            from stoker.procs import group_pids
-
-            for other in group_pids(pid):
+            for other in _group_members(pid):
                 if other != pid:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(other, signal.SIGSTOP)
