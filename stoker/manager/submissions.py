@@ -17,6 +17,7 @@ from stoker.manager.state import keep_max_parallelism
 from stoker.manager.submit import (
     ASSIGNED_STATE_DIR,
     check_savepoint_source,
+    savepoint_uid,
     spec_difference,
     validate_submission,
 )
@@ -72,7 +73,7 @@ class JobSubmissions:
             scaling,
             rewrite_output_after_savepoint,
         )
-        job, created = self.store.create_job(name, name, spec, start)
+        job, created = self.store.create_job(name, name, spec, start, uid=savepoint_uid(spec))
         return settle(self.store, name, spec, job, created, restart)
 
     async def submit_async(
@@ -94,7 +95,9 @@ class JobSubmissions:
         omitted id (a child process reads the pipeline's name), a restart and a scaling spec
         to store run in a thread.
         """
-        if jid is None or config:  # a child process reads the app's pipeline
+        # A child process reads the app's pipeline; a restore is made under the savepoint's
+        # uid (rare: not worth a place in the group commit).
+        if jid is None or config or from_savepoint is not None:
             return await asyncio.to_thread(
                 self.submit,
                 jid,

@@ -117,6 +117,24 @@ def check_savepoint_source(folder: str, allowed_dirs: list[Path]) -> str:
     return str(path)
 
 
+def savepoint_uid(spec: dict[str, Any]) -> str | None:
+    """The uid of the job whose savepoint ``spec`` starts from (None: not a restore, or a
+    manifest without one). A restored job goes on with that job's outputs, which its sinks know
+    by its uid: created under it, a second restore from the same savepoint finds the first
+    one's epochs in the sinks and is refused (the runtime's restore checks)."""
+    import json
+
+    folder = spec.get("from_savepoint")
+    if not folder:
+        return None
+    try:
+        manifest = json.loads((Path(folder) / SAVEPOINT_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None  # checked when submitted; the driver reports it if it went since
+    uid = manifest.get("uid") if isinstance(manifest, dict) else None
+    return uid if isinstance(uid, str) and uid else None
+
+
 def validate_submission(
     entrypoint: str,
     args: list[str],

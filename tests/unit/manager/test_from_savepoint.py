@@ -79,3 +79,33 @@ def test_rewrite_output_goes_with_a_savepoint_into_the_spec_and_the_drivers_envi
     assert launch.REWRITE_OUTPUT_ENV == processes.REWRITE_OUTPUT_ENV
     plain = processes.driver_argv("j", 1, "sqlite:///x.db", tmp_path, app, [], {}, 10.0, "/s")
     assert processes.REWRITE_OUTPUT_ENV not in plain.env
+
+
+def test_a_job_submitted_from_a_savepoint_is_made_with_the_savepoints_uid(
+    tmp_path: Path,
+) -> None:
+    """The restored job goes on with the savepoint's job's outputs: the sinks know them by that
+    uid, so a second restore from the same savepoint finds the first one's epochs and is
+    refused. The manager made the record with a fresh uid, which the driver then kept (chaos
+    seed 118: a second restore wrote 800 ids twice)."""
+    import asyncio
+
+    from stoker.manager.submissions import JobSubmissions
+    from stoker.store import open_store
+
+    app = tmp_path / "app.py"
+    app.write_text("")
+    sp = tmp_path / "sp"
+    sp.mkdir()
+    manifest = {"format": 1, "job_id": "a", "epoch": 3, "uid": "4f1c0ffee"}
+    (sp / "_savepoint.json").write_text(json.dumps(manifest))
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        subs = JobSubmissions(store, [tmp_path.resolve()], tmp_path / "jobs")
+        b = subs.submit("b", str(app), from_savepoint=str(sp)).job
+        c = asyncio.run(subs.submit_async("c", str(app), from_savepoint=str(sp))).job
+        d = subs.submit("d", str(app)).job
+    finally:
+        store.close()
+    assert b.uid == c.uid == "4f1c0ffee"
+    assert d.uid and d.uid != "4f1c0ffee"  # a job of its own: a fresh uid
