@@ -9,6 +9,9 @@ CHAOS_FILES_IN   an unbounded files source (JSON lines, column id) read beside t
 CHAOS_OUT        the files sink's folder
 CHAOS_PG_DSN     a PostgreSQL sink (table CHAOS_PG_TABLE) when set
 CHAOS_TRIGGER    the trigger interval (default 200ms)
+
+A restore from a savepoint (the harness's ``savepoint_restore``) runs a changed copy of this
+file that tests/chaos/runner.py writes: its transform goes just before ``@p.on_control``.
 """
 
 import os

@@ -64,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", type=int, default=20, help="faults drawn per schedule")
     ap.add_argument("--kinds", default="", help="only these fault kinds, e.g. worker_kill,pause")
     ap.add_argument("--drop", default="", help="steps left out of the schedule, e.g. 3,7")
+    ap.add_argument(
+        "--without-added-kinds",
+        action="store_true",
+        help="the schedules as drawn before savepoint_restore, rescale and the cluster workload "
+        "existed (the recorded runs of docs/chaos-runs)",
+    )
     ap.add_argument("--minimise", action="store_true", help="shrink a failing schedule")
     ap.add_argument("--out", default=None, help="append one JSON line per schedule here")
     ap.add_argument("--keep", action="store_true", help="keep every run's folder")
@@ -79,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for seed in seeds:
             allow = set(args.kinds.split(",")) if args.kinds else None
-            schedule = generate(seed, args.faults, allow=allow)
+            schedule = generate(seed, args.faults, allow=allow, added=not args.without_added_kinds)
             if args.drop:
                 schedule = schedule.without({int(i) for i in args.drop.split(",")})
             print(f"--- {schedule.describe().splitlines()[0]}", flush=True)

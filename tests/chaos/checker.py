@@ -1,17 +1,23 @@
 """The checker: what must hold at the end of every schedule, read from the sinks, the store,
 PostgreSQL's prepared transactions and the process table, as a user or an operator reads them.
 
-- every input id exactly once in every sink (none lost, none twice);
+- every input id exactly once in every sink (none lost, none twice), across every job id
+  of the run (a restore from a savepoint starts a new job on the same sinks);
 - nothing left prepared in PostgreSQL, nothing staged in a files sink, no PREPARED sink
-  transaction and no epoch short of COMMITTED in the store;
-- the job in the state its workload ends in (FINISHED, or CANCELED for an unbounded one);
+  transaction and no epoch short of COMMITTED in the store, for every job of the run;
+- each job in the state it ends in: one stopped with a savepoint FINISHED at the savepoint's
+  epoch, the job restored from it going on at the next epoch with the same uid; the last job
+  FINISHED (CANCELED for an unbounded workload);
 - control versions strictly increasing, epochs' pinned versions never going back, and no
   REJECTED pause or config in effect;
-- no process of the run left behind.
+- no process of the run left behind (on a cluster: no executor of the run once its driver
+  ended; the runner then stops the cluster and checks that nothing of it is left);
+- nothing else the runner found on the way (:attr:`Run.problems`).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from collections import Counter
@@ -65,7 +71,6 @@ def processes_of(marker: str) -> list[int]:
 
 
 def check(run: Run) -> Verdict:
-    from stoker.types import ControlKind, ControlStatus, EpochState, TxnState
     from tests.support import wait_for
     from tests.support.sinks import file_sink_ids, pg_ids, pg_prepared
 
@@ -84,37 +89,69 @@ def check(run: Run) -> Verdict:
         if left:
             v.add(f"postgres sink: {len(left)} transactions left prepared {left[:3]}")
 
-    def look(st: Any) -> dict[str, Any]:
-        job = st.get_job(w.job)
-        return {
-            "job": job,
-            "epochs": st.list_epochs(w.job, 100_000),
-            "txns": st.list_txns(w.job, TxnState.PREPARED),
-            "controls": st.list_controls(w.job, limit=100_000),
-            "snapshot": st.control_snapshot(w.job),
-        }
-
-    seen = run.read(look)
-    if seen is None:
-        v.add("store: could not be read at the end")
-        return v
-    expected_state = "FINISHED" if w.bounded else "CANCELED"
-    if str(seen["job"].state) != expected_state:
-        v.add(f"job is {seen['job'].state}, expected {expected_state}: {seen['job'].last_error}")
-    short = [
-        (int(e.epoch), str(e.state)) for e in seen["epochs"] if e.state != EpochState.COMMITTED
-    ]
-    if short:
-        v.add(f"store: epochs not COMMITTED {short[:5]}")
-    if seen["txns"]:
-        v.add(f"store: sink transactions still PREPARED {seen['txns'][:3]}")
-    _control_checks(seen, v, ControlKind, ControlStatus)
+    for what in run.problems:
+        v.add(what)
+    for i, jid in enumerate(run.jobs):
+        last = i == len(run.jobs) - 1
+        expected = ("FINISHED" if w.bounded else "CANCELED") if last else "FINISHED"
+        _check_job(run, jid, expected, v)
+    _check_switches(run, v)
     # Processes: the last driver has exited; its JVM and workers go with it (give them a moment).
     try:
         wait_for("no process of the run left", lambda: not processes_of(run.marker), 30)
     except AssertionError:
         v.add(f"processes left behind: {processes_of(run.marker)}")
     return v
+
+
+def _check_job(run: Run, jid: str, expected: str, v: Verdict) -> None:
+    """One job of the run, as the store holds it at the end."""
+    from stoker.types import ControlKind, ControlStatus, EpochState, TxnState
+
+    def look(st: Any) -> dict[str, Any]:
+        return {
+            "job": st.get_job(jid),
+            "epochs": st.list_epochs(jid, 100_000),
+            "txns": st.list_txns(jid, TxnState.PREPARED),
+            "controls": st.list_controls(jid, limit=100_000),
+            "snapshot": st.control_snapshot(jid),
+        }
+
+    seen = run.read(look)
+    if seen is None:
+        v.add(f"store: job {jid} could not be read at the end")
+        return
+    if str(seen["job"].state) != expected:
+        v.add(f"job {jid} is {seen['job'].state}, expected {expected}: {seen['job'].last_error}")
+    short = [
+        (int(e.epoch), str(e.state)) for e in seen["epochs"] if e.state != EpochState.COMMITTED
+    ]
+    if short:
+        v.add(f"store: epochs of {jid} not COMMITTED {short[:5]}")
+    if seen["txns"]:
+        v.add(f"store: sink transactions of {jid} still PREPARED {seen['txns'][:3]}")
+    _control_checks(seen, v, ControlKind, ControlStatus)
+
+
+def _check_switches(run: Run, v: Verdict) -> None:
+    """Across each stop-with-savepoint and restore: the old job ended at the savepoint's
+    epoch, the new one began at the next with the old one's uid."""
+
+    def look(st: Any, jid: str) -> tuple[str, list[int]]:
+        return str(st.get_job(jid).uid), sorted(int(e.epoch) for e in st.list_epochs(jid, 100_000))
+
+    for s in run.switches:
+        old = run.read(functools.partial(look, jid=s.old))
+        new = run.read(functools.partial(look, jid=s.new))
+        if old is None or new is None:
+            v.add(f"store: {s.old} or {s.new} could not be read at the end")
+            continue
+        if not old[1] or old[1][-1] != s.cut:
+            v.add(f"{s.old} stopped with a savepoint at epoch {s.cut}, its last is {old[1][-1:]}")
+        if new[1] and new[1][0] != s.cut + 1:
+            v.add(f"{s.new} restored from epoch {s.cut} began at epoch {new[1][0]}")
+        if old[0] != new[0]:
+            v.add(f"{s.new} has uid {new[0]}, its savepoint's job {s.old} {old[0]}")
 
 
 def _control_checks(seen: dict[str, Any], v: Verdict, kinds: Any, statuses: Any) -> None:

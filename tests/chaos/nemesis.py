@@ -15,8 +15,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from stoker.store import ClusterProcess
 from tests.pg import ThrowawayPostgres
-from tests.support.procs import Proc, process_tree
+from tests.support.procs import Proc, process_tree, processes
 
 
 def _group(driver: int) -> set[Proc]:
@@ -36,11 +37,13 @@ def python_workers(driver: int) -> list[Proc]:
     return [p for p in group if p.ppid in daemons and "pyspark.daemon" in p.argv]
 
 
-def kill_worker(driver: int, rng: random.Random) -> str | None:
-    """SIGKILL one Python worker; Spark fails the task it runs and retries it."""
+def kill_worker(driver: int, rng: random.Random, cluster: SparkCluster | None = None) -> str | None:
+    """SIGKILL one Python worker (the driver's, or on a cluster also its executors'); Spark
+    fails the task it runs and retries it."""
     deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline:
-        workers = sorted(python_workers(driver), key=lambda p: p.pid)
+        found = python_workers(driver) + (cluster.python_workers() if cluster else [])
+        workers = sorted(found, key=lambda p: p.pid)
         if workers:
             w = rng.choice(workers)
             with contextlib.suppress(ProcessLookupError):
@@ -145,6 +148,149 @@ class SmallDisk:
 
     def close(self) -> None:
         subprocess.run(["umount", "-l", str(self.path)], check=False)
+
+
+class SparkCluster:
+    """A Spark standalone master and two one-core workers on 127.0.0.2 and 127.0.0.3, started
+    by stoker's own cluster code (as tests/cluster.py does, every JVM by ``spark-class``, each
+    leading a process group of its own): the driver runs on it with
+    ``-D stoker.master=spark://...`` and the nemesis kills its executors and workers.
+
+    The daemons run without the run's marker (stoker scrubs ``STOKER_*`` from them); the
+    executors get it back through ``spark.executorEnv``, so the checker's "no process of the
+    run left" covers them and their Python workers. Every JVM ever started is recorded, and
+    :meth:`left` says what of their groups is still there after :meth:`stop`."""
+
+    WORKERS = 2
+
+    def __init__(self, folder: Path) -> None:
+        from stoker.manager.clusters import ClusterSpec
+
+        self.folder = folder
+        self.spec = ClusterSpec("standalone", workers=self.WORKERS, cores=1, memory="1g")
+        self.reported: list[ClusterProcess] = []
+        self.master_url = ""
+        self.web_url = ""
+        self.workers: dict[str, ClusterProcess] = {}  # by address: the live one of each host
+
+    def start(self) -> None:
+        from stoker.manager.clusters import start_standalone
+
+        started = start_standalone("chaos", self.spec, self.folder, on_process=self.reported.append)
+        self.master_url, self.web_url = started.master_url, started.web_url
+        self.workers = {p.address: p for p in started.processes if p.role == "worker"}
+
+    def driver_conf(self, marker: str) -> dict[str, str]:
+        """``-D`` settings of a driver on this cluster."""
+        from stoker.manager.clusters import app_conf
+
+        return {
+            "stoker.master": self.master_url,
+            "spark.driver.host": "127.0.0.1",  # the workers are on loopback addresses
+            **app_conf(self.spec),  # executors as large as a worker; decommissioning on
+            "spark.executorEnv.STOKER_CHAOS_RUN": marker,
+        }
+
+    def _members(self) -> list[Proc]:
+        from stoker.manager.clusters.jvm import group_left
+
+        pids = {pid for w in self.workers.values() for pid in group_left(w)}
+        return [p for p in processes() if p.pid in pids]
+
+    def executors(self) -> list[Proc]:
+        """The executor JVMs running under the workers now."""
+        return sorted(
+            (
+                p
+                for p in self._members()
+                if any("CoarseGrainedExecutorBackend" in a for a in p.argv)
+            ),
+            key=lambda p: p.pid,
+        )
+
+    def python_workers(self) -> list[Proc]:
+        """The executors' Python task workers (children of their ``pyspark.daemon``)."""
+        members = self._members()
+        daemons = {p.pid for p in members if "pyspark.daemon" in p.argv}
+        return [p for p in members if p.ppid in daemons and "pyspark.daemon" in p.argv]
+
+    def _executor(self, rng: random.Random) -> Proc | None:
+        deadline = time.monotonic() + 30.0  # after a start or a kill, a new one comes
+        while time.monotonic() < deadline:
+            found = self.executors()
+            if found:
+                return rng.choice(found)
+            time.sleep(0.2)
+        return None
+
+    def kill_executor(self, rng: random.Random) -> str | None:
+        """SIGKILL one executor JVM (its Python workers see their stdin close and exit):
+        Spark loses its tasks and blocks, and the master starts another executor."""
+        e = self._executor(rng)
+        if e is None:
+            return None
+        of = len(self.executors())
+        try:
+            os.kill(e.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return None
+        return f"SIGKILL executor JVM {e.pid} (of {of})"
+
+    def stall_executor(self, rng: random.Random, seconds: float) -> str | None:
+        e = self._executor(rng)
+        return None if e is None else stall(e.pid, seconds, "executor JVM")
+
+    def kill_worker(self, rng: random.Random, seconds: float) -> str | None:
+        """SIGKILL one worker's process group (a host lost: the worker, its executor and their
+        Python workers), then, ``seconds`` later, a worker started again on that address."""
+        from stoker.manager.clusters.jvm import check_gone, signal_group, spark_home, wait_gone
+        from stoker.manager.clusters.start import await_workers, fill_worker_ports, spawn_worker
+
+        address = rng.choice(sorted(self.workers))
+        target = self.workers[address]
+        signal_group(target, signal.SIGKILL)
+        wait_gone([target], 30.0)
+        check_gone([target], f"worker {target.id}")
+        time.sleep(seconds)
+        home = spark_home()
+        octet = int(address.rsplit(".", 1)[1])
+        launch = spawn_worker(
+            home,
+            self.folder,
+            self.master_url,
+            octet,
+            self.spec.cores,
+            self.spec.memory,
+            self.reported.append,
+        )
+        launches = [launch]
+        await_workers(
+            "chaos",
+            home,
+            self.folder,
+            self.master_url,
+            self.web_url,
+            launches,
+            self.reported.append,
+            time.monotonic() + 120.0,
+        )
+        fill_worker_ports(self.web_url, launches)
+        self.workers[address] = launches[0].info
+        return (
+            f"SIGKILL worker group {target.pid} ({address}); {seconds:g}s later a worker "
+            f"started again there (pid {launches[0].info.pid})"
+        )
+
+    def stop(self) -> None:
+        from stoker.manager.clusters import stop_processes
+
+        stop_processes(self.reported)
+
+    def left(self) -> list[int]:
+        """Live pids of the groups of every JVM the cluster ever had."""
+        from stoker.manager.clusters.jvm import group_left
+
+        return sorted({pid for p in self.reported for pid in group_left(p)})
 
 
 def can_mount() -> bool:

@@ -17,12 +17,18 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tests.chaos.checker import processes_of
+from tests.chaos.nemesis import term_driver
 from tests.support.core import REPO, stoker_cmd
 
 if TYPE_CHECKING:
     from tests.chaos.runner import Run
 
-MASTER = "local[2,8]"  # two cores, a task may fail 8 times: task retries are real
+# Two cores, a task may fail 8 times: task retries are real. A rescale switches between these
+# (the job's parallelism, a Flink user would say); on a cluster between all its cores (two
+# one-core executors) and one.
+MASTERS = ("local[2,8]", "local[3,8]")
+CLUSTER_CORES = (None, "1")
+GRACEFUL_STOP = 300.0  # seconds a graceful stop (its epoch in flight commits) may take
 MAX_STARTS = 40  # more driver (or manager) starts than this in one schedule: a restart loop
 # The drivers' progress watchdog (stoker.progress_timeout): well inside the runner's 180 s
 # without an epoch, so that a query that stalls is failed and restarted by stoker (the report
@@ -41,6 +47,26 @@ class Stuck(Exception):
     """The job made no progress, or its drivers kept ending: a failure of the schedule."""
 
 
+def cli(run: Run, *args: str, timeout: float = 300.0) -> tuple[int, str]:
+    """The stoker CLI once, in the run's environment: (exit code, what it printed)."""
+    try:
+        done = subprocess.run(
+            stoker_cmd(*args),
+            env={**os.environ, **run.env()},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=str(REPO),
+        )
+    except subprocess.TimeoutExpired as e:
+        said = [
+            x.decode(errors="replace") if isinstance(x, bytes) else x or ""
+            for x in (e.stdout, e.stderr)
+        ]
+        return -1, f"timed out after {timeout:g}s: {''.join(said)}"
+    return done.returncode, done.stdout + done.stderr
+
+
 class Local:
     def __init__(self, run: Run) -> None:
         self.run = run
@@ -48,14 +74,29 @@ class Local:
         self.starts = 0
         self.exits: list[int] = []
         self.unexpected: list[str] = []
+        self.level = 0  # which of MASTERS (CLUSTER_CORES on a cluster): a rescale moves it
+
+    def settings(self) -> dict[str, str]:
+        """The ``-D`` settings of the driver now: its state folder and where Spark runs."""
+        run = self.run
+        out = {"stoker.state_dir": str(run.state), "stoker.progress_timeout": PROGRESS_TIMEOUT}
+        if run.cluster is None:
+            return {**out, "stoker.master": MASTERS[self.level]}
+        out.update(run.cluster.driver_conf(run.marker))
+        cores = CLUSTER_CORES[self.level]
+        return {**out, "spark.cores.max": cores} if cores else out
 
     def start(self) -> None:
         run = self.run
         if self.starts >= MAX_STARTS:
             raise Stuck(f"driver started {self.starts} times: a restart loop")
         state = run.job_state()
-        args = ["-D", f"stoker.state_dir={run.state}", "-D", f"stoker.master={MASTER}"]
-        args += ["-D", f"stoker.progress_timeout={PROGRESS_TIMEOUT}"]
+        args = [a for k, v in self.settings().items() for a in ("-D", f"{k}={v}")]
+        if run.job != run.schedule.workload.job:
+            args += ["--job-id", run.job]
+        if run.from_savepoint:
+            # The same command each time: a state folder restored from this savepoint resumes.
+            args += ["--from-savepoint", run.from_savepoint]
         if state in ("FAILED", "CANCELED"):
             args.append("--restart")  # a resubmission, or what an operator does after a failure
         log = run.base / f"driver-{self.starts + 1:02d}.log"
@@ -121,8 +162,50 @@ class Local:
     def wait_exit(self, deadline: float) -> None:
         while self.proc is not None and self.proc.poll() is None:
             if time.monotonic() > deadline:
-                raise Stuck("the driver did not exit after cancel")
+                raise Stuck("the driver did not exit after a cancel or stop")
             time.sleep(0.2)
+
+    def cli(self, *args: str) -> tuple[int, str]:
+        return cli(self.run, *args, "--store", self.run.store_url)
+
+    def restore(self) -> str:
+        """The new job's first start, from the savepoint (``run`` names both)."""
+        self.start()
+        return f"stoker run {self.run.app.name} --job-id {self.run.job} --from-savepoint"
+
+    def graceful_stop(self) -> str | None:
+        """SIGTERM to the driver, as ``systemctl stop`` or Ctrl-C: its epoch in flight
+        commits and the job is left SUSPENDED (exit 13). The job's state once it exited."""
+        d = self.driver()
+        if d is None or term_driver(d) is None:
+            return None
+        self.wait_exit(time.monotonic() + GRACEFUL_STOP)
+        self._reap()
+        return self.run.job_state()
+
+    def repartition(self, partitions: int) -> tuple[int, str]:
+        run = self.run
+        return cli(
+            run,
+            "state",
+            "repartition",
+            run.job,
+            str(partitions),
+            "--store",
+            run.store_url,
+            "--state-dir",
+            str(run.state),
+            "--json",
+            timeout=900.0,
+        )
+
+    def start_rescaled(self) -> str:
+        """The same command with the other parallelism."""
+        self.level = 1 - self.level
+        self.start()
+        if self.run.cluster is None:
+            return f"started again on {MASTERS[self.level]}"
+        return f"started again with spark.cores.max={CLUSTER_CORES[self.level] or 'all (2)'}"
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -149,6 +232,7 @@ class Managed:
         self.exits: list[int] = []
         self.unexpected: list[str] = []
         self.submitted = False
+        self.level = 0  # which of MASTERS: a rescale moves it
 
     def _start_manager(self, i: int) -> None:
         from tests.support.manager import Manager
@@ -181,13 +265,18 @@ class Managed:
         return "submitted again with restart"
 
     def _submit(self, restart: bool = False) -> None:
-        body = {
+        body: dict[str, Any] = {
             "restart": restart,
-            "job_id": self.run.schedule.workload.job,
+            "job_id": self.run.job,
             "entrypoint": str(self.run.app),
-            "conf": {"stoker.master": MASTER, "stoker.progress_timeout": PROGRESS_TIMEOUT},
+            "conf": {
+                "stoker.master": MASTERS[self.level],
+                "stoker.progress_timeout": PROGRESS_TIMEOUT,
+            },
             "restart_strategy": {"strategy": "fixed-delay", "attempts": 1000, "delay": 1},
         }
+        if self.run.from_savepoint:
+            body["from_savepoint"] = self.run.from_savepoint
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for m in self.managers:
@@ -232,8 +321,55 @@ class Managed:
     def wait_exit(self, deadline: float) -> None:
         while self.driver() is not None:
             if time.monotonic() > deadline:
-                raise Stuck("the driver did not exit after cancel")
+                raise Stuck("the driver did not exit after a cancel or stop")
             time.sleep(0.3)
+
+    def reap(self) -> None:
+        """The managers reap their drivers."""
+
+    def live(self) -> list[Any]:
+        return [m for m in self.managers if m is not None and m.proc.poll() is None]
+
+    def cli(self, *args: str) -> tuple[int, str]:
+        """The CLI against a job manager (``--server``): the leader, else the other."""
+        rc, out = -1, "no manager answers"
+        leader = self.leader()
+        for m in sorted(self.live(), key=lambda m: m is not leader):
+            rc, out = cli(self.run, *args, "--server", m.url)
+            if rc == 0:
+                break
+        return rc, out
+
+    def restore(self) -> str:
+        """The new job submitted over REST with ``from_savepoint``."""
+        self._submit()
+        return f"submitted {self.run.job} from the savepoint over REST"
+
+    def graceful_stop(self) -> str | None:
+        """Cancel (the epoch in flight commits): the managers' way to stop a job and keep
+        it restartable from its checkpoint. The job's state once its driver exited."""
+        from stoker.manager.jobs import cancel
+
+        run = self.run
+        if run.read(lambda st: cancel(st, run.job)) is None:
+            return None
+        deadline = time.monotonic() + GRACEFUL_STOP
+        while run.job_state() not in ("CANCELED", "FINISHED", "FAILED"):
+            if time.monotonic() > deadline:
+                raise Stuck(f"cancel did not end the job (state {run.job_state()})")
+            time.sleep(0.3)
+        self.wait_exit(deadline)
+        return run.job_state()
+
+    def repartition(self, partitions: int) -> tuple[int, str]:
+        """``POST /v1/jobs/{id}/state/repartition`` (``stoker state repartition --server``)."""
+        return self.cli("state", "repartition", self.run.job, str(partitions), "--json")
+
+    def start_rescaled(self) -> str:
+        """Submitted again (restart) with the other master: the job's spec takes it."""
+        self.level = 1 - self.level
+        self._submit(restart=True)
+        return f"submitted again (restart) on {MASTERS[self.level]}"
 
     def manager_fault(self, kind: str, seconds: float) -> str | None:
         m = self.leader()

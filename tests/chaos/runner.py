@@ -6,6 +6,12 @@ driver that ends is started again with the same command (``--restart`` when the 
 FAILED, which a sink server down or a full disk may cause); a pause is followed by a resume;
 at the end the rate limit is lifted, and a job with an unbounded source is cancelled once
 every input id is committed.
+
+A ``savepoint_restore`` changes the job's id: the job is stopped with a savepoint and a job
+``<job>-r<k>`` started from it with changed code (the k-th version of the app, written into
+the run's folder). From then on the runner follows the new job (its own state folder, the
+same store and sinks); :attr:`Run.jobs` lists every id in order and :attr:`Run.switches`
+each switch, which the checker verifies across.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from tests.chaos.schedule import Schedule, Step, fmt_step
 from tests.support import APPS
 
 APP = APPS / "chaos_app.py"
+# Where a restored job's changed code goes into the app's text (before the control handler).
+CHANGE_AT = '@p.on_control("poke")'
 NO_PROGRESS = 180.0  # seconds without a committed epoch while the driver lives: stuck
 END_BY = 420.0  # seconds the job gets to end after the last fault
 # Seconds without an epoch after which the runner looks whether the job has anything left to
@@ -43,6 +51,16 @@ class Event:
 
     def __str__(self) -> str:
         return f"{self.at:7.1f}s {self.what}"
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A stop-with-savepoint of ``old`` at epoch ``cut`` and ``new`` started from it."""
+
+    old: str
+    new: str
+    cut: int
+    savepoint: str
 
 
 @dataclass
@@ -62,11 +80,23 @@ class Run:
     sink_dsn: str = ""
     store_url: str = ""
     marker: str = ""
+    cluster: nemesis.SparkCluster | None = None
+    job: str = ""  # the job the runner follows now (a restore from a savepoint changes it)
+    jobs: list[str] = field(default_factory=list)  # every job id of the run, in order
+    switches: list[Switch] = field(default_factory=list)
+    from_savepoint: str | None = None  # the folder the current job starts from, if any
+    problems: list[str] = field(default_factory=list)  # what the checker reports as found
+
+    def __post_init__(self) -> None:
+        self.job = self.job or self.schedule.workload.job
+        self.jobs = self.jobs or [self.job]
 
     # the world -------------------------------------------------------------------------------
     @property
     def state(self) -> Path:
-        return self.base / "state"
+        """The current job's state folder (a restored job has one of its own)."""
+        k = len(self.switches)
+        return self.base / ("state" if k == 0 else f"state-r{k}")
 
     @property
     def out(self) -> Path:
@@ -78,7 +108,9 @@ class Run:
 
     @property
     def app(self) -> Path:
-        return self.base / "app" / "chaos_app.py"
+        """The current job's code: the app as it is, or its k-th changed version."""
+        k = len(self.switches)
+        return self.base / "app" / ("chaos_app.py" if k == 0 else f"chaos_app_r{k}.py")
 
     def log(self, what: str) -> None:
         e = Event(time.monotonic() - self.t0, what)
@@ -137,14 +169,14 @@ class Run:
     def committed(self) -> int:
         from stoker.types import EpochState
 
-        jid = self.schedule.workload.job
+        jid = self.job
         n = self.read(
             lambda st: sum(e.state == EpochState.COMMITTED for e in st.list_epochs(jid, 100_000))
         )
         return -1 if n is None else int(n)
 
     def job_state(self) -> str | None:
-        jid = self.schedule.workload.job
+        jid = self.job
         return self.read(lambda st: str(st.get_job(jid).state))
 
     def last_line(self) -> str:
@@ -155,7 +187,7 @@ class Run:
         return lines[-1] if lines else ""
 
     def last_error(self) -> str | None:
-        jid = self.schedule.workload.job
+        jid = self.job
         return self.read(lambda st: st.get_job(jid).last_error)
 
 
@@ -164,7 +196,7 @@ def _control(run: Run, body: dict[str, Any]) -> str | None:
     from stoker.manager.control import submit_control
 
     def send(st: Any) -> str:
-        ev, _ = submit_control(st, run.schedule.workload.job, body, sender="chaos")
+        ev, _ = submit_control(st, run.job, body, sender="chaos")
         return f"control {body} -> version {ev.version}"
 
     return run.read(send)
@@ -187,12 +219,21 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
     k = step.kind
     if k in ("leader_kill", "manager_stall"):
         return run.op.manager_fault(k, step.arg)
+    if k in ("executor_kill", "executor_stall", "spark_worker_kill"):
+        assert run.cluster is not None
+        if live_driver(run) is None:
+            return None
+        if k == "executor_kill":
+            return run.cluster.kill_executor(rng)
+        if k == "executor_stall":
+            return run.cluster.stall_executor(rng, step.arg)
+        return run.cluster.kill_worker(rng, step.arg)
     if k in ("worker_kill", "driver_stall", "jvm_stall", "driver_kill", "driver_term"):
         d = live_driver(run)
         if d is None:
             return None
         if k == "worker_kill":
-            return nemesis.kill_worker(d, rng)
+            return nemesis.kill_worker(d, rng, run.cluster)
         if k == "driver_stall":
             return nemesis.stall(d, step.arg, "driver")
         if k == "jvm_stall":
@@ -215,6 +256,10 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
         return cancel_and_resubmit(run)
     if k == "checkpoint_lost":
         return lose_checkpoint(run)
+    if k == "savepoint_restore":
+        return savepoint_restore(run)
+    if k == "rescale":
+        return rescale(run, int(step.arg))
     if k == "pause":
         done = _control(run, {"kind": "pause"})
         if done is None:
@@ -255,7 +300,7 @@ def cancel_and_resubmit(run: Run) -> str | None:
     gone, then submit it again from its checkpoint: no id may be lost or written twice."""
     from stoker.manager.jobs import cancel
 
-    if run.read(lambda st: cancel(st, run.schedule.workload.job)) is None:
+    if run.read(lambda st: cancel(st, run.job)) is None:
         return None
     deadline = time.monotonic() + END_BY
     while run.job_state() not in ("CANCELED", "FINISHED", "FAILED"):
@@ -292,6 +337,115 @@ def lose_checkpoint(run: Run) -> str | None:
     if run.committed() != before:
         raise Stuck("a start without its checkpoint committed epochs")
     return "checkpoint folder lost: start refused (rc 2), nothing written; folder restored"
+
+
+def savepoint_restore(run: Run) -> str | None:
+    """Stop the job with a savepoint (``stoker savepoint JOB --stop``, over REST under the
+    managers), then start job ``<job>-r<k>`` from it with changed code: a filter that keeps
+    every id and a column of its own (the PostgreSQL table gets it first, as a user's
+    migration would). Every id must still be written exactly once across the switch."""
+    from stoker.types import ControlStatus
+
+    if live_driver(run) is None:
+        return None  # the job has ended
+    if run.paused and _control(run, {"kind": "resume"}) is not None:
+        run.paused = False  # an operator resumes before stopping: a pause is not carried
+    old, k = run.job, len(run.switches) + 1
+    folder = run.base / "savepoints" / f"sp-{k}"
+    rc, out = run.op.cli("savepoint", old, "--stop", "--dir", str(folder), "--json")
+    if rc != 0 and run.job_state() in ("FINISHED", "CANCELED"):
+        return f"savepoint --stop refused, the job has ended (rc {rc}): no restore"
+    if rc != 0:
+        raise Stuck(f"stoker savepoint {old} --stop failed (rc {rc}): {out[-500:]}")
+    cid = str(json.loads(out)["control_id"])
+
+    def event() -> Any:
+        return run.read(lambda st: st.get_control(old, cid))
+
+    taken = (ControlStatus.COMMITTED, ControlStatus.REJECTED)
+    deadline = time.monotonic() + END_BY
+    while (ev := event()) is None or ev.status not in taken:
+        run.op.ensure()  # a driver that ended before taking it is started again
+        if time.monotonic() > deadline:
+            raise Stuck(f"the savepoint of {old} was not taken (event {cid}: {ev})")
+        time.sleep(0.3)
+    if ev.status == ControlStatus.REJECTED:
+        return f"savepoint --stop of {old} rejected ({ev.reason}): the job goes on"
+    run.op.wait_exit(deadline)
+    run.op.reap()
+    if run.job_state() != "FINISHED":
+        run.problems.append(
+            f"stop-with-savepoint {cid} of {old} COMMITTED but the job is {run.job_state()}"
+        )
+        return f"savepoint --stop of {old}: committed, job {run.job_state()}: no restore"
+    cut, path = int(ev.result["epoch"]), str(ev.result["path"])
+    new = f"{run.schedule.workload.job}-r{k}"
+    run.switches.append(Switch(old, new, cut, path))
+    run.job, run.from_savepoint = new, path
+    run.jobs.append(new)
+    write_changed_app(run, k)
+    if run.sink_dsn:
+        _add_column(run.sink_dsn)
+    started = run.op.restore()
+    return f"savepoint --stop of {old} at epoch {cut}; {new} from it, code r{k}: {started}"
+
+
+def write_changed_app(run: Run, k: int) -> None:
+    """The app's k-th changed version, beside the first (``run.app`` names it from now)."""
+    text = APP.read_text()
+    assert text.count(CHANGE_AT) == 1, f"{APP} has no {CHANGE_AT!r} to put changed code before"
+    changed = (
+        f"# Restore {k}'s changed code (tests/chaos/runner.py): a filter that keeps every id,\n"
+        "# and a column of its own.\n"
+        "def _changed(df):\n"
+        "    from pyspark.sql import functions as F\n\n"
+        f'    return df.where(F.col("id") >= 0).withColumn("v", F.lit("r{k}"))\n\n\n'
+        "p.transform(_changed)\n\n\n"
+    )
+    run.app.write_text(text.replace(CHANGE_AT, changed + CHANGE_AT))
+
+
+def _add_column(dsn: str) -> None:
+    """The sink table's migration for the changed code (if the table exists already); a
+    lock held by a part left prepared would make it wait: 30 s at most, then it fails."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '30s'")
+        conn.execute("ALTER TABLE IF EXISTS ids ADD COLUMN IF NOT EXISTS v text")
+
+
+def rescale(run: Run, partitions: int) -> str | None:
+    """What a Flink user calls a rescale: stop the job gracefully and start it again with
+    another parallelism (local[2,8] <-> local[3,8]; on a cluster, two executors <-> one).
+    A stateful job's state is repartitioned while it is stopped (``stoker state
+    repartition``: its maximum parallelism, which Flink cannot change in place)."""
+    if live_driver(run) is None:
+        return None
+    ended = run.op.graceful_stop()
+    if ended in (None, "FINISHED"):
+        return None if ended is None else "rescale: the job had finished"
+    done = [f"stopped gracefully ({ended})"]
+    if run.schedule.workload.stateful:
+        current = run.read(lambda st: st.get_job(run.job).spec.get("max_parallelism"))
+        if current == partitions:
+            partitions = 8  # the arg is never 8: back to the default
+        rc, out = run.op.repartition(partitions)
+        done.append(f"state repartition {current} -> {partitions}: rc {rc} {_said(out)}")
+        if rc not in (0, 2):  # 2: refused, nothing changed, and said why
+            run.problems.append(f"stoker state repartition {run.job} {partitions}: rc {rc}: {out}")
+    done.append(run.op.start_rescaled())
+    return "rescale: " + "; ".join(done)
+
+
+def _said(out: str) -> str:
+    """What a ``--json`` command answered, in short: its JSON's fields, or its last line."""
+    try:
+        answer = json.loads(out)
+    except ValueError:
+        return (out.strip().splitlines() or ["(no output)"])[-1][:300]
+    keys = ("from", "to", "batch", "skipped", "seconds")
+    return ", ".join(f"{k} {answer[k]}" for k in keys if k in answer)
 
 
 # the schedule ------------------------------------------------------------------------------------
@@ -353,7 +507,7 @@ def finish(run: Run) -> None:
         if not w.bounded and lifted and set(_sink_ids(run)) >= want:
             from stoker.manager.jobs import cancel
 
-            if run.read(lambda st: cancel(st, w.job)) is not None:
+            if run.read(lambda st: cancel(st, run.job)) is not None:
                 run.log("every input id committed: cancel")
                 run.op.wait_exit(deadline)
                 continue
@@ -452,6 +606,10 @@ def run_schedule(
                 dbs.append(f"{w.job}_store")
         if not run.store_url:
             run.store_url = f"sqlite:///{run.state / 'store.db'}"
+        if w.cluster:
+            run.cluster = nemesis.SparkCluster(base / "cluster")
+            run.cluster.start()
+            run.log(f"standalone cluster up: {run.cluster.master_url}, workers 127.0.0.2-3")
         run.op = (operators.Managed if w.managed else operators.Local)(run)
         run.op.start()
         for step in schedule.steps:
@@ -470,6 +628,11 @@ def run_schedule(
         # The job has ended: what is left of it now (managers included) must go with a stop.
         run.op.stop()
         verdict = check(run)
+        if run.cluster is not None:
+            run.cluster.stop()
+            left = run.cluster.left()
+            if left:
+                verdict.add(f"cluster: processes left after its stop {left}")
     except Stuck as e:
         error = f"stuck: {e}"
     except Exception as e:  # the harness's own failure is a failure too, with its history
@@ -477,6 +640,9 @@ def run_schedule(
     finally:
         if run.op is not None:
             run.op.stop()
+        if run.cluster is not None:
+            with contextlib.suppress(Exception):
+                run.cluster.stop()
         if run.disk is not None:
             run.disk.close()
         n_stalls = stalls(base)

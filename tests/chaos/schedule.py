@@ -39,9 +39,19 @@ WEIGHTS: dict[str, int] = {
     "files_arrive": 2,  # new input files (when the workload reads files)
     "leader_kill": 2,  # SIGKILL of the leading job manager (managed workloads)
     "manager_stall": 1,  # SIGSTOP of the leading job manager for a while, then SIGCONT
+    # Added after the first recorded runs (docs/chaos-runs), drawn from a stream of their own
+    # (see generate): the earlier kinds' draws, and so old seeds' steps, stay as they were.
+    "savepoint_restore": 1,  # stop with a savepoint; a new job id from it, with changed code
+    "rescale": 1,  # graceful stop; the state repartitioned (stateful); other parallelism
+    "executor_kill": 3,  # SIGKILL of an executor JVM (cluster workloads)
+    "executor_stall": 2,  # SIGSTOP of an executor JVM for a while, then SIGCONT (cluster)
+    "spark_worker_kill": 2,  # SIGKILL of a Spark worker's group; started again (cluster)
 }
+ADDED = {"savepoint_restore", "rescale", "executor_kill", "executor_stall", "spark_worker_kill"}
 MANAGER_ONLY = {"leader_kill", "manager_stall"}
 LOCAL_ONLY = {"checkpoint_lost"}  # the managers' drivers keep their state where they choose
+CLUSTER_ONLY = {"executor_kill", "executor_stall", "spark_worker_kill"}
+CLUSTER_SHARE = 0.2  # of the schedules under `stoker run` (~13% of all): on a standalone cluster
 # Faults that end a driver: the runner starts the same command again afterwards.
 ENDS_DRIVER = {"driver_kill", "driver_term"}
 
@@ -58,6 +68,9 @@ class Workload:
     pg_store: bool  # the store on the PostgreSQL server too (else SQLite)
     disk: bool  # the files sink on a small file system of its own (disk_full faults)
     managed: bool = False  # run by two job managers on one store, not by `stoker run`
+    # `stoker run` on a Spark standalone cluster the runner starts (a master and two one-core
+    # workers on 127.0.0.2 and .3), not on local[N,F]
+    cluster: bool = False
 
     @property
     def total(self) -> int:
@@ -75,7 +88,8 @@ class Step:
     after_epochs: int  # committed epochs more than at the step before
     delay: float  # then seconds more
     kind: str
-    arg: float  # the fault's own knob: a stall's seconds, a rate, a trigger, a file's index
+    # the fault's own knob: a stall's seconds, a rate, a trigger, a rescale's state partitions
+    arg: float
 
 
 @dataclass
@@ -103,6 +117,7 @@ class Schedule:
             f"sinks files{' + postgres' if w.pg_sink else ''}, store "
             f"{'postgres' if w.pg_store else 'sqlite'}{', sink on a small disk' if w.disk else ''}"
             f", {'two job managers' if w.managed else 'stoker run'}"
+            f"{' on a standalone cluster' if w.cluster else ''}"
         )
         return "\n".join([head, *(f"  {fmt_step(s)}" for s in self.steps)])
 
@@ -111,9 +126,19 @@ def fmt_step(s: Step) -> str:
     return f"#{s.index:02d} +{s.after_epochs} epochs +{s.delay:.1f}s {s.kind}({s.arg:g})"
 
 
-def generate(seed: int, faults: int = 20, allow: set[str] | None = None) -> Schedule:
-    """The schedule of ``seed``: a workload and ``faults`` steps of the allowed kinds."""
+def generate(
+    seed: int, faults: int = 20, allow: set[str] | None = None, added: bool = True
+) -> Schedule:
+    """The schedule of ``seed``: a workload and ``faults`` steps of the allowed kinds.
+
+    The kinds of ``ADDED`` (and the cluster workload) are drawn from a second random stream:
+    the first stream makes exactly the draws it made before they existed, and each step then
+    becomes an added kind with the added kinds' share of the weights. So an old seed keeps its
+    workload (but a fifth of those under `stoker run` now run on a cluster) and every step but
+    those an added kind replaced; ``added=False`` gives the schedule as it was before them
+    (the recorded runs of docs/chaos-runs)."""
     rng = random.Random(seed)
+    more = random.Random(seed * 1_000_003 + 0xADD)
     files = rng.choice([0, 0, 6, 10])
     pg_sink = rng.random() < 0.8
     per_epoch = rng.choice([100, 200, 300])
@@ -121,6 +146,14 @@ def generate(seed: int, faults: int = 20, allow: set[str] | None = None) -> Sche
     disk = rng.random() < 0.3 and (allow is None or "disk_full" in allow)
     pg_store = pg_sink and rng.random() < 0.3
     managed = rng.random() < 0.35 and (allow is None or bool(MANAGER_ONLY & allow))
+    # Kinds that only a cluster has to be done to, and nothing else: a cluster, always.
+    only_cluster = allow is not None and bool(allow) and allow <= CLUSTER_ONLY
+    cluster = (
+        added
+        and (more.random() < CLUSTER_SHARE or only_cluster)
+        and not managed
+        and (allow is None or bool(CLUSTER_ONLY & allow))
+    )
     kinds = {k: v for k, v in WEIGHTS.items() if allow is None or k in allow}
     for k in LOCAL_ONLY if managed else MANAGER_ONLY:
         kinds.pop(k, None)
@@ -130,21 +163,27 @@ def generate(seed: int, faults: int = 20, allow: set[str] | None = None) -> Sche
         kinds.pop("disk_full", None)
     if not files:
         kinds.pop("files_arrive", None)
-    names, weights = list(kinds), list(kinds.values())
+    if not cluster:
+        for k in CLUSTER_ONLY:
+            kinds.pop(k, None)
+    first = {k: v for k, v in kinds.items() if k not in ADDED}
+    later = {k: v for k, v in kinds.items() if k in ADDED and added}
+    names, weights = list(first), list(first.values())
+    share = sum(later.values()) / max(1, sum(later.values()) + sum(weights))
     steps = []
     for i in range(faults):
-        kind = rng.choices(names, weights)[0]
-        steps.append(
-            Step(
-                index=i,
-                after_epochs=rng.choice([0, 0, 1, 1, 2]),
-                delay=round(rng.uniform(0.0, 2.5), 2),
-                kind=kind,
-                arg=_arg(rng, kind, per_epoch),
-            )
-        )
-    # Enough epochs for every step to land before the job ends, and some after the last.
-    epochs = sum(s.after_epochs for s in steps) + 8
+        kind = rng.choices(names, weights)[0] if names else ""
+        after_epochs = rng.choice([0, 0, 1, 1, 2])
+        delay = round(rng.uniform(0.0, 2.5), 2)
+        arg = _arg(rng, kind, per_epoch)
+        if later and (more.random() < share or not names):
+            kind = more.choices(list(later), list(later.values()))[0]
+            arg = _added_arg(more, kind)
+        steps.append(Step(i, after_epochs, delay, kind, arg))
+    # Enough epochs for every step to land before the job ends, and some after the last; an
+    # added fault the job runs through (a worker down for seconds) gets the epochs it may
+    # commit meanwhile (the earlier kinds get none: their seeds keep their workloads).
+    epochs = sum(s.after_epochs + _runs_through(s) for s in steps) + 8
     w = Workload(
         job=f"chaos{seed}",
         gen=epochs * per_epoch,
@@ -156,6 +195,7 @@ def generate(seed: int, faults: int = 20, allow: set[str] | None = None) -> Sche
         pg_store=pg_store,
         disk=disk,
         managed=managed,
+        cluster=cluster,
     )
     return Schedule(seed, w, steps)
 
@@ -169,6 +209,25 @@ def _arg(rng: random.Random, kind: str, per_epoch: int) -> float:
         return float(rng.choice([100, 200, 500, 1000]))  # milliseconds
     if kind == "config":
         return float(rng.randrange(1000))
+    return 0.0
+
+
+def _runs_through(step: Step) -> int:
+    """Epochs (at 5 a second) the job may commit while this added fault is being done."""
+    if step.kind == "spark_worker_kill":
+        return int((step.arg + 4.0) * 5)  # down, then ~4 s to start a worker again
+    if step.kind == "executor_stall":
+        return int(step.arg * 5)  # the other executor goes on
+    return {"executor_kill": 5, "savepoint_restore": 2, "rescale": 2}.get(step.kind, 0)
+
+
+def _added_arg(rng: random.Random, kind: str) -> float:
+    if kind == "rescale":
+        return float(rng.choice([4, 6, 12]))  # a stateful job's new state partitions (from 8)
+    if kind == "executor_stall":
+        return round(rng.uniform(0.5, 15.0), 1)  # past an executor heartbeat (10 s) at times
+    if kind == "spark_worker_kill":
+        return round(rng.uniform(0.5, 10.0), 1)  # seconds before the worker is started again
     return 0.0
 
 

@@ -46,8 +46,10 @@ def main(paths: list[str]) -> None:
     stateful = sum(r["workload"]["stateful"] for r in rows)
     disk = sum(r["workload"]["disk"] for r in rows)
     pg_store = sum(r["workload"]["pg_store"] for r in rows)
+    cluster = sum(r["workload"].get("cluster", False) for r in rows)
     print(
-        f"workloads: {managed} under two job managers, {len(rows) - managed} under stoker run; "
+        f"workloads: {managed} under two job managers, {len(rows) - managed} under stoker run "
+        f"({cluster} of them on a standalone cluster); "
         f"{pg} with a PostgreSQL sink, {pg_store} with the store on PostgreSQL, {files} with an "
         f"unbounded files source, {stateful} stateful, {disk} with the sink on a small disk"
     )

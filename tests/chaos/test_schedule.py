@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
-from tests.chaos.schedule import WEIGHTS, generate, load
+import hashlib
+import json
+
+from tests.chaos.schedule import ADDED, CLUSTER_ONLY, LOCAL_ONLY, WEIGHTS, generate, load
+
+# The schedules of the recorded runs (docs/chaos-runs, seeds 1-8) as they were drawn before
+# the added kinds existed: a hash of each one's JSON without the later ``cluster`` field.
+RECORDED = {
+    1: "6486839b3f78",
+    2: "c99530061e4d",
+    3: "d1f5930b15f4",
+    4: "02b206d5c4b8",
+    5: "ef9755ce31f6",
+    6: "e120927deb3d",
+    7: "481d5f71f842",
+    8: "75ab4e5fb274",
+}
+
+
+def _digest(d: dict[str, object]) -> str:
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def test_a_seed_gives_one_schedule_and_another_seed_another() -> None:
@@ -28,6 +48,9 @@ def test_faults_fit_the_workload_and_every_kind_is_drawn_over_many_seeds() -> No
         assert w.pg_sink or "pg_down" not in kinds
         assert w.disk or "disk_full" not in kinds
         assert w.files or "files_arrive" not in kinds
+        assert w.cluster or not kinds & CLUSTER_ONLY
+        assert not (w.cluster and w.managed)
+        assert not (w.managed and kinds & LOCAL_ONLY)
         # The generator has epochs for every step to land on, and some after the last.
         assert w.gen >= (sum(st.after_epochs for st in s.steps) + 8) * w.per_epoch
         seen |= kinds
@@ -37,3 +60,47 @@ def test_faults_fit_the_workload_and_every_kind_is_drawn_over_many_seeds() -> No
 def test_kinds_can_be_limited() -> None:
     s = generate(3, faults=30, allow={"worker_kill", "pause"})
     assert {st.kind for st in s.steps} <= {"worker_kill", "pause"}
+
+
+def test_the_added_kinds_leave_the_recorded_schedules_and_old_draws_alone() -> None:
+    for seed, digest in RECORDED.items():
+        old = generate(seed, added=False).to_json()
+        assert old["workload"].pop("cluster") is False
+        assert _digest(old) == digest, seed
+    replaced = steps = clusters = 0
+    for seed in range(300):
+        new, old = generate(seed), generate(seed, added=False)
+        a, b = new.to_json()["workload"], old.to_json()["workload"]
+        clusters += a.pop("cluster")
+        b.pop("cluster")
+        # The workload as it was, but for the cluster and the ids an added fault's epochs need.
+        changed = [x for x, y in zip(new.steps, old.steps, strict=True) if x != y]
+        more, was = a.pop("gen"), b.pop("gen")
+        assert (more >= was) if changed else (more == was), seed
+        assert a == b, seed
+        for x, y in zip(new.steps, old.steps, strict=True):
+            steps += 1
+            if x != y:  # a step changed only by becoming an added kind
+                replaced += 1
+                assert x.kind in ADDED and y.kind not in ADDED, (seed, x, y)
+                assert (x.index, x.after_epochs, x.delay) == (y.index, y.after_epochs, y.delay)
+    assert 0.03 < replaced / steps < 0.2, (replaced, steps)
+    assert 0.07 < clusters / 300 < 0.2, clusters
+
+
+def test_the_added_kinds_fit_their_workloads_and_can_be_forced() -> None:
+    # Only cluster kinds allowed: the workload is a cluster, every step one of them.
+    s = generate(101, faults=8, allow=set(CLUSTER_ONLY))
+    assert s.workload.cluster and not s.workload.managed
+    assert {st.kind for st in s.steps} <= CLUSTER_ONLY and len(s.steps) == 8
+    # Only added kinds that need no cluster: every step one of them, on any workload.
+    s = generate(5, faults=8, allow={"savepoint_restore", "rescale"})
+    assert {st.kind for st in s.steps} <= {"savepoint_restore", "rescale"} and len(s.steps) == 8
+    assert not s.workload.cluster
+    for st in generate(3, faults=40, allow={"rescale"}).steps:
+        assert st.arg in (4.0, 6.0, 12.0)  # a stateful job's state partitions (from 8)
+    # Limiting the kinds keeps the added stream's draws too: the same seed, the same cluster.
+    some = set(WEIGHTS) - {"disk_full", "savepoint_restore"}
+    assert [generate(n).workload.cluster for n in range(60)] == [
+        generate(n, allow=some).workload.cluster for n in range(60)
+    ]
