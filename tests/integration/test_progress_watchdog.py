@@ -71,6 +71,14 @@ WATCHDOG = (
 BOUND = 5.2  # the timeout plus the trigger interval (200 ms)
 
 
+def _driver(
+    app: str, state: Path, env: dict[str, str], log: Path, *extra: str
+) -> subprocess.Popen[bytes]:
+    """``stoker run`` of a test app on local[2] with the test's small watchdog bound."""
+    args = ["-D", f"stoker.state_dir={state}", "-D", "stoker.master=local[2]", *WATCHDOG]
+    return start_driver(APPS / app, *args, *extra, env=env, log=log)
+
+
 def _start(state: Path, out: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     env = {
         "IDS_OUT": str(out),
@@ -82,17 +90,7 @@ def _start(state: Path, out: Path, log: Path, *extra: str) -> subprocess.Popen[b
         "IDS_PG2_DSN": "",
         "STOKER_FAULT": "",
     }
-    return start_driver(
-        APPS / "ids_app.py",
-        "-D",
-        f"stoker.state_dir={state}",
-        "-D",
-        "stoker.master=local[2]",
-        *WATCHDOG,
-        *extra,
-        env=env,
-        log=log,
-    )
+    return _driver("ids_app.py", state, env, log, *extra)
 
 
 def _reader_runners(driver: int) -> list[int]:
@@ -182,16 +180,7 @@ def test_an_idle_job_is_not_failed_for_want_of_data(tmp_path: Path) -> None:
         "CHAOS_PG_DSN": "",
         "STOKER_FAULT": "",
     }
-    driver = start_driver(
-        APPS / "chaos_app.py",
-        "-D",
-        f"stoker.state_dir={state}",
-        "-D",
-        "stoker.master=local[2]",
-        *WATCHDOG,
-        env=env,
-        log=log,
-    )
+    driver = _driver("chaos_app.py", state, env, log)
     try:
         wait_for(
             lambda: f"the query to start\n{_tail(log)}",
@@ -234,16 +223,7 @@ def test_a_slow_epoch_whose_tasks_complete_is_not_a_stall(tmp_path: Path) -> Non
     completing every quarter second. The watchdog looks at the tasks and lets it run."""
     out, state, log = tmp_path / "out", tmp_path / "state", tmp_path / "d.log"
     env = {"SLOW_OUT": str(out), "SLOW_TOTAL": "100", "SLOW_PER_EPOCH": "100", "STOKER_FAULT": ""}
-    driver = start_driver(
-        APPS / "slow_epoch_app.py",
-        "-D",
-        f"stoker.state_dir={state}",
-        "-D",
-        "stoker.master=local[2]",
-        *WATCHDOG,
-        env=env,
-        log=log,
-    )
+    driver = _driver("slow_epoch_app.py", state, env, log)
     try:
         rc = driver.wait(timeout=STARTUP + 120)
     except subprocess.TimeoutExpired:
