@@ -43,6 +43,22 @@ PROGRESS_TIMEOUT = "60s"
 EXPECTED_EXITS = {0, 2, 8, 13, 16, -9}
 
 
+def cancel_and_wait(run: Run, seconds: float) -> str | None:
+    """Cancel the job through its store (the epoch in flight commits), then wait until it has
+    ended and its driver exited: the job's end state (None: nothing to cancel)."""
+    from stoker.manager.jobs import cancel
+
+    if run.read(lambda st: cancel(st, run.job)) is None:
+        return None
+    deadline = time.monotonic() + seconds
+    while run.job_state() not in ("CANCELED", "FINISHED", "FAILED"):
+        if time.monotonic() > deadline:
+            raise Stuck(f"cancel did not end the job (state {run.job_state()})")
+        time.sleep(0.3)
+    run.op.wait_exit(deadline)
+    return run.job_state()
+
+
 class Stuck(Exception):
     """The job made no progress, or its drivers kept ending: a failure of the schedule."""
 
@@ -348,18 +364,7 @@ class Managed:
     def graceful_stop(self) -> str | None:
         """Cancel (the epoch in flight commits): the managers' way to stop a job and keep
         it restartable from its checkpoint. The job's state once its driver exited."""
-        from stoker.manager.jobs import cancel
-
-        run = self.run
-        if run.read(lambda st: cancel(st, run.job)) is None:
-            return None
-        deadline = time.monotonic() + GRACEFUL_STOP
-        while run.job_state() not in ("CANCELED", "FINISHED", "FAILED"):
-            if time.monotonic() > deadline:
-                raise Stuck(f"cancel did not end the job (state {run.job_state()})")
-            time.sleep(0.3)
-        self.wait_exit(deadline)
-        return run.job_state()
+        return cancel_and_wait(self.run, GRACEFUL_STOP)
 
     def repartition(self, partitions: int) -> tuple[int, str]:
         """``POST /v1/jobs/{id}/state/repartition`` (``stoker state repartition --server``)."""

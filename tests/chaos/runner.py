@@ -298,17 +298,9 @@ def live_driver(run: Run, timeout: float = 120.0) -> int | None:
 def cancel_and_resubmit(run: Run) -> str | None:
     """Cancel the job (its epoch in flight commits), wait until it is CANCELED and its driver
     gone, then submit it again from its checkpoint: no id may be lost or written twice."""
-    from stoker.manager.jobs import cancel
-
-    if run.read(lambda st: cancel(st, run.job)) is None:
+    ended = operators.cancel_and_wait(run, END_BY)
+    if ended is None:
         return None
-    deadline = time.monotonic() + END_BY
-    while run.job_state() not in ("CANCELED", "FINISHED", "FAILED"):
-        if time.monotonic() > deadline:
-            raise Stuck(f"cancel did not end the job (state {run.job_state()})")
-        time.sleep(0.3)
-    run.op.wait_exit(deadline)
-    ended = run.job_state()
     if ended == "FINISHED":
         return "cancel: the job had finished"
     return f"cancel: job {ended}; {run.op.resubmit()}"

@@ -79,6 +79,18 @@ def _driver(
     return start_driver(APPS / app, *args, *extra, env=env, log=log)
 
 
+def _finished(driver: subprocess.Popen[bytes], log: Path, what: str) -> int:
+    """The driver's exit code once it ended (and its process group is gone); killed and a
+    failure of the test when it has not ended in time."""
+    try:
+        return driver.wait(timeout=STARTUP + 120)
+    except subprocess.TimeoutExpired:
+        kill_group(driver)
+        pytest.fail(f"{what} did not finish\n{_tail(log)}")
+    finally:
+        wait_group_gone(driver.pid)
+
+
 def _start(state: Path, out: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
     env = {
         "IDS_OUT": str(out),
@@ -149,14 +161,7 @@ def test_a_frozen_source_reader_fails_the_attempt_and_a_restart_writes_every_id_
 
     # The restart strategy's part (here the operator's --restart): the job goes on from its
     # checkpoint and writes every id exactly once.
-    again = _start(state, out, log2, "--restart")
-    try:
-        rc = again.wait(timeout=STARTUP + 120)
-    except subprocess.TimeoutExpired:
-        kill_group(again)
-        pytest.fail(f"the restarted driver did not finish\n{_tail(log2)}")
-    finally:
-        wait_group_gone(again.pid)
+    rc = _finished(_start(state, out, log2, "--restart"), log2, "the restarted driver")
     assert rc == 0, f"rc {rc}\n{_tail(log2)}"
     exactly_once(file_sink_ids(out), TOTAL)
 
@@ -223,14 +228,7 @@ def test_a_slow_epoch_whose_tasks_complete_is_not_a_stall(tmp_path: Path) -> Non
     completing every quarter second. The watchdog looks at the tasks and lets it run."""
     out, state, log = tmp_path / "out", tmp_path / "state", tmp_path / "d.log"
     env = {"SLOW_OUT": str(out), "SLOW_TOTAL": "100", "SLOW_PER_EPOCH": "100", "STOKER_FAULT": ""}
-    driver = _driver("slow_epoch_app.py", state, env, log)
-    try:
-        rc = driver.wait(timeout=STARTUP + 120)
-    except subprocess.TimeoutExpired:
-        kill_group(driver)
-        pytest.fail(f"the slow job did not finish\n{_tail(log)}")
-    finally:
-        wait_group_gone(driver.pid)
+    rc = _finished(_driver("slow_epoch_app.py", state, env, log), log, "the slow job")
     text = log.read_text(errors="replace")
     assert rc == 0, f"rc {rc}\n{_tail(log)}"
     assert "no progress for" not in text
