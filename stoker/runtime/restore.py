@@ -116,6 +116,13 @@ def check(
     return _plan(Path(folder), root, jid, pipeline, str(store_url), existing, rewrite)
 
 
+def savepoint_epoch(folder: str | Path) -> Epoch | None:
+    """The epoch the savepoint in ``folder`` was taken at (None: before the first);
+    :class:`InvalidInput` when ``folder`` is not a savepoint."""
+    epoch = read_manifest(Path(folder).resolve()).get("epoch")
+    return None if epoch is None else Epoch(int(epoch))
+
+
 @dataclass(frozen=True)
 class Restored:
     """What :func:`restore` did: the plan it followed (owner, manifest) and what it copied."""

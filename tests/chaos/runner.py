@@ -324,7 +324,7 @@ def lose_checkpoint(run: Run) -> str | None:
     finally:
         shutil.rmtree(run.state / "checkpoint", ignore_errors=True)
         os.rename(aside, run.state / "checkpoint")
-    if rc != 2 or "checkpoint" not in text:
+    if rc != 2 or "decided, but its checkpoint folder" not in text:  # the lost checkpoint's
         raise Stuck(f"a start without its checkpoint was not refused (rc {rc}): {text[-500:]}")
     if run.committed() != before:
         raise Stuck("a start without its checkpoint committed epochs")

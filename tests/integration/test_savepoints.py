@@ -23,11 +23,21 @@ import pytest
 import stoker
 from stoker import InvalidInput, JobState, Pipeline, sinks, sources
 from stoker.control import events
+from stoker.errors import CheckpointBehind
 from stoker.runtime import restore, restore_control, savepoint
 from stoker.sinks._files_owner import read_claim
 from stoker.sinks.base import SinkOwner
-from stoker.store import Store, open_store
-from stoker.types import ControlKind, ControlStatus, EpochState, JobId, job_id
+from stoker.store import Owner, Store, open_store
+from stoker.types import (
+    AttemptNo,
+    ControlKind,
+    ControlStatus,
+    ControlVersion,
+    Epoch,
+    EpochState,
+    JobId,
+    job_id,
+)
 from tests.support import (
     APPS,
     REPO,
@@ -407,6 +417,49 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path: Path) -> None:
 
     assert not state.exists() and not cli_state.exists()
     assert sorted(p.name for p in out.iterdir()) == ["epoch=3"]
+
+
+def test_a_restored_job_that_lost_its_checkpoint_is_refused_as_a_lost_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """A job restored from a savepoint, which went on past it and lost its checkpoint since,
+    started again with the same ``--from-savepoint``: the refusal names the lost checkpoint
+    (the store's epochs, the missing folder, the ways out), not the output after the savepoint
+    that the restore's checks would find next (the job's own output). Found by chaos seed 14:
+    before, it was refused as a restore over output past the savepoint."""
+    out, state = tmp_path / "out", tmp_path / "state"
+    sink = (f"files:{out}", "files")
+    sp = _fake_savepoint(
+        tmp_path / "sp",
+        sources_=["generator(total=10, max_rows_per_epoch=5)"],
+        sink_names=[sink],
+        epoch=2,
+    )
+    state.mkdir()
+    st = open_store(state / "store.db")
+    try:
+        jid = JobId("new")
+        st.create_job(jid, "new", {}, {}, uid="u1")  # a restored job keeps the savepoint's uid
+        gone = Owner(host="host-a", pid=101, pid_started="boot-1")  # its driver, gone
+        st.start_attempt(jid, gone, 0.1, expected_current=AttemptNo(0))
+        for e in (3, 4, 5):
+            st.pin_epoch(jid, Epoch(e), AttemptNo(1), ControlVersion(0))
+            st.decide_epoch(jid, Epoch(e), AttemptNo(1), rows_in=1, final=False)
+    finally:
+        st.close()
+    for e in (3, 4, 5):
+        (out / f"epoch={e}").mkdir(parents=True)  # its own output after the savepoint
+    before = sorted(p.name for p in state.iterdir())
+
+    with pytest.raises(CheckpointBehind) as bad:
+        stoker.run(_gen_pipeline("new", out), job_id="new", state_dir=state, from_savepoint=sp)
+    msg = str(bad.value)
+    assert "the store has epochs 3..5 of job 'new' (uid u1) decided" in msg, msg
+    assert "would end at batch 2 once the savepoint's checkpoint is installed" in msg, msg
+    assert "restore the savepoint under another job id" in msg, msg
+    assert "after the savepoint" not in msg, msg
+    assert sorted(p.name for p in state.iterdir()) == before  # nothing written
+    assert sorted(p.name for p in out.iterdir()) == ["epoch=3", "epoch=4", "epoch=5"]
 
 
 # 4. the restore's fix-ups of the copied state (no Spark) ------------------------------------------

@@ -48,6 +48,7 @@ class Gap:
     last: Epoch  # the newest
     checkpoint: Path
     end: str  # checkpoint_layout.describe_end
+    restoring: bool = False  # found by a start from a savepoint into this job id
 
     def what(self) -> str:
         """Both sides, named."""
@@ -62,9 +63,14 @@ class Gap:
         """The error: both sides, the ways out, then why (the CLI cuts a long line at its end;
         README and the architecture say the rest: put the folder back, a files sink's folder
         to empty)."""
+        ways = (
+            "restore the savepoint under another job id, or start without it with"
+            if self.restoring
+            else "--from-savepoint DIR, or"
+        )
         return CheckpointBehind(
             FIELD,
-            f"{self.what()}. Ways out: --from-savepoint DIR, or --reset-checkpoint (a new uid, "
+            f"{self.what()}. Ways out: {ways} --reset-checkpoint (a new uid, "
             "its sources read again from their start); as it is, Spark would redo those "
             "batches and the store skip them as replays, their input lost",
         )

@@ -222,6 +222,15 @@ def plan_job(
     restoring = None
     gap: Gap | None = None
     if from_savepoint is not None:
+        if existing is not None and not (root / "checkpoint").exists():
+            # A job of this id that decided epochs after the savepoint's and has no checkpoint
+            # now (restored from it before and lost its checkpoint since): its lost checkpoint
+            # is what to name, not the output after the savepoint that the restore's checks
+            # would find next (its own output, for a job restored before).
+            cut = restore.savepoint_epoch(from_savepoint)
+            gap = gap_in(store_url, existing, root / "checkpoint", cut)
+            if gap is not None:
+                raise replace(gap, restoring=True).refusal()
         # Not a savepoint, another shape, its job still live or unresolved, output after it:
         # refused before Spark starts.
         restoring = restore.check(from_savepoint, root, jid, pipeline, store_url, existing, rewrite)
@@ -233,7 +242,7 @@ def plan_job(
             cut = None if restoring.done else restoring.epoch
             gap = gap_in(store_url, existing, root / "checkpoint", cut)
             if gap is not None:
-                raise gap.refusal()
+                raise replace(gap, restoring=True).refusal()
     else:
         owner = SinkOwner(jid, (existing.uid if existing else None) or uuid.uuid4().hex)
         gap = None if existing is None else gap_in(store_url, existing, root / "checkpoint")
