@@ -38,6 +38,7 @@ APP = APPS / "chaos_app.py"
 CHANGE_AT = '@p.on_control("poke")'
 NO_PROGRESS = 180.0  # seconds without a committed epoch while the driver lives: stuck
 END_BY = 420.0  # seconds the job gets to end after the last fault
+RESOLVE_BY = 120.0  # seconds the managers get to resolve an ended job's sinks (janitor)
 # Seconds without an epoch after which the runner looks whether the job has anything left to
 # read (and then at most this often).
 DRAINED_AFTER = 15.0
@@ -508,6 +509,21 @@ def finish(run: Run) -> None:
             last, since = n, time.monotonic()
         if time.monotonic() > deadline or time.monotonic() - since > NO_PROGRESS:
             raise Stuck(f"the job did not end (state {run.job_state()}, {n} epochs committed)")
+        time.sleep(0.3)
+    if w.managed:
+        resolved(run, time.monotonic() + RESOLVE_BY)
+
+
+def resolved(run: Run, deadline: float) -> None:
+    """Under the managers, an ended job's sinks are resolved by its driver at its end or, when
+    no driver ended it (killed just before a cancel), by the leader's janitor a moment later
+    (stoker/manager/janitor.py): the store's ``resolved_at`` says when. The managers stop
+    only after it (before, a check could find the staged part the cleanup was about to roll
+    back: finding 7); a job never resolved is stuck."""
+    jid = run.job
+    while run.read(lambda st: st.get_job(jid).resolved_at) is None:
+        if time.monotonic() > deadline:
+            raise Stuck(f"job {jid} ended ({run.job_state()}) but its sinks were never resolved")
         time.sleep(0.3)
 
 
