@@ -101,16 +101,19 @@ class JobConflict(StokerError):
 
 
 class JobTerminal(StokerError):
-    """The job has ended; it is not re-run unless a restart is asked for explicitly."""
+    """The job has ended; it is not re-run unless a restart is asked for explicitly.
+    ``difference``: it was submitted again with another spec (the same one is returned)."""
 
-    def __init__(self, job_id: str, state: str) -> None:
+    def __init__(self, job_id: str, state: str, difference: str | None = None) -> None:
+        other = "" if difference is None else f" and was submitted with another spec ({difference})"
         super().__init__(
-            f"job {job_id!r} has ended in state {state}; to run it again from its checkpoint "
-            'ask for a restart: --restart (stoker run), "restart": true (REST), '
+            f"job {job_id!r} has ended in state {state}{other}; to run it again from its "
+            'checkpoint ask for a restart: --restart (stoker run), "restart": true (REST), '
             "restart=True (stoker.run)"
         )
         self.job_id = job_id
         self.state = state
+        self.difference = difference
 
 
 class ControlNotFound(StokerError):

@@ -23,7 +23,14 @@ from stoker.cli._common import (
     server_opts,
     when,
 )
-from stoker.cli.display import RATE_EPOCHS, LiveView, job_status, live_wanted, render_view
+from stoker.cli.display import (
+    RATE_EPOCHS,
+    LiveView,
+    job_status,
+    live_wanted,
+    render_view,
+    submitted,
+)
 from stoker.errors import InvalidInput
 from stoker.types import JobState
 from stoker.types import job_id as _job_id
@@ -71,11 +78,8 @@ def submit_and_follow_application(
             scaling=scaling,
         )
         aid = sub.app_id
-        what = {"created": "submitted", "restarted": "restarted"}.get(sub.outcome, "already live")
-        click.echo(
-            f"application {aid}: {what} ({sub.app['state']}, cluster {sub.app['cluster']['spec']})",
-            err=True,
-        )
+        what = submitted(sub.outcome, sub.app["state"], f", cluster {sub.app['cluster']['spec']}")
+        click.echo(f"application {aid}: {what}", err=True)
         if detached:
             click.echo(json.dumps(sub.app) if as_json else aid)
             return 0

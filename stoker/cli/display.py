@@ -18,6 +18,21 @@ from typing import Any
 RATE_EPOCHS = 10
 
 
+def submitted(outcome: str, state: str, more: str = "") -> str:
+    """What a submission did, as the CLI prints it after the id: ``submitted (CREATED)``,
+    ``restarted (...)``, ``already live (RUNNING)``, or for the same submission of a job that
+    has ended ``already ended (FINISHED): nothing started; --restart runs it again from its
+    checkpoint``. ``more``: what else goes in the parentheses (an application's cluster)."""
+    said = f"({state}{more})"
+    if outcome == "created":
+        return f"submitted {said}"
+    if outcome == "restarted":
+        return f"restarted {said}"
+    if state in ("FINISHED", "CANCELED", "FAILED"):
+        return f"already ended {said}: nothing started; --restart runs it again from its checkpoint"
+    return f"already live {said}"
+
+
 def job_status(
     view: Mapping[str, Any],
     epochs: Sequence[Mapping[str, Any]],

@@ -8,7 +8,14 @@ from typing import Any
 
 import click
 
-from stoker.cli.display import RATE_EPOCHS, LiveView, job_status, live_wanted, render_status
+from stoker.cli.display import (
+    RATE_EPOCHS,
+    LiveView,
+    job_status,
+    live_wanted,
+    render_status,
+    submitted,
+)
 from stoker.client import Client
 
 # How the attached CLI exits for each terminal state.
@@ -48,8 +55,7 @@ def submit_and_follow(
         scaling=scaling,
     )
     jid = sub.job_id
-    what = {"created": "submitted", "restarted": "restarted"}.get(sub.outcome, "already live")
-    click.echo(f"job {jid}: {what} ({sub.job['state']})", err=True)
+    click.echo(f"job {jid}: {submitted(sub.outcome, sub.job['state'])}", err=True)
     if detached:
         click.echo(jid)
         return 0

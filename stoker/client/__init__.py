@@ -146,8 +146,9 @@ class Client:
         ``scaling``: ``"fixed"`` (default), ``"reactive"``, ``"auto:min=1,max=4,..."`` or the
         same as an object.
 
-        Submitting a live job's id again with the same spec answers ``duplicate``; an ended
-        job is run again from its checkpoint only with ``restart=True`` (``restarted``).
+        Submitting a job's id again with the same spec answers ``duplicate``, live or ended
+        (safe to retry); an ended job is run again from its checkpoint only with
+        ``restart=True`` (``restarted``).
         """
         body: dict[str, Any] = {
             "entrypoint": entrypoint,

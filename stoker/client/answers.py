@@ -61,7 +61,8 @@ def raise_refusal(resp: httpx.Response, path: str) -> NoReturn:
         field = str(body.get("field", "request"))
         raise InvalidInput(field, msg.removeprefix(f"{field}: "))  # the message names it
     if kind == "JobTerminal":
-        err = JobTerminal(job, str(body.get("state")))
+        diff = body.get("difference")
+        err = JobTerminal(job, str(body.get("state")), None if diff is None else str(diff))
         raise err.with_message(msg)  # the server's words: what can no longer be done
     if kind == "JobConflict":
         raise JobConflict(job, str(body.get("difference")))

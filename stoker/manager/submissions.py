@@ -190,6 +190,12 @@ def settle(
 ) -> SubmitResult:
     """What the submission amounts to, given what the store holds for its id.
 
+    Submitting an id again with the same spec is idempotent whatever the job's state: the
+    job is returned as it is (``duplicate``), an ended one too, so a client may retry a
+    submission whose answer it lost. Running an ended job again is asked for explicitly
+    (``restart``); an ended job submitted with another spec and no restart is refused,
+    naming the difference.
+
     The submitted scaling is set on a record this submission created or restarted; a
     live record keeps the scaling it has (control may have changed it since), unless
     none was ever stored (the manager stopped between creating it and storing it).
@@ -199,7 +205,10 @@ def settle(
         return SubmitResult(_with_scaling(store, job, scaling), "created")
     if job.state.terminal:
         if not restart:
-            raise JobTerminal(name, str(job.state))
+            diff = spec_difference(job.spec, spec, was="ended")
+            if diff is None:
+                return SubmitResult(job, "duplicate")
+            raise JobTerminal(name, str(job.state), diff)
         # From the job's last checkpoint: its folder stays the one it ran in.
         kept = job.spec.get(ASSIGNED_STATE_DIR) or spec[ASSIGNED_STATE_DIR]
         kept_spec = keep_max_parallelism({**spec, ASSIGNED_STATE_DIR: kept}, job.spec)

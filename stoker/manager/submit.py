@@ -174,8 +174,9 @@ ASSIGNED_STATE_DIR = "state_dir"
 MAX_PARALLELISM = "max_parallelism"
 
 
-def spec_difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
-    """A sentence naming the fields in which two specs differ, or None if they are the same.
+def spec_difference(old: dict[str, Any], new: dict[str, Any], was: str = "live") -> str | None:
+    """A sentence naming the fields in which two specs differ, or None if they are the same
+    (``was`` says what ``old`` is: the live job's, or an ended one's).
 
     The job manager's own keys (the job's state folder) are no part of what was submitted,
     nor is the maximum parallelism, which the job keeps from its creation.
@@ -184,5 +185,5 @@ def spec_difference(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     diff = [k for k in keys if old.get(k) != new.get(k)]
     if not diff:
         return None
-    parts = [f"{k}: {old.get(k)!r} (live) vs {new.get(k)!r} (submitted)" for k in diff]
+    parts = [f"{k}: {old.get(k)!r} ({was}) vs {new.get(k)!r} (submitted)" for k in diff]
     return "; ".join(parts)

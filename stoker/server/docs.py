@@ -89,7 +89,9 @@ class ErrorAnswer(BaseModel):
     job_id: str | None = Field(None, description="The job the error is about.")
     state: str | None = Field(None, description="409 JobTerminal: the state the job ended in.")
     difference: str | None = Field(
-        None, description="409 JobConflict: how the live job's spec differs from this one."
+        None,
+        description="409 JobConflict, JobTerminal: how the job's spec (live, or ended) "
+        "differs from this one.",
     )
     control_id: str | None = Field(None, description="404 ControlNotFound: the event asked for.")
     reason: str | None = Field(
@@ -110,8 +112,9 @@ _WHY = {
     "or STOKER_TOKEN).",
     403: "The token is read-only and this call changes state.",
     404: "No such job, application or cluster (or attempt, or control event).",
-    409: "The id is live with another spec (`difference`), or it has ended (`state`; submit "
-    'it with "restart": true to run it again), or it is taken by another kind of record or '
+    409: "The id is live with another spec (`difference`), or it has ended and was submitted "
+    'with another spec (`state`, `difference`; submit it with "restart": true to run it '
+    "again), or it is taken by another kind of record or "
     "another application's job (JobOwnedElsewhere, `owner`); for control, the event cannot be "
     "taken in the job's control state, or its `request_id` was used for another event "
     "(`reason`); for a cluster, its name is in use or its state refuses the change "

@@ -97,7 +97,7 @@ async def stoker_error(request: Request, err: StokerError) -> JSONResponse:
         body["field"] = err.field
     if isinstance(err, JobTerminal):
         body["state"] = err.state
-    if isinstance(err, JobConflict):
+    if isinstance(err, (JobConflict, JobTerminal)) and err.difference is not None:
         body["difference"] = err.difference
     if isinstance(err, ControlNotFound):
         body["control_id"] = err.control_id

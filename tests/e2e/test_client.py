@@ -86,8 +86,15 @@ def test_every_call(manager: tuple[Manager, Path]) -> None:
         assert c.epochs("raiser") == []
         assert "stoker_jobs" in c.metrics()
 
-        with pytest.raises(JobTerminal):
-            c.submit(str(app), job_id="raiser")
+        none = {"strategy": "none"}
+        again = c.submit(str(app), job_id="raiser", restart_strategy=none)  # safe to retry
+        assert (again.outcome, again.job["state"]) == ("duplicate", "FAILED")
+        with pytest.raises(JobTerminal) as ended:
+            c.submit(str(app), job_id="raiser", args=["other"], restart_strategy=none)
+        assert (ended.value.state, ended.value.difference) == (
+            "FAILED",
+            "args: [] (ended) vs ['other'] (submitted)",
+        )
         assert c.submit(str(app), job_id="raiser", restart=True).outcome == "restarted"
         assert c.cancel("raiser")["job_id"] == "raiser"
 

@@ -609,14 +609,25 @@ def test_an_attached_run_follows_the_job_until_it_finishes(races: dict[str, Race
     assert lines[-1] == f"job {race.job}: FINISHED attempt {att['attempt']} pid {att['pid']}"
 
 
-def test_an_ended_job_is_409_until_restarted_from_its_checkpoint(races: dict[str, Race]) -> None:
+def test_an_ended_job_is_returned_to_its_resubmission_until_restarted_from_its_checkpoint(
+    races: dict[str, Race],
+) -> None:
     race = races["sqlite"]
     a, b = race.managers
+    before = view(a, race.job)["current_attempt"]
+    # The same submission again (a client's retry): the ended job, nothing started.
     r = a.http.post("/v1/jobs", json=body(race.job, race.app))
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert (got["state"], got["duplicate"], got["restarted"]) == ("FINISHED", True, False)
+    assert got["current_attempt"] == before
+    # Another spec, no restart: 409 naming the state and the difference.
+    r = a.http.post("/v1/jobs", json=body(race.job, race.app, args=["x"]))
     assert r.status_code == 409, r.text
     assert (r.json()["type"], r.json()["state"]) == ("JobTerminal", "FINISHED")
+    assert r.json()["difference"] == "args: [] (ended) vs ['x'] (submitted)"
     files = sorted(p.name for p in race.out.iterdir())
-    before = view(a, race.job)["current_attempt"]
+    assert view(a, race.job)["current_attempt"] == before
 
     r = b.http.post("/v1/jobs", json=body(race.job, race.app, restart=True))
     assert r.status_code == 200, r.text
@@ -907,11 +918,22 @@ def test_cli_exit_codes_for_unknown_ended_and_bad_jobs(
         p = stoker(*args, "nosuch", "--server", m.url)
         assert (p.returncode, p.stderr) == (3, "stoker: error: job 'nosuch' not found\n"), args
     race = races["sqlite"]
+    # The same command again: the ended job is followed to its end at once (its exit code).
     p = stoker("run", str(race.app), "--job-id", race.job, "--server", m.url, *defines())
+    assert (p.returncode, p.stdout) == (0, f"{race.job}\n"), p.stderr
+    assert p.stderr.startswith(
+        f"job {race.job}: already ended (FINISHED): nothing started; --restart runs it again "
+        "from its checkpoint\n"
+    ), p.stderr
+    # Another spec: refused, exit code 5.
+    p = stoker(
+        "run", str(race.app), "--job-id", race.job, "--server", m.url, *defines(), "--arg", "x"
+    )
     assert (p.returncode, p.stdout) == (5, "")
     assert p.stderr == (
-        f"stoker: error: job '{race.job}' has ended in state FINISHED; to run it again from "
-        'its checkpoint ask for a restart: --restart (stoker run), "restart": true (REST), '
+        f"stoker: error: job '{race.job}' has ended in state FINISHED and was submitted with "
+        "another spec (args: [] (ended) vs ['x'] (submitted)); to run it again from its "
+        'checkpoint ask for a restart: --restart (stoker run), "restart": true (REST), '
         "restart=True (stoker.run)\n"
     )
     p = stoker("run", str(race.app), "--server", m.url, "-D", "nope.x=1")

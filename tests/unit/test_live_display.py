@@ -6,7 +6,14 @@ import io
 
 import pytest
 
-from stoker.cli.display import job_status, live_wanted, render_status, render_view, rows_per_second
+from stoker.cli.display import (
+    job_status,
+    live_wanted,
+    render_status,
+    render_view,
+    rows_per_second,
+    submitted,
+)
 
 VIEW = {
     "job_id": "orders",
@@ -90,3 +97,15 @@ def test_live_only_on_a_terminal() -> None:
 
     assert live_wanted(Tty()) is True
     assert live_wanted(io.StringIO()) is False
+
+
+def test_a_submission_says_what_it_did_and_an_ended_job_how_to_run_it_again() -> None:
+    assert submitted("created", "CREATED") == "submitted (CREATED)"
+    assert submitted("restarted", "RESTARTING") == "restarted (RESTARTING)"
+    assert (
+        submitted("duplicate", "RUNNING", ", cluster local")
+        == "already live (RUNNING, cluster local)"
+    )
+    assert submitted("duplicate", "FAILED") == (
+        "already ended (FAILED): nothing started; --restart runs it again from its checkpoint"
+    )

@@ -79,15 +79,18 @@ app_path: Any = Path(
     "/v1/applications",
     status_code=201,
     responses={
-        200: {"description": "Live with the same spec (`duplicate`), or `restarted`."},
+        200: {
+            "description": "The same spec, live or ended (`duplicate`: nothing starts), or "
+            "`restarted`."
+        },
         **errors(*WRITES, 409, 422, 503),
     },
 )
 async def submit_application(body: ApplicationBody, manager: Manager) -> JSONResponse:
     """Submit a program (an application): the leader starts its driver on its cluster and
-    supervises it (restart strategy, HA). 201 created; 200 when live with the same spec
-    (``duplicate``) or ``restarted``; 409 for another spec while live, an ended one
-    without ``restart``, or an id taken by a job."""
+    supervises it (restart strategy, HA). 201 created; 200 when the id exists with the same
+    spec, live or ended (``duplicate``: retry-safe, nothing starts), or ``restarted``; 409
+    for another spec (an ended one without ``restart`` too), or an id taken by a job."""
     res = await run_in_threadpool(
         manager.submit_application,
         body.app_id,

@@ -71,13 +71,17 @@ class SubmitBody(BaseModel):
     "/v1/jobs",
     status_code=201,
     responses={
-        200: {"description": "Live with the same spec (`duplicate`), or `restarted`."},
+        200: {
+            "description": "The same spec, live or ended (`duplicate`: nothing starts), or "
+            "`restarted`."
+        },
         **errors(*WRITES, 409, 422, 503),
     },
 )
 async def submit(body: SubmitBody, ctx: Ctx) -> JSONResponse:
-    """Submit a job. 201 created; 200 with ``duplicate`` when live with the same spec,
-    or ``restarted`` for an ended job submitted with ``restart``; 409 otherwise."""
+    """Submit a job. 201 created; 200 with ``duplicate`` when the id exists with the same spec,
+    live or ended (retry-safe: nothing starts), or ``restarted`` for an ended job submitted
+    with ``restart``; 409 for another spec."""
     manager = ctx.manager
     t0 = time.perf_counter()
     try:

@@ -108,10 +108,13 @@ def test_the_default_id_is_the_files_name_and_a_resubmission_is_idempotent(world
     with pytest.raises(JobConflict) as err:
         world.submit(args=["other"])
     assert "args" in err.value.difference
-    # An ended application is not run again unless asked.
+    # An ended application is not run again unless asked: the same submission returns it.
     world.store.request_cancel(job_id("etl"))  # CREATED: ends CANCELED at once
-    with pytest.raises(JobTerminal):
-        world.submit()
+    again = world.submit()
+    assert (again.outcome, again.job.state) == ("duplicate", JobState.CANCELED)
+    with pytest.raises(JobTerminal) as ended:
+        world.submit(args=["other"])
+    assert ended.value.difference is not None and "args" in ended.value.difference
     res = world.submit(restart=True)
     assert (res.outcome, res.job.state) == ("restarted", JobState.RESTARTING)
     assert world.records() == ["etl"]

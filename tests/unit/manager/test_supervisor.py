@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from stoker.clock import ManualClock
-from stoker.errors import JobTerminal
 from stoker.manager import JobManager, Supervisor, SupervisorConfig
 from stoker.manager.launcher import LocalProcessLauncher
 from stoker.store import Owner, Store, open_store
@@ -151,7 +150,7 @@ def test_an_ended_attempt_under_a_live_job_is_repaired(
     assert store.get_job(jid).state == expected
 
 
-def test_a_repaired_job_is_no_longer_a_duplicate_to_resubmit(
+def test_a_repaired_job_ends_and_is_run_again_only_by_a_restart(
     sup: Supervisor, tmp_path: Path
 ) -> None:
     app = tmp_path / "apps" / "app.py"
@@ -168,8 +167,9 @@ def test_a_repaired_job_is_no_longer_a_duplicate_to_resubmit(
         sup.step()
 
         assert store.get_job(jid).state == JobState.FINISHED
-        with pytest.raises(JobTerminal):
-            manager.submit("stuck", str(app))
+        again = manager.submit("stuck", str(app))  # the same submission: returned, not run
+        assert (again.outcome, again.job.state) == ("duplicate", JobState.FINISHED)
+        assert store.get_job(jid).current_attempt == 1
         assert manager.submit("stuck", str(app), restart=True).outcome == "restarted"
     finally:
         manager.close()
