@@ -36,7 +36,11 @@ from tests.support import APPS
 APP = APPS / "chaos_app.py"
 # Where a restored job's changed code goes into the app's text (before the control handler).
 CHANGE_AT = '@p.on_control("poke")'
-NO_PROGRESS = 180.0  # seconds without a committed epoch while the driver lives: stuck
+# Seconds without a committed epoch while the job lives: stuck. Two restart cycles on a loaded
+# machine and a margin: the watchdog's bound (PROGRESS_TIMEOUT, 60 s), a Spark start (up to 90 s
+# measured under load), a first epoch. At 180 s a job restarted by its watchdog under a load
+# average of ten was taken for stuck (run E, seed 28).
+NO_PROGRESS = 420.0
 END_BY = 420.0  # seconds the job gets to end after the last fault
 RESOLVE_BY = 120.0  # seconds the managers get to resolve an ended job's sinks (janitor)
 # Seconds without an epoch after which the runner looks whether the job has anything left to

@@ -50,7 +50,7 @@ class Stall:
 
     def describe(self) -> str:
         where = (
-            f"epoch {self.epoch} is running and no task of it completed"
+            f"epoch {self.epoch} is running and no task of it completed in that time"
             if self.epoch is not None
             else "the query is planning its next epoch (no epoch begun, no progress or idle "
             "event: a source's reader or a Spark planner process is not answering)"
