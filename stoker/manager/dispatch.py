@@ -22,7 +22,7 @@ from stoker.manager import processes
 from stoker.manager.cluster_keeper import CannotRun, ClusterKeeper
 from stoker.manager.launcher import DriverLauncher, this_host
 from stoker.manager.leader import LeaderLease
-from stoker.manager.submit import ASSIGNED_STATE_DIR
+from stoker.manager.submit import ASSIGNED_STATE_DIR, job_folder
 from stoker.store import AttemptRecord, JobRecord, Owner, Store
 from stoker.types import AttemptState, JobId, JobKind, SpecKind
 
@@ -81,7 +81,7 @@ class Dispatcher:
         spec = job.spec
         # The folder the job was given when it was created (its checkpoint), whichever manager
         # launches this attempt; jobs stored without one run under this manager's folder.
-        job_dir = spec.get(ASSIGNED_STATE_DIR) or self.state_dir / "jobs" / job.job_id
+        job_dir = job_folder(job, self.state_dir)
         argv = processes.driver_argv(
             job.job_id,
             attempt.attempt,

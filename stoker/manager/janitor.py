@@ -41,7 +41,7 @@ from pathlib import Path
 
 from stoker.errors import JobNotFound
 from stoker.manager import processes
-from stoker.manager.submit import ASSIGNED_STATE_DIR
+from stoker.manager.submit import ASSIGNED_STATE_DIR, job_folder
 from stoker.store import AttemptRecord, JobRecord, Store
 from stoker.types import JobId, JobKind, SpecKind
 
@@ -156,11 +156,8 @@ class Janitor:
     def _job_dir(self, job: JobRecord) -> Path:
         """The folder the job's attempts ran in: assigned when it was created; for a job of
         an application, ``jobs/<job>`` in the application's folder."""
-        given = job.spec.get(ASSIGNED_STATE_DIR)
-        if given:
-            return Path(given)
-        if job.app_id is None:
-            return self.state_dir / "jobs" / job.job_id
+        if job.app_id is None or job.spec.get(ASSIGNED_STATE_DIR):
+            return job_folder(job, self.state_dir)
         try:
             app_dir = self.store.get_job(job.app_id).spec.get(ASSIGNED_STATE_DIR)
         except JobNotFound:

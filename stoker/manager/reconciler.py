@@ -16,13 +16,21 @@ from stoker.errors import NotLeader, StokerError
 from stoker.manager.dispatch import Dispatcher, StartFailed
 from stoker.manager.launcher import DriverLauncher
 from stoker.manager.leader import LeaderLease
+from stoker.manager.state import repartition_holder
+from stoker.manager.submit import job_folder
 from stoker.restart import NEVER_LAUNCHED, parse_strategy, restart_decision
-from stoker.store import AttemptRecord, JobRecord, Store
+from stoker.store import AttemptRecord, JobRecord, Owner, Store
 from stoker.types import AttemptNo, AttemptState, JobId, JobState
 
 log = logging.getLogger("stoker.supervisor")
 
 _LIVE_ATTEMPT = (AttemptState.STARTING, AttemptState.RUNNING)
+
+# Resuming a job suspended again and again (its driver stopped right after each start): the
+# second suspension in a row waits this long before the next start, each further one twice as
+# long, up to the maximum.
+SUSPEND_BACKOFF = 1.0
+SUSPEND_BACKOFF_MAX = 60.0
 
 
 class JobReconciler:
@@ -43,6 +51,7 @@ class JobReconciler:
         self.dispatcher = dispatcher
         self.launch_grace = launch_grace  # an attempt with no driver after this: never launched
         self.cancel_timeout = cancel_timeout  # graceful cancel, then the driver is killed
+        self._held_by: dict[JobId, Owner] = {}  # SUSPENDED jobs waiting for a repartition
 
     def tend_all(self, records: list[JobRecord], apps: dict[JobId, JobRecord], now: float) -> bool:
         """One step for every live record (``apps``: the applications among them); False if
@@ -72,8 +81,10 @@ class JobReconciler:
         if job.state == JobState.SUSPENDED:
             # Its driver was stopped by a signal (host shutdown, container stop) and let its
             # last epoch commit: resume at once. A suspension is no failure: no restart is
-            # used up (Flink does not count one either).
-            self._start(job)
+            # used up (Flink does not count one either). But not while its cause is known to
+            # last, and not in a loop of Spark starts (_suspension_holds).
+            if not self._suspension_holds(job, now):
+                self._start(job)
             return
         attempt = (
             self.store.get_attempt(job.job_id, job.current_attempt) if job.current_attempt else None
@@ -98,6 +109,40 @@ class JobReconciler:
             self.fail(job, attempt, attempt.error or "the driver failed")
         else:
             self._repair(job, attempt)
+
+    def _suspension_holds(self, job: JobRecord, now: float) -> bool:
+        """Whether a SUSPENDED job waits instead of resuming now.
+
+        - Its state is being repartitioned (``stoker state repartition`` holds the lock in
+          its folder): a driver would find the lock and end SUSPENDED again, after a whole
+          Spark start. It resumes once the lock is gone.
+        - It was suspended again right after resuming: the n-th suspension in a row waits
+          ``SUSPEND_BACKOFF * 2**(n-2)`` seconds after the last one ended (1, 2, 4 ... up to
+          ``SUSPEND_BACKOFF_MAX``); the first resumes at once.
+        """
+        holder = repartition_holder(job_folder(job, self.dispatcher.state_dir))
+        if holder is not None:
+            if self._held_by.get(job.job_id) != holder:
+                self._held_by[job.job_id] = holder
+                log.info(
+                    "job %s stays SUSPENDED while its state is repartitioned (pid %d on %s); "
+                    "it resumes when the repartition ends",
+                    job.job_id,
+                    holder.pid,
+                    holder.host,
+                )
+            return True
+        self._held_by.pop(job.job_id, None)
+        attempts = self.store.list_attempts(job.job_id)
+        n = 0
+        for a in reversed(attempts):
+            if a.state != AttemptState.SUSPENDED:
+                break
+            n += 1
+        if n < 2 or attempts[-1].ended_at is None:
+            return False
+        wait = min(SUSPEND_BACKOFF * 2 ** (n - 2), SUSPEND_BACKOFF_MAX)
+        return now < attempts[-1].ended_at + wait
 
     def _start(self, job: JobRecord) -> None:
         try:

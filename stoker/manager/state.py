@@ -186,6 +186,26 @@ def _locked(state_dir: Path, jid: JobId, n: int) -> Iterator[None]:
         path.unlink(missing_ok=True)
 
 
+# A lock that cannot be read is being written this instant; one older than this was left
+# half-written by a process that died: nobody holds it.
+_UNREADABLE_LOCK_S = 60.0
+
+
+def repartition_holder(state_dir: Path) -> Owner | None:
+    """The live process repartitioning the state of the job in ``state_dir`` now, or None (no
+    lock, or the process that left it is gone). A lock being written (unreadable, younger than
+    a minute) has a holder not known yet: the pid 0 owner."""
+    path = state_dir / LOCK_NAME
+    holder = _lock_holder(path)
+    if holder is not None:
+        return None if owner_is_dead(holder) else holder
+    try:
+        age = time.time() - path.stat().st_mtime
+    except OSError:
+        return None  # no lock
+    return Owner("unknown", 0, "unknown") if age < _UNREADABLE_LOCK_S else None
+
+
 def _lock_holder(path: Path) -> Owner | None:
     try:
         d = json.loads(path.read_text())

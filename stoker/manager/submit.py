@@ -169,6 +169,15 @@ def validate_submission(
 
 # A spec key the job manager fills in when it creates the job, not the submitter.
 ASSIGNED_STATE_DIR = "state_dir"
+
+
+def job_folder(job: Any, state_dir: Path) -> Path:
+    """The folder a job submitted alone runs in (its checkpoint, its repartition lock): the
+    one it was assigned when it was created, else ``<state dir>/jobs/<id>`` (jobs stored
+    without one). ``job``: its record (a :class:`~stoker.store.JobRecord`)."""
+    return Path(job.spec.get(ASSIGNED_STATE_DIR) or state_dir / "jobs" / job.job_id)
+
+
 # Fixed when the job is created and changed only by `stoker state repartition`: a later
 # submission of the same job (whatever its -D) keeps the job's own.
 MAX_PARALLELISM = "max_parallelism"

@@ -3,6 +3,7 @@ manual clock. Restart strategies alone are in test_restart.py."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ import pytest
 from stoker.clock import ManualClock
 from stoker.manager import JobManager, Supervisor, SupervisorConfig
 from stoker.manager.launcher import LocalProcessLauncher
+from stoker.manager.reconciler import SUSPEND_BACKOFF
+from stoker.procs import this_owner
 from stoker.store import Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, ClusterState, JobId, JobKind, JobState, job_id
 
@@ -196,6 +199,57 @@ def test_a_suspended_app_job_gets_a_new_attempt_without_using_up_a_restart(
     job = store.get_job(jid)
     assert (job.state, job.current_attempt, job.failures) == (JobState.RUNNING, 2, 0)
     assert sup.started_attempts == 1
+
+
+def test_a_suspended_job_waits_for_a_repartition_and_backs_off_when_suspended_again(
+    sup: Supervisor, clock: ManualClock, tmp_path: Path
+) -> None:
+    """Issue 21, item 6: a driver that finds the state-repartition lock held ends SUSPENDED;
+    relaunched at once, it would loop through whole Spark starts for as long as the
+    repartition runs. The leader waits for the lock to go, and a job suspended again and again
+    is resumed after a growing pause."""
+    store, jid = sup.store, job_id("held")
+    sup.lease.ttl = (
+        3600.0  # the leader lease outlasts the fake clock's jumps (renewed in real time)
+    )
+    app = tmp_path / "app.py"
+    app.write_text("")  # its driver starts and soon fails (no pipeline): not awaited here
+    folder = tmp_path / "jobs" / "held"
+    folder.mkdir(parents=True)
+    spec = {**SPEC, "entrypoint": str(app), "state_dir": str(folder)}
+    _running(store, jid, spec)
+    store.finish_attempt(jid, AttemptNo(1), AttemptState.SUSPENDED, JobState.SUSPENDED)
+    # A live process (this one) holds the lock, as `stoker state repartition` does.
+    me = this_owner()
+    lock = folder / "repartition.lock"
+    lock.write_text(json.dumps({"host": me.host, "pid": me.pid, "pid_started": me.pid_started}))
+    for _ in range(3):
+        sup.step()
+        clock.advance(1)
+    job = store.get_job(jid)
+    assert (job.state, job.current_attempt, sup.started_attempts) == (JobState.SUSPENDED, 1, 0)
+    # A lock left by a process that is gone holds nothing.
+    lock.write_text(json.dumps({"host": me.host, "pid": 999_999_999, "pid_started": "x"}))
+    sup.step()
+    job = store.get_job(jid)
+    assert (job.state, job.current_attempt, sup.started_attempts) == (JobState.RUNNING, 2, 1)
+
+    # Suspended again at once (a second time in a row): resumed after 1 s, not before.
+    store.finish_attempt(jid, AttemptNo(2), AttemptState.SUSPENDED, JobState.SUSPENDED)
+    sup.step()
+    assert store.get_job(jid).current_attempt == 2
+    clock.advance(SUSPEND_BACKOFF)
+    sup.step()
+    assert store.get_job(jid).current_attempt == 3
+    # A third time: 2 s.
+    store.finish_attempt(jid, AttemptNo(3), AttemptState.SUSPENDED, JobState.SUSPENDED)
+    clock.advance(SUSPEND_BACKOFF * 1.5)
+    sup.step()
+    assert store.get_job(jid).current_attempt == 3
+    clock.advance(SUSPEND_BACKOFF)
+    sup.step()
+    job = store.get_job(jid)
+    assert (job.state, job.current_attempt, job.failures) == (JobState.RUNNING, 4, 0)
 
 
 def test_two_leaders_failing_one_attempt_count_one_failure(
