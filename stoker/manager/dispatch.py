@@ -142,7 +142,10 @@ class Dispatcher:
 
     def _new_attempt(self, job: JobRecord) -> AttemptRecord | None:
         """Record the next attempt STARTING (its driver claims it), or None if another
-        manager or the job's state got there first."""
+        manager or the job's state got there first, or if the previous attempt's processes
+        still run (killed now: the next attempt starts once they are seen gone)."""
+        if self._previous_runs(job):
+            return None
         log_path = self.state_dir / "logs" / job.job_id / f"attempt-{job.current_attempt + 1}.log"
         try:
             return self.store.start_attempt(
@@ -159,6 +162,26 @@ class Dispatcher:
         except (DuplicateJob, JobTerminal) as e:
             log.info("%s %s not started: %s", _what(job), job.job_id, e)
             return None
+
+    def _previous_runs(self, job: JobRecord) -> bool:
+        """Whether anything of the job's previous attempt still runs here (a driver whose
+        lease lapsed, a JVM outliving its driver); if so it is killed, and the next attempt
+        waits for a later step: two drivers of one job never run side by side."""
+        if not job.current_attempt:
+            return False
+        prev = self.store.get_attempt(job.job_id, job.current_attempt)
+        if prev is None or not self.launcher.still_running(prev.owner):
+            return False
+        log.warning(
+            "%s %s: processes of attempt %d (pid %d) still run: killed; the next attempt "
+            "starts once they are gone",
+            _what(job),
+            job.job_id,
+            prev.attempt,
+            prev.owner.pid,
+        )
+        self.launcher.kill(prev.owner)
+        return True
 
     def _spawn(self, job: JobRecord, attempt: AttemptRecord, argv: processes.DriverArgv) -> None:
         """Start the attempt's driver and record who it is."""

@@ -59,6 +59,13 @@ class DriverLauncher(Protocol):
         when it cannot be told)."""
         ...
 
+    def still_running(self, owner: Owner) -> bool:
+        """Whether anything of the driver recorded as ``owner`` still runs where this launcher
+        can see: the driver, or what it started (its JVM, Spark's workers) after the driver
+        itself died. False when it cannot be seen (another host): the attempt's lease and
+        its fencing token decide there."""
+        ...
+
     def kill(self, owner: Owner) -> None:
         """Stop the driver recorded as ``owner`` and all it started, if it is provably the
         attempt's (a driver gone long ago may have left its name to something else)."""
@@ -68,6 +75,17 @@ class DriverLauncher(Protocol):
         """Forget the drivers started here that have exited and whose attempt ``watched``
         says has ended (until then their exit stays visible to ``exit_code``)."""
         ...
+
+
+def _group_of(owner: Owner) -> list[int]:
+    """The live processes of the driver's process group (its pid is the group's id: drivers
+    start a session of their own) that started no earlier than the driver did; a group id
+    reused by a later process is not the driver's."""
+    from stoker.procs import group_pids
+
+    if not owner.pid_started.isdigit():
+        return [] if processes.is_dead(owner) else [owner.pid]
+    return group_pids(owner.pid, started_since=int(owner.pid_started))
 
 
 def this_host() -> str:
@@ -107,9 +125,13 @@ class LocalProcessLauncher:
     def is_gone(self, owner: Owner) -> bool:
         return bool(owner.pid) and processes.is_dead(owner)
 
+    def still_running(self, owner: Owner) -> bool:
+        return bool(owner.pid) and owner.host == this_host() and bool(_group_of(owner))
+
     def kill(self, owner: Owner) -> None:
-        # Only a process that is provably the attempt's (same host, same pid start time).
-        if owner.pid and owner.host == this_host() and not processes.is_dead(owner):
+        # Only processes that are provably the attempt's: the driver's process group, members
+        # started no earlier than the driver (same host, same pid start time).
+        if self.still_running(owner):
             processes.kill_group(owner.pid)
 
     def reap(self, watched: Callable[[JobId, AttemptNo], bool]) -> None:

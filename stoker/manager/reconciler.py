@@ -254,9 +254,9 @@ class JobReconciler:
             why,
             after.state,
         )
-        if after.state.terminal:
-            # Nothing of a failed or canceled job may keep running.
-            self.launcher.kill(attempt.owner)
+        # Nothing of a failed attempt may keep running: not when the job has ended, and not
+        # beside the next attempt (a driver whose lease lapsed in a slow start is alive).
+        self.launcher.kill(attempt.owner)
 
     def _enforce_cancel(self, job: JobRecord, attempt: AttemptRecord, now: float) -> None:
         asked = job.cancel_requested_at or now

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 from stoker.clock import ManualClock
-from stoker.manager import JobManager, Supervisor, SupervisorConfig
-from stoker.manager.launcher import LocalProcessLauncher
+from stoker.manager import JobManager, Supervisor, SupervisorConfig, processes
+from stoker.manager.launcher import LocalProcessLauncher, this_host
 from stoker.manager.reconciler import SUSPEND_BACKOFF
-from stoker.procs import this_owner
+from stoker.procs import group_pids, process_start_marker, this_owner
 from stoker.store import Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, ClusterState, JobId, JobKind, JobState, job_id
+from tests.support import wait_for
 
 SPEC = {"kind": "app", "entrypoint": "/nonexistent/app.py", "args": [], "conf": {}}
 
@@ -201,6 +202,17 @@ def test_a_suspended_app_job_gets_a_new_attempt_without_using_up_a_restart(
     assert sup.started_attempts == 1
 
 
+def _driver_gone(sup: Supervisor, jid: JobId, attempt: int) -> None:
+    rec = sup.store.get_attempt(jid, AttemptNo(attempt))
+    assert rec is not None
+    wait_for(
+        f"attempt {attempt}'s driver to exit",
+        lambda: not sup.launcher.still_running(rec.owner),
+        120,
+        every=0.1,
+    )
+
+
 def test_a_suspended_job_waits_for_a_repartition_and_backs_off_when_suspended_again(
     sup: Supervisor, clock: ManualClock, tmp_path: Path
 ) -> None:
@@ -234,7 +246,10 @@ def test_a_suspended_job_waits_for_a_repartition_and_backs_off_when_suspended_ag
     job = store.get_job(jid)
     assert (job.state, job.current_attempt, sup.started_attempts) == (JobState.RUNNING, 2, 1)
 
-    # Suspended again at once (a second time in a row): resumed after 1 s, not before.
+    # Suspended again at once (a second time in a row): resumed after 1 s, not before. (Its
+    # real driver, started from the empty app, must be gone first: nothing of an attempt runs
+    # beside the next one.)
+    _driver_gone(sup, jid, 2)
     store.finish_attempt(jid, AttemptNo(2), AttemptState.SUSPENDED, JobState.SUSPENDED)
     sup.step()
     assert store.get_job(jid).current_attempt == 2
@@ -242,6 +257,7 @@ def test_a_suspended_job_waits_for_a_repartition_and_backs_off_when_suspended_ag
     sup.step()
     assert store.get_job(jid).current_attempt == 3
     # A third time: 2 s.
+    _driver_gone(sup, jid, 3)
     store.finish_attempt(jid, AttemptNo(3), AttemptState.SUSPENDED, JobState.SUSPENDED)
     clock.advance(SUSPEND_BACKOFF * 1.5)
     sup.step()
@@ -478,6 +494,68 @@ def test_an_application_on_a_session_cluster_that_is_gone_fails(tmp_path: Path) 
     assert sup.started_attempts == 0
 
 
+# A failed attempt's processes (issue 21, item 1) -----------------------------------------------
+class _Unkillable(LocalProcessLauncher):
+    """Its kills do nothing for a while: a process group that outlives its SIGKILL (a process
+    stuck in the kernel, a slow teardown)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+        self.holding = True
+
+    def kill(self, owner: Owner) -> None:
+        if self.holding:
+            self.refused += 1
+            return
+        super().kill(owner)
+
+
+def test_a_failed_attempts_processes_are_killed_and_seen_gone_before_the_next_starts(
+    store_url: str, clock: ManualClock, tmp_path: Path
+) -> None:
+    """A driver whose lease lapsed in a slow start is alive: before, the leader counted a
+    failure and started the next driver beside it (three drivers of one job at once). Now
+    the failed attempt's process group is killed, and the next attempt starts only once
+    nothing of it runs. Real processes: a "driver" whose group holds a second process that
+    outlives it, as a JVM outlives a SIGKILLed Python driver."""
+    launcher = _Unkillable()
+    sup = Supervisor(open_store(store_url, clock), SupervisorConfig(tmp_path, store_url), launcher)
+    sup.lease.ttl = 3600.0  # the leader lease outlasts the fake clock's jumps
+    store, jid = sup.store, job_id("slow")
+    app = tmp_path / "app.py"
+    app.write_text("")  # the next attempt's driver: starts and soon fails, not awaited
+    driver = processes.spawn(
+        processes.DriverArgv(["sh", "-c", "sleep 600 & wait"], {}), tmp_path / "d.log", tmp_path
+    )
+    try:
+        owner = Owner(this_host(), driver.pid, process_start_marker(driver.pid))
+        wait_for("the driver's group", lambda: len(group_pids(driver.pid)) == 2, 30)
+        store.create_job(jid, "slow", {**SPEC, "entrypoint": str(app)}, {})
+        store.start_attempt(jid, owner, 10.0, AttemptNo(0))
+        clock.advance(11)  # its lease lapsed: a slow start
+        sup.step()
+        job = store.get_job(jid)
+        assert (job.state, job.failures) == (JobState.RESTARTING, 1)
+        assert launcher.refused == 1  # asked to kill it
+        clock.advance(60)  # past any restart delay
+        for _ in range(3):
+            sup.step()  # still running: killed again, and no second driver beside it
+        assert store.get_job(jid).current_attempt == 1 and sup.started_attempts == 0
+        assert launcher.refused == 4
+        launcher.holding = False
+        sup.step()  # killed for real; the next attempt waits until the group is seen gone
+        wait_for("the group to go", lambda: not group_pids(driver.pid), 30)
+        sup.step()
+        job = store.get_job(jid)
+        assert (job.current_attempt, sup.started_attempts) == (2, 1)
+    finally:
+        processes.kill_group(driver.pid)
+        driver.wait(30)
+        launcher.wait(timeout=120)
+        sup.store.close()
+
+
 # The driver launcher interface (a Kubernetes or YARN launcher would sit there) ---------------
 class FakeLauncher:
     """Drivers that run nowhere: started, exited and killed by the test."""
@@ -507,6 +585,9 @@ class FakeLauncher:
 
     def is_gone(self, owner: Owner) -> bool:
         return False
+
+    def still_running(self, owner: Owner) -> bool:
+        return False  # nothing of a pod can be seen from here: leases and fencing decide
 
     def kill(self, owner: Owner) -> None:
         self.killed.append(owner)
