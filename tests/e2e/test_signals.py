@@ -395,6 +395,23 @@ def _running_attempt(m: Manager, job: str, n: int) -> dict[str, Any]:
     return dict(wait_for(lambda: f"attempt {n} of {job}:\n{_story(m, job)}", ready, JOB_TIMEOUT))
 
 
+def _resumed(m: Manager, job: str) -> None:
+    """Wait until a later attempt than the first took the job on: it committed an epoch of its
+    own, or (a bounded job) finished it."""
+
+    def ready() -> bool:
+        v = _get(m, f"/v1/jobs/{job}")
+        if v["current_attempt"] < 2:
+            return False
+        if v["state"] == "FINISHED":
+            return True
+        assert v["state"] not in ("CANCELED", "FAILED"), _story(m, job)
+        eps = _get(m, f"/v1/jobs/{job}/epochs", limit=100_000)
+        return any(e["state"] == "COMMITTED" and e["decided_by"] >= 2 for e in eps)
+
+    wait_for(lambda: f"{job} resumed:\n{_story(m, job)}", ready, JOB_TIMEOUT)
+
+
 def test_under_a_manager_sigterm_resumes_by_itself_and_only_cancel_cancels(
     tmp_path: Path,
 ) -> None:
@@ -420,11 +437,13 @@ def test_under_a_manager_sigterm_resumes_by_itself_and_only_cancel_cancels(
             a = _running_attempt(m, job, 1)
             os.kill(int(a["pid"]), signal.SIGTERM)
         for job in ("bounded", "endless"):
-            _running_attempt(m, job, 2)
-            v = _get(m, f"/v1/jobs/{job}")
-            assert v["failures"] == 0  # a suspension uses up no restart
-            first = _get(m, f"/v1/jobs/{job}/attempts")[0]
-            assert (first["attempt"], first["state"]) == (1, "SUSPENDED"), _story(m, job)
+            _resumed(m, job)
+            atts = _get(m, f"/v1/jobs/{job}/attempts")
+            assert (atts[0]["attempt"], atts[0]["state"]) == (1, "SUSPENDED"), _story(m, job)
+            # A suspension uses up no restart. (On a loaded machine Spark may fail an attempt
+            # after it, "Python worker failed to connect back": that one is counted.)
+            failed = sum(a["state"] == "FAILED" for a in atts)
+            assert _get(m, f"/v1/jobs/{job}")["failures"] == failed, _story(m, job)
 
         wait_for(
             lambda: f"bounded to finish:\n{_story(m, 'bounded')}",
@@ -448,7 +467,8 @@ def test_under_a_manager_sigterm_resumes_by_itself_and_only_cancel_cancels(
             JOB_TIMEOUT,
         )
         atts = [(a["attempt"], a["state"]) for a in _get(m, "/v1/jobs/endless/attempts")]
-        assert atts == [(1, "SUSPENDED"), (2, "CANCELED")]
+        assert atts[0] == (1, "SUSPENDED") and atts[-1][1] == "CANCELED", atts
+        assert all(state == "FAILED" for _, state in atts[1:-1]), atts  # Spark's, under load
         ids: Counter[int] = file_sink_ids(endless_out)
         exactly_once(ids, len(ids))
     finally:
