@@ -13,13 +13,14 @@ from stoker.server.docs import DOCS_URL, OPENAPI_URL, STATIC_URL
 from stoker.server.ui import OPEN_PATHS as UI_OPEN_PATHS
 from stoker.server.ui import OPEN_PREFIXES as UI_OPEN_PREFIXES
 
-# Open without a token: liveness (load balancers and orchestrators probe it) and the API's
+# Open without a token: liveness and readiness (load balancers and orchestrators probe them,
+# without a token; they answer only whether and who leads) and the API's
 # description (a browser cannot send a bearer token with the page it opens): the docs page,
 # its assets and the schema, which hold no job, log or setting. The calls the page makes go
 # with the token typed into its "Authorize" dialog.
 # The web UI's pages and assets are open for the same reason (they hold no data; what they
 # show comes in guarded fragments, see stoker.server.ui).
-OPEN_PATHS = frozenset({"/healthz", DOCS_URL, OPENAPI_URL, *UI_OPEN_PATHS})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", DOCS_URL, OPENAPI_URL, *UI_OPEN_PATHS})
 _OPEN_PREFIX = (STATIC_URL + "/", *UI_OPEN_PREFIXES)
 # A refusal names the REST fix (the header); the CLI adds its own (--token, STOKER_TOKEN).
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -149,6 +149,8 @@ def test_reads_need_a_token_and_healthz_stays_open(setup: Setup) -> None:
         assert http.get(path, headers=_auth(READ_TOKEN)).status_code == 200
         assert http.get(path, headers=_auth(TOKEN)).status_code == 200
     assert http.get("/healthz").status_code == 200
+    r = http.get("/readyz")  # open too: probes send no token; it names who leads, no data
+    assert r.status_code == 200 and r.json()["ready"] is True, r.text
 
 
 def test_the_read_only_token_cannot_change_anything(setup: Setup) -> None:

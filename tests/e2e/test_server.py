@@ -1002,5 +1002,6 @@ def test_docs_and_openapi_are_served(sqlite_pair: list[Manager]) -> None:
         "/v1/jobs/{job_id}/attempts/{attempt}/log",
         "/metrics",
         "/healthz",
+        "/readyz",
     ):
         assert p in paths, sorted(paths)

@@ -4,6 +4,8 @@ and the 405 answer naming the methods of routers included in an app."""
 
 from __future__ import annotations
 
+import threading
+from types import SimpleNamespace
 from typing import Any, cast
 
 from fastapi import FastAPI
@@ -15,6 +17,7 @@ from stoker.errors import (
     InvalidInput,
     JobNotFound,
     StokerError,
+    StoreError,
     TooManyRequests,
 )
 from stoker.manager import ControlRateLimiter, JobManager
@@ -23,11 +26,30 @@ from stoker.server.deps import ServerState, install_state
 from stoker.server.errors import install_error_handlers, status_of
 from stoker.server.events import EventFeed
 from stoker.server.metrics import Histogram
-from stoker.server.routes import jobs, managers
+from stoker.server.routes import health, jobs, managers
+
+
+class _Store:
+    """A store whose leader read answers, fails, or hangs (``mode``)."""
+
+    def __init__(self) -> None:
+        self.mode = "answers"
+        self.reads = 0
+        self.release = threading.Event()
+
+    def get_leader(self) -> Any:
+        self.reads += 1
+        if self.mode == "fails":
+            raise StoreError("database is locked")
+        if self.mode == "hangs":
+            self.release.wait(30)
+        return SimpleNamespace(address="http://10.0.0.1:8080")
 
 
 class _Managers:
     """Only what the routes under test call."""
+
+    store = _Store()
 
     def managers(self) -> dict[str, Any]:
         return {"leader": None, "managers": []}
@@ -87,3 +109,38 @@ def test_the_status_of_each_error_is_its_nearest_class() -> None:
     assert status_of(ClusterConflict("cluster c is busy")) == 409  # a ClusterError too
     assert status_of(ClusterError("cluster c failed")) == 500
     assert status_of(StokerError("other")) == 500
+
+
+def test_liveness_never_reads_the_store_and_readiness_does_within_a_limit() -> None:
+    """Issue 21, item 9: /healthz waited behind the store (one API connection, a long list
+    before it): a slow store made a live manager look dead. Liveness answers from memory;
+    readiness asks the store, and answers 503 naming why when it fails or does not answer
+    within its limit."""
+    store = _Managers.store
+    store.mode, store.reads = "hangs", 0
+    try:
+        with TestClient(_app(health.router)) as client:
+            r = client.get("/healthz")
+            assert (r.status_code, r.json()) == (200, {"ok": True, "leader": False})
+            assert store.reads == 0
+            r = client.get("/readyz")  # the store hangs: 503 after the limit, not a hang
+            assert r.status_code == 503, r.text
+            assert r.json()["error"] == (
+                f"the store did not answer within {health.READY_TIMEOUT_S:g} s"
+            )
+            store.release.set()
+            store.mode = "fails"
+            r = client.get("/readyz")
+            assert (r.status_code, r.json()["error"]) == (
+                503,
+                "the store cannot be read: StoreError",
+            )
+            store.mode = "answers"
+            r = client.get("/readyz")
+            assert (r.status_code, r.json()) == (
+                200,
+                {"ready": True, "leader": False, "leader_address": "http://10.0.0.1:8080"},
+            )
+    finally:
+        store.release.set()
+        store.mode = "answers"
