@@ -88,6 +88,11 @@ def list_cmd(include_stopped: bool, server: str | None, token: str | None, as_js
         found = c.clusters(include_stopped)
     for cl in found:
         click.echo(json.dumps(cl) if as_json else _line(cl))
+    if not found and not as_json:
+        click.echo(
+            "no clusters" if include_stopped else "no live clusters (stopped ones too: --all)",
+            err=True,
+        )
 
 
 @cluster_group.command("status")
@@ -179,13 +184,19 @@ def remove_worker_cmd(
 
 @cluster_group.command("stop")
 @click.argument("name")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Stop it even though live applications use it (they lose their executors).",
+)
 @server_opts
 @_json_opt
 @guarded
-def stop_cmd(name: str, server: str | None, token: str | None, as_json: bool) -> None:
-    """Stop a session cluster and every process of it."""
+def stop_cmd(name: str, force: bool, server: str | None, token: str | None, as_json: bool) -> None:
+    """Stop a session cluster and every process of it (one that live applications use: only
+    with --force)."""
     with client(need_server(server), token) as c:
-        out = c.stop_cluster(name)
+        out = c.stop_cluster(name, force)
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return

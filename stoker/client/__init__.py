@@ -444,10 +444,13 @@ class Client:
         path = f"/v1/clusters/{name}/workers/{worker}"
         return dict(self._call("DELETE", path, params=params, timeout=_SLOW).json())
 
-    def stop_cluster(self, name: str) -> dict[str, Any]:
-        """``POST /v1/clusters/{name}/stop``: the cluster STOPPED; ``used_by`` names the live
-        applications that were on it."""
-        return dict(self._call("POST", f"/v1/clusters/{name}/stop", timeout=_SLOW).json())
+    def stop_cluster(self, name: str, force: bool = False) -> dict[str, Any]:
+        """``POST /v1/clusters/{name}/stop``: the cluster STOPPED. One that live applications
+        use is refused (:class:`~stoker.errors.ClusterConflict`) unless ``force``; ``used_by``
+        then names them."""
+        params = {"force": "true"} if force else None
+        resp = self._call("POST", f"/v1/clusters/{name}/stop", params=params, timeout=_SLOW)
+        return dict(resp.json())
 
     # the manager ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:

@@ -336,9 +336,9 @@ class JobManager:
         """:meth:`SessionClusters.remove_worker`."""
         return self.sessions.remove_worker(name, worker, graceful)
 
-    def stop_cluster(self, name: str) -> dict[str, Any]:
+    def stop_cluster(self, name: str, force: bool = False) -> dict[str, Any]:
         """:meth:`SessionClusters.stop`: session clusters only."""
-        return self.sessions.stop(name)
+        return self.sessions.stop(name, force)
 
     # the job managers ----------------------------------------------------------------------
     def managers(self) -> dict[str, Any]:

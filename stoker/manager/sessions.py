@@ -150,11 +150,12 @@ class SessionClusters:
             rec = self.store.update_cluster(name, processes=remaining)
         return cluster_view(rec)
 
-    def stop(self, name: str) -> dict[str, Any]:
-        """Stop a session cluster: STOPPING, every recorded process stopped, STOPPED. Live
-        applications on it are not stopped (their executors go; each application's restart
-        strategy decides): the answer names them in ``used_by``. An application's own
-        cluster is stopped by the leader when that application ends (409 here)."""
+    def stop(self, name: str, force: bool = False) -> dict[str, Any]:
+        """Stop a session cluster: STOPPING, every recorded process stopped, STOPPED. A cluster
+        live applications use is refused (409 naming them) unless ``force``: then they are
+        not stopped (their executors go; each application's restart strategy decides) and
+        the answer names them in ``used_by``. An application's own cluster is stopped by the
+        leader when that application ends (409 here)."""
         rec = self.store.get_cluster(name)
         if rec.kind == ClusterKind.APP:
             raise ClusterConflict(
@@ -162,6 +163,12 @@ class SessionClusters:
                 f"application ends (stoker app cancel {rec.owner_app})"
             )
         used_by = self._apps_on(rec)
+        if used_by and not force:
+            raise ClusterConflict(
+                f"cluster {name!r} is used by live application(s) {', '.join(used_by)}: stop "
+                "them first, or stop it anyway with --force (REST: force=true), and they lose "
+                "their executors"
+            )
         with self._lock:
             rec = self._stop_recorded(self.store.get_cluster(name))
         out = cluster_view(rec)

@@ -98,8 +98,14 @@ def remove_worker(
 
 
 @router.post("/v1/clusters/{name}/stop", responses=CLUSTER_WRITES)
-def stop_cluster(manager: Manager, name: str = cluster_path) -> dict[str, Any]:
-    """Stop a session cluster and every process of it. Applications still on it are named
-    in ``used_by`` (not stopped). An application's own cluster: 409 (it goes when the
-    application ends)."""
-    return dict(redact_answer(manager.stop_cluster(name)))
+def stop_cluster(
+    manager: Manager,
+    name: str = cluster_path,
+    force: bool = Query(
+        False, description="Stop it even though live applications use it (they lose executors)."
+    ),
+) -> dict[str, Any]:
+    """Stop a session cluster and every process of it. One that live applications use: 409
+    naming them, unless ``force`` (then they are named in ``used_by``, not stopped). An
+    application's own cluster: 409 (it goes when the application ends)."""
+    return dict(redact_answer(manager.stop_cluster(name, force)))
