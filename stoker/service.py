@@ -15,6 +15,7 @@ from typing import Any
 
 from stoker import logformat
 from stoker.manager import JobManager, Supervisor, SupervisorConfig
+from stoker.manager.clusters.budget import HostBudget
 from stoker.redact import redact_logs, redact_url
 from stoker.scaling.policy import DefaultPolicy
 from stoker.scaling.scaler import Scaler
@@ -40,6 +41,7 @@ def serve(
     scaler_tick: float = 1.0,
     scaler_window: float = 60.0,
     log_format: str | None = None,
+    budget: HostBudget | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM. Drivers started here keep running after the manager stops.
 
@@ -49,7 +51,8 @@ def serve(
     ``scaler_tick``: seconds between the scaler's passes while this manager leads;
     ``scaler_window``: the seconds of epochs its default policy looks at (at least 10 epochs).
     ``log_format``: text or json (None: ``STOKER_LOG_FORMAT``, else text); the drivers it
-    starts inherit it.
+    starts inherit it. ``budget``: what the Spark clusters it starts may take in all (the
+    defaults of :class:`HostBudget` when None).
     """
     import uvicorn
 
@@ -69,6 +72,7 @@ def serve(
         lease_ttl=lease_ttl,
         cancel_timeout=cancel_timeout,
         retention=retention or RetentionPolicy(),
+        budget=budget or HostBudget(),
     )
     supervisor = Supervisor(sup_store, cfg) if supervise else None
     # The scaler acts only while the supervisor leads, on a connection of its own (a worker
@@ -86,7 +90,7 @@ def serve(
         if supervisor is not None and scaler_store is not None
         else None
     )
-    manager = JobManager(api_store, state_dir, allow_dirs, leader_ttl=leader_ttl)
+    manager = JobManager(api_store, state_dir, allow_dirs, leader_ttl=leader_ttl, budget=budget)
     app = create_app(manager, supervisor, token, read_token, control_rate=control_rate)
     if supervisor is not None:
         supervisor.start()

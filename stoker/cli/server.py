@@ -99,6 +99,34 @@ from stoker.errors import InvalidInput
     help="Serve the API and take submissions, never lead (no supervisor on this node).",
 )
 @click.option(
+    "--max-clusters",
+    type=click.IntRange(0),
+    default=4,
+    show_default=True,
+    help="Spark standalone clusters stoker may run on this host at once (session clusters and "
+    "applications' own); a start beyond is refused (409).",
+)
+@click.option(
+    "--max-workers",
+    type=click.IntRange(0),
+    default=8,
+    show_default=True,
+    help="Workers of those clusters in all.",
+)
+@click.option(
+    "--max-worker-memory",
+    default="16g",
+    show_default=True,
+    help="The memory of those workers in all (512m, 16g).",
+)
+@click.option(
+    "--max-worker-cores",
+    type=click.IntRange(0),
+    default=16,
+    show_default=True,
+    help="The cores (Spark's task slots) of those workers in all.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
     default=None,
@@ -122,9 +150,15 @@ def server_cmd(
     retention_time: str | None,
     control_rate: float,
     scaler_window: float,
+    max_clusters: int,
+    max_workers: int,
+    max_worker_memory: str,
+    max_worker_cores: int,
     log_format: str | None,
 ) -> None:
     """Run a job manager: REST API (docs at /docs), dispatcher and supervisor."""
+    from stoker.manager.clusters import memory_mb
+    from stoker.manager.clusters.budget import HostBudget
     from stoker.service import serve
     from stoker.settings import parse_window
     from stoker.store import RetentionPolicy
@@ -134,6 +168,12 @@ def server_cmd(
         raise InvalidInput("--read-token", "needs --token too (the token that may change state)")
     if token is not None and token == read_token:
         raise InvalidInput("--read-token", "must differ from --token")
+    budget = HostBudget(
+        clusters=max_clusters,
+        workers=max_workers,
+        memory_mb=memory_mb(max_worker_memory, "--max-worker-memory"),
+        cores=max_worker_cores,
+    )
     retention = RetentionPolicy(
         epochs=retention_epochs,
         seconds=None
@@ -157,6 +197,7 @@ def server_cmd(
         control_rate=control_rate,
         scaler_window=scaler_window,
         log_format=log_format,
+        budget=budget,
     )
 
 

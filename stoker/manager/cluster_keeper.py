@@ -18,10 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import ClusterError, ClusterNotFound, InvalidInput, StokerError
+from stoker.errors import ClusterConflict, ClusterError, ClusterNotFound, InvalidInput, StokerError
 from stoker.manager import clusters
 from stoker.manager.cluster_records import app_cluster_name, cluster_spec_dict
 from stoker.manager.cluster_start import start_recorded
+from stoker.manager.clusters.budget import HostBudget
 from stoker.store import JobRecord, Store
 from stoker.store.fleet_records import ClusterRecord
 from stoker.types import ClusterKind, ClusterState, JobId
@@ -46,9 +47,10 @@ class ClusterKeeper:
     own (a start takes tens of seconds): the supervisor's loop never waits for a JVM. One
     piece of work at a time per cluster name."""
 
-    def __init__(self, store: Store, state_dir: Path) -> None:
+    def __init__(self, store: Store, state_dir: Path, budget: HostBudget | None = None) -> None:
         self.store = store
         self.state_dir = state_dir
+        self.budget = budget or HostBudget()
         self._work: dict[str, threading.Thread] = {}
         self._retry: dict[str, float] = {}  # time.monotonic() of a failed stop's retry
         self._looked = float("-inf")
@@ -95,6 +97,17 @@ class ClusterKeeper:
             self.store.delete_cluster(name)  # an earlier run's: this run gets a fresh one
             rec = None
         if rec is None:
+            try:
+                self.budget.check(
+                    self.store.list_clusters(),
+                    clusters=1,
+                    workers=spec.workers,
+                    cores=spec.cores,
+                    memory=spec.memory,
+                    what=f"application {app.job_id}'s own cluster",
+                )
+            except ClusterConflict as e:
+                raise CannotRun(str(e)) from None  # its restart strategy decides what next
             rec, created = self.store.create_cluster(
                 name, ClusterKind.APP, cluster_spec_dict(spec), owner_app=app.job_id
             )

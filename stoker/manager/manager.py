@@ -13,6 +13,7 @@ from typing import Any
 from stoker.manager import applications as apps
 from stoker.manager import appsubmit, control, jobs, logs, rescales
 from stoker.manager.appinspect import PipelineDescriptions
+from stoker.manager.clusters.budget import HostBudget
 from stoker.manager.managers import list_managers
 from stoker.manager.rescales import RescaleTally
 from stoker.manager.sessions import SessionClusters
@@ -27,7 +28,12 @@ class JobManager:
     over one store."""
 
     def __init__(
-        self, store: Store, state_dir: Path, allowed_dirs: list[Path], leader_ttl: float = 3.0
+        self,
+        store: Store,
+        state_dir: Path,
+        allowed_dirs: list[Path],
+        leader_ttl: float = 3.0,
+        budget: HostBudget | None = None,
     ) -> None:
         self.store = store
         self.leader_ttl = leader_ttl  # the managers' (stoker server --leader-ttl)
@@ -36,7 +42,7 @@ class JobManager:
         self.jobs_dir = self.state_dir / "jobs"
         self.apps_dir = self.state_dir / "apps"
         self.clusters_dir = self.state_dir / "clusters"
-        self.sessions = SessionClusters(store, self.clusters_dir)
+        self.sessions = SessionClusters(store, self.clusters_dir, budget)
         self._submissions = JobSubmissions(store, self.allowed_dirs, self.jobs_dir)
         self._descriptions = PipelineDescriptions()
 

@@ -12,6 +12,7 @@ from stoker.errors import ClusterConflict, ClusterError, ClusterNotFound, Invali
 from stoker.manager import clusters
 from stoker.manager.cluster_records import check_cluster_name, cluster_spec_dict, cluster_view
 from stoker.manager.cluster_start import start_recorded
+from stoker.manager.clusters.budget import HostBudget
 from stoker.store import Store
 from stoker.store.fleet_records import ClusterProcess, ClusterRecord
 from stoker.types import ClusterKind, ClusterState, JobId, JobKind
@@ -24,9 +25,10 @@ class SessionClusters:
     address. Applications' own clusters are the leader's (``supervisor.py``); here they are
     only listed and looked at."""
 
-    def __init__(self, store: Store, folder: Path) -> None:
+    def __init__(self, store: Store, folder: Path, budget: HostBudget | None = None) -> None:
         self.store = store
         self.folder = folder  # each cluster's logs and work folders: folder/<name>
+        self.budget = budget or HostBudget()
         self._lock = threading.Lock()
 
     def find(self, name: str) -> ClusterRecord | None:
@@ -53,6 +55,14 @@ class SessionClusters:
                     f"cluster {name!r} exists ({old.state}): stop it first "
                     f"(stoker cluster stop {name}) or choose another name"
                 )
+            self.budget.check(
+                self.store.list_clusters(),
+                clusters=1,
+                workers=spec.workers,
+                cores=spec.cores,
+                memory=spec.memory,
+                what=f"cluster {name!r}",
+            )
             if old is not None:
                 self._stop_recorded(old)
                 self.store.delete_cluster(name)
@@ -118,6 +128,14 @@ class SessionClusters:
             c = int(rec.spec.get("cores", 1)) if cores is None else cores
             m = str(rec.spec.get("memory", "1g")) if memory is None else memory
             _session_spec(1, c, m)  # the same checks as a new cluster's workers
+            self.budget.check(
+                self.store.list_clusters(),
+                clusters=0,
+                workers=1,
+                cores=c,
+                memory=m,
+                what=f"a worker for cluster {name!r}",
+            )
             before = list(rec.processes)
 
             def on_process(info: ClusterProcess) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from stoker.errors import StokerError
 from stoker.manager.cluster_keeper import ClusterKeeper
+from stoker.manager.clusters.budget import HostBudget
 from stoker.manager.dispatch import Dispatcher
 from stoker.manager.janitor import Janitor
 from stoker.manager.launcher import DriverLauncher, LocalProcessLauncher
@@ -55,6 +56,8 @@ class SupervisorConfig:
     # Ended jobs' epoch records: what the leader keeps (default: all), looked at this often.
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     retention_every: float = 60.0
+    # What the Spark clusters started on this host may take in all (applications' own here).
+    budget: HostBudget = field(default_factory=HostBudget)
     holder: str = field(default_factory=lambda: f"manager-{uuid.uuid4().hex[:12]}")
 
 
@@ -71,7 +74,7 @@ class Supervisor:
         self.launcher: DriverLauncher = launcher or LocalProcessLauncher()
         self.retention = Retention(store, cfg.retention, cfg.retention_every)
         self.janitor = Janitor(store, cfg.state_dir, cfg.store_url)
-        self.keeper = ClusterKeeper(store, cfg.state_dir)
+        self.keeper = ClusterKeeper(store, cfg.state_dir, cfg.budget)
         self.dispatcher = Dispatcher(
             store,
             self.lease,
