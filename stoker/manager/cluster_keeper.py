@@ -131,13 +131,26 @@ class ClusterKeeper:
     # tearing down --------------------------------------------------------------------------
     def tend(self, apps: dict[JobId, JobRecord]) -> None:
         """Tear down every application's own cluster whose application has ended (or is gone)
-        and that is not STOPPED yet, whoever started it: a new leader does it from the store."""
+        and that is not STOPPED yet, whoever started it: a new leader does it from the store;
+        and every session cluster whose start a dead manager left unfinished."""
         mono = time.monotonic()
         if mono - self._looked < CLUSTERS_EVERY:
             return
         self._looked = mono
         for rec in self.store.list_clusters():
-            if rec.kind != ClusterKind.APP or self._busy(rec.name):
+            if self._busy(rec.name):
+                continue
+            if rec.kind == ClusterKind.SESSION:
+                # A session cluster is started synchronously by an API call; one left
+                # STARTING that long was left by a manager that died in it, its JVMs perhaps
+                # running: given up and stopped, so that it holds no budget and no process.
+                if (
+                    rec.state == ClusterState.STARTING
+                    and self.store.clock.now() - rec.updated_at > STALE_START
+                ):
+                    self._give_up_start(rec)
+                continue
+            if rec.kind != ClusterKind.APP:
                 continue
             owner = apps.get(JobId(rec.owner_app)) if rec.owner_app else None
             if owner is not None and not owner.state.terminal:
@@ -154,7 +167,8 @@ class ClusterKeeper:
 
     def _give_up_start(self, rec: ClusterRecord) -> None:
         """A start recorded by a manager that is gone: FAILED, then stopped (on a thread);
-        the application's next look starts a new one."""
+        an application's next look starts a new one, a session cluster is started again by
+        ``stoker cluster start``."""
         log.warning("cluster %s: its start was left unfinished; stopping it", rec.name)
         self.store.update_cluster(
             rec.name,

@@ -1,20 +1,26 @@
-"""The host's cluster budget (issue 21, item 8): a fuzzer against the API started 11 session
-clusters (42 JVMs, about 10 GB) in 9 minutes. Every start, of a session cluster, of a worker,
-of an application's own cluster, is checked against what the store says runs, and refused
-before any process starts, naming the budget and the option that sets it. A real SQLite
-store; the records name no process, so nothing starts or is killed here."""
+"""The host's cluster budget, and session clusters left starting (issue 21, item 8).
+
+A fuzzer against the API started 11 session clusters (42 JVMs, about 10 GB) in 9 minutes.
+Every start, of a session cluster, of a worker, of an application's own cluster, is checked
+against what the store says runs, and refused before any process starts, naming the budget
+and the option that sets it. A real SQLite store; the budget's records name no process, so
+nothing starts or is killed there."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from stoker.clock import ManualClock
 from stoker.errors import ClusterConflict
-from stoker.manager.cluster_keeper import CannotRun, ClusterKeeper
+from stoker.manager.cluster_keeper import STALE_START, CannotRun, ClusterKeeper
 from stoker.manager.clusters.budget import HostBudget, usage
 from stoker.manager.sessions import SessionClusters
+from stoker.procs import process_start_marker
 from stoker.store import Store, open_store
 from stoker.store.fleet_records import ClusterProcess
 from stoker.types import ClusterState, JobKind, job_id
@@ -94,3 +100,40 @@ def test_an_applications_own_cluster_over_the_budget_cannot_run(
     with pytest.raises(CannotRun, match="application etl's own cluster would go over"):
         keeper.master_for(app)
     assert [c.name for c in store.list_clusters()] == ["a"]  # not even recorded
+
+
+def test_a_session_cluster_left_starting_by_a_dead_manager_is_stopped(tmp_path: Path) -> None:
+    """Its JVMs may run (recorded as each started) and it holds budget: the leader gives the
+    start up once it is stale and stops what it recorded. A real process stands for its
+    master (its own process group, as a JVM stoker starts)."""
+    clock = ManualClock()
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}", clock)
+    jvm = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        store.create_cluster("left", "session", {"kind": "standalone", "workers": 1})
+        master = ClusterProcess.from_json(
+            {
+                "role": "master",
+                "id": "master",
+                "host": socket.gethostname(),
+                "address": "127.0.0.1",
+                "pid": jvm.pid,
+                "pid_started": process_start_marker(jvm.pid),
+            }
+        )
+        store.update_cluster("left", processes=[master])
+        keeper = ClusterKeeper(store, tmp_path)
+        keeper.tend({})
+        assert store.get_cluster("left").state == ClusterState.STARTING  # not stale yet
+        clock.advance(STALE_START + 1)
+        keeper._looked = float("-inf")  # the next look is due now
+        keeper.tend({})
+        assert keeper.wait(60)
+        rec = store.get_cluster("left")
+        assert rec.state == ClusterState.STOPPED, rec
+        assert jvm.wait(10) is not None  # its process stopped
+    finally:
+        if jvm.poll() is None:
+            jvm.kill()
+        jvm.wait()
+        store.close()
