@@ -137,10 +137,12 @@ class SessionClusters:
                 what=f"a worker for cluster {name!r}",
             )
             before = list(rec.processes)
+            started: list[str] = []
 
             def on_process(info: ClusterProcess) -> None:
                 # Recorded before the wait: a manager that dies now leaves it findable.
-                self.store.update_cluster(name, processes=[*before, info])
+                started.append(info.id)
+                self.store.change_cluster_processes(name, put=[info])
 
             try:
                 info = clusters.add_worker(
@@ -153,9 +155,11 @@ class SessionClusters:
                     on_process=on_process,
                 )
             except Exception:
-                self.store.update_cluster(name, processes=before)  # it was stopped again
+                # It was stopped again: its record goes (only it: another manager may have
+                # changed the list since).
+                self.store.change_cluster_processes(name, drop=started)
                 raise
-            rec = self.store.update_cluster(name, processes=[*before, info])
+            rec = self.store.change_cluster_processes(name, put=[info])
         return {"worker": info.to_json(), "cluster": cluster_view(rec)}
 
     def remove_worker(self, name: str, worker: str, graceful: bool = False) -> dict[str, Any]:
@@ -165,7 +169,9 @@ class SessionClusters:
         with self._lock, clusters.cluster_lock(name):
             rec = self._running_cluster(name)
             remaining = clusters.remove_worker(str(rec.web_url), rec.processes, worker, graceful)
-            rec = self.store.update_cluster(name, processes=remaining)
+            kept = {p.id for p in remaining}
+            gone = [p.id for p in rec.processes if p.id not in kept]
+            rec = self.store.change_cluster_processes(name, drop=gone)
         return cluster_view(rec)
 
     def stop(self, name: str, force: bool = False) -> dict[str, Any]:

@@ -124,7 +124,9 @@ class StandaloneProvider:
                     graceful=True,
                     timeout=self.remove_timeout,
                 )
-                self.store.update_cluster(self.cluster, processes=remaining)
+                kept = {p.id for p in remaining}
+                gone = [p.id for p in rec.processes if p.id not in kept]
+                self.store.change_cluster_processes(self.cluster, drop=gone)
                 removed.append(info.id)
                 log.info(
                     "cluster %s: worker %s removed for %s (%d executors wanted)",
@@ -173,7 +175,7 @@ class StandaloneProvider:
         def on_process(info: ClusterProcess) -> None:
             # In the store before the wait: a manager that dies now leaves them findable.
             started[info.id] = info
-            self.store.update_cluster(self.cluster, processes=[*before, *started.values()])
+            self.store.change_cluster_processes(self.cluster, put=[info])
 
         try:
             infos = clusters.add_workers(
@@ -188,9 +190,11 @@ class StandaloneProvider:
                 on_process=on_process,
             )
         except Exception:
-            self.store.update_cluster(self.cluster, processes=before)  # they were stopped again
+            # They were stopped again: their records go (only theirs: another manager may
+            # have changed the list since).
+            self.store.change_cluster_processes(self.cluster, drop=list(started))
             raise
-        self.store.update_cluster(self.cluster, processes=[*before, *infos])
+        self.store.change_cluster_processes(self.cluster, put=infos)
         for info in infos:
             log.info("cluster %s: worker %s added (%s)", self.cluster, info.id, info.address)
         return infos

@@ -7,9 +7,16 @@ start marker per master and worker) are what the next leader stops.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from stoker.errors import ApplicationNotFound, ClusterNotFound, InvalidInput, InvalidTransition
+from stoker.errors import (
+    ApplicationNotFound,
+    ClusterConflict,
+    ClusterNotFound,
+    InvalidInput,
+    InvalidTransition,
+)
 from stoker.store._sqlbase import SqlBase
 from stoker.store.fleet_records import ClusterProcess, ClusterRecord
 from stoker.store.records import JobRecord
@@ -87,6 +94,41 @@ class ClustersMixin(SqlBase):
                     [p.to_json() for p in (old.processes if processes is None else processes)]
                 ),
                 error=old.error if error is None else error,
+                now=now,
+                from_state=str(old.state),
+            )
+            row = self._x(cur, "get_cluster", name=name).fetchone()
+        return ClusterRecord.from_row(row)
+
+    def change_cluster_processes(
+        self,
+        name: str,
+        put: Sequence[ClusterProcess] = (),
+        drop: Iterable[str] = (),
+    ) -> ClusterRecord:
+        now = self.clock.now()
+        gone = set(drop)
+        with self._tx() as cur:
+            old = self._locked_cluster(cur, name)
+            new = {p.id: p for p in put}
+            for p in old.processes:
+                mine = new.get(p.id)
+                if mine is not None and p.pid and mine.pid and p.owner != mine.owner:
+                    raise ClusterConflict(
+                        f"cluster {name!r}: {p.id} was recorded meanwhile as another process "
+                        f"(pid {p.pid}); {mine.id} of pid {mine.pid} is not recorded"
+                    )
+            kept = [new.pop(p.id, p) for p in old.processes if p.id not in gone]
+            procs = kept + [p for p in new.values() if p.id not in gone]
+            self._x(
+                cur,
+                "update_cluster",
+                name=name,
+                state=str(old.state),
+                master_url=old.master_url,
+                web_url=old.web_url,
+                processes=json.dumps([p.to_json() for p in procs]),
+                error=old.error,
                 now=now,
                 from_state=str(old.state),
             )

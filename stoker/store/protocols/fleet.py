@@ -3,7 +3,7 @@ leadership among managers."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from stoker.store.fleet_records import (
@@ -54,6 +54,21 @@ class ClusterStore(Protocol):
     ) -> ClusterRecord:
         """Change what is given (None: unchanged), in one transaction; a new ``state`` is
         checked with ``CLUSTERS.check`` (:class:`InvalidTransition`)."""
+        ...
+
+    def change_cluster_processes(
+        self,
+        name: str,
+        put: Sequence[ClusterProcess] = (),
+        drop: Iterable[str] = (),
+    ) -> ClusterRecord:
+        """Change the cluster's process list as it is now, in one transaction on its locked
+        row: each of ``put`` replaces the process of its ``id`` or is added, each id of
+        ``drop`` is removed. Two managers changing one cluster's workers at once keep each
+        other's (a list read earlier and written back whole would lose one). A ``put`` whose
+        id is recorded as another live process (both started meanwhile under one id) is
+        :class:`ClusterConflict`, nothing changed: the caller stops what it started.
+        :class:`ClusterNotFound` for an unknown name."""
         ...
 
     def delete_cluster(self, name: str) -> None:

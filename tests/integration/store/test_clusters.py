@@ -11,7 +11,13 @@ from dataclasses import replace
 import pytest
 
 from stoker.clock import ManualClock
-from stoker.errors import ApplicationNotFound, ClusterNotFound, InvalidInput, InvalidTransition
+from stoker.errors import (
+    ApplicationNotFound,
+    ClusterConflict,
+    ClusterNotFound,
+    InvalidInput,
+    InvalidTransition,
+)
 from stoker.store import ClusterProcess, ClusterRecord, Store
 from stoker.types import CLUSTER_TRANSITIONS, ClusterState, JobId, JobKind
 from tests.integration.store.support import (
@@ -267,3 +273,42 @@ def test_concurrent_create_cluster_has_exactly_one_creator(
     assert len(created) == 1
     assert all(isinstance(r, tuple) and r[0] == created[0][0] for r in results)
     assert store.get_cluster(SESSION) == created[0][0]
+
+
+def test_concurrent_worker_changes_keep_each_others_processes(
+    store: Store, open_new: OpenStore
+) -> None:
+    """Issue 21, item 8: a worker list read earlier and written back whole lost the worker
+    another manager had added meanwhile. Eight managers each add a worker at once, then four
+    of them remove theirs at once: every change is kept."""
+    store.create_cluster(SESSION, "session", SESSION_SPEC)
+    store.update_cluster(SESSION, state=ClusterState.RUNNING, processes=[MASTER])
+    stores = [open_new() for _ in range(8)]
+    workers = [
+        replace(WORKER, id=f"worker-{i}", address=f"127.0.0.{i + 2}", pid=5000 + i)
+        for i in range(8)
+    ]
+
+    added = race(8, lambda i: stores[i].change_cluster_processes(SESSION, put=[workers[i]]))
+    assert [r for r in added if isinstance(r, BaseException)] == []
+    ids = [p.id for p in store.get_cluster(SESSION).processes]
+    assert sorted(ids) == sorted(["master", *(w.id for w in workers)])
+
+    dropped = race(4, lambda i: stores[i].change_cluster_processes(SESSION, drop=[f"worker-{i}"]))
+    assert [r for r in dropped if isinstance(r, BaseException)] == []
+    ids = [p.id for p in store.get_cluster(SESSION).processes]
+    assert sorted(ids) == sorted(["master", *(w.id for w in workers[4:])])
+
+    # The same id, recorded again by the process it names (its port now known): replaced.
+    seen = replace(workers[5], port=41000)
+    rec = store.change_cluster_processes(SESSION, put=[seen])
+    assert [p for p in rec.processes if p.id == "worker-5"] == [seen]
+    # The same id as another live process (two managers picked it): refused, nothing changed.
+    other = replace(workers[5], pid=6000, pid_started="1")
+    with pytest.raises(ClusterConflict, match="worker-5 was recorded meanwhile"):
+        store.change_cluster_processes(SESSION, put=[other])
+    assert store.get_cluster(SESSION) == rec
+    with pytest.raises(ClusterNotFound):
+        store.change_cluster_processes("nosuch", drop=["worker-1"])
+    for st in stores:
+        st.close()
