@@ -158,10 +158,9 @@ class ClusterKeeper:
             if self._retry.get(rec.name, float("-inf")) > mono:
                 continue
             log.info(
-                "cluster %s: its application %s has %s; tearing it down",
+                "cluster %s: its application %s has ended (or is gone); tearing it down",
                 rec.name,
                 rec.owner_app,
-                "ended" if owner is not None else "gone",
             )
             self._in_background(rec.name, self._stop, rec.name)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from stoker.errors import NotLeader, StokerError
+from stoker.errors import JobNotFound, NotLeader, StokerError
 from stoker.manager.dispatch import Dispatcher, StartFailed
 from stoker.manager.launcher import DriverLauncher
 from stoker.manager.leader import LeaderLease
@@ -54,14 +54,15 @@ class JobReconciler:
         self._held_by: dict[JobId, Owner] = {}  # SUSPENDED jobs waiting for a repartition
 
     def tend_all(self, records: list[JobRecord], apps: dict[JobId, JobRecord], now: float) -> bool:
-        """One step for every live record (``apps``: the applications among them); False if
-        the leader lease was lost meanwhile (the rest waits for the next leader)."""
+        """One step for every live record (``apps``: the applications among them; an ended
+        one is read when a live job of it is tended); False if the leader lease was lost
+        meanwhile (the rest waits for the next leader)."""
         for job in records:
             if job.state.terminal:
                 continue
             try:
                 if job.app_id is not None:
-                    self.tend_in_app(job, apps.get(job.app_id))
+                    self.tend_in_app(job, apps.get(job.app_id) or self._ended_app(job.app_id))
                 else:
                     self.tend(job, now)
             except NotLeader:
@@ -71,6 +72,14 @@ class JobReconciler:
             except StokerError as e:
                 log.info("job %s: %s", job.job_id, e)
         return True
+
+    def _ended_app(self, app_id: JobId) -> JobRecord | None:
+        """An application not among the live records: its record as it ended, or None if it
+        is gone (a job of it still live is then ended by :meth:`tend_in_app`)."""
+        try:
+            return self.store.get_job(app_id)
+        except JobNotFound:
+            return None
 
     def tend(self, job: JobRecord, now: float) -> None:
         """A live record with a driver of its own."""

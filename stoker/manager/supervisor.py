@@ -141,7 +141,7 @@ class Supervisor:
         self.retention.sweep()  # ended jobs' old epoch records (stoker server --retention-*)
         self.janitor.sweep()  # ended jobs: their sinks resolved (docs/architecture.md)
         now = self.store.clock.now()
-        records = self.store.list_jobs(kind=None)  # jobs and applications
+        records = self.store.list_live_jobs()  # jobs and applications; the ended ones: none
         apps = {r.job_id: r for r in records if r.kind == JobKind.APPLICATION}
         if not self.reconciler.tend_all(records, apps, now):
             return

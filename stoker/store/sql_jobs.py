@@ -134,6 +134,11 @@ class JobsMixin(SqlBase):
             ).fetchall()
         return [JobRecord.from_row(r) for r in rows]
 
+    def list_live_jobs(self) -> list[JobRecord]:
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "list_live_jobs").fetchall()
+        return [JobRecord.from_row(r) for r in rows]
+
     def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
         now = self.clock.now()
         with self._tx() as cur:

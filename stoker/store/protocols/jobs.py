@@ -68,6 +68,12 @@ class JobStore(Protocol):
         The default lists jobs only (lone ones and applications' jobs), never applications."""
         ...
 
+    def list_live_jobs(self) -> list[JobRecord]:
+        """Every record that has not ended, jobs and applications, oldest first: what the
+        leader tends each tick (found through an index on the state, not a scan of every job
+        the store keeps)."""
+        ...
+
     def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
         """Move the job to ``state`` if the transition table allows it."""
         ...

@@ -37,6 +37,15 @@ WHERE (CAST(:state AS TEXT) IS NULL OR state = CAST(:state AS TEXT))
   AND (CAST(:app_id AS TEXT) IS NULL OR app_id = CAST(:app_id AS TEXT))
 ORDER BY created_at, job_id;
 
+-- name: list_live_jobs
+-- Every record that has not ended, jobs and applications (through the jobs_by_state index).
+SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
+       scaling, executor_target, resources
+FROM jobs
+WHERE state IN ('CREATED', 'RUNNING', 'RESTARTING', 'CANCELING', 'SUSPENDED')
+ORDER BY created_at, job_id;
+
 -- name: set_job_state
 -- Entering a terminal state makes the resolution of the job's sinks owed (resolved_at NULL).
 UPDATE jobs SET state = :state, last_error = :error, updated_at = :now,

@@ -11,7 +11,7 @@ import pytest
 from stoker.clock import ManualClock
 from stoker.errors import InvalidTransition, JobNotFound
 from stoker.store import ControlSnapshot, JobRecord, Store
-from stoker.types import AttemptNo, AttemptState, ControlVersion, JobState, job_id
+from stoker.types import AttemptNo, AttemptState, ControlVersion, JobKind, JobState, job_id
 from tests.integration.store.support import (
     CONFIG,
     JOB,
@@ -138,6 +138,30 @@ def test_list_jobs_filters_by_state(store: Store, clock: ManualClock) -> None:
     assert store.list_jobs(JobState.CREATED) == [a]
     assert store.list_jobs(JobState.RUNNING) == [running]
     assert store.list_jobs(JobState.FAILED) == []
+
+
+def test_list_live_jobs_is_every_record_not_ended_of_every_kind(
+    store: Store, clock: ManualClock
+) -> None:
+    """What the leader tends each tick (issue 21, item 9: it read every job the store kept)."""
+    live = []
+    for state in JobState:
+        clock.advance(1)
+        jid = job_id(f"j-{state.lower()}")
+        store.create_job(jid, jid, SPEC, CONFIG)
+        path = {
+            JobState.CREATED: [],
+            JobState.RESTARTING: [JobState.RUNNING, JobState.RESTARTING],
+            JobState.CANCELED: [JobState.RUNNING, JobState.CANCELING, JobState.CANCELED],
+        }.get(state, [JobState.RUNNING, state] if state != JobState.RUNNING else [state])
+        for step in path:
+            store.set_job_state(jid, step)
+        if not state.terminal:
+            live.append(jid)
+    clock.advance(1)
+    app = job_id("an-app")
+    store.create_job(app, "an-app", SPEC, CONFIG, kind=JobKind.APPLICATION)
+    assert [j.job_id for j in store.list_live_jobs()] == [*live, app]
 
 
 def test_set_job_state_follows_the_transition_table(store: Store, clock: ManualClock) -> None:
