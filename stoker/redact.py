@@ -17,15 +17,29 @@ MASK = "***"
 SECRET_WORDS = ("password", "secret", "token", "key", "credential")
 _WORDS = "|".join(SECRET_WORDS)
 
-# scheme://user:password@host -> scheme://user:***@host
-_URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][\w+.-]*://[^\s:/@'\"]*:)[^\s@'\"]+(?=@)")
-# key=value where the key looks secret (libpq's password=..., -D pairs, log lines)
-_PAIR = re.compile(rf"(?P<head>\b[\w.-]*(?:{_WORDS})[\w.-]*\s*=\s*)(?P<value>[^\s,;&'\"]+)", re.I)
-# 'key': 'value' where the key looks secret (a dict's repr inside a message)
-_QUOTED = re.compile(
-    rf"(?P<head>(?P<q>['\"])[^'\"]*(?:{_WORDS})[^'\"]*(?P=q)\s*:\s*)(?P<v>['\"])(?:(?!(?P=v)).)*(?P=v)",
-    re.I,
+# Every pattern here runs in time linear in the text (a message, a log line, an API answer
+# may hold anything a client sent): no pattern can backtrack over a run of characters.
+# Python's possessive quantifiers (*+, ++) never give back what they took, and each pattern
+# that could start inside a run matches the whole run instead (the decision is made in
+# Python on the match), so the scan resumes after it. The old patterns took 27 s on a 24 KB
+# string of "a.a.a..." (issue 22, item 4).
+
+# scheme://user:password@host -> scheme://user:***@host: a run of scheme characters, then
+# (optionally) the rest of a URL's userinfo up to the '@' (a user of at most 256 characters,
+# a password of at most 1024: each "://" costs at most that much).
+_URL_PASSWORD = re.compile(
+    r"(?P<run>[\w+.-]++)(?:(?P<head>://[^\s:/@'\"]{0,256}+:)(?P<pw>[^\s@'\"]{1,1024}+)(?=@))?"
 )
+# key=value where the key looks secret (libpq's password=..., -D pairs, log lines): a run of
+# key characters, then (optionally) "= value".
+_PAIR = re.compile(r"(?P<key>[\w.-]++)(?:(?P<eq>\s*+=\s*+)(?P<value>[^\s,;&'\"]++))?")
+# 'key': 'value' where the key looks secret (a dict's repr inside a message): a quoted string
+# (its key at most 256 long), then (optionally) ": " and the value's opening quote; the value
+# runs to its closing quote, looked for at most _VALUE_MAX characters on.
+_QUOTED = re.compile(
+    r"(?P<q>['\"])(?P<key>[^'\"\n]{0,256}+)(?P=q)(?:(?P<sep>\s*+:\s*+)(?P<v>['\"]))?"
+)
+_VALUE_MAX = 4096
 
 
 def is_secret_key(key: str) -> bool:
@@ -34,18 +48,56 @@ def is_secret_key(key: str) -> bool:
     return any(w in low for w in SECRET_WORDS)
 
 
+def _url(m: re.Match[str]) -> str:
+    if m.group("pw") is None or not m.group("run")[:1].isalpha():
+        return m.group(0)
+    return f"{m.group('run')}{m.group('head')}{MASK}"
+
+
+def _pair(m: re.Match[str]) -> str:
+    if m.group("value") is None or not is_secret_key(m.group("key")):
+        return m.group(0)
+    return f"{m.group('key')}{m.group('eq')}{MASK}"
+
+
+def _mask_quoted(text: str) -> str:
+    """Each secret-looking ``'key': 'value'`` with its value masked; a value (secret or not)
+    is skipped whole, so that the scan stays aligned on the quotes of the dict's repr."""
+    out: list[str] = []
+    done = at = 0
+    while (m := _QUOTED.search(text, at)) is not None:
+        v = m.group("v")
+        if v is None:
+            at = m.end()
+            continue
+        close = text.find(v, m.end(), m.end() + _VALUE_MAX)
+        if close < 0:
+            at = m.end()
+            continue
+        if is_secret_key(m.group("key")):
+            out.append(text[done : m.end() - 1])
+            out.append(f"'{MASK}'")
+            done = close + 1
+        at = close + 1
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
 def redact_url(url: str) -> str:
     """``url`` with its password (if any) replaced by :data:`MASK`."""
-    return _URL_PASSWORD.sub(rf"\g<head>{MASK}", url)
+    return _URL_PASSWORD.sub(_url, url)
 
 
 def redact_text(text: str) -> str:
-    """A message or log line with URL passwords and secret-looking ``key=value`` hidden."""
+    """A message or log line with URL passwords and secret-looking ``key=value`` hidden. Linear
+    in the length of ``text``."""
     if not text:
         return text
-    text = _URL_PASSWORD.sub(rf"\g<head>{MASK}", text)
-    text = _PAIR.sub(rf"\g<head>{MASK}", text)
-    return _QUOTED.sub(rf"\g<head>'{MASK}'", text)
+    text = _URL_PASSWORD.sub(_url, text)
+    text = _PAIR.sub(_pair, text)
+    return _mask_quoted(text)
 
 
 def redact_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
