@@ -13,6 +13,7 @@ from stoker.server.deps import ServerState, install_state
 from stoker.server.docs import OPENAPI_URL, install_docs, install_openapi
 from stoker.server.errors import install_error_handlers
 from stoker.server.events import EventFeed
+from stoker.server.limits import BodyLimit
 from stoker.server.metrics import Histogram, registry_for
 from stoker.server.routes import ROUTERS
 from stoker.server.ui import mount as mount_ui
@@ -66,6 +67,7 @@ def create_app(
         ),
     )
     app.middleware("http")(TokenGuard(token, read_token))
+    app.add_middleware(BodyLimit)  # outermost: before the token check reads anything
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

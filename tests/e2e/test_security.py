@@ -153,6 +153,22 @@ def test_reads_need_a_token_and_healthz_stays_open(setup: Setup) -> None:
     assert r.status_code == 200 and r.json()["ready"] is True, r.text
 
 
+def test_an_oversized_body_is_413_before_the_token_check_and_changes_nothing(
+    setup: Setup,
+) -> None:
+    """Issue 22, item 5: a 150 MB body took 671 MB and the leader lease. A 2 MiB one now gets
+    413 from the real server, with or without a token, and no job is made of it."""
+    http = setup.manager.http
+    before = http.get("/v1/jobs", headers=_auth(READ_TOKEN)).json()
+    big = b'{"job_id": "big", "entrypoint": "/x.py", "args": ["' + b"a" * (2 << 20) + b'"]}'
+    for headers in ({}, _auth(TOKEN)):
+        r = http.post(
+            "/v1/jobs", content=big, headers={**headers, "content-type": "application/json"}
+        )
+        assert (r.status_code, r.json()["type"]) == (413, "PayloadTooLarge"), r.text[:200]
+    assert http.get("/v1/jobs", headers=_auth(READ_TOKEN)).json() == before
+
+
 def test_the_read_only_token_cannot_change_anything(setup: Setup) -> None:
     http = setup.manager.http
     body = {"job_id": "other", "entrypoint": str(setup.app)}
