@@ -210,7 +210,12 @@ def cancel_cmd(
 @click.argument("job")
 @server_opts
 @click.option("--attempt", type=int, default=None, help="Default: the current attempt.")
-@click.option("--tail", type=click.IntRange(1), default=None, help="Only the last N bytes.")
+@click.option(
+    "--tail",
+    type=click.IntRange(1),
+    default=None,
+    help="At most the last N bytes, from a line start (default 1 MiB).",
+)
 @guarded
 def logs_cmd(
     job: str, server: str | None, token: str | None, attempt: int | None, tail: int | None

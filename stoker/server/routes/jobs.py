@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from stoker.manager.logs import LOG_TAIL_MAX
 from stoker.redact import redact_answer, redact_text
 from stoker.server.deps import Ctx, Manager
 from stoker.server.docs import (
@@ -134,7 +135,12 @@ def attempt_log(
     manager: Manager,
     job_id: str = job_path,
     attempt: int = Path(..., ge=1, le=BIGINT, description="The attempt's number (from 1)."),
-    tail: int | None = Query(None, ge=1, description="Only the last this many bytes."),
+    tail: int | None = Query(
+        None,
+        ge=1,
+        le=LOG_TAIL_MAX,
+        description="At most the last this many bytes, from a line start (default 1 MiB).",
+    ),
 ) -> str:
     """The driver's log of one attempt (422 for an attempt no job manager started)."""
     return redact_text(manager.attempt_log(job_id, attempt, tail))
