@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,9 @@ def serve(
 
     logformat.configure(log_format)
     redact_logs()  # a store URL's password or a secret conf value never reaches the log
+    # What the manager and the drivers it starts (they inherit it) write is theirs alone: the
+    # store (secret conf in it), the driver logs, the checkpoints (issue 22, item 7).
+    os.umask(0o077)
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     url = store or f"sqlite:///{state_dir / 'store.db'}"

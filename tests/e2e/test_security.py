@@ -253,6 +253,25 @@ def test_the_driver_gets_the_real_values_off_its_command_line(setup: Setup) -> N
     assert "STOKER_DRIVER_SECRETS" not in seen["env"]
 
 
+def test_what_the_manager_and_its_drivers_write_is_theirs_alone(setup: Setup) -> None:
+    """Issue 22, item 7: the store and the driver logs were 0644 (secret conf in the one, a
+    DSN in an error of the other). The manager runs with umask 077, and its drivers with it."""
+    _driver(setup)
+    [att] = setup.manager.http.get(f"/v1/jobs/{JOB}/attempts", headers=_auth(READ_TOKEN)).json()
+    log = setup.manager.state_dir / "logs" / JOB / "attempt-1.log"
+    assert log.exists() and log.stat().st_mode & 0o077 == 0, oct(log.stat().st_mode)
+    assert log.parent.stat().st_mode & 0o077 == 0, oct(log.parent.stat().st_mode)
+    assert _umask(setup.manager.proc.pid) == "0077"
+    assert _umask(att["pid"]) == "0077"
+
+
+def _umask(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Umask:"):
+            return line.split()[1]
+    raise AssertionError(f"no Umask in /proc/{pid}/status")
+
+
 def test_children_do_not_inherit_the_managers_tokens(setup: Setup) -> None:
     pid, seen = _driver(setup)
     manager_env = _environ(setup.manager.proc.pid)

@@ -48,6 +48,7 @@ class Manager:
         self.store = store
         self.log = log
         self.port = port or free_port()
+        self.state_dir = state_dir
         self.url = f"http://127.0.0.1:{self.port}"
         argv = stoker_cmd(
             "server",
