@@ -100,7 +100,12 @@ def serve(
         supervisor.start()
     if scaler is not None:
         scaler.start()
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    # proxy_headers off: uvicorn would take X-Forwarded-For from any client on loopback as the
+    # client address, and the control audit records it (issue 22, item 8); no proxy is
+    # configured to trust.
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False
+    )
     role = "API only, never leads" if supervisor is None else "leader candidate"
 
     class Server(uvicorn.Server):

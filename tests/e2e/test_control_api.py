@@ -405,7 +405,8 @@ def test_without_auth_the_sender_is_anonymous_and_the_rate_limit_answers_429(
     open_server: Server,
 ) -> None:
     job = open_server.job("limited")
-    r = _post(open_server, job, {"kind": "checkpoint"}, headers={})
+    # The origin is the connection's, whatever a client says it forwards (issue 22, item 8).
+    r = _post(open_server, job, {"kind": "checkpoint"}, headers={"X-Forwarded-For": "10.9.8.7"})
     assert r.status_code == 202, r.text
     assert (r.json()["sender"], r.json()["origin"]) == ("anonymous", "127.0.0.1")
     for path, body in (("control", {"kind": "checkpoint"}), ("savepoints", {})):
