@@ -43,6 +43,7 @@ def serve(
     scaler_window: float = 60.0,
     log_format: str | None = None,
     budget: HostBudget | None = None,
+    allowed_conf: tuple[str, ...] = (),
 ) -> None:
     """Serve until SIGINT/SIGTERM. Drivers started here keep running after the manager stops.
 
@@ -53,7 +54,8 @@ def serve(
     ``scaler_window``: the seconds of epochs its default policy looks at (at least 10 epochs).
     ``log_format``: text or json (None: ``STOKER_LOG_FORMAT``, else text); the drivers it
     starts inherit it. ``budget``: what the Spark clusters it starts may take in all (the
-    defaults of :class:`HostBudget` when None).
+    defaults of :class:`HostBudget` when None). ``allowed_conf``: submitted conf key
+    prefixes allowed to run or load code (refused otherwise).
     """
     import uvicorn
 
@@ -94,7 +96,14 @@ def serve(
         if supervisor is not None and scaler_store is not None
         else None
     )
-    manager = JobManager(api_store, state_dir, allow_dirs, leader_ttl=leader_ttl, budget=budget)
+    manager = JobManager(
+        api_store,
+        state_dir,
+        allow_dirs,
+        leader_ttl=leader_ttl,
+        budget=budget,
+        allowed_conf=allowed_conf,
+    )
     app = create_app(manager, supervisor, token, read_token, control_rate=control_rate)
     if supervisor is not None:
         supervisor.start()

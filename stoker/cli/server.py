@@ -99,6 +99,15 @@ from stoker.errors import InvalidInput
     help="Serve the API and take submissions, never lead (no supervisor on this node).",
 )
 @click.option(
+    "--allow-conf",
+    "allow_conf",
+    multiple=True,
+    metavar="PREFIX",
+    help="Allow submitted conf keys with this prefix even though they run or load code when "
+    "Spark starts (spark.jars, extraClassPath, -javaagent in extraJavaOptions, ...); refused "
+    "otherwise. Repeatable.",
+)
+@click.option(
     "--max-clusters",
     type=click.IntRange(0),
     default=4,
@@ -150,6 +159,7 @@ def server_cmd(
     retention_time: str | None,
     control_rate: float,
     scaler_window: float,
+    allow_conf: tuple[str, ...],
     max_clusters: int,
     max_workers: int,
     max_worker_memory: str,
@@ -198,6 +208,7 @@ def server_cmd(
         scaler_window=scaler_window,
         log_format=log_format,
         budget=budget,
+        allowed_conf=allow_conf,
     )
 
 

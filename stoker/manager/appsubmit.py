@@ -73,6 +73,7 @@ def validate_application(
     allowed_dirs: list[Path],
     session_cluster: Callable[[str], ClusterRecord],
     scaling: Any = None,
+    allowed_conf: Sequence[str] = (),
 ) -> ApplicationSubmission:
     """Check every field; :class:`InvalidInput` names the first bad one. Nothing is written.
 
@@ -83,7 +84,14 @@ def validate_application(
     """
     if app_id is not None:
         app = _app_id(app_id)
-    sub = validate_submission(entrypoint, list(args), dict(conf), restart_strategy, allowed_dirs)
+    sub = validate_submission(
+        entrypoint,
+        list(args),
+        dict(conf),
+        restart_strategy,
+        allowed_dirs,
+        allowed_conf=allowed_conf,
+    )
     if app_id is None:
         stem = sub.entrypoint.stem
         try:
@@ -207,6 +215,7 @@ def submit_application(
     driver_cores: int | None = None,
     restart: bool = False,
     scaling: Any = None,
+    allowed_conf: Sequence[str] = (),
 ) -> SubmitResult:
     """Create the application, or return the live one, as a job's submission does
     (:func:`~stoker.manager.submissions.settle`): the same spec again is a duplicate, another
@@ -225,6 +234,7 @@ def submit_application(
         allowed_dirs,
         store.get_cluster,
         scaling,
+        allowed_conf,
     )
     spec = sub.spec()
     # The application's folder (its jobs' checkpoints under jobs/<job id>), chosen once

@@ -6,7 +6,7 @@ of its concept: :mod:`.submissions`, and the modules named at each section below
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ class JobManager:
         allowed_dirs: list[Path],
         leader_ttl: float = 3.0,
         budget: HostBudget | None = None,
+        allowed_conf: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.leader_ttl = leader_ttl  # the managers' (stoker server --leader-ttl)
@@ -43,7 +44,10 @@ class JobManager:
         self.apps_dir = self.state_dir / "apps"
         self.clusters_dir = self.state_dir / "clusters"
         self.sessions = SessionClusters(store, self.clusters_dir, budget)
-        self._submissions = JobSubmissions(store, self.allowed_dirs, self.jobs_dir)
+        self.allowed_conf = tuple(allowed_conf)  # stoker server --allow-conf
+        self._submissions = JobSubmissions(
+            store, self.allowed_dirs, self.jobs_dir, self.allowed_conf
+        )
         self._descriptions = PipelineDescriptions()
 
     def submit(
@@ -284,6 +288,7 @@ class JobManager:
             driver_cores,
             restart,
             scaling,
+            allowed_conf=self.allowed_conf,
         )
 
     def applications(self, state: JobState | None = None) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ conflict, a restart). Applications' submissions settle the same way (:func:`sett
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,16 @@ class JobSubmissions:
     """Submissions of jobs to one store; creations that arrive together share one transaction
     (:class:`~stoker.manager.batch.CreateBatcher`)."""
 
-    def __init__(self, store: Store, allowed_dirs: list[Path], jobs_dir: Path) -> None:
+    def __init__(
+        self,
+        store: Store,
+        allowed_dirs: list[Path],
+        jobs_dir: Path,
+        allowed_conf: Sequence[str] = (),
+    ) -> None:
         self.store = store
         self.allowed_dirs = allowed_dirs
+        self.allowed_conf = tuple(allowed_conf)  # conf prefixes allowed to run code
         self.jobs_dir = jobs_dir  # each job's folder: jobs_dir/<job id>
         self._batcher = CreateBatcher(store)
 
@@ -152,6 +160,7 @@ class JobSubmissions:
             restart_strategy,
             self.allowed_dirs,
             scaling=scaling,
+            allowed_conf=self.allowed_conf,
         )
         if from_savepoint is not None:
             sub = replace(
