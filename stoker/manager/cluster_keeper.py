@@ -98,13 +98,8 @@ class ClusterKeeper:
             rec = None
         if rec is None:
             try:
-                self.budget.check(
-                    self.store.list_clusters(),
-                    clusters=1,
-                    workers=spec.workers,
-                    cores=spec.cores,
-                    memory=spec.memory,
-                    what=f"application {app.job_id}'s own cluster",
+                self.budget.check_new(
+                    self.store.list_clusters(), spec, f"application {app.job_id}'s own cluster"
                 )
             except ClusterConflict as e:
                 raise CannotRun(str(e)) from None  # its restart strategy decides what next

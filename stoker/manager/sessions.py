@@ -55,14 +55,7 @@ class SessionClusters:
                     f"cluster {name!r} exists ({old.state}): stop it first "
                     f"(stoker cluster stop {name}) or choose another name"
                 )
-            self.budget.check(
-                self.store.list_clusters(),
-                clusters=1,
-                workers=spec.workers,
-                cores=spec.cores,
-                memory=spec.memory,
-                what=f"cluster {name!r}",
-            )
+            self.budget.check_new(self.store.list_clusters(), spec, f"cluster {name!r}")
             if old is not None:
                 self._stop_recorded(old)
                 self.store.delete_cluster(name)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from stoker.errors import ClusterConflict
-from stoker.manager.clusters.spec import memory_mb
+from stoker.manager.clusters.spec import ClusterSpec, memory_mb
 from stoker.store.fleet_records import ClusterRecord
 from stoker.types import ClusterState
 
@@ -75,6 +75,17 @@ class HostBudget:
                 f"{what} would go over this host's cluster budget: {said}. Stop a cluster "
                 "(stoker cluster stop NAME), or raise the budget with stoker server's option"
             )
+
+    def check_new(self, running: Iterable[ClusterRecord], spec: ClusterSpec, what: str) -> None:
+        """:meth:`check` for a new cluster of ``spec``'s workers."""
+        self.check(
+            running,
+            clusters=1,
+            workers=spec.workers,
+            cores=spec.cores,
+            memory=spec.memory,
+            what=what,
+        )
 
 
 @dataclass(frozen=True)
