@@ -162,8 +162,7 @@ class SessionClusters:
         with self._lock, clusters.cluster_lock(name):
             rec = self._running_cluster(name)
             remaining = clusters.remove_worker(str(rec.web_url), rec.processes, worker, graceful)
-            kept = {p.id for p in remaining}
-            gone = [p.id for p in rec.processes if p.id not in kept]
+            gone = clusters.gone_ids(rec.processes, remaining)
             rec = self.store.change_cluster_processes(name, drop=gone)
         return cluster_view(rec)
 

@@ -179,10 +179,8 @@ def check_conf_code(conf: dict[str, str], allowed: Sequence[str] = ()) -> None:
     for k, v in conf.items():
         if any(k.startswith(a) for a in allowed):
             continue
-        if any(
-            k == c or (c.endswith(".") and k.startswith(c)) or k.startswith(c + ".")
-            for c in CODE_KEYS
-        ):
+        # An entry ending in "." names a family of keys; any other a key and its sub-keys.
+        if any(k == c or k.startswith(c if c.endswith(".") else c + ".") for c in CODE_KEYS):
             raise InvalidInput(
                 f"conf.{k}",
                 "runs or loads code when Spark starts: refused under a job manager unless its "

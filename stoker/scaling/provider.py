@@ -124,8 +124,7 @@ class StandaloneProvider:
                     graceful=True,
                     timeout=self.remove_timeout,
                 )
-                kept = {p.id for p in remaining}
-                gone = [p.id for p in rec.processes if p.id not in kept]
+                gone = clusters.gone_ids(rec.processes, remaining)
                 self.store.change_cluster_processes(self.cluster, drop=gone)
                 removed.append(info.id)
                 log.info(

@@ -24,7 +24,13 @@ from stoker.manager.clusters.spec import (
 from stoker.manager.clusters.start import StartedCluster, start_standalone
 from stoker.manager.clusters.status import alive_addresses, master_status
 from stoker.manager.clusters.stop import stop_processes
-from stoker.manager.clusters.workers import add_worker, add_workers, cluster_lock, remove_worker
+from stoker.manager.clusters.workers import (
+    add_worker,
+    add_workers,
+    cluster_lock,
+    gone_ids,
+    remove_worker,
+)
 
 __all__ = [
     "DECOMMISSION_CONF",
@@ -39,6 +45,7 @@ __all__ = [
     "app_conf",
     "check_worker_shape",
     "cluster_lock",
+    "gone_ids",
     "machine_memory_mb",
     "master_status",
     "memory_mb",

@@ -148,6 +148,13 @@ def _next_octet(processes: list[ClusterProcess], status: dict[str, Any] | None) 
     return max([FIRST_WORKER_OCTET - 1, *octets]) + 1
 
 
+def gone_ids(before: list[ClusterProcess], left: list[ClusterProcess]) -> list[str]:
+    """The ids of ``before`` that ``left`` no longer has (what :func:`remove_worker` took
+    out): what the store drops from the cluster's list as it is now."""
+    kept = {p.id for p in left}
+    return [p.id for p in before if p.id not in kept]
+
+
 def remove_worker(
     web_url: str,
     processes: list[ClusterProcess],
