@@ -35,6 +35,8 @@ def serve(
     allow_dirs: list[Path],
     leader_ttl: float = 3.0,
     lease_ttl: float = 10.0,
+    startup_ttl: float = 120.0,
+    max_starting: int = 4,
     cancel_timeout: float = 60.0,
     supervise: bool = True,
     retention: RetentionPolicy | None = None,
@@ -50,7 +52,9 @@ def serve(
     ``token`` guards every call but ``/healthz``; ``read_token`` (optional) allows reads only.
     ``retention``: what the leader keeps of ended jobs' epoch records (default: all).
     ``control_rate``: control events per second per job (bursts of twice that; 0: no limit).
-    ``scaler_tick``: seconds between the scaler's passes while this manager leads;
+    ``startup_ttl``: how long a started driver may take to hold its attempt;
+    ``max_starting``: drivers starting at once (0: no bound). ``scaler_tick``: seconds
+    between the scaler's passes while this manager leads;
     ``scaler_window``: the seconds of epochs its default policy looks at (at least 10 epochs).
     ``log_format``: text or json (None: ``STOKER_LOG_FORMAT``, else text); the drivers it
     starts inherit it. ``budget``: what the Spark clusters it starts may take in all (the
@@ -76,6 +80,8 @@ def serve(
         address=f"http://{host}:{port}",
         leader_ttl=leader_ttl,
         lease_ttl=lease_ttl,
+        startup_ttl=startup_ttl,
+        max_starting=max_starting,
         cancel_timeout=cancel_timeout,
         retention=retention or RetentionPolicy(),
         budget=budget or HostBudget(),

@@ -60,6 +60,23 @@ from stoker.errors import InvalidInput
     help="The attempt lease of the drivers it starts (-D stoker.lease_ttl for a local run).",
 )
 @click.option(
+    "--startup-ttl",
+    default=120.0,
+    show_default=True,
+    type=Duration(1.0),
+    help="How long a driver it starts may take to hold its attempt (Python and stoker "
+    "imported); from then on the driver renews its lease itself while the app imports and "
+    "Spark starts, however long that takes.",
+)
+@click.option(
+    "--max-starting",
+    default=4,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Drivers (jobs' and applications') starting at once, at most (0: no bound); the others "
+    "wait, oldest first. A host that restarts with many jobs starts them a few at a time.",
+)
+@click.option(
     "--cancel-timeout",
     default=60.0,
     show_default=True,
@@ -153,6 +170,8 @@ def server_cmd(
     allow_dirs: tuple[str, ...],
     leader_ttl: float,
     lease_ttl: float,
+    startup_ttl: float,
+    max_starting: int,
     cancel_timeout: float,
     api_only: bool,
     retention_epochs: int | None,
@@ -201,6 +220,8 @@ def server_cmd(
         allow_dirs=[Path(d) for d in allow_dirs] or [Path.cwd()],
         leader_ttl=leader_ttl,
         lease_ttl=lease_ttl,
+        startup_ttl=startup_ttl,
+        max_starting=max_starting,
         cancel_timeout=cancel_timeout,
         supervise=not api_only,
         retention=retention,

@@ -52,6 +52,7 @@ class Dispatcher:
         store_url: str,
         lease_ttl: float,
         startup_ttl: float,
+        max_starting: int = 0,
     ) -> None:
         self.store = store
         self.lease = lease
@@ -61,8 +62,17 @@ class Dispatcher:
         self.state_dir = state_dir
         self.store_url = store_url
         self.lease_ttl = lease_ttl  # drivers' attempt lease
-        self.startup_ttl = startup_ttl  # a STARTING attempt's lease
+        self.startup_ttl = startup_ttl  # a STARTING attempt's lease, until its driver holds it
+        # Drivers (jobs' and applications') starting at once, at most (0: no bound): each
+        # start is a Python process, a JVM and a SparkSession, minutes of CPU on a host that
+        # restarts with many jobs. The rest wait, oldest due first (JobReconciler.tend_all).
+        self.max_starting = max_starting
+        self._starting: int | None = None  # counted once a step (new_step), then kept up
         self.started = 0  # drivers started by this manager
+
+    def new_step(self) -> None:
+        """A new pass over the records: the drivers starting now are counted afresh."""
+        self._starting = None
 
     def start(self, job: JobRecord) -> None:
         """Start the job's next attempt if it is the manager's to start and can start now."""
@@ -146,9 +156,14 @@ class Dispatcher:
         still run (killed now: the next attempt starts once they are seen gone)."""
         if self._previous_runs(job):
             return None
+        if self.max_starting:
+            if self._starting is None:
+                self._starting = self.store.count_starting()
+            if self._starting >= self.max_starting:
+                return None  # queued: a later step starts it once a start has ended
         log_path = self.state_dir / "logs" / job.job_id / f"attempt-{job.current_attempt + 1}.log"
         try:
-            return self.store.start_attempt(
+            made = self.store.start_attempt(
                 job.job_id,
                 Owner(host=this_host(), pid=0, pid_started="unknown"),
                 self.startup_ttl,
@@ -162,6 +177,9 @@ class Dispatcher:
         except (DuplicateJob, JobTerminal) as e:
             log.info("%s %s not started: %s", _what(job), job.job_id, e)
             return None
+        if self._starting is not None:
+            self._starting += 1
+        return made
 
     def _previous_runs(self, job: JobRecord) -> bool:
         """Whether anything of the job's previous attempt still runs here (a driver whose

@@ -56,8 +56,13 @@ class JobReconciler:
     def tend_all(self, records: list[JobRecord], apps: dict[JobId, JobRecord], now: float) -> bool:
         """One step for every live record (``apps``: the applications among them; an ended
         one is read when a live job of it is tended); False if the leader lease was lost
-        meanwhile (the rest waits for the next leader)."""
-        for job in records:
+        meanwhile (the rest waits for the next leader).
+
+        Oldest first (by when each record last changed): when the dispatcher bounds the
+        drivers starting at once, the records waiting to start are started in the order they
+        came to wait, and none waits behind newer ones for ever."""
+        self.dispatcher.new_step()
+        for job in sorted(records, key=_waiting_since):
             if job.state.terminal:
                 continue
             try:
@@ -274,6 +279,11 @@ class JobReconciler:
         log.warning("job %s: cancel timed out, killing attempt %d", job.job_id, attempt.attempt)
         self.launcher.kill(attempt.owner)
         self.store.attempt_failed(job.job_id, attempt.attempt, "killed: cancel timed out", None)
+
+
+def _waiting_since(job: JobRecord) -> float:
+    """When the record came to wait for a start: its restart's due time, else its last change."""
+    return job.next_attempt_at if job.next_attempt_at is not None else job.updated_at
 
 
 def _last_words(log_path: str | None, max_bytes: int = 4096) -> str:

@@ -50,7 +50,10 @@ class SupervisorConfig:
     leader_ttl: float = 3.0  # a dead leader is replaced within about this long
     tick: float = 0.2
     lease_ttl: float = 10.0  # drivers' attempt lease
-    startup_ttl: float = 120.0  # a STARTING attempt's lease: Spark takes a while to come up
+    # A STARTING attempt's lease until its driver holds it (the driver renews it from then on,
+    # while Spark starts): a Python start and stoker's import, slow on a loaded host.
+    startup_ttl: float = 120.0
+    max_starting: int = 4  # drivers starting at once (0: no bound); the others queue
     launch_grace: float = 10.0  # an attempt with no driver pid after this was never launched
     cancel_timeout: float = 60.0  # graceful cancel, then the process group is killed
     # Ended jobs' epoch records: what the leader keeps (default: all), looked at this often.
@@ -85,6 +88,7 @@ class Supervisor:
             cfg.store_url,
             cfg.lease_ttl,
             cfg.startup_ttl,
+            cfg.max_starting,
         )
         self.reconciler = JobReconciler(
             store, self.lease, self.launcher, self.dispatcher, cfg.launch_grace, cfg.cancel_timeout

@@ -8,10 +8,12 @@ store URL arrives in ``STOKER_STORE_URL`` and secret-looking ``-D`` values in
 ``STOKER_DRIVER_SECRETS`` (a JSON object); both win over the redacted ``--store`` / ``-D``
 labels. Both are removed from the environment before the application runs.
 
-The manager made attempt N in the store (STARTING); this process claims it, runs the
-application's main under that attempt, and exits: 0 when the job finished or was canceled,
-6 when the attempt was fenced off by a newer one, 8 when the job failed, 2 for bad input,
-13 when a signal suspended it. SIGTERM and SIGINT stop it gracefully (the epoch in flight
+The manager made attempt N in the store (STARTING); this process holds it first (it becomes
+its owner and renews its lease while the app imports and Spark starts, however long that takes,
+so that a slow healthy start is never taken for a dead one), claims it (-> RUNNING) once Spark
+is up, runs the application's main under that attempt, and exits: 0 when the job finished or
+was canceled, 6 when the attempt was fenced off by a newer one, 8 when the job failed, 2 for bad
+input, 13 when a signal suspended it. SIGTERM and SIGINT stop it gracefully (the epoch in flight
 completes and commits) and leave the job SUSPENDED, which the job manager resumes with a new
 attempt, without counting it against the restart strategy: a signal is not a cancel.
 """
@@ -23,6 +25,8 @@ import json
 import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -30,7 +34,7 @@ from stoker import logformat
 from stoker.errors import InvalidInput, InvalidTransition, JobSuspended, StokerError, exit_code
 from stoker.redact import redact_logs, redact_text
 from stoker.runtime import launch
-from stoker.settings import parse_pairs
+from stoker.settings import Settings, parse_pairs
 from stoker.types import AttemptNo, AttemptState, JobState, job_id
 
 
@@ -51,6 +55,35 @@ def _secrets_from_env() -> dict[str, str]:
     if not isinstance(secrets, dict) or not all(isinstance(v, str) for v in secrets.values()):
         raise InvalidInput("STOKER_DRIVER_SECRETS", "must be a JSON object of strings")
     return {str(k): v for k, v in secrets.items()}
+
+
+def _hold_start(store_url: str, job: str, attempt: int, ttl: float) -> Callable[[], None]:
+    """Hold the STARTING attempt the manager made for this process: this process is its owner
+    and renews its lease from now on, until the run claims it (the returned call stops the
+    hold). A start that lasts longer than the manager's start lease is then no failure; a
+    driver frozen or dead while it starts still lets the lease lapse. Raises
+    :class:`~stoker.errors.StaleAttempt` (exit 6) when the attempt is no longer this driver's
+    to run (the manager gave it up, a newer attempt exists)."""
+    from stoker.runtime.attempt import LeaseKeeper, this_owner
+    from stoker.store import open_store
+
+    st = open_store(store_url)
+    try:
+        rec = st.hold_start(job_id(job), AttemptNo(attempt), this_owner(), ttl)
+    except BaseException:
+        st.close()
+        raise
+    keeper = LeaseKeeper(st, rec, ttl)
+    keeper.start()
+    released = threading.Event()
+
+    def release() -> None:
+        if not released.is_set():
+            released.set()
+            keeper.stop()
+            st.close()
+
+    return release
 
 
 def _suspend_unclaimed(store_url: str | None, job: str, attempt: int) -> None:
@@ -96,28 +129,36 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm)
     overrides: dict[str, str] = {}
     try:
-        from stoker.runtime.appfile import check_app_path, run_app
-
         overrides = parse_pairs(ns.defines)
         overrides.update(_secrets_from_env())
         overrides["stoker.store"] = os.environ.pop("STOKER_STORE_URL", "") or ns.store
         overrides["stoker.state_dir"] = ns.state_dir
         if ns.lease_ttl is not None:
             overrides["stoker.lease_ttl"] = f"{ns.lease_ttl}s"
-        args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-        ended: list[Any] = []
-        ctx = launch.LaunchContext(
-            overrides=dict(overrides),
-            job_id=ns.job,
-            attempt=ns.attempt,
-            on_result=(ended.append,),
-        )
+        # First of all (nothing of pyspark imported yet): the attempt is this process's.
+        ttl = ns.lease_ttl if ns.lease_ttl is not None else Settings().lease_ttl
+        release = _hold_start(overrides["stoker.store"], ns.job, ns.attempt, ttl)
         try:
-            results = run_app(check_app_path(ns.entrypoint, "entrypoint"), ctx, args)
-        except BaseException as e:
-            if not isinstance(e, KeyboardInterrupt):
-                _note_late_error(ended, ns.job, ns.attempt, e, overrides["stoker.store"])
-            raise
+            from stoker.runtime.appfile import check_app_path, run_app
+
+            args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
+            entry = check_app_path(ns.entrypoint, "entrypoint")
+            ended: list[Any] = []
+            ctx = launch.LaunchContext(
+                overrides=dict(overrides),
+                job_id=ns.job,
+                attempt=ns.attempt,
+                on_result=(ended.append,),
+                release_start=release,
+            )
+            try:
+                results = run_app(entry, ctx, args)
+            except BaseException as e:
+                if not isinstance(e, KeyboardInterrupt):
+                    _note_late_error(ended, ns.job, ns.attempt, e, overrides["stoker.store"])
+                raise
+        finally:
+            release()
     except StokerError as e:
         msg = redact_text(f"stoker driver: {type(e).__name__}: {e}")
         print(msg, file=sys.stderr, flush=True)

@@ -25,7 +25,9 @@ class LaunchContext:
     one job; ``attempt``: the attempt a job manager made for this driver (driver mode);
     ``collect``: ``stoker.run`` hands its pipeline back instead of running it;
     ``wanted_pipeline``: ``stoker run --pipeline NAME``, any other is refused; ``on_result``:
-    called with the result of every job run.
+    called with the result of every job run; ``release_start``: a job manager's driver held
+    its STARTING attempt (and renewed its lease) while the app imported and Spark started:
+    called once the run has claimed the attempt, to stop that hold.
     """
 
     overrides: Mapping[str, str] = field(default_factory=dict)
@@ -39,6 +41,7 @@ class LaunchContext:
     rewrite_output_after_savepoint: bool = False
     reset_checkpoint: bool = False
     on_result: tuple[Callable[[Any], None], ...] = ()
+    release_start: Callable[[], None] | None = None
 
     def savepoint(self) -> str | None:
         """The savepoint folder the launcher asked the job to start from (``--from-savepoint``,

@@ -192,6 +192,38 @@ class AttemptsMixin(SqlBase):
             )
         return AttemptRecord.from_row(row)
 
+    def hold_start(
+        self, job_id: JobId, attempt: AttemptNo, owner: Owner, lease_ttl: float
+    ) -> AttemptRecord:
+        now = self.clock.now()
+        with self._tx() as cur:
+            n = self._x(
+                cur,
+                "hold_start",
+                job_id=job_id,
+                attempt=attempt,
+                host=owner.host,
+                pid=owner.pid,
+                pid_started=owner.pid_started,
+                lease_expires_at=now + lease_ttl,
+                now=now,
+            ).rowcount
+            row = self._x(cur, "get_attempt", job_id=job_id, attempt=attempt).fetchone()
+        if n != 1 or row is None:
+            rec = None if row is None else AttemptRecord.from_row(row)
+            why = (
+                "missing"
+                if rec is None
+                else f"{rec.state}, its lease lapsed or it is no longer the current attempt"
+            )
+            raise StaleAttempt(f"attempt {attempt} of job {job_id!r} cannot be held: it is {why}")
+        return AttemptRecord.from_row(row)
+
+    def count_starting(self) -> int:
+        with self._tx(write=False) as cur:
+            row = self._x(cur, "count_starting").fetchone()
+        return int(row[0]) if row else 0
+
     def set_attempt_owner(self, job_id: JobId, attempt: AttemptNo, owner: Owner) -> None:
         with self._tx() as cur:
             self._x(

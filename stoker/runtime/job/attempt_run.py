@@ -230,6 +230,10 @@ class AttemptRun:
         if made_for_us is not None:
             # Driver mode: the job manager made attempt N for this process; adopt it or stop.
             rec = store.claim_attempt(jid, AttemptNo(made_for_us), this_owner(), ttl)
+            if plan.launch.release_start is not None:
+                # Held since the driver started (runtime/driver.py); the lease keeper below
+                # renews it from now on.
+                plan.launch.release_start()
         else:
             if self._job_terminal is not None and not plan.restart:
                 raise JobTerminal(jid, str(self._job_terminal))

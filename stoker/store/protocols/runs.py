@@ -67,6 +67,19 @@ class AttemptStore(Protocol):
         current or ``ATTEMPT_TRANSITIONS`` refuses the claim (it is RUNNING or ended)."""
         ...
 
+    def hold_start(
+        self, job_id: JobId, attempt: AttemptNo, owner: Owner, lease_ttl: float
+    ) -> AttemptRecord:
+        """A driver takes its STARTING attempt before its app is imported and Spark starts: it
+        becomes the owner and renews the lease from then on; the attempt stays STARTING until
+        :meth:`claim_attempt`. :class:`StaleAttempt` if the attempt is not the current one, not
+        STARTING, or its lease lapsed."""
+        ...
+
+    def count_starting(self) -> int:
+        """How many live records' current attempts are STARTING (drivers starting now)."""
+        ...
+
     def set_attempt_owner(self, job_id: JobId, attempt: AttemptNo, owner: Owner) -> None: ...
 
     def attempt_failed(

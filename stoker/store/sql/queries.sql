@@ -92,8 +92,9 @@ FROM attempts WHERE job_id = :job_id ORDER BY attempt;
 -- name: renew_lease
 -- An attempt made by an application's driver renews only while that driver's attempt is still
 -- the application's current one: one statement, and no extra read for a job's own driver.
+-- A STARTING attempt renews too: its driver holds it while Spark comes up (hold_start).
 UPDATE attempts SET lease_expires_at = :lease_expires_at
-WHERE job_id = :job_id AND attempt = :attempt AND state = 'RUNNING'
+WHERE job_id = :job_id AND attempt = :attempt AND state IN ('STARTING', 'RUNNING')
   AND lease_expires_at > :now
   AND attempt = (SELECT current_attempt FROM jobs WHERE job_id = :job_id)
   AND (app_attempt IS NULL
@@ -199,6 +200,20 @@ UPDATE attempts SET state = 'RUNNING', host = :host, pid = :pid, pid_started = :
                     lease_expires_at = :lease_expires_at
 WHERE job_id = :job_id AND attempt = :attempt AND state = :from_state
   AND attempt = (SELECT current_attempt FROM jobs WHERE job_id = :job_id);
+
+-- name: hold_start
+-- A driver takes the STARTING attempt the manager made for it before its app is imported and
+-- Spark starts: its process is the owner, and it renews the lease from now on (it claims the
+-- attempt, -> RUNNING, once Spark is up). Only the current attempt, only while its lease holds.
+UPDATE attempts SET host = :host, pid = :pid, pid_started = :pid_started,
+                    lease_expires_at = :lease_expires_at
+WHERE job_id = :job_id AND attempt = :attempt AND state = 'STARTING' AND lease_expires_at > :now
+  AND attempt = (SELECT current_attempt FROM jobs WHERE job_id = :job_id);
+
+-- name: count_starting
+-- Drivers starting now: the current attempts of live records that are still STARTING.
+SELECT count(*) FROM jobs j JOIN attempts a ON a.job_id = j.job_id AND a.attempt = j.current_attempt
+WHERE j.state IN ('RUNNING', 'CANCELING') AND a.state = 'STARTING';
 
 -- name: set_attempt_owner
 UPDATE attempts SET host = :host, pid = :pid, pid_started = :pid_started

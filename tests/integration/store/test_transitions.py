@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from stoker.clock import ManualClock
 from stoker.errors import InvalidTransition, StaleAttempt
 from stoker.store import AttemptRecord, Store
 from stoker.types import (
@@ -25,7 +26,7 @@ from stoker.types import (
     JobId,
     job_id,
 )
-from tests.integration.store.support import CONFIG, OWNER, SPEC, TTL
+from tests.integration.store.support import CONFIG, OWNER, OWNER_B, SPEC, TTL
 
 A = AttemptState
 LIVE = (A.STARTING, A.RUNNING)
@@ -105,6 +106,46 @@ def test_only_a_starting_attempt_can_be_claimed(store: Store) -> None:
             store.claim_attempt(jid, AttemptNo(1), OWNER, TTL)
         assert isinstance(err.value.__cause__, InvalidTransition)
         assert store.get_attempt(jid, AttemptNo(1)) == before
+
+
+def test_a_starting_attempt_is_held_by_its_driver_while_it_starts(
+    store: Store, clock: ManualClock
+) -> None:
+    """A job manager's driver holds its STARTING attempt while Spark starts (issue 21 item 1):
+    it becomes the owner, renews the lease past the manager's start lease, and the attempt
+    stays STARTING (counted as a driver starting) until the driver claims it."""
+    jid = job_id("held")
+    _attempt_in(store, jid, A.STARTING)
+    assert store.count_starting() == 1
+    clock.advance(TTL - 1)
+    held = store.hold_start(jid, AttemptNo(1), OWNER_B, TTL)
+    assert (held.state, held.owner) == (A.STARTING, OWNER_B)
+    for _ in range(5):  # a start far longer than the manager's start lease
+        clock.advance(TTL - 1)
+        assert store.renew_lease(jid, AttemptNo(1), TTL)
+    assert store.count_starting() == 1
+    assert store.claim_attempt(jid, AttemptNo(1), OWNER_B, TTL).state == A.RUNNING
+    assert store.count_starting() == 0
+
+
+def test_a_start_is_not_held_once_given_up(store: Store, clock: ManualClock) -> None:
+    """Lapsed, ended or superseded: the driver finds itself fenced (StaleAttempt) and the
+    attempt is left as it was."""
+    lapsed = job_id("lapsed")
+    before = _attempt_in(store, lapsed, A.STARTING)
+    clock.advance(TTL + 1)
+    with pytest.raises(StaleAttempt, match="lease lapsed"):
+        store.hold_start(lapsed, AttemptNo(1), OWNER_B, TTL)
+    assert store.get_attempt(lapsed, AttemptNo(1)) == before
+    for source in AttemptState:
+        if source == A.STARTING:
+            continue
+        jid = job_id(f"hold-{source}".lower())
+        before = _attempt_in(store, jid, source)
+        with pytest.raises(StaleAttempt, match=f"it is {source}"):
+            store.hold_start(jid, AttemptNo(1), OWNER_B, TTL)
+        assert store.get_attempt(jid, AttemptNo(1)) == before
+    assert store.count_starting() == 1  # the lapsed one, until the leader fails it
 
 
 # epochs -----------------------------------------------------------------------------------------
