@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -115,12 +116,18 @@ class Stopping(Exception):
     """Raised in foreachBatch to end the query without running the epoch."""
 
 
+TIMINGS_KEPT = 256
+
+
 @dataclass
 class EpochTiming:
     epoch: int
     seconds: float
     rows: int
     replayed: bool
+    # The sinks' Spark writes (the transform runs inside them): the part of the epoch that
+    # more executors share; None for a replay (nothing was written).
+    work_s: float | None = None
 
 
 class EpochProcessor:
@@ -142,7 +149,11 @@ class EpochProcessor:
         self.final_epoch: int | None = None
         self.final_event = threading.Event()
         self.error: BaseException | None = None
-        self.timings: list[EpochTiming] = []
+        # The newest epochs' timings (the metrics read them); a job runs for months, so older
+        # ones are only counted.
+        self.timings: deque[EpochTiming] = deque(maxlen=TIMINGS_KEPT)
+        self.done_epochs = 0  # committed (not replayed) by this attempt
+        self.done_rows = 0
         # Graceful stop: once set, no new epoch starts; the one in flight (holding the lock)
         # completes and commits first.
         self.stopping = threading.Event()
@@ -251,12 +262,14 @@ class EpochProcessor:
         cached = len(sinks) > 1
         if cached:
             out = out.persist()
+        w0 = time.perf_counter()
         try:
             for sink in sinks:
                 pending.prepare(sink, out)
         finally:
             if cached:
                 out.unpersist()
+        work = time.perf_counter() - w0
         pending.all_prepared(sinks)
         rows = pending.rows
         fault_point("after_prepare", epoch)
@@ -275,11 +288,22 @@ class EpochProcessor:
         # Crash here: Spark has not written its commit log; the replay of this epoch finds it
         # decided and skips it (step 2).
         fault_point("before_spark_commit", epoch)
-        self._finish(epoch, final, t0, rows, replayed=False)
+        self._finish(epoch, final, t0, rows, replayed=False, work=work)
 
-    def _finish(self, epoch: Epoch, final: bool, t0: float, rows: int, replayed: bool) -> None:
+    def _finish(
+        self,
+        epoch: Epoch,
+        final: bool,
+        t0: float,
+        rows: int,
+        replayed: bool,
+        work: float | None = None,
+    ) -> None:
         took = time.perf_counter() - t0
-        self.timings.append(EpochTiming(epoch, took, rows, replayed))
+        self.timings.append(EpochTiming(epoch, took, rows, replayed, work))
+        if not replayed:
+            self.done_epochs += 1
+            self.done_rows += rows
         log.info(
             "epoch %d %s: %d rows, %.0f ms%s",
             epoch,

@@ -44,6 +44,7 @@ LOOK_S = 0.1  # at most this often a look at the query's progress while one is a
 
 class _Timed(Protocol):
     epoch: int
+    work_s: float | None
 
 
 def _offset(value: Any) -> Any:
@@ -124,7 +125,7 @@ class EpochMetrics:
             return
         self._looked = now
         try:
-            self._poll(query, newest)
+            self._poll(query, newest, timings)
         except Exception as e:  # the job goes on; a failure is logged once until it clears
             if not self._failed:
                 log.warning("job %s: recording epoch metrics failed: %s", self.job, e)
@@ -133,7 +134,7 @@ class EpochMetrics:
         else:
             self._failed = False
 
-    def _poll(self, query: StreamingQuery, newest: int) -> None:
+    def _poll(self, query: StreamingQuery, newest: int, timings: Sequence[_Timed]) -> None:
         last = query.lastProgress
         if last is None or int(last["batchId"]) < newest or not ran_batch(last):
             self._give_up_after(newest)  # not posted yet: the next call looks again
@@ -142,11 +143,16 @@ class EpochMetrics:
         if int(last["batchId"]) > self.reported + 1:
             # Several epochs ended since the last look: their progresses are in the recent ones.
             progresses = list(query.recentProgress)
-        self.record(progresses, newest)
+        self.record(progresses, newest, _work(timings))
 
-    def record(self, progresses: Sequence[Mapping[str, Any]], newest: int) -> None:
+    def record(
+        self,
+        progresses: Sequence[Mapping[str, Any]],
+        newest: int,
+        work: Mapping[int, float] | None = None,
+    ) -> None:
         """Record the epochs in ``(reported, newest]`` that ``progresses`` hold (the last
-        progress of an epoch that ran wins)."""
+        progress of an epoch that ran wins); ``work``: the seconds each epoch's sinks wrote."""
         by_epoch: dict[int, Mapping[str, Any]] = {}
         for p in progresses:
             epoch = int(p["batchId"])
@@ -163,6 +169,7 @@ class EpochMetrics:
                 backlog=progress_backlog(p),
                 executors=executors if isinstance(executors, int) else None,
                 cores=cores if isinstance(cores, int) else None,
+                work_ms=None if (w := (work or {}).get(epoch)) is None else w * 1000.0,
             )
         self.reported = max([self.reported, *by_epoch]) if by_epoch else self.reported
         if self.reported >= newest:
@@ -182,9 +189,15 @@ class EpochMetrics:
         if query is None or not timings or int(timings[-1].epoch) <= self.reported:
             return
         try:
-            self.record(list(query.recentProgress), int(timings[-1].epoch))
+            self.record(list(query.recentProgress), int(timings[-1].epoch), _work(timings))
         except Exception as e:
             log.warning("job %s: recording the last epochs' metrics failed: %s", self.job, e)
+
+
+def _work(timings: Sequence[_Timed]) -> dict[int, float]:
+    """The epochs' write times by epoch (replays have none); the processor keeps the newest
+    few hundred only."""
+    return {int(t.epoch): t.work_s for t in timings if t.work_s is not None}
 
 
 __all__ = [

@@ -2,10 +2,14 @@
 clock of their own (time comes in :attr:`Signals.now`), no Spark.
 
 The default policy follows the shape of Flink's operator autoscaler, adapted to micro-batches:
-an epoch's duration is the time the owner's executors were busy, so a window of epochs gives
-the busy fraction; rows read over executor-seconds busy give the true processing rate of one
-executor; the rate rows arrive at (read plus backlog growth) and the backlog to catch up give
-the rate wanted; wanted over (rate per executor x target utilization) is the executor count.
+an epoch's duration is the time the owner's query was busy, so a window of epochs gives the
+busy fraction; of that duration, only the time its sinks' Spark writes took (the transform runs
+inside them) is work that more executors share (the rest, planning, offsets and the commit
+protocol, is a fixed cost per epoch that they do not), so rows read over executor-seconds of
+that work give the true processing rate of one executor (as DS2 and Flink's autoscaler use
+busy time, not wall time); the rate rows arrive at (read plus backlog growth) and the backlog
+to catch up give the rate wanted; wanted over (rate per executor x target utilization) is the
+executor count.
 A dead band, a stabilization time, a cooldown and a bounded scale-down step keep it from
 flapping.
 """
@@ -35,6 +39,17 @@ class EpochSample:
     backlog: int | None  # rows (or files) the sources had beyond the epoch's end
     executors: int | None  # executors at the epoch's end
     cores: int | None
+    # The part of ``duration_s`` spent on its rows (its sinks' Spark writes, the transform
+    # inside them): the work more executors share. The rest is the epoch's fixed cost
+    # (planning, offsets, the store's and the sinks' protocol), which they do not. None:
+    # unknown, the whole duration counts as work.
+    work_s: float | None = None
+
+    @property
+    def work(self) -> float:
+        """Seconds of the epoch that more executors would shorten."""
+        whole = self.duration_s or 0.0
+        return whole if self.work_s is None else min(self.work_s, whole or self.work_s)
 
     @property
     def start(self) -> float:
@@ -104,7 +119,8 @@ class _JobWindow:
     wall_s: float
     rows: int
     busy_s: float  # sum of epoch durations
-    executor_s: float  # sum of duration x executors
+    executor_s: float  # sum of work (the rows' part of each duration) x executors
+    fixed_s: float | None  # the median fixed cost of an epoch (duration less work), if known
     backlog: int | None  # the newest known
     growth: float  # backlog change per second over the newest epochs
     arrival: float | None  # rows arriving per second over the newest epochs (read + growth)
@@ -244,7 +260,7 @@ class DefaultPolicy:
                 # right at the target utilization while the job keeps up; scale with demand
                 # beyond what it reads.
                 need += executors_now * spec.target_utilization * wanted_rate / w.processed
-            else:
+            elif w.executor_s > 0:
                 rate = w.rows / w.executor_s  # rows per second of one busy executor
                 true_rates.append(rate)
                 need += wanted_rate / rate
@@ -266,6 +282,9 @@ class DefaultPolicy:
             required_utilization=round(required, 4),
             growing=growing,
         )
+        fixed = [w.fixed_s for w in windows.values() if w.fixed_s is not None]
+        if fixed:
+            sig["fixed_cost_s"] = round(max(fixed), 3)  # per epoch, the costliest job's
         if any(w.backlog_reset for w in windows.values()):
             sig["backlog_reset"] = True
         wanted = math.ceil(need / spec.target_utilization - 1e-9)
@@ -375,9 +394,11 @@ class DefaultPolicy:
             execs_default = max(1, signals.executors or 1)
             rows = sum(s.rows or 0 for s in recent)
             busy_s = sum(s.duration_s or 0.0 for s in recent)
-            executor_s = sum(
-                (s.duration_s or 0.0) * max(1, s.executors or execs_default) for s in recent
-            )
+            # Executor time is the rows' work only: an epoch's fixed cost does not shrink with
+            # more executors (counting it made a slow host read as a busy job, and a job
+            # needing a fifth of an executor was scaled to its maximum).
+            executor_s = sum(s.work * max(1, s.executors or execs_default) for s in recent)
+            fixed = sorted((s.duration_s or 0.0) - s.work for s in recent if s.work_s is not None)
             known = [s for s in recent if s.backlog is not None]
             last = known[-self.growth_epochs :]
             growth, arrival, reset = 0.0, None, False
@@ -393,6 +414,7 @@ class DefaultPolicy:
                 rows=rows,
                 busy_s=busy_s,
                 executor_s=executor_s,
+                fixed_s=fixed[len(fixed) // 2] if fixed else None,
                 backlog=known[-1].backlog if known else None,
                 growth=growth,
                 arrival=arrival,

@@ -51,6 +51,7 @@ def read_signals(
             backlog=e.backlog,
             executors=e.executors,
             cores=e.cores,
+            work_s=None if e.work_ms is None else e.work_ms / 1000.0,
         )
         for e in epochs
     ]

@@ -202,6 +202,8 @@ class EpochRecord:
     backlog: int | None = None
     executors: int | None = None
     cores: int | None = None
+    # The part of it spent on its rows: its sinks' Spark writes, timed by the driver.
+    work_ms: float | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> EpochRecord:
@@ -221,6 +223,7 @@ class EpochRecord:
             backlog=None if r[12] is None else int(r[12]),
             executors=None if r[13] is None else int(r[13]),
             cores=None if r[14] is None else int(r[14]),
+            work_ms=None if r[15] is None else float(r[15]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -239,6 +242,7 @@ class EpochRecord:
             "backlog": self.backlog,
             "executors": self.executors,
             "cores": self.cores,
+            "work_ms": self.work_ms,
         }
 
 

@@ -57,17 +57,17 @@ class ScalingMixin(SqlBase):
         backlog: int | None = None,
         executors: int | None = None,
         cores: int | None = None,
+        work_ms: float | None = None,
     ) -> None:
-        if duration_ms is not None and (
-            isinstance(duration_ms, bool)
-            or not isinstance(duration_ms, int | float)
-            or not duration_ms >= 0
-        ):
-            raise InvalidInput("duration_ms", f"must be a number >= 0, got {duration_ms!r}")
+        for label, ms in (("duration_ms", duration_ms), ("work_ms", work_ms)):
+            if ms is not None and (
+                isinstance(ms, bool) or not isinstance(ms, int | float) or not ms >= 0
+            ):
+                raise InvalidInput(label, f"must be a number >= 0, got {ms!r}")
         for name, value in (("backlog", backlog), ("executors", executors), ("cores", cores)):
             if value is not None:
                 _check_count(name, value)
-        if all(v is None for v in (duration_ms, backlog, executors, cores)):
+        if all(v is None for v in (duration_ms, backlog, executors, cores, work_ms)):
             return
         with self._tx() as cur:
             # No row (not pinned yet, or pruned): nothing to add the metrics to.
@@ -80,6 +80,7 @@ class ScalingMixin(SqlBase):
                 backlog=backlog,
                 executors=executors,
                 cores=cores,
+                work_ms=None if work_ms is None else float(work_ms),
             )
 
     def add_rescale(

@@ -294,6 +294,10 @@ def test_a_worker_that_joins_runs_tasks_from_the_second_epoch_after_it_registers
         (e.epoch, e.executors, e.cores) for e in after
     ]
     assert all(e.duration_ms is not None and e.duration_ms > 0 for e in after)
+    # The rows' part of it (the sinks' writes), which more executors share: within it.
+    assert all(e.work_ms is not None and 0 < e.work_ms <= e.duration_ms for e in after), [
+        (e.epoch, e.work_ms, e.duration_ms) for e in after
+    ]
     # A rate-paced generator knows what it has produced beyond each epoch's end.
     assert all(e.backlog is not None and e.backlog >= 0 for e in after)
     assert len(mod.store.list_attempts(JOB)) == 1

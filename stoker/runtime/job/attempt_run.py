@@ -395,13 +395,12 @@ class AttemptRun:
         if resolve_at_end(store, jid, attempt, self._owed_sinks(), self.settings.lease_ttl):
             forget_removed(store, jid, self.sinkset)
         self.pruner.final_round()
-        done = [t for t in self.proc.timings if not t.replayed]
         result = JobResult(
             job_id=jid,
             state=result_state,
             attempt=attempt,
-            epochs=len(done),
-            rows=sum(t.rows for t in done),
+            epochs=self.proc.done_epochs,
+            rows=self.proc.done_rows,
             last_epoch=self.proc.timings[-1].epoch if self.proc.timings else None,
             state_dir=self.root,
             store_url=store.url,

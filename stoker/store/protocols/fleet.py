@@ -108,9 +108,11 @@ class ScalingStore(Protocol):
         backlog: int | None = None,
         executors: int | None = None,
         cores: int | None = None,
+        work_ms: float | None = None,
     ) -> None:
         """Record what the epoch cost and left behind; only the values given (None keeps
-        what is recorded). An epoch with no record (not pinned, or pruned) is left alone."""
+        what is recorded). An epoch with no record (not pinned, or pruned) is left alone.
+        ``work_ms``: the part of ``duration_ms`` spent on its rows (its sinks' writes)."""
         ...
 
     def add_rescale(

@@ -133,12 +133,12 @@ ON CONFLICT (job_id, epoch) DO NOTHING;
 
 -- name: get_epoch
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
-       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms
 FROM epochs WHERE job_id = :job_id AND epoch = :epoch;
 
 -- name: list_epochs
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
-       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms
 FROM epochs WHERE job_id = :job_id ORDER BY epoch DESC LIMIT :limit;
 
 -- name: decided_range
@@ -157,7 +157,7 @@ UPDATE jobs SET uid = :uid, updated_at = :now WHERE job_id = :job_id;
 
 -- name: list_epochs_in_state
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
-       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms
 FROM epochs WHERE job_id = :job_id AND state = :state ORDER BY epoch;
 
 -- name: decide_epoch
@@ -517,13 +517,14 @@ UPDATE epochs
 SET duration_ms = COALESCE(CAST(:duration_ms AS DOUBLE PRECISION), duration_ms),
     backlog = COALESCE(CAST(:backlog AS BIGINT), backlog),
     executors = COALESCE(CAST(:executors AS BIGINT), executors),
-    cores = COALESCE(CAST(:cores AS BIGINT), cores)
+    cores = COALESCE(CAST(:cores AS BIGINT), cores),
+    work_ms = COALESCE(CAST(:work_ms AS DOUBLE PRECISION), work_ms)
 WHERE job_id = :job_id AND epoch = :epoch;
 
 -- name: recent_epochs
 -- Through epochs_by_commit: one job's epochs committed since :since, oldest first.
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
-       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms
 FROM epochs
 WHERE job_id = :job_id AND committed_at >= :since AND state = 'COMMITTED'
 ORDER BY committed_at, epoch;

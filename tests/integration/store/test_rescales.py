@@ -190,7 +190,7 @@ def test_set_epoch_metrics_sets_only_what_is_given(store: Store) -> None:
     assert (fresh.duration_ms, fresh.backlog, fresh.executors, fresh.cores) == (None,) * 4
 
     store.set_epoch_metrics(JOB, Epoch(0), duration_ms=812.5, executors=2, cores=4)
-    store.set_epoch_metrics(JOB, Epoch(0), backlog=1200)
+    store.set_epoch_metrics(JOB, Epoch(0), backlog=1200, work_ms=300.0)
     store.set_epoch_metrics(JOB, Epoch(0), executors=3)
     store.set_epoch_metrics(JOB, Epoch(0))  # nothing given: nothing changes
     rec = store.get_epoch(JOB, Epoch(0))
@@ -202,6 +202,7 @@ def test_set_epoch_metrics_sets_only_what_is_given(store: Store) -> None:
         "backlog": 1200,
         "executors": 3,
         "cores": 4,
+        "work_ms": 300.0,
     }
     assert store.list_epochs(JOB)[0] == rec
     # An int duration comes back a float; zero is a value, not "unknown".
@@ -234,6 +235,8 @@ def test_set_epoch_metrics_refuses_bad_values(store: Store) -> None:
         store.set_epoch_metrics(JOB, Epoch(0), duration_ms=5.0, backlog=-3)
     with pytest.raises(InvalidInput, match=r"^cores"):
         store.set_epoch_metrics(JOB, Epoch(0), cores=2.5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=r"^work_ms"):
+        store.set_epoch_metrics(JOB, Epoch(0), work_ms=float("nan"))
     rec = store.get_epoch(JOB, Epoch(0))
     assert rec is not None and (rec.duration_ms, rec.backlog, rec.cores) == (None, None, None)
 

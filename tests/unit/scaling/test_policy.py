@@ -35,8 +35,10 @@ class _Sim:
         per_executor: float = 100.0,
         overhead: float = 0.1,
         trigger: float = 1.0,
+        report_work: bool = True,
     ) -> None:
         self.rate = rate
+        self.report_work = report_work  # the driver times its sinks' writes (work_s)
         self.executors = executors
         self.per_executor = per_executor
         self.overhead = overhead
@@ -54,13 +56,22 @@ class _Sim:
             self.available += self.rate(start) * (start - self.accounted)
             rows = int(self.available)
             self.available -= rows
-            duration = self.overhead + rows / (self.per_executor * self.executors)
+            work = rows / (self.per_executor * self.executors)
+            duration = self.overhead + work
             end = start + duration
             self.available += self.rate(start) * duration
             self.accounted = end
             self.samples.append(
                 EpochSample(
-                    JOB, self.epoch, end, duration, rows, int(self.available), self.executors, None
+                    JOB,
+                    self.epoch,
+                    end,
+                    duration,
+                    rows,
+                    int(self.available),
+                    self.executors,
+                    None,
+                    work if self.report_work else None,
                 )
             )
             self.epoch += 1
@@ -311,6 +322,31 @@ def test_no_data_keeps_the_current_size() -> None:
     old = [EpochSample(JOB, 1, T0 - 100, 0.5, 50, 200, 3, None)]
     d = policy.decide(spec, Signals(T0, old, {JOB: 1.0}, 3, None, None, T0 - 1000), PolicyMemory())
     assert d.target is None and "no epochs in the last" in d.reason
+
+
+def test_a_fixed_cost_as_long_as_the_trigger_is_not_taken_for_work() -> None:
+    """Issue 21 item 7: 2 rows/s at 60 ms a row needs an eighth of an executor, but on a loaded
+    host each epoch also costs 1.5 s of planning and protocol, longer than its 1 s trigger.
+    Counting the whole duration as work read "needs 2.5 executors" and scaled to the maximum;
+    the sinks' write time is the work, and the size stays."""
+    slow_host = _Sim(lambda t: 2.0, per_executor=1 / 0.06, overhead=1.5)
+    assert _drive(slow_host, AUTO, 900) == []
+    # The same epochs without their write time (an older driver): the whole duration is
+    # work, as before, and the job is scaled for nothing.
+    blind = _Sim(lambda t: 2.0, per_executor=1 / 0.06, overhead=1.5, report_work=False)
+    assert _drive(blind, AUTO, 900)
+
+
+def test_a_real_load_step_still_scales_beside_a_large_fixed_cost() -> None:
+    """The fixed cost left out, work that outgrows one executor still scales the job: 30
+    rows/s at 60 ms a row is 1.8 executors' work, 3 at utilization 0.7."""
+    step = T0 + 300
+    sim = _Sim(lambda t: 2.0 if t < step else 30.0, per_executor=1 / 0.06, overhead=1.5)
+    decided = _drive(sim, AUTO, 900)
+    assert decided, "no decision after the step"
+    at, first = decided[0]
+    assert at > step and first.target is not None and first.target >= 2, decided
+    assert first.signals["fixed_cost_s"] == pytest.approx(1.5, abs=0.01), first.signals
 
 
 def test_a_growing_backlog_with_idle_executors_is_not_scaled() -> None:
