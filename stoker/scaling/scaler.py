@@ -6,7 +6,8 @@ the policy; a decided change is recorded (``add_rescale``, status ``decided``), 
 owner's executor target (its driver asks Spark for it) and goes to the resource provider
 (workers started or removed). It is marked ``in_use`` once the driver reports the target
 reached, ``superseded`` by a newer decision, ``failed`` if the provider could not make room.
-``reactive``: executors that joined or left by themselves are recorded (``observed``).
+``reactive`` and ``fixed``: executors that joined or left by themselves (workers added or
+removed by hand, an executor lost) are recorded (``observed``).
 ``fixed`` (or back to it): the target is cleared.
 
 Nothing here lives longer than the leadership: the policy's memory (stabilization) is lost
@@ -175,10 +176,10 @@ class Scaler:
             if owner.executor_target is not None:  # it was auto: the target goes
                 self.store.set_executor_target(owner.job_id, None)
                 self._supersede(owner, f"mode is {spec.mode} now")
-            if spec.mode == "reactive":
-                self._observe(owner, st, res, now)
-            else:
-                st.seen_executors = None
+            # Executors that joined or left without a decision (workers added or removed by
+            # hand, an executor lost) are recorded in every mode but auto's: a user reading
+            # `rescales` sees each change of size, not "no rescales yet".
+            self._observe(owner, st, res, now, spec.mode)
             return
         st.seen_executors = None  # reactive again later starts from what it sees then
         provider = self.provider_for(owner)
@@ -346,8 +347,11 @@ class Scaler:
                 return
 
     # reactive ------------------------------------------------------------------------------
-    def _observe(self, owner: JobRecord, st: _OwnerState, res: dict[str, Any], now: float) -> None:
-        """Record executors that joined or left by themselves."""
+    def _observe(
+        self, owner: JobRecord, st: _OwnerState, res: dict[str, Any], now: float, mode: str
+    ) -> None:
+        """Record executors that joined or left by themselves (``mode``: the owner's, reactive
+        or fixed)."""
         executors = res.get("executors")
         if executors is None:
             return
@@ -379,8 +383,8 @@ class Scaler:
         self.store.add_rescale(
             owner.job_id,
             kind="observed",
-            policy="reactive",
-            mode="reactive",
+            policy=mode,
+            mode=mode,
             signals={
                 "executors": int(executors),
                 "cores": res.get("cores"),

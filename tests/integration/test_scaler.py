@@ -226,10 +226,13 @@ def test_a_removal_waits_for_the_driver_and_is_asked_again(
     assert len(recorder.calls) == 2  # nothing in flight: the provider is left alone
 
 
-def test_reactive_records_executors_that_join_and_leave(
-    store: Store, clock: ManualClock, tmp_path: Path, recorder: Recorder
+@pytest.mark.parametrize("mode", ["reactive", "fixed"])
+def test_executors_that_join_and_leave_by_themselves_are_recorded(
+    store: Store, clock: ManualClock, tmp_path: Path, recorder: Recorder, mode: str
 ) -> None:
-    _lone_job(store, "reactive", executors=1)
+    """Reactive, and fixed too (issue 21 item 7: a worker added or removed by hand showed
+    "no rescales yet")."""
+    _lone_job(store, mode, executors=1)
     scaler = _scaler(store, tmp_path, clock, recorder)
     scaler.tick()
     assert store.list_rescales(JOB) == []  # what it has at first is no change
@@ -238,7 +241,7 @@ def test_reactive_records_executors_that_join_and_leave(
     scaler.tick()
     scaler.tick()
     (joined,) = store.list_rescales(JOB)
-    assert (joined.kind, joined.status, joined.mode) == ("observed", "observed", "reactive")
+    assert (joined.kind, joined.status, joined.mode) == ("observed", "observed", mode)
     assert (joined.from_executors, joined.to_executors) == (1, 2)
     assert joined.reason == "1 executor joined"
     assert joined.workers == {"added": ["127.0.0.3"], "removed": []}
@@ -250,7 +253,7 @@ def test_reactive_records_executors_that_join_and_leave(
     left = store.list_rescales(JOB)[0]
     assert (left.from_executors, left.to_executors, left.reason) == (2, 1, "1 executor left")
     assert left.workers == {"added": [], "removed": ["127.0.0.3"]}
-    assert recorder.calls == []  # reactive never asks the provider
+    assert recorder.calls == []  # observing never asks the provider
     assert store.get_job(JOB).executor_target is None
 
 
