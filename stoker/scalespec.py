@@ -32,8 +32,13 @@ _ALIASES = {
     "catch_up": "catch_up",
     "stabilization": "stabilization",
     "cooldown": "cooldown",
+    "max_per_hour": "max_rescales_per_hour",
+    "max_rescales_per_hour": "max_rescales_per_hour",
 }
-_KEYS_TEXT = "min_executors, max_executors, target_utilization, catch_up, stabilization, cooldown"
+_KEYS_TEXT = (
+    "min_executors, max_executors, target_utilization, catch_up, stabilization, cooldown, "
+    "max_rescales_per_hour"
+)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -50,6 +55,10 @@ class ScalingSpec:
     catch_up_s: float = 300.0
     stabilization_s: float = 60.0
     cooldown_s: float = 120.0
+    # The policy's own changes within any hour, at most (bounds a user sets are not counted):
+    # each rescale costs executors' start or a graceful drain, and a load that swings just
+    # outside the dead band must not keep the cluster moving.
+    max_rescales_per_hour: int = 10
 
     def to_dict(self) -> dict[str, Any]:
         """The stored and shown form; durations in seconds."""
@@ -61,6 +70,7 @@ class ScalingSpec:
             "catch_up": self.catch_up_s,
             "stabilization": self.stabilization_s,
             "cooldown": self.cooldown_s,
+            "max_rescales_per_hour": self.max_rescales_per_hour,
         }
 
     def to_text(self) -> str:
@@ -75,6 +85,7 @@ class ScalingSpec:
             f"catch_up={_duration_text(self.catch_up_s)}",
             f"stabilization={_duration_text(self.stabilization_s)}",
             f"cooldown={_duration_text(self.cooldown_s)}",
+            f"max_per_hour={self.max_rescales_per_hour}",
         ]
         return f"{self.mode}:" + ",".join(parts)
 
@@ -103,7 +114,8 @@ def parse_scaling(
     """A validated :class:`ScalingSpec` from what a user or the store gives.
 
     ``None`` -> fixed. Text (the CLI): ``"fixed"``, ``"reactive"`` or
-    ``"auto:min=1,max=4,target_utilization=0.7,catch_up=5m,stabilization=1m,cooldown=2m"``.
+    ``"auto:min=1,max=4,target_utilization=0.7,catch_up=5m,stabilization=1m,cooldown=2m"``
+    (and ``max_per_hour=N``: the policy's changes within any hour, at most).
     A mapping (REST, the store): ``{"mode": ..., <keys of to_dict()>}``, durations as seconds or
     text. Anything wrong -> :class:`InvalidInput` on ``field`` naming the key.
     """
@@ -186,7 +198,9 @@ def _build(mode: Any, options: Mapping[str, Any], field: str) -> ScalingSpec:
         if name in seen:
             raise InvalidInput(field, f"{key} and {seen[name]} say the same thing: give one")
         seen[name] = str(key)
-        if name in ("min_executors", "max_executors"):
+        if name == "max_rescales_per_hour":
+            kwargs[name] = _int(field, raw, name)
+        elif name in ("min_executors", "max_executors"):
             if raw is None and name == "max_executors":
                 kwargs[name] = None
             else:
@@ -220,6 +234,9 @@ def _checked(spec: ScalingSpec, field: str) -> ScalingSpec:
             )
     elif spec.mode == "auto":
         raise InvalidInput(field, "max_executors is required in mode auto (e.g. auto:min=1,max=4)")
+    cap = spec.max_rescales_per_hour
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise InvalidInput(field, f"max_rescales_per_hour must be 1 or more, got {cap!r}")
     _utilization(field, spec.target_utilization)
     for name in ("catch_up", "stabilization", "cooldown"):
         _duration(field, getattr(spec, f"{name}_s"), name)

@@ -25,6 +25,7 @@ from stoker.scalespec import ScalingSpec
 
 UP = "up"
 DOWN = "down"
+HOUR = 3600.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class PolicyMemory:
     # ``started``; the first epochs from there on are left out.
     started: float | None = None
     first_epoch: dict[str, int] = field(default_factory=dict)
+    changes: list[float] = field(default_factory=list)  # when the policy's changes were decided
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,7 @@ class DefaultPolicy:
         def change(target: int, reason: str) -> Decision:
             memory.direction = memory.since = None
             memory.last_change_at = now
+            memory.changes = [t for t in memory.changes if now - t < HOUR] + [now]
             sig["wanted"] = target
             return Decision(target, reason, sig)
 
@@ -351,6 +354,14 @@ class DefaultPolicy:
         if held < spec.stabilization_s:
             return keep(
                 f"wants {wanted} ({why}); held {held:.0f} of {spec.stabilization_s:g} s",
+                reset=False,
+            )
+        recent = [t for t in memory.changes if now - t < HOUR]
+        if len(recent) >= spec.max_rescales_per_hour:
+            free_at = sorted(recent)[len(recent) - spec.max_rescales_per_hour] + HOUR
+            return keep(
+                f"wants {wanted} ({why}); {len(recent)} rescales in the last hour, the most "
+                f"allowed (max_rescales_per_hour): the next in {free_at - now:.0f} s",
                 reset=False,
             )
         return change(wanted, why)

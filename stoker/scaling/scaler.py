@@ -31,6 +31,7 @@ from stoker.manager import clusters
 from stoker.manager.cluster_records import app_cluster_name
 from stoker.scalespec import ScalingSpec, parse_scaling
 from stoker.scaling.policy import (
+    HOUR,
     Decision,
     DefaultPolicy,
     PolicyMemory,
@@ -339,12 +340,20 @@ class Scaler:
         ]
 
     def _seed(self, owner: JobRecord, st: _OwnerState) -> None:
-        """After a failover (or at start): the cooldown runs from the last decision stored."""
+        """After a failover (or at start): the cooldown runs from the last decision stored, and
+        the last hour's decisions count against the cap on rescales per hour."""
         st.seeded = True
-        for rec in self.store.list_rescales(owner.job_id, limit=_IN_FLIGHT_LOOKUP):
-            if rec.kind in ("decision",):
-                st.memory.last_change_at = rec.in_use_at or rec.at
-                return
+        now = self.clock()
+        decided = [
+            r
+            for r in self.store.list_rescales(owner.job_id, limit=_IN_FLIGHT_LOOKUP)
+            if r.kind == "decision"
+        ]
+        if decided:
+            newest = decided[0]
+            st.memory.last_change_at = newest.in_use_at or newest.at
+        # The cap on changes per hour counts the decisions made before the failover too.
+        st.memory.changes = sorted(r.at for r in decided if now - r.at < HOUR)
 
     # reactive ------------------------------------------------------------------------------
     def _observe(

@@ -46,6 +46,7 @@ AUTO = {
     "catch_up": 300.0,
     "stabilization": 60.0,
     "cooldown": 120.0,
+    "max_rescales_per_hour": 10,
 }
 FIXED = {**AUTO, "mode": "fixed", "max_executors": None}
 # What a local run records as an application's job's spec (no driver runs here).

@@ -349,6 +349,21 @@ def test_a_real_load_step_still_scales_beside_a_large_fixed_cost() -> None:
     assert first.signals["fixed_cost_s"] == pytest.approx(1.5, abs=0.01), first.signals
 
 
+def test_a_load_that_keeps_swinging_is_rescaled_at_most_max_per_hour() -> None:
+    """A load that swings between 50 and 250 rows/s every 4 minutes wants a change after each
+    swing; with max_per_hour=3, no hour holds more than 3 changes."""
+    sim = _Sim(lambda t: 50.0 if int((t - T0) // 240) % 2 == 0 else 250.0)
+    spec = parse_scaling("auto:min=1,max=4,stabilization=10s,cooldown=20s,max_per_hour=3")
+    memory = PolicyMemory()
+    decided = _drive(sim, spec, 3 * 3600, memory=memory)
+    times = [at for at, _ in decided]
+    assert len(times) >= 3, decided  # it does rescale
+    assert all(sum(1 for t in times if a <= t < a + 3600) <= 3 for a in times), times
+    free = _Sim(lambda t: 50.0 if int((t - T0) // 240) % 2 == 0 else 250.0)
+    uncapped = _drive(free, parse_scaling("auto:min=1,max=4,stabilization=10s,cooldown=20s"), 3600)
+    assert len(uncapped) > 3, "the swing must want more than the cap in an hour"
+
+
 def test_a_growing_backlog_with_idle_executors_is_not_scaled() -> None:
     # Epochs take 0.1 s of a 1 s trigger while the backlog grows: a rate limit holds the job
     # back, not its executors; more of them would not help.

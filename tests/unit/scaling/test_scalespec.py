@@ -22,6 +22,7 @@ def test_none_is_fixed_with_the_defaults() -> None:
         "catch_up": 300.0,
         "stabilization": 60.0,
         "cooldown": 120.0,
+        "max_rescales_per_hour": 10,
     }
 
 
@@ -59,6 +60,7 @@ def test_mapping_with_numbers_and_text_durations() -> None:
         ScalingSpec("auto", 1, 4),
         ScalingSpec("auto", 3, 3, 1.0, 0.0, 0.5, 7.5),
         ScalingSpec("auto", 2, 8, 0.65, 1800.0, 120.0, 3600.0),
+        ScalingSpec("auto", 1, 4, max_rescales_per_hour=3),
     ],
 )
 def test_round_trips_through_dict_json_and_text(spec: ScalingSpec) -> None:
@@ -76,6 +78,8 @@ def test_modes_constant() -> None:
     ("value", "words"),
     [
         ("elastic", "mode must be one of fixed, reactive, auto"),
+        ("auto:min=1,max=2,max_per_hour=0", "max_rescales_per_hour must be 1 or more, got 0"),
+        ("auto:min=1,max=2,max_per_hour=x", "max_rescales_per_hour must be a whole number"),
         ({"min_executors": 1}, "mode is required"),
         ({"mode": 3}, "mode must be one of"),
         ("auto", "max_executors is required"),
