@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -57,6 +58,10 @@ def minimise(schedule: Schedule, attempt: Callable[[Schedule], Result]) -> Sched
     return current
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(f"chaos: stopped by signal {signum}; cleaning up")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
     ap.add_argument("--seeds", default=None, help="e.g. 1-50 or 3,9,12")
@@ -75,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep every run's folder")
     ap.add_argument("--dir", default=None, help="where runs' folders go (default: a temp dir)")
     args = ap.parse_args(argv)
+    # A runner's time limit (`timeout`, a CI job's) stops the harness with SIGTERM: its
+    # cleanups (drivers, managers, clusters, the small disk, the throwaway PostgreSQL) run as
+    # on Ctrl-C, so no process or mount outlives it.
+    signal.signal(signal.SIGTERM, _terminated)
     seeds = [args.seed] if args.seed is not None else _seeds(args.seeds or "1")
     root = Path(args.dir or tempfile.mkdtemp(prefix="stoker-chaos-"))
     print(f"chaos: seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}), folders under {root}", flush=True)
