@@ -171,81 +171,108 @@ def assert_finished_exactly_once(
 
 
 # 1. a crash at each step of the epoch protocol --------------------------------------------------
-# What the store and the sinks must show for epoch 3 right after the injected kill:
-# (epoch state, prepared in PostgreSQL, epoch 3 visible in the sinks, decided by on restart).
+# What the store and the sinks must show for the crashed epoch right after the injected kill:
+# (epoch state, prepared in PostgreSQL, the epoch visible in the sinks, decided by on restart:
+# 0 = the attempt that crashed, 1 = the next one).
 STEP_EXPECT = {
-    "after_pin": (EpochState.PINNED, False, False, 2),
-    "after_prepare": (EpochState.PINNED, True, False, 2),
-    "after_decide": (EpochState.DECIDED, True, False, 1),
-    "after_commit": (EpochState.DECIDED, False, True, 1),
-    "before_spark_commit": (EpochState.COMMITTED, False, True, 1),
+    "after_pin": (EpochState.PINNED, False, False, 1),
+    "after_prepare": (EpochState.PINNED, True, False, 1),
+    "after_decide": (EpochState.DECIDED, True, False, 0),
+    "after_commit": (EpochState.DECIDED, False, True, 0),
+    "before_spark_commit": (EpochState.COMMITTED, False, True, 0),
 }
-
-
 # The fast lane crashes at the three steps where the sinks' state differs most (prepared and
 # undecided, decided and uncommitted, committed in the sinks but not in Spark's log); the whole
 # suite at all five.
-@pytest.mark.parametrize(
-    "step",
-    [
-        pytest.param(s, marks=pytest.mark.variant) if s in ("after_pin", "after_commit") else s
-        for s in STEP_EXPECT
-    ],
-)
-def test_crash_at_protocol_step_is_exactly_once(step: str, tmp_path: Path, pg_dsn: str) -> None:
+FAST_STEPS = ("after_prepare", "after_decide", "before_spark_commit")
+
+
+def test_a_crash_at_each_protocol_step_is_exactly_once(
+    tmp_path: Path, pg_dsn: str, request: pytest.FixtureRequest
+) -> None:
+    """One job, one driver per step: attempt k is SIGKILLed by the fault point at its step of
+    epoch 2k-1 (after committing epoch 2k-2), the next attempt recovers what it left and goes
+    on to its own step; a last attempt runs to the end. Each crash is checked right after it
+    (store, PostgreSQL's prepared transactions, the files sink's staging, the sinks' ids) and
+    after the recovery that follows it (who decided the epoch, whether Spark replayed it):
+    one driver start per step instead of two."""
+    fast = bool(request.config.getoption("--fast"))
+    steps = [s for s in STEP_EXPECT if not fast or s in FAST_STEPS]
+    per_epoch = 1_000
+    n_epochs = 2 * len(steps) + 2
+    total = per_epoch * n_epochs
     state, out = tmp_path / "state", tmp_path / "out"
-    log1, log2 = tmp_path / "driver-1.log", tmp_path / "driver-2.log"
-    total, per_epoch, crash_epoch = 10_000, 1_000, 3
     env = ids_env(out, pg_dsn, total, per_epoch)
+    logs: list[Path] = []
+    for k, step in enumerate(steps, start=1):
+        crash_epoch = 2 * k - 1
+        log = tmp_path / f"driver-{k}-{step}.log"
+        logs.append(log)
+        p = start_ids(state, {**env, "STOKER_FAULT": f"{step}:{crash_epoch}"}, log)
+        rc = wait_exit(p, log)
+        wait_group_gone(p.pid)
+        assert rc == -9, f"{step}: expected death by SIGKILL, got rc {rc}\n{tail(log)}"
+        assert f"injected crash at {step} epoch {crash_epoch}" in log.read_text(errors="replace")
+        if k > 1:
+            _check_recovered(state, log, steps[k - 2], 2 * k - 3, k - 1)
 
-    # Run 1 dies by the injected SIGKILL at `step` of epoch 3.
-    p = start_ids(state, {**env, "STOKER_FAULT": f"{step}:{crash_epoch}"}, log1)
-    rc = wait_exit(p, log1)
+        state_e, prepared, visible, _ = STEP_EXPECT[step]
+        recs = epochs(state)
+        assert sorted(recs) == list(range(crash_epoch + 1)), f"{step}: epochs {sorted(recs)}"
+        for n in range(crash_epoch):
+            assert recs[n].state == EpochState.COMMITTED, (step, n, recs[n])
+        e = recs[crash_epoch]
+        assert (e.state, e.pinned_by) == (state_e, k), f"{step}: epoch {crash_epoch}: {e}"
+        assert e.decided_by == (None if state_e == EpochState.PINNED else k), (step, e)
+        gids = pg_prepared(pg_dsn)
+        if prepared:
+            prefix = f"stoker:{JOB}:{crash_epoch}:{k}:"
+            assert gids and all(g.startswith(prefix) for g in gids), (step, gids)
+        else:
+            assert gids == [], (step, gids)
+        # The files sink's staged part of the epoch exists exactly while it is prepared and
+        # not committed.
+        staged = [n.partition(".owner=")[0] for n in staged_leftovers(out)]
+        assert staged == ([f"epoch={crash_epoch}.attempt={k}"] if prepared else []), (step, staged)
+        seen = (crash_epoch + visible) * per_epoch
+        exactly_once(file_sink_ids(out), seen)
+        exactly_once(pg_ids(pg_dsn, "ids"), seen)
+        with opened(state) as st:
+            job = st.get_job(JOB)
+            assert (job.state, job.current_attempt) == (JobState.RUNNING, k), step
+
+    # The last attempt, without a fault, recovers the last crash and runs to the end.
+    last = len(steps) + 1
+    log = tmp_path / "driver-final.log"
+    p = start_ids(state, env, log)
+    rc = wait_exit(p, log)
     wait_group_gone(p.pid)
-    assert rc == -9, f"expected death by SIGKILL, got rc {rc}\n{tail(log1)}"
-    assert f"injected crash at {step} epoch {crash_epoch}" in log1.read_text(errors="replace")
-
-    state3, prepared, visible, decider = STEP_EXPECT[step]
-    recs = epochs(state)
-    assert sorted(recs) == [0, 1, 2, 3], f"epochs in the store: {sorted(recs)}\n{tail(log1)}"
-    for n in range(crash_epoch):
-        assert recs[n].state == EpochState.COMMITTED and recs[n].decided_by == 1
-    e3 = recs[crash_epoch]
-    assert (e3.state, e3.pinned_by) == (state3, 1), f"epoch 3 after the crash: {e3}"
-    assert e3.decided_by == (None if state3 == EpochState.PINNED else 1)
-    gids = pg_prepared(pg_dsn)
-    if prepared:
-        assert gids and all(g.startswith(f"stoker:{JOB}:{crash_epoch}:1:") for g in gids), gids
-    else:
-        assert gids == []
-    # The files sink's staged part of epoch 3 exists exactly while it is prepared, not committed.
-    staged = [n.partition(".owner=")[0] for n in staged_leftovers(out)]  # minus the job's uid
-    assert staged == ([f"epoch={crash_epoch}.attempt=1"] if prepared else [])
-    seen = (crash_epoch + visible) * per_epoch
-    exactly_once(file_sink_ids(out), seen)
-    exactly_once(pg_ids(pg_dsn, "ids"), seen)
+    assert rc == 0, f"the last driver failed, rc {rc}\n{tail(log)}"
+    _check_recovered(state, log, steps[-1], 2 * len(steps) - 1, len(steps))
+    recs = assert_finished_exactly_once(state, out, pg_dsn, total, log)
+    assert sorted(recs) == list(range(n_epochs))
     with opened(state) as st:
-        job = st.get_job(JOB)
-        assert (job.state, job.current_attempt) == (JobState.RUNNING, 1)
-
-    # Run 2, without a fault, recovers and runs to the end.
-    p = start_ids(state, env, log2)
-    rc = wait_exit(p, log2)
-    wait_group_gone(p.pid)
-    assert rc == 0, f"restarted driver failed, rc {rc}\n{tail(log2)}"
-
-    recs = assert_finished_exactly_once(state, out, pg_dsn, total, log2)
-    assert sorted(recs) == list(range(total // per_epoch))
-    assert recs[crash_epoch].decided_by == decider, (
-        f"epoch 3 decided by attempt {recs[crash_epoch].decided_by}, expected {decider}"
-    )
-    with opened(state) as st:
-        assert st.get_job(JOB).current_attempt == 2
+        assert st.get_job(JOB).current_attempt == last
         attempts = [(a.attempt, a.state) for a in st.list_attempts(JOB)]
-    assert attempts == [(1, AttemptState.SUPERSEDED), (2, AttemptState.FINISHED)], attempts
-    if decider == 1:
-        # Spark replays epoch 3 (no commit log for it); stoker finds it decided and skips it.
-        assert f"epoch {crash_epoch} replayed" in log2.read_text(errors="replace"), tail(log2)
+    assert attempts == [
+        *((n, AttemptState.SUPERSEDED) for n in range(1, last)),
+        (last, AttemptState.FINISHED),
+    ], attempts
+
+
+def _check_recovered(state: Path, log: Path, step: str, epoch: int, crashed: int) -> None:
+    """After the attempt that followed a crash at ``step`` of ``epoch`` by attempt ``crashed``:
+    the epoch was decided by the attempt the step says, and Spark's replay of an epoch decided
+    before the crash was skipped."""
+    rec = epochs(state)[epoch]
+    decider = crashed + STEP_EXPECT[step][3]
+    assert rec.state == EpochState.COMMITTED, (step, rec)
+    assert rec.decided_by == decider, (
+        f"{step}: epoch {epoch} decided by attempt {rec.decided_by}, expected {decider}"
+    )
+    if decider == crashed:
+        # Spark replays the epoch (no commit log for it); stoker finds it decided and skips it.
+        assert f"epoch {epoch} replayed" in log.read_text(errors="replace"), (step, tail(log))
 
 
 # 2. kills of the whole process group at random times --------------------------------------------
