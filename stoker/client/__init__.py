@@ -180,9 +180,20 @@ class Client:
         return Submitted(outcome, job)
 
     def jobs(self, state: str | None = None) -> list[dict[str, Any]]:
-        """``GET /v1/jobs``: every job (only those in ``state`` when given)."""
-        params = {"state": state} if state else {}
-        return list(self._call("GET", "/v1/jobs", params=params).json())
+        """``GET /v1/jobs``: every job (only those in ``state`` when given), page after page."""
+        return self._every("/v1/jobs", state)
+
+    def _every(self, path: str, state: str | None) -> list[dict[str, Any]]:
+        """Every record of a paged list: its pages, following ``X-Next-Cursor``."""
+        out: list[dict[str, Any]] = []
+        params: dict[str, str] = {"state": state} if state else {}
+        while True:
+            resp = self._call("GET", path, params=params)
+            out.extend(resp.json())
+            cursor = resp.headers.get("X-Next-Cursor")
+            if not cursor:
+                return out
+            params = {**params, "after": cursor}
 
     def job(self, job_id: str) -> dict[str, Any]:
         """``GET /v1/jobs/{id}``: a job with its current ``attempt`` and ``last_epoch``."""
@@ -393,8 +404,7 @@ class Client:
 
     def applications(self, state: str | None = None) -> list[dict[str, Any]]:
         """``GET /v1/applications``: every application in brief (only those in ``state``)."""
-        params = {"state": state} if state else {}
-        return list(self._call("GET", "/v1/applications", params=params).json())
+        return self._every("/v1/applications", state)
 
     def application(self, app_id: str) -> dict[str, Any]:
         """``GET /v1/applications/{id}``: state, attempts, driver, cluster, jobs, error."""

@@ -18,6 +18,7 @@ from typing import Any
 from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
 from stoker.manager import clusters, control, rescales
 from stoker.manager.cluster_records import app_cluster_name
+from stoker.manager.pages import check_limit, cursor_of, parse_cursor
 from stoker.store import AttemptRecord, JobRecord, Store
 from stoker.store.fleet_records import ClusterRecord
 from stoker.types import AttemptState, JobKind, JobState, job_id
@@ -40,24 +41,40 @@ def app_record(store: Store, app_id: str) -> JobRecord:
     return app
 
 
+def list_page(
+    store: Store, state: JobState | None, limit: int, after: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of :func:`list_applications`, oldest first, after the cursor ``after``; and
+    the cursor of the next page, None at the end."""
+    check_limit(limit)
+    start = parse_cursor(after)
+    apps = store.list_jobs_page(JobKind.APPLICATION, limit + 1, start, state)
+    more = len(apps) > limit
+    apps = apps[:limit]
+    out = [_brief(a, len(store.list_jobs(kind=JobKind.JOB, app_id=a.job_id))) for a in apps]
+    nxt = cursor_of(apps[-1].created_at, apps[-1].job_id) if more and apps else None
+    return out, nxt
+
+
+def _brief(a: JobRecord, jobs: int) -> dict[str, Any]:
+    return {
+        "app_id": a.job_id,
+        "state": str(a.state),
+        "attempt": a.current_attempt,
+        "cluster": a.spec.get("cluster"),
+        "jobs": jobs,
+        "error": a.last_error,
+        "created_at": a.created_at,
+        "updated_at": a.updated_at,
+    }
+
+
 def list_applications(store: Store, state: JobState | None = None) -> list[dict[str, Any]]:
     """Every application (only those in ``state``), in brief: state, attempt, cluster
     spec, how many jobs it has made, the last error."""
     apps = store.list_jobs(state, kind=JobKind.APPLICATION)
     counts = Counter(j.app_id for j in store.list_jobs(kind=JobKind.JOB) if j.app_id)
-    return [
-        {
-            "app_id": a.job_id,
-            "state": str(a.state),
-            "attempt": a.current_attempt,
-            "cluster": a.spec.get("cluster"),
-            "jobs": counts.get(a.job_id, 0),
-            "error": a.last_error,
-            "created_at": a.created_at,
-            "updated_at": a.updated_at,
-        }
-        for a in apps
-    ]
+    return [_brief(a, counts.get(a.job_id, 0)) for a in apps]
 
 
 def application_view(

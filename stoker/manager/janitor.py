@@ -43,7 +43,7 @@ from stoker.errors import JobNotFound
 from stoker.manager import processes
 from stoker.manager.submit import ASSIGNED_STATE_DIR, job_folder
 from stoker.store import AttemptRecord, JobRecord, Store
-from stoker.types import JobId, JobKind, SpecKind
+from stoker.types import JobId, SpecKind
 
 # Spec kinds of the jobs whose sinks the janitor resolves: a job a manager started alone, and a
 # job of an application (both recorded their sinks' descriptors in the store).
@@ -100,7 +100,8 @@ class Janitor:
             return
         self._last = mono
         now = self.store.clock.now()
-        for job in self.store.list_jobs(kind=JobKind.JOB):
+        # The ended jobs it may owe a cleanup, filtered by the store (not every job it keeps).
+        for job in self.store.list_unsettled_jobs(self.config.settle):
             if len(self._running) >= self.config.parallel:
                 return
             if not job.state.terminal or job.spec.get("kind") not in _CLEANED_KINDS:

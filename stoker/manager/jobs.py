@@ -9,6 +9,7 @@ from typing import Any
 
 from stoker.errors import JobNotFound
 from stoker.manager import control, rescales
+from stoker.manager.pages import check_limit, cursor_of, parse_cursor
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
 from stoker.store.fleet_records import RescaleRecord
 from stoker.types import JobId, JobKind, JobState, job_id
@@ -41,6 +42,26 @@ def list_views(store: Store, state: JobState | None = None) -> list[dict[str, An
             owners[j.app_id] = store.get_job(j.app_id)
         out.append(job_dict(store, j, owners.get(j.app_id) if j.app_id else None))
     return out
+
+
+def list_page(
+    store: Store, state: JobState | None, limit: int, after: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of the jobs as :func:`list_views` shows them, oldest first, after the cursor
+    ``after`` (:mod:`stoker.manager.pages`); and the cursor of the next page, None at the end."""
+    check_limit(limit)
+    start = parse_cursor(after)
+    rows = store.list_jobs_page(JobKind.JOB, limit + 1, start, state)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    owners: dict[JobId, JobRecord] = {}
+    out = []
+    for j in rows:
+        if j.app_id is not None and j.app_id not in owners:
+            owners[j.app_id] = store.get_job(j.app_id)
+        out.append(job_dict(store, j, owners.get(j.app_id) if j.app_id else None))
+    nxt = cursor_of(rows[-1].created_at, rows[-1].job_id) if more and rows else None
+    return out, nxt
 
 
 def job_dict(store: Store, job: JobRecord, owner: JobRecord | None = None) -> dict[str, Any]:

@@ -124,6 +124,13 @@ class JobManager:
         """Every job (only those in ``state``) as the API lists it (:func:`jobs.list_views`)."""
         return jobs.list_views(self.store, state)
 
+    def list_page(
+        self, state: JobState | None, limit: int, after: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the jobs as the API lists them, and the next page's cursor
+        (:func:`jobs.list_page`)."""
+        return jobs.list_page(self.store, state, limit, after)
+
     def _job(self, jid: str) -> JobRecord:
         """The job ``jid``; an application's id is not a job's (404 naming where to look)."""
         return jobs.job_record(self.store, jid)
@@ -295,6 +302,12 @@ class JobManager:
         """Every application (only those in ``state``), in brief: state, attempt, cluster
         spec, how many jobs it has made, the last error."""
         return apps.list_applications(self.store, state)
+
+    def applications_page(
+        self, state: JobState | None, limit: int, after: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the applications in brief, and the next page's cursor."""
+        return apps.list_page(self.store, state, limit, after)
 
     def application(self, app_id: str) -> dict[str, Any]:
         """One application: state, every driver attempt, the live driver (pid, host), its

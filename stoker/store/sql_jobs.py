@@ -134,6 +134,30 @@ class JobsMixin(SqlBase):
             ).fetchall()
         return [JobRecord.from_row(r) for r in rows]
 
+    def list_jobs_page(
+        self,
+        kind: JobKind,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        state: JobState | None = None,
+    ) -> list[JobRecord]:
+        with self._tx(write=False) as cur:
+            rows = self._x(
+                cur,
+                "list_jobs_page",
+                kind=str(JobKind(kind)),
+                state=None if state is None else str(JobState(state)),
+                after_at=None if after is None else float(after[0]),
+                after_id=None if after is None else str(after[1]),
+                limit=int(limit),
+            ).fetchall()
+        return [JobRecord.from_row(r) for r in rows]
+
+    def list_unsettled_jobs(self, settle: float) -> list[JobRecord]:
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "list_unsettled_jobs", settle=float(settle)).fetchall()
+        return [JobRecord.from_row(r) for r in rows]
+
     def list_live_jobs(self) -> list[JobRecord]:
         with self._tx(write=False) as cur:
             rows = self._x(cur, "list_live_jobs").fetchall()

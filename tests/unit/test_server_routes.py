@@ -144,3 +144,58 @@ def test_liveness_never_reads_the_store_and_readiness_does_within_a_limit() -> N
     finally:
         store.release.set()
         store.mode = "answers"
+
+
+def test_the_jobs_list_comes_in_pages_with_a_cursor(tmp_path: Any) -> None:
+    """Issue 21 item 9: ``GET /v1/jobs?limit=N`` over a real manager and SQLite store; the
+    ``X-Next-Cursor`` leads through every job once; a cursor that is not one is 422."""
+    from stoker.store import open_store
+    from stoker.types import job_id
+
+    store = open_store(tmp_path / "store.db")
+    names = [f"job-{n:02d}" for n in range(7)]
+    for name in names:
+        store.create_job(job_id(name), name, {"kind": "app"}, {})
+    manager = JobManager(store, tmp_path / "state", [tmp_path])
+    app = FastAPI()
+    install_state(
+        app,
+        ServerState(
+            manager=manager,
+            supervisor=None,
+            token=None,
+            read_token=None,
+            limiter=ControlRateLimiter(0),
+            submit_latency=Histogram(),
+            rescale_tally=RescaleTally(),
+            registry=cast(Any, None),
+            feed=EventFeed(manager),
+        ),
+    )
+    install_error_handlers(app)
+    app.include_router(jobs.router)
+    try:
+        with TestClient(app) as client:
+            seen: list[str] = []
+            params: dict[str, Any] = {"limit": 3}
+            pages = 0
+            while True:
+                r = client.get("/v1/jobs", params=params)
+                assert r.status_code == 200, r.text
+                pages += 1
+                seen += [j["job_id"] for j in r.json()]
+                cursor = r.headers.get("X-Next-Cursor")
+                if cursor is None:
+                    assert "Link" not in r.headers
+                    break
+                assert r.headers["Link"].endswith('; rel="next"'), r.headers["Link"]
+                params = {"limit": 3, "after": cursor}
+            assert (seen, pages) == (names, 3)
+            assert [j["job_id"] for j in client.get("/v1/jobs").json()] == names  # one page
+            for bad in ("nope", "W10", "x" * 401):
+                r = client.get("/v1/jobs", params={"after": bad})
+                assert r.status_code == 422, (bad, r.text)
+            assert client.get("/v1/jobs", params={"limit": 0}).status_code == 422
+            assert client.get("/v1/jobs", params={"limit": 1001}).status_code == 422
+    finally:
+        store.close()

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
-from fastapi import Path, Request
+from fastapi import Path, Request, Response
 
 from stoker.errors import InvalidInput
 from stoker.server.docs import JOB_ID_HELP, JOB_ID_MAX, JOB_ID_PATTERN, errors
@@ -37,3 +38,15 @@ async def json_object(request: Request, empty: dict[str, Any] | None = None) -> 
     if not isinstance(body, dict):
         raise InvalidInput("body", f"expects a JSON object, got {type(body).__name__}")
     return body
+
+
+def next_page(
+    response: Response, path: str, cursor: str | None, limit: int, state: Any = None
+) -> None:
+    """Tell the client where the next page of a list starts: ``X-Next-Cursor`` and a relative
+    ``Link`` ``rel="next"`` (nothing when this page was the last)."""
+    if cursor is None:
+        return
+    query = {"limit": limit, "after": cursor, **({"state": str(state)} if state else {})}
+    response.headers["X-Next-Cursor"] = cursor
+    response.headers["Link"] = f'<{path}?{urlencode(query)}>; rel="next"'

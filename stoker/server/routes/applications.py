@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from stoker.manager.pages import PAGE_DEFAULT, PAGE_MAX
 from stoker.redact import redact_answer, redact_text
 from stoker.server.deps import Manager
 from stoker.server.docs import (
@@ -20,7 +21,7 @@ from stoker.server.docs import (
     errors,
     scaling_field,
 )
-from stoker.server.routes._common import BIGINT, GUARDED, READS, WRITES
+from stoker.server.routes._common import BIGINT, GUARDED, READS, WRITES, next_page
 from stoker.types import JobState
 
 router = APIRouter()
@@ -112,10 +113,19 @@ async def submit_application(body: ApplicationBody, manager: Manager) -> JSONRes
 
 @router.get("/v1/applications", responses=errors(*GUARDED, 422, 503))
 def list_applications(
-    manager: Manager, state: JobState | None = Query(None)
+    manager: Manager,
+    response: Response,
+    state: JobState | None = Query(None),
+    limit: int = Query(PAGE_DEFAULT, ge=1, le=PAGE_MAX, description="Applications in this page."),
+    after: str | None = Query(
+        None, max_length=400, description="The X-Next-Cursor of the page before."
+    ),
 ) -> list[dict[str, Any]]:
-    """Every application, in brief (state, attempt, cluster, number of jobs)."""
-    return [redact_answer(a) for a in manager.applications(state)]
+    """Applications in brief (state, attempt, cluster, number of jobs), oldest first, a page
+    at a time: ``X-Next-Cursor`` (and a ``Link`` ``rel="next"``) when more follow."""
+    page, nxt = manager.applications_page(state, limit, after)
+    next_page(response, "/v1/applications", nxt, limit, state)
+    return [redact_answer(a) for a in page]
 
 
 @router.get("/v1/applications/{app_id}", responses=READS)

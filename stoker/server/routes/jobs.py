@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from stoker.manager.logs import LOG_TAIL_MAX
+from stoker.manager.pages import PAGE_DEFAULT, PAGE_MAX
 from stoker.redact import redact_answer, redact_text
 from stoker.server.deps import Ctx, Manager
 from stoker.server.docs import (
@@ -20,7 +21,7 @@ from stoker.server.docs import (
     errors,
     scaling_field,
 )
-from stoker.server.routes._common import BIGINT, GUARDED, READS, WRITES, job_path
+from stoker.server.routes._common import BIGINT, GUARDED, READS, WRITES, job_path, next_page
 from stoker.types import JobState
 
 router = APIRouter()
@@ -107,10 +108,22 @@ async def submit(body: SubmitBody, ctx: Ctx) -> JSONResponse:
 
 
 @router.get("/v1/jobs", responses=errors(*GUARDED, 422, 503))
-def list_jobs(manager: Manager, state: JobState | None = Query(None)) -> list[dict[str, Any]]:
-    """All jobs (from the store: complete even while a new leader recovers). A RUNNING job
-    that control paused shows ``"state": "PAUSED"``."""
-    return [redact_answer(j) for j in manager.list_views(state)]
+def list_jobs(
+    manager: Manager,
+    response: Response,
+    state: JobState | None = Query(None),
+    limit: int = Query(PAGE_DEFAULT, ge=1, le=PAGE_MAX, description="Jobs in this page."),
+    after: str | None = Query(
+        None, max_length=400, description="The X-Next-Cursor of the page before."
+    ),
+) -> list[dict[str, Any]]:
+    """Jobs, oldest first, a page at a time (from the store: complete even while a new
+    leader recovers). When more follow, the answer carries ``X-Next-Cursor`` (and a ``Link``
+    ``rel="next"``): pass it as ``after`` for the next page. A RUNNING job that control paused
+    shows ``"state": "PAUSED"``."""
+    page, nxt = manager.list_page(state, limit, after)
+    next_page(response, "/v1/jobs", nxt, limit, state)
+    return [redact_answer(j) for j in page]
 
 
 @router.get("/v1/jobs/{job_id}", responses=READS)

@@ -68,6 +68,24 @@ class JobStore(Protocol):
         The default lists jobs only (lone ones and applications' jobs), never applications."""
         ...
 
+    def list_jobs_page(
+        self,
+        kind: JobKind,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        state: JobState | None = None,
+    ) -> list[JobRecord]:
+        """At most ``limit`` records of ``kind`` (only those in ``state``) in (created_at,
+        job_id) order, after the record ``after`` names (None: from the first): one page of a
+        list, through an index; a record made meanwhile never shifts a page already read."""
+        ...
+
+    def list_unsettled_jobs(self, settle: float) -> list[JobRecord]:
+        """Ended jobs (not applications) never resolved, or resolved within ``settle`` seconds
+        of their last change: what the janitor may still owe a cleanup, least recently changed
+        first."""
+        ...
+
     def list_live_jobs(self) -> list[JobRecord]:
         """Every record that has not ended, jobs and applications, oldest first: what the
         leader tends each tick (found through an index on the state, not a scan of every job

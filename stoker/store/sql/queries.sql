@@ -37,6 +37,33 @@ WHERE (CAST(:state AS TEXT) IS NULL OR state = CAST(:state AS TEXT))
   AND (CAST(:app_id AS TEXT) IS NULL OR app_id = CAST(:app_id AS TEXT))
 ORDER BY created_at, job_id;
 
+-- name: list_jobs_page
+-- One page of a kind's records in (created_at, job_id) order, after the cursor (NULLs: from
+-- the start), through jobs_by_created.
+SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
+       scaling, executor_target, resources
+FROM jobs
+WHERE kind = :kind
+  AND (CAST(:state AS TEXT) IS NULL OR state = CAST(:state AS TEXT))
+  AND (CAST(:after_at AS DOUBLE PRECISION) IS NULL
+       OR created_at > CAST(:after_at AS DOUBLE PRECISION)
+       OR (created_at = CAST(:after_at AS DOUBLE PRECISION) AND job_id > CAST(:after_id AS TEXT)))
+ORDER BY created_at, job_id
+LIMIT :limit;
+
+-- name: list_unsettled_jobs
+-- Ended jobs whose sinks the janitor may still owe a cleanup: never resolved, or resolved
+-- within :settle seconds of their last change. Filtered here, not in the manager: a store with
+-- 10,000 ended jobs returns the few that matter instead of every row each second.
+SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
+       scaling, executor_target, resources
+FROM jobs
+WHERE kind = 'job' AND state IN ('FINISHED', 'CANCELED', 'FAILED')
+  AND (resolved_at IS NULL OR resolved_at < updated_at + :settle)
+ORDER BY updated_at, job_id;
+
 -- name: list_live_jobs
 -- Every record that has not ended, jobs and applications (through the jobs_by_state index).
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,

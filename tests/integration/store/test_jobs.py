@@ -164,6 +164,57 @@ def test_list_live_jobs_is_every_record_not_ended_of_every_kind(
     assert [j.job_id for j in store.list_live_jobs()] == [*live, app]
 
 
+def test_pages_of_jobs_follow_their_cursor_and_never_shift(
+    store: Store, clock: ManualClock
+) -> None:
+    """Issue 21 item 9: a list read a page at a time, in (created_at, job_id) order; records
+    made while a client pages come after every cursor handed out; a kind and a state filter."""
+    made = []
+    for n in range(7):
+        if n != 3:  # two records at the same instant: ordered by id
+            clock.advance(1)
+        jid = job_id(f"p-{n}")
+        store.create_job(jid, jid, SPEC, CONFIG)
+        made.append(jid)
+    store.create_job(job_id("an-app"), "an-app", SPEC, CONFIG, kind=JobKind.APPLICATION)
+    seen: list[str] = []
+    after = None
+    while True:
+        page = store.list_jobs_page(JobKind.JOB, 3, after)
+        seen += [j.job_id for j in page]
+        if len(page) < 3:
+            break
+        after = (page[-1].created_at, page[-1].job_id)
+        if len(seen) == 3:
+            clock.advance(1)
+            store.create_job(job_id("late"), "late", SPEC, CONFIG)  # made while paging
+    assert seen == [*made, "late"]
+    assert [j.job_id for j in store.list_jobs_page(JobKind.APPLICATION, 10)] == ["an-app"]
+    store.set_job_state(made[1], JobState.RUNNING)
+    assert [j.job_id for j in store.list_jobs_page(JobKind.JOB, 10, state=JobState.RUNNING)] == [
+        made[1]
+    ]
+
+
+def test_unsettled_jobs_are_the_ended_ones_not_resolved_well_after_their_end(
+    store: Store, clock: ManualClock
+) -> None:
+    """What the janitor reads each second instead of every job (issue 21 item 9)."""
+    ids = {}
+    for name in ("live", "open", "early", "settled"):
+        clock.advance(1)
+        ids[name] = job_id(name)
+        store.create_job(ids[name], name, SPEC, CONFIG)
+        store.set_job_state(ids[name], JobState.RUNNING)
+    for name in ("open", "early", "settled"):
+        store.set_job_state(ids[name], JobState.FINISHED)
+    store.set_resolved(ids["early"])
+    clock.advance(100)
+    store.set_resolved(ids["settled"])  # resolved 100 s after its end: settled for 30 s
+    assert [j.job_id for j in store.list_unsettled_jobs(30.0)] == ["early", "open"]
+    assert [j.job_id for j in store.list_unsettled_jobs(500.0)] == ["early", "open", "settled"]
+
+
 def test_set_job_state_follows_the_transition_table(store: Store, clock: ManualClock) -> None:
     store.create_job(JOB, "orders", SPEC, CONFIG)
     clock.advance(1)
