@@ -51,10 +51,15 @@ pipeline = (
 
 
 def _stoker(
-    *args: str, cwd: Path, timeout: float = QUICK_TIMEOUT
+    *args: str, cwd: Path, timeout: float = QUICK_TIMEOUT, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        stoker_cmd(*args), cwd=str(cwd), capture_output=True, text=True, timeout=timeout
+        stoker_cmd(*args),
+        cwd=str(cwd),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -247,6 +252,29 @@ def test_run_of_a_file_that_is_not_python_exits_2(tmp_path: Path) -> None:
     proc = _stoker("run", "app.txt", cwd=tmp_path)
     assert proc.returncode == 2
     assert _error_lines(proc) == ["stoker: error: app: 'app.txt' is not a Python file (.py)"]
+
+
+def test_a_python_worker_spark_cannot_start_fails_the_run_with_8_and_what_spark_said(
+    tmp_path: Path,
+) -> None:
+    """Found by the chaos harness (seed 41): a Python worker killed while Spark opened a
+    source made `stoker run` exit 1 with "Py4JJavaError: An error occurred while calling
+    o68.load", an unexpected error. A Python that cannot start (``PYSPARK_PYTHON=/bin/false``)
+    is the same failure, for real and every time: exit 8, Spark's own words, nothing made."""
+    app = tmp_path / "app.py"
+    app.write_text(APP.format(job="noworker", out=str(tmp_path / "out")))
+    proc = _stoker(
+        "run",
+        str(app),
+        cwd=tmp_path,
+        timeout=SPARK_RUN_TIMEOUT,
+        env={"PYSPARK_PYTHON": "/bin/false"},
+    )
+    assert proc.returncode == 8, proc.stderr[-3000:]
+    (line,) = _error_lines(proc)
+    assert line.startswith("stoker: error: source s0 could not be opened, Spark failed: "), line
+    assert "Py4JJavaError" not in line and "org.apache.spark" in line, line
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_malformed_define_exits_2(tmp_path: Path) -> None:

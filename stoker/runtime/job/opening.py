@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stoker.errors import InvalidPipeline, JobNotFound, JobTerminal
+from stoker.errors import InvalidPipeline, JobFailed, JobNotFound, JobTerminal
 from stoker.runtime import savepoint
 from stoker.runtime.job.plan import JobScope, spark_master
 from stoker.runtime.job.query import Savepointer, check_output_mode
@@ -129,13 +129,34 @@ def savepointer(
     return take
 
 
+def java_message(err: Any, limit: int = 500) -> str:
+    """The first line of the Java exception behind a Py4J error (its class and message)."""
+    try:
+        text = str(err.java_exception.toString())
+    except Exception:  # the gateway is gone: Py4J's own words
+        text = str(err)
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return first[:limit]
+
+
 def open_sources(
     spark: SparkSession, pipeline: Pipeline, root: Path, context: SourceContext
 ) -> DataFrame:
     """The union of the pipeline's sources (each shaped by its map) as one streaming frame."""
+    from py4j.protocol import Py4JJavaError
+
     frames: list[DataFrame] = []
     for i, inp in enumerate(pipeline.inputs):
-        df = inp.source.open(spark, f"s{i}", root, context)
+        try:
+            df = inp.source.open(spark, f"s{i}", root, context)
+        except Py4JJavaError as e:
+            # Not bad input (pyspark raises those as AnalysisException and the like): Spark
+            # itself failed, e.g. the Python process that plans a Python data source was
+            # killed or could not start on a loaded host. The run fails (exit 8) with what
+            # Spark said, not as an unexpected error (exit 1) with a Py4J object's name.
+            raise JobFailed(
+                f"source s{i} could not be opened, Spark failed: {java_message(e)}"
+            ) from e
         if inp.map is not None:
             df = inp.map(df)
         frames.append(df)
