@@ -254,6 +254,9 @@ def test_a_job_failed_after_its_restarts_leaves_nothing_prepared(
         _assert_decided_visible(epochs, pg_dsn, "dies", out)
 
 
+# A failure's clean end is in every lane under a manager (failed after its restarts); the
+# in-process form in the whole suite.
+@pytest.mark.variant
 def test_an_in_process_run_that_fails_leaves_nothing_prepared(tmp_path: Path, pg_dsn: str) -> None:
     """``stoker run`` fails in epoch 3 with a part of it prepared: the runner resolves the
     sinks on its way out (the job is FAILED, nothing prepared, epochs 0-2 visible)."""

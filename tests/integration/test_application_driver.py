@@ -491,6 +491,7 @@ def test_a_relative_state_dir_on_a_cluster_is_refused(
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.scenario  # a feature of stoker.submit, no fault: the whole suite
 def test_submit_outside_an_application_runs_on_a_thread(tmp_path: Path) -> None:
     """Outside an application, submit runs each job on a thread of this process with its own
     local store; two jobs at once share the session, and wait() returns each one's result."""

@@ -81,6 +81,9 @@ def test_complete_mode_replaces_the_table_and_swaps_the_current_snapshot(
     assert _stage_left(pg_dsn) == 0
 
 
+# A crash after prepare is in every lane (the protocol chain of test_crash); this form, the
+# update mode's upserts, in the whole suite.
+@pytest.mark.variant
 @pytest.mark.timeout(1200)
 def test_a_crash_after_prepare_in_update_mode_still_gives_the_final_counts(
     tmp_path: Path, pg_dsn: str

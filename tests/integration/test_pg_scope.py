@@ -44,6 +44,9 @@ def run(state: Path, env: dict[str, str], log: Path) -> int:
     return rc
 
 
+# The same job id from a second state folder is refused in every lane (test_files_ownership);
+# this form, with PostgreSQL sinks and a resume after it, in the whole suite.
+@pytest.mark.variant
 def test_a_second_state_folder_of_the_job_id_is_refused_and_the_first_resumes_exactly(
     tmp_path: Path, pg_dsn: str
 ) -> None:
