@@ -5,6 +5,13 @@ command line, the members of a process group, every process of the machine, the 
 memory. Identity: who owns an attempt (host, pid and the pid's start time, which tells a
 reused pid), and whether that process is provably gone.
 
+A host is :func:`host_id`: the host name, the kernel's boot id and this process's pid
+namespace (``STOKER_HOST_ID`` when the operator sets one). A pid means something only within
+one pid namespace of one boot: two containers that share a host name (or a machine id baked
+into their image) are different hosts here, and a process recorded before a reboot is never
+taken for one running now. Only the processes of this host are ever judged dead, adopted or
+killed; another host's are left to their lease.
+
 Shared by the runtime (an attempt's owner is its driver) and the job manager (it watches the
 drivers and the cluster JVMs it started). No Spark here: the manager imports it.
 """
@@ -108,15 +115,56 @@ def process_start_marker(pid: int) -> str:
     return UNKNOWN if found is None else found.started
 
 
+HOST_ID_ENV = "STOKER_HOST_ID"
+_HOST_ID_MAX = 200
+_host_id: str | None = None
+
+
+def host_id() -> str:
+    """This host as process records name it: ``STOKER_HOST_ID`` if set, else
+    ``<host name>/<boot id, 8>/<pid namespace>``. Computed once per process."""
+    global _host_id
+    if _host_id is None:
+        _host_id = _make_host_id()
+    return _host_id
+
+
+def _make_host_id() -> str:
+    given = os.environ.get(HOST_ID_ENV, "").strip()
+    if given:
+        if len(given) > _HOST_ID_MAX or any(c.isspace() for c in given):
+            raise ValueError(
+                f"{HOST_ID_ENV} must be at most {_HOST_ID_MAX} characters without spaces"
+            )
+        return given
+    try:
+        with open(f"{_PROC}/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            boot = fh.read().strip().replace("-", "")[:8] or "noboot"
+    except OSError:
+        boot = "noboot"
+    try:
+        ns = os.readlink(f"{_PROC}/self/ns/pid")  # "pid:[4026531836]"
+        pidns = ns.partition("[")[2].rstrip("]") or ns
+    except OSError:
+        pidns = "nons"
+    return f"{socket.gethostname()}/{boot}/{pidns}"
+
+
+def is_this_host(host: str) -> bool:
+    """Whether a process recorded on ``host`` runs (or ran) on this one: its pid means
+    something here."""
+    return host == host_id()
+
+
 def this_owner() -> Owner:
     """This process as an attempt's owner: host, pid and the pid's start marker."""
     pid = os.getpid()
-    return Owner(host=socket.gethostname(), pid=pid, pid_started=process_start_marker(pid))
+    return Owner(host=host_id(), pid=pid, pid_started=process_start_marker(pid))
 
 
 def owner_is_dead(owner: Owner) -> bool:
-    """True only when we can see for sure that the owner's process is gone (same host)."""
-    if owner.host != socket.gethostname():
+    """True only when we can see for sure that the owner's process is gone (this host)."""
+    if not is_this_host(owner.host):
         return False
     try:
         os.kill(owner.pid, 0)
@@ -134,6 +182,8 @@ __all__ = [
     "all_stats",
     "cmdline",
     "group_pids",
+    "host_id",
+    "is_this_host",
     "memory_total_mb",
     "owner_is_dead",
     "pids",

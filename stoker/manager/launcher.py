@@ -8,13 +8,13 @@ a process group on the manager's host, today's only kind.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from stoker.manager import processes
+from stoker.procs import host_id, is_this_host
 from stoker.store import Owner
 from stoker.types import AttemptNo, JobId
 
@@ -89,8 +89,8 @@ def _group_of(owner: Owner) -> list[int]:
 
 
 def this_host() -> str:
-    """The host name a driver started here records as its owner's."""
-    return socket.gethostname()
+    """The host a driver started here records as its owner's (:func:`stoker.procs.host_id`)."""
+    return host_id()
 
 
 class LocalProcessLauncher:
@@ -126,7 +126,7 @@ class LocalProcessLauncher:
         return bool(owner.pid) and processes.is_dead(owner)
 
     def still_running(self, owner: Owner) -> bool:
-        return bool(owner.pid) and owner.host == this_host() and bool(_group_of(owner))
+        return bool(owner.pid) and is_this_host(owner.host) and bool(_group_of(owner))
 
     def kill(self, owner: Owner) -> None:
         # Only processes that are provably the attempt's: the driver's process group, members

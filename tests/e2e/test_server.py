@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -29,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
+from stoker.procs import host_id
 from tests.pg import ThrowawayPostgres
 from tests.support import JVM_OPTS, REPO, exactly_once, file_sink_ids, stoker_cmd, wait_for
 from tests.support.manager import Manager, stop_all
@@ -57,6 +57,7 @@ SPARK_STARTUP_FLAKES = ("Python worker failed to connect back",)
 
 # Only defines the pipeline: the driver finds it and runs it under the manager's attempt.
 APP = """\
+from stoker.procs import host_id
 from stoker import Pipeline, sinks, sources
 
 pipeline = (
@@ -563,7 +564,7 @@ def test_a_running_job_shows_its_attempt_driver_and_lease(races: dict[str, Race]
     att = v["attempt"]
     assert (att["attempt"], att["host"], att["ended_at"]) == (
         v["current_attempt"],
-        socket.gethostname(),
+        host_id(),
         None,
     )
     assert now - 10 < att["lease_expires_at"] <= now + 5 + 2  # the driver renews a 5 s lease
@@ -657,7 +658,7 @@ def test_reads_of_a_job_its_attempts_epochs_and_logs(races: dict[str, Race]) -> 
     last = v["current_attempt"]
     assert (v["state"], v["last_error"], v["failures"]) == ("FINISHED", None, 0)
     assert (v["attempt"]["attempt"], v["attempt"]["state"]) == (last, "FINISHED")
-    assert v["attempt"]["pid"] > 0 and v["attempt"]["host"] == socket.gethostname()
+    assert v["attempt"]["pid"] > 0 and v["attempt"]["host"] == host_id()
     assert v["attempt"]["started_at"] <= v["attempt"]["ended_at"]
     e = v["last_epoch"]
     assert (e["epoch"], e["state"], e["rows"], e["final"], e["decided_by"]) == (

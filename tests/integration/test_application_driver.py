@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 
 from stoker.errors import InvalidInput, JobOwnedElsewhere
+from stoker.procs import host_id
 from stoker.store import AttemptRecord, EpochRecord, Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobKind, JobState, job_id
 from tests.support import APPS, REPO, exactly_once, kill_group, wait_for, wait_group_gone
@@ -81,7 +81,7 @@ class AppRun:
         """The next application attempt, STARTING, as the leader makes it."""
         return self.store.start_attempt(
             self.app,
-            Owner(socket.gethostname(), 0, "unknown"),
+            Owner(host_id(), 0, "unknown"),
             self.ttl,
             expected_current=AttemptNo(previous),
             previous_dead=previous > 0,
@@ -434,7 +434,7 @@ def in_app(tmp_path: Path) -> Iterator[tuple[Store, Any]]:
         st.create_job(job_id(app), app, {"kind": "application"}, {}, kind=JobKind.APPLICATION)
         st.start_attempt(
             job_id(app),
-            Owner(socket.gethostname(), os.getpid(), "x"),
+            Owner(host_id(), os.getpid(), "x"),
             30.0,
             AttemptNo(0),
             state=AttemptState.STARTING,

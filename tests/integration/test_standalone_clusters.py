@@ -30,7 +30,7 @@ from stoker.manager.clusters import (
     stop_processes,
 )
 from stoker.manager.clusters import start as cluster_start
-from stoker.procs import process_start_marker
+from stoker.procs import host_id, process_start_marker
 from stoker.store import ClusterProcess
 
 pytestmark = pytest.mark.cluster
@@ -85,7 +85,7 @@ def test_start_records_each_process_and_the_master_lists_the_workers(cluster: Cl
     ids = [p.id for p in cluster.reported]
     assert ids == ["master", "worker-1", "worker-2"]
     assert [p.id for p in started.processes] == ids
-    host = socket.gethostname()
+    host = host_id()
     for p in started.processes:
         assert p.host == host
         assert p.pid_started == process_start_marker(p.pid) != "unknown"

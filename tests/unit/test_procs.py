@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from stoker import procs
+from stoker.procs import host_id
 from stoker.store import Owner
 
 # A child that starts a grandchild in its own process group, prints its pid, then sleeps.
@@ -96,9 +97,9 @@ def test_memory_total() -> None:
 
 def test_owner_identity() -> None:
     me = procs.this_owner()
-    assert me == Owner(socket.gethostname(), os.getpid(), procs.process_start_marker(os.getpid()))
+    assert me == Owner(host_id(), os.getpid(), procs.process_start_marker(os.getpid()))
     assert not procs.owner_is_dead(me)
-    assert procs.owner_is_dead(Owner(socket.gethostname(), _a_gone_pid(), "1"))
+    assert procs.owner_is_dead(Owner(host_id(), _a_gone_pid(), "1"))
     assert procs.owner_is_dead(Owner(me.host, me.pid, str(int(me.pid_started) + 1)))  # reused
     assert not procs.owner_is_dead(Owner("another-host", _a_gone_pid(), "1"))
 
@@ -108,3 +109,45 @@ def _a_gone_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     return child.pid
+
+
+def test_a_host_is_its_name_boot_and_pid_namespace_or_what_the_operator_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 21 item 10: two containers that share a host name (and a machine id from their
+    image) are two hosts; so are two boots of one machine."""
+    monkeypatch.delenv(procs.HOST_ID_ENV, raising=False)
+    made = procs._make_host_id()
+    name, boot, pidns = made.split("/")
+    assert name == socket.gethostname() and len(boot) == 8
+    assert pidns == os.readlink("/proc/self/ns/pid").partition("[")[2].rstrip("]")
+    assert procs.host_id() == made and procs.is_this_host(made)
+    monkeypatch.setenv(procs.HOST_ID_ENV, "rack-7.node-3")
+    assert procs._make_host_id() == "rack-7.node-3"
+    monkeypatch.setenv(procs.HOST_ID_ENV, "two words")
+    with pytest.raises(ValueError, match="STOKER_HOST_ID"):
+        procs._make_host_id()
+
+
+def test_a_process_recorded_on_another_host_is_never_judged_dead_adopted_or_killed() -> None:
+    """A live process here whose record names another host (same name, another container or
+    boot): its pid means nothing here, so it is not dead, not still running as ours, and a
+    kill leaves it alone; the lease decides for it."""
+    from stoker.manager.launcher import LocalProcessLauncher
+
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        marker = procs.process_start_marker(child.pid)
+        name = socket.gethostname()
+        for other in (f"{name}/00000000/1", f"{name}/deadbeef/{procs.host_id().split('/')[-1]}"):
+            foreign = Owner(other, child.pid, marker)
+            assert not procs.owner_is_dead(foreign)
+            launcher = LocalProcessLauncher()
+            assert not launcher.still_running(foreign)
+            launcher.kill(foreign)
+            assert child.poll() is None, "a process of another host was killed"
+        mine = Owner(procs.host_id(), child.pid, marker)
+        assert LocalProcessLauncher().still_running(mine)
+    finally:
+        child.kill()
+        child.wait()

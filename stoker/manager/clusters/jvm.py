@@ -19,7 +19,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -125,7 +124,7 @@ def process_info(
     return ClusterProcess(
         role=role,
         id=pid_id,
-        host=socket.gethostname(),
+        host=procs.host_id(),
         address=address,
         pid=0,
         pid_started=procs.UNKNOWN,
@@ -256,7 +255,7 @@ def group_left(p: ClusterProcess) -> list[int]:
     nothing of ours is left. Otherwise every member started no earlier than our leader is
     ours (the leader itself, its executors, their Python workers).
     """
-    if p.host != socket.gethostname():
+    if not procs.is_this_host(p.host):
         return []
     pgid = int(p.pid or 0)
     marker = str(p.pid_started)

@@ -4,10 +4,10 @@ the master; only processes still provably the recorded ones."""
 from __future__ import annotations
 
 import logging
-import socket
 import urllib.parse
 import urllib.request
 
+from stoker import procs
 from stoker.errors import ClusterError
 from stoker.manager.clusters.jvm import check_gone, group_left, reap_exited, terminate
 from stoker.manager.clusters.status import HTTP, HTTP_TIMEOUT
@@ -26,9 +26,9 @@ def stop_processes(processes: list[ClusterProcess], timeout: float = 30.0) -> No
     process that survived SIGKILL.
     """
     reap_exited()
-    here = socket.gethostname()
-    foreign = [p for p in processes if p.host != here]
-    local = [p for p in processes if p.host == here]
+    here = procs.host_id()
+    foreign = [p for p in processes if not procs.is_this_host(p.host)]
+    local = [p for p in processes if procs.is_this_host(p.host)]
     workers = [p for p in local if p.role != "master"]
     masters = [p for p in local if p.role == "master"]
     _quiesce(masters, workers)

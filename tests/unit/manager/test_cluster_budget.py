@@ -8,7 +8,6 @@ nothing starts or is killed there."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from stoker.errors import ClusterConflict
 from stoker.manager.cluster_keeper import STALE_START, CannotRun, ClusterKeeper
 from stoker.manager.clusters.budget import HostBudget, usage
 from stoker.manager.sessions import SessionClusters
-from stoker.procs import process_start_marker
+from stoker.procs import host_id, process_start_marker
 from stoker.store import Store, open_store
 from stoker.store.fleet_records import ClusterProcess
 from stoker.types import ClusterState, JobKind, job_id
@@ -115,7 +114,7 @@ def test_a_session_cluster_left_starting_by_a_dead_manager_is_stopped(tmp_path: 
             {
                 "role": "master",
                 "id": "master",
-                "host": socket.gethostname(),
+                "host": host_id(),
                 "address": "127.0.0.1",
                 "pid": jvm.pid,
                 "pid_started": process_start_marker(jvm.pid),

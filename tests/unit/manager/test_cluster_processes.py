@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from stoker import procs
 from stoker.errors import ClusterError, InvalidInput
 from stoker.manager.clusters import remove_worker, stop_processes
 from stoker.manager.clusters.jvm import group_left
+from stoker.procs import host_id
 from stoker.store import ClusterProcess
 
 # A group leader with a child in its group (a worker and its executor); with IGNORE, both
@@ -43,7 +43,7 @@ def _record(pid: int, tmp_path: Path, **changes: object) -> ClusterProcess:
     rec = ClusterProcess(
         role="worker",
         id="worker-1",
-        host=socket.gethostname(),
+        host=host_id(),
         address="127.0.0.2",
         pid=pid,
         pid_started=procs.process_start_marker(pid),

@@ -7,7 +7,6 @@ tests/integration/test_recovery_fence.py.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from stoker.clock import ManualClock
 from stoker.errors import StaleAttempt
+from stoker.procs import host_id
 from stoker.runtime.recovery import recover
 from stoker.runtime.recovery_hold import Hold
 from stoker.runtime.sinkset import forget_removed, open_removed, record_sinks
@@ -33,7 +33,7 @@ from stoker.types import (
 )
 
 JOB = job_id("fenced")
-ME = Owner(socket.gethostname(), 4242, "mine")
+ME = Owner(host_id(), 4242, "mine")
 ELSEWHERE = Owner("another-host", 1, "boot")  # alive as far as this host can tell
 ONE, TWO, THREE = AttemptNo(1), AttemptNo(2), AttemptNo(3)
 
@@ -56,7 +56,7 @@ def dead_owner() -> Owner:
     """A process of this host that has exited."""
     p = subprocess.Popen(["true"])
     p.wait()
-    return Owner(socket.gethostname(), p.pid, "gone")
+    return Owner(host_id(), p.pid, "gone")
 
 
 # the hold ----------------------------------------------------------------------------------------
