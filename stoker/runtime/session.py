@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import signal
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -160,6 +162,7 @@ def _get_session(settings: Settings, app_name: str) -> SparkSession:
         return _reuse(_started[0], settings)
     # py4j logs every command between Python and the JVM at INFO (one per epoch and more).
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    _pin_worker_python(settings)
     builder = SparkSession.builder.appName(app_name).master(settings.master)
     conf = spark_conf(settings)
     java = conf["spark.driver.extraJavaOptions"]
@@ -182,6 +185,20 @@ def _get_session(settings: Settings, app_name: str) -> SparkSession:
 
 
 _started: list[SparkSession] = []
+
+
+def _pin_worker_python(settings: Settings) -> None:
+    """Spark's Python workers and Python data source runners run this interpreter.
+
+    Spark starts them with ``PYSPARK_PYTHON``, else ``python3`` from ``PATH``: under a venv
+    that is not activated (``.venv/bin/stoker``, as services and cron run it) that is another
+    Python, without stoker or pyspark, and the first source failed with a traceback from the
+    worker. The JVM inherits this process's environment, so setting it here, before the JVM
+    starts, reaches every worker it starts (issue 23 item 1). A user's own
+    ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` is left alone."""
+    if "PYSPARK_PYTHON" in os.environ or "spark.pyspark.python" in settings.spark_conf:
+        return
+    os.environ["PYSPARK_PYTHON"] = sys.executable
 
 
 @contextlib.contextmanager

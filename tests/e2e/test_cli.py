@@ -277,6 +277,42 @@ def test_a_python_worker_spark_cannot_start_fails_the_run_with_8_and_what_spark_
     assert not (tmp_path / "out").exists()
 
 
+def test_a_venv_that_is_not_activated_runs_spark_workers_with_its_own_python(
+    tmp_path: Path,
+) -> None:
+    """Issue 23 item 1: Spark starts its Python workers with ``python3`` from ``PATH``. Run
+    from a venv that is not activated (``.venv/bin/stoker``, as services run it), with another
+    ``python3`` first on ``PATH`` (here one that cannot run anything), every worker must still
+    be the venv's interpreter: the run finishes."""
+    import sys
+    import venv
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(env_dir)
+    bin_dir = tmp_path / "elsewhere"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text("#!/bin/sh\necho 'not the python stoker runs with' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    app = tmp_path / "app.py"
+    app.write_text(APP.format(job="venv-run", out=str(tmp_path / "out")))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "VIRTUAL_ENV")}
+    java = shutil.which("java")
+    path = [str(bin_dir), "/usr/bin", "/bin"] + ([str(Path(java).parent)] if java else [])
+    env["PATH"] = os.pathsep.join(path)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and "site-packages" not in p)
+    proc = subprocess.run(
+        [str(env_dir / "bin" / "python"), "-m", "stoker.cli", "run", str(app)],
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=SPARK_RUN_TIMEOUT,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert Counter(file_sink_ids(tmp_path / "out")) == Counter(range(300))
+
+
 def test_a_malformed_define_exits_2(tmp_path: Path) -> None:
     app = tmp_path / "app.py"
     app.write_text(APP.format(job="never", out=str(tmp_path / "out")))
