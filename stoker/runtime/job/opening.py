@@ -130,13 +130,30 @@ def savepointer(
 
 
 def java_message(err: Any, limit: int = 500) -> str:
-    """The first line of the Java exception behind a Py4J error (its class and message)."""
+    """What the Java exception behind a Py4J error says, in a line: its class and message;
+    for a Python process's failure that Spark passes on with its traceback, that traceback's
+    last line (the error itself), not "Traceback (most recent call last):"."""
     try:
         text = str(err.java_exception.toString())
     except Exception:  # the gateway is gone: Py4J's own words
         text = str(err)
-    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
-    return first[:limit]
+    return one_line(text, type(err).__name__)[:limit]
+
+
+def one_line(text: str, default: str) -> str:
+    """The line of an exception's text that says what went wrong (see java_message)."""
+    lines = [ln.rstrip() for ln in text.strip().splitlines()]
+    lines = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith("at ")]
+    if not lines:
+        return default
+    if any("Traceback (most recent call last):" in ln for ln in lines):
+        tail = [ln for ln in lines if ln[:1] not in (" ", "\t") and "Traceback" not in ln]
+        if tail:
+            return f"{lines[0].split(':')[0]}: {tail[-1].strip()}"
+    first = lines[0]
+    if first.endswith(":") and len(lines) > 1:
+        return f"{first} {lines[1].strip()}"
+    return first
 
 
 def open_sources(
