@@ -228,14 +228,19 @@ def test_an_idle_job_is_not_failed_for_want_of_data(tmp_path: Path) -> None:
 
 
 def test_a_slow_epoch_whose_tasks_complete_is_not_a_stall(tmp_path: Path) -> None:
-    """One epoch of 40 tasks of half a second on two cores: about twice the bound, with a task
-    completing every quarter second. The watchdog looks at the tasks and lets it run."""
+    """Epochs of 40 tasks of half a second on two cores: about twice the bound, with a task
+    completing every quarter second. The watchdog looks at the tasks and lets them run. Two
+    epochs: the first one after the query starts has a longer bound (it starts Spark's Python
+    workers, watchdog.FIRST_EPOCH_S), the second the test's own."""
     out, state, log = tmp_path / "out", tmp_path / "state", tmp_path / "d.log"
-    env = {"SLOW_OUT": str(out), "SLOW_TOTAL": "100", "SLOW_PER_EPOCH": "100", "STOKER_FAULT": ""}
+    env = {"SLOW_OUT": str(out), "SLOW_TOTAL": "200", "SLOW_PER_EPOCH": "100", "STOKER_FAULT": ""}
     rc = _finished(_driver("slow_epoch_app.py", state, env, log), log, "the slow job")
     text = log.read_text(errors="replace")
     assert rc == 0, f"rc {rc}\n{_tail(log)}"
     assert "no progress for" not in text
-    took = [int(ms) for ms in re.findall(r"epoch \d+ committed: 100 rows, (\d+) ms", text)]
-    assert took and max(took) > 1000 * BOUND, f"no epoch outlasted the bound: {took}"
-    exactly_once(file_sink_ids(out), 100)
+    took = {
+        int(n): int(ms) for n, ms in re.findall(r"epoch (\d+) committed: 100 rows, (\d+) ms", text)
+    }
+    later = [ms for n, ms in took.items() if n > 0]
+    assert later and max(later) > 1000 * BOUND, f"no later epoch outlasted the bound: {took}"
+    exactly_once(file_sink_ids(out), 200)

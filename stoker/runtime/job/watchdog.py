@@ -16,10 +16,12 @@ runs, a task of the query completing (a slow batch that moves is not a stalled o
 does not count (a pause that stops the query).
 
 The bound is ``stoker.progress_timeout`` (default 5 minutes; 0 turns the watchdog off), never
-below two idle-event intervals, plus the trigger interval in force (a long processing-time
-trigger waits that long between triggers legitimately). Two stalls are told apart in the
-failure: the query planning the next epoch (no epoch begun: a source's reader or a planner
-not answering) and an epoch running without a task completing.
+below two idle-event intervals (and, until the first epoch after the query starts has ended,
+which starts the sources' reader processes and Spark's Python workers, never below a minute),
+plus the trigger interval in force (a
+long processing-time trigger waits that long between triggers legitimately). Two stalls are
+told apart in the failure: the query planning the next epoch (no epoch begun: a source's
+reader or a planner not answering) and an epoch running without a task completing.
 
 This module is the decision alone, on an injected clock (unit-tested with a fake one); the
 signals come from :mod:`stoker.runtime.job.spark_signals` and the epoch processor, and
@@ -34,6 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 DEFAULT_IDLE_INTERVAL_S = 10.0  # Spark's spark.sql.streaming.noDataProgressEventInterval
+# The first plan and the first epoch after the query (re)starts start the sources' reader
+# processes and Spark's Python workers (Python starts with pyspark's imports): on a loaded
+# host each took over 5 s. Until that first epoch ends the bound is never below this,
+# whatever stoker.progress_timeout says.
+FIRST_EPOCH_S = 60.0
+QUERY_STARTED = "the query started"
 # While an epoch runs and nothing else moved for this long, the query's tasks are looked at
 # (a few JVM calls) at most this often.
 PROBE_AFTER_S = 5.0
@@ -86,16 +94,20 @@ class ProgressWatchdog:
         self._epoch: int | None = None
         self._held = False
         self._probed = self._last
+        self._first_epoch = False  # the query started and no epoch has ended since
 
     @property
     def enabled(self) -> bool:
         return self.timeout_s > 0
 
     def saw(self, what: str) -> None:
-        """Progress: ``what`` happened now."""
+        """Progress: ``what`` happened now (:data:`QUERY_STARTED`: the query's first epoch
+        is on its way)."""
         with self._lock:
             self._last = self.clock()
             self._what = what
+            if what == QUERY_STARTED:
+                self._first_epoch = True
 
     def epoch_begun(self, epoch: int) -> None:
         with self._lock:
@@ -105,6 +117,7 @@ class ProgressWatchdog:
 
     def epoch_ended(self, epoch: int, how: str = "ended") -> None:
         with self._lock:
+            self._first_epoch = False
             if self._epoch == epoch:
                 self._epoch = None
             self._last = self.clock()
@@ -154,6 +167,8 @@ class ProgressWatchdog:
                 return None
             quiet = self.clock() - self._last
             bound = self.bound(trigger_s)
+            if self._first_epoch:
+                bound = max(bound, FIRST_EPOCH_S)
             if quiet <= bound:
                 return None
             return Stall(quiet, bound, self._what, self._epoch)

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from stoker.runtime.job.watchdog import ProgressWatchdog, spark_duration_s
+from stoker.runtime.job.watchdog import (
+    FIRST_EPOCH_S,
+    QUERY_STARTED,
+    ProgressWatchdog,
+    spark_duration_s,
+)
 
 
 class Clock:
@@ -55,6 +60,32 @@ def test_every_signal_is_progress() -> None:
     w.epoch_ended(7)
     clock.advance(29.0)
     assert w.overdue(0.0) is None
+
+
+def test_the_first_epoch_after_the_query_starts_gets_a_minute_whatever_the_bound() -> None:
+    """The first plan and epoch start the sources' reader processes and Spark's Python
+    workers: over 5 s each on a loaded host, where a 5 s bound failed healthy starts. Until
+    the first epoch ends the bound is FIRST_EPOCH_S; then the bound again."""
+    w, clock = watchdog(timeout=5.0, idle=1.0)
+    w.saw(QUERY_STARTED)
+    clock.advance(FIRST_EPOCH_S - 1)
+    assert w.overdue(0.2) is None
+    w.epoch_begun(0)  # planned; its first tasks start Python workers
+    clock.advance(FIRST_EPOCH_S - 1)
+    assert w.overdue(0.2) is None
+    clock.advance(1.5)
+    stall = w.overdue(0.2)
+    assert stall is not None and stall.bound_s == pytest.approx(FIRST_EPOCH_S)
+    assert stall.epoch == 0
+    w.epoch_ended(0)
+    clock.advance(5.3)  # the bound again once an epoch has ended
+    assert w.overdue(0.2) is not None
+    w.saw("an idle event (no new data)")
+    clock.advance(5.3)
+    assert w.overdue(0.2) is not None
+    w.saw(QUERY_STARTED)  # a restarted query warms up again
+    clock.advance(5.3)
+    assert w.overdue(0.2) is None
 
 
 def test_an_epoch_that_runs_without_a_task_completing_is_stalled_too() -> None:
