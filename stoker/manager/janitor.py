@@ -106,7 +106,15 @@ class Janitor:
                 return
             if not job.state.terminal or job.spec.get("kind") not in _CLEANED_KINDS:
                 continue
-            if job.job_id in self._running or self._settled(job):
+            if job.job_id in self._running:
+                continue
+            if self._settled(job):
+                if now >= job.updated_at + self.config.settle:
+                    # Settled by what this janitor knows (its last cleanup found every process
+                    # gone, or no driver ever ran): recorded once more past the grace, so
+                    # that the store's rule says so too and this job is not read again, by
+                    # this leader or the next.
+                    self.store.set_resolved(job.job_id)
                 continue
             backoff = self._backoff.get(job.job_id)
             if backoff is not None and backoff.next_at > mono:
