@@ -58,8 +58,9 @@ class _Managers:
         raise JobNotFound(job_id)
 
 
-def _app(*routers: Any) -> FastAPI:
-    manager = cast(JobManager, _Managers())
+def _app(*routers: Any, manager: JobManager | None = None) -> FastAPI:
+    """An app of ``routers`` over ``manager`` (a stand-in by default)."""
+    manager = manager if manager is not None else cast(JobManager, _Managers())
     app = FastAPI()
     install_state(
         app,
@@ -156,24 +157,7 @@ def test_the_jobs_list_comes_in_pages_with_a_cursor(tmp_path: Any) -> None:
     names = [f"job-{n:02d}" for n in range(7)]
     for name in names:
         store.create_job(job_id(name), name, {"kind": "app"}, {})
-    manager = JobManager(store, tmp_path / "state", [tmp_path])
-    app = FastAPI()
-    install_state(
-        app,
-        ServerState(
-            manager=manager,
-            supervisor=None,
-            token=None,
-            read_token=None,
-            limiter=ControlRateLimiter(0),
-            submit_latency=Histogram(),
-            rescale_tally=RescaleTally(),
-            registry=cast(Any, None),
-            feed=EventFeed(manager),
-        ),
-    )
-    install_error_handlers(app)
-    app.include_router(jobs.router)
+    app = _app(jobs.router, manager=JobManager(store, tmp_path / "state", [tmp_path]))
     try:
         with TestClient(app) as client:
             seen: list[str] = []
