@@ -18,7 +18,7 @@ from typing import Any
 from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
 from stoker.manager import clusters, control, rescales
 from stoker.manager.cluster_records import app_cluster_name
-from stoker.manager.pages import check_limit, cursor_of, parse_cursor
+from stoker.manager.pages import read_page
 from stoker.store import AttemptRecord, JobRecord, Store
 from stoker.store.fleet_records import ClusterRecord
 from stoker.types import AttemptState, JobKind, JobState, job_id
@@ -46,13 +46,8 @@ def list_page(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of :func:`list_applications`, oldest first, after the cursor ``after``; and
     the cursor of the next page, None at the end."""
-    check_limit(limit)
-    start = parse_cursor(after)
-    apps = store.list_jobs_page(JobKind.APPLICATION, limit + 1, start, state)
-    more = len(apps) > limit
-    apps = apps[:limit]
+    apps, nxt = read_page(store, JobKind.APPLICATION, state, limit, after)
     out = [_brief(a, len(store.list_jobs(kind=JobKind.JOB, app_id=a.job_id))) for a in apps]
-    nxt = cursor_of(apps[-1].created_at, apps[-1].job_id) if more and apps else None
     return out, nxt
 
 

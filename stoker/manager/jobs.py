@@ -9,7 +9,7 @@ from typing import Any
 
 from stoker.errors import JobNotFound
 from stoker.manager import control, rescales
-from stoker.manager.pages import check_limit, cursor_of, parse_cursor
+from stoker.manager.pages import read_page
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
 from stoker.store.fleet_records import RescaleRecord
 from stoker.types import JobId, JobKind, JobState, job_id
@@ -35,9 +35,14 @@ def list_views(store: Store, state: JobState | None = None) -> list[dict[str, An
     """Every job (only those in ``state``) as the API lists it: a paused one shows
     ``"state": "PAUSED"`` and ``"paused": true``; a job of an application names it in
     ``app_id`` (null for a job submitted alone)."""
+    return _views(store, list_jobs(store, state))
+
+
+def _views(store: Store, records: Iterable[JobRecord]) -> list[dict[str, Any]]:
+    """Jobs as the API lists them, each application they belong to read once."""
     owners: dict[JobId, JobRecord] = {}
     out = []
-    for j in list_jobs(store, state):
+    for j in records:
         if j.app_id is not None and j.app_id not in owners:
             owners[j.app_id] = store.get_job(j.app_id)
         out.append(job_dict(store, j, owners.get(j.app_id) if j.app_id else None))
@@ -49,19 +54,8 @@ def list_page(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of the jobs as :func:`list_views` shows them, oldest first, after the cursor
     ``after`` (:mod:`stoker.manager.pages`); and the cursor of the next page, None at the end."""
-    check_limit(limit)
-    start = parse_cursor(after)
-    rows = store.list_jobs_page(JobKind.JOB, limit + 1, start, state)
-    more = len(rows) > limit
-    rows = rows[:limit]
-    owners: dict[JobId, JobRecord] = {}
-    out = []
-    for j in rows:
-        if j.app_id is not None and j.app_id not in owners:
-            owners[j.app_id] = store.get_job(j.app_id)
-        out.append(job_dict(store, j, owners.get(j.app_id) if j.app_id else None))
-    nxt = cursor_of(rows[-1].created_at, rows[-1].job_id) if more and rows else None
-    return out, nxt
+    rows, nxt = read_page(store, JobKind.JOB, state, limit, after)
+    return _views(store, rows), nxt
 
 
 def job_dict(store: Store, job: JobRecord, owner: JobRecord | None = None) -> dict[str, Any]:

@@ -15,10 +15,12 @@ import json
 import math
 
 from stoker.errors import InvalidInput
+from stoker.store import JobRecord, Store
+from stoker.types import JobKind, JobState
 
 PAGE_DEFAULT = 1000
 PAGE_MAX = 1000
-_CURSOR_MAX = 400  # characters: an id is at most 128, a time a few dozen
+CURSOR_MAX = 400  # characters: an id is at most 128, a time a few dozen
 
 
 def cursor_of(created_at: float, record_id: str) -> str:
@@ -32,7 +34,7 @@ def parse_cursor(text: str | None) -> tuple[float, str] | None:
     if text is None or text == "":
         return None
     bad = InvalidInput("after", "is not a cursor from this list (use the X-Next-Cursor given)")
-    if len(text) > _CURSOR_MAX:
+    if len(text) > CURSOR_MAX:
         raise bad
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
@@ -56,3 +58,17 @@ def check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= PAGE_MAX:
         raise InvalidInput("limit", f"must be a whole number from 1 to {PAGE_MAX}, got {limit!r}")
     return limit
+
+
+def read_page(
+    store: Store, kind: JobKind, state: JobState | None, limit: int, after: str | None
+) -> tuple[list[JobRecord], str | None]:
+    """One page of ``kind``'s records (only those in ``state``) after the cursor ``after``,
+    and the cursor of the next page (None at the end). Bad ``limit`` or ``after``: 422."""
+    check_limit(limit)
+    start = parse_cursor(after)
+    rows = store.list_jobs_page(kind, limit + 1, start, state)
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, cursor_of(rows[-1].created_at, rows[-1].job_id)
