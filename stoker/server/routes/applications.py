@@ -9,7 +9,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from stoker.manager.pages import PAGE_DEFAULT, PAGE_MAX
 from stoker.redact import redact_answer, redact_text
 from stoker.server.deps import Manager
 from stoker.server.docs import (
@@ -21,7 +20,15 @@ from stoker.server.docs import (
     errors,
     scaling_field,
 )
-from stoker.server.routes._common import BIGINT, GUARDED, READS, WRITES, next_page
+from stoker.server.routes._common import (
+    BIGINT,
+    GUARDED,
+    READS,
+    WRITES,
+    next_page,
+    page_after,
+    page_limit,
+)
 from stoker.types import JobState
 
 router = APIRouter()
@@ -116,10 +123,8 @@ def list_applications(
     manager: Manager,
     response: Response,
     state: JobState | None = Query(None),
-    limit: int = Query(PAGE_DEFAULT, ge=1, le=PAGE_MAX, description="Applications in this page."),
-    after: str | None = Query(
-        None, max_length=400, description="The X-Next-Cursor of the page before."
-    ),
+    limit: int = page_limit,
+    after: str | None = page_after,
 ) -> list[dict[str, Any]]:
     """Applications in brief (state, attempt, cluster, number of jobs), oldest first, a page
     at a time: ``X-Next-Cursor`` (and a ``Link`` ``rel="next"``) when more follow."""

@@ -10,7 +10,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from stoker.manager.logs import LOG_TAIL_MAX
-from stoker.manager.pages import PAGE_DEFAULT, PAGE_MAX
 from stoker.redact import redact_answer, redact_text
 from stoker.server.deps import Ctx, Manager
 from stoker.server.docs import (
@@ -21,7 +20,16 @@ from stoker.server.docs import (
     errors,
     scaling_field,
 )
-from stoker.server.routes._common import BIGINT, GUARDED, READS, WRITES, job_path, next_page
+from stoker.server.routes._common import (
+    BIGINT,
+    GUARDED,
+    READS,
+    WRITES,
+    job_path,
+    next_page,
+    page_after,
+    page_limit,
+)
 from stoker.types import JobState
 
 router = APIRouter()
@@ -112,10 +120,8 @@ def list_jobs(
     manager: Manager,
     response: Response,
     state: JobState | None = Query(None),
-    limit: int = Query(PAGE_DEFAULT, ge=1, le=PAGE_MAX, description="Jobs in this page."),
-    after: str | None = Query(
-        None, max_length=400, description="The X-Next-Cursor of the page before."
-    ),
+    limit: int = page_limit,
+    after: str | None = page_after,
 ) -> list[dict[str, Any]]:
     """Jobs, oldest first, a page at a time (from the store: complete even while a new
     leader recovers). When more follow, the answer carries ``X-Next-Cursor`` (and a ``Link``
