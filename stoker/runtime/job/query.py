@@ -25,7 +25,6 @@ from stoker import checkpoint_layout
 from stoker.errors import InvalidPipeline, JobFailed, QueryStalled, StaleAttempt
 from stoker.runtime.epoch import EpochProcessor, all_sources_finished
 from stoker.runtime.job.signals import StopNow
-from stoker.runtime.job.watchdog import QUERY_STARTED
 from stoker.store.records import ControlEvent, ControlSnapshot
 from stoker.types import ControlKind, ControlStatus, Epoch, JobId, JobState
 
@@ -147,7 +146,7 @@ class QueryHandle:
         )
         self.held = False
         if self.proc.progress is not None:
-            self.proc.progress.saw(QUERY_STARTED)
+            self.proc.progress.query_started()
 
     def stop_between_epochs(self) -> None:
         """The epoch in flight completes and commits (with Spark's commit log); then stop."""

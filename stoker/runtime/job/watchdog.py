@@ -101,13 +101,17 @@ class ProgressWatchdog:
         return self.timeout_s > 0
 
     def saw(self, what: str) -> None:
-        """Progress: ``what`` happened now (:data:`QUERY_STARTED`: the query's first epoch
-        is on its way)."""
+        """Progress: ``what`` happened now."""
         with self._lock:
             self._last = self.clock()
             self._what = what
-            if what == QUERY_STARTED:
-                self._first_epoch = True
+
+    def query_started(self) -> None:
+        """Progress: the query (re)started; its first epoch is on its way (FIRST_EPOCH_S)."""
+        with self._lock:
+            self._last = self.clock()
+            self._what = QUERY_STARTED
+            self._first_epoch = True
 
     def epoch_begun(self, epoch: int) -> None:
         with self._lock:

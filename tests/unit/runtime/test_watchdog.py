@@ -7,7 +7,6 @@ import pytest
 
 from stoker.runtime.job.watchdog import (
     FIRST_EPOCH_S,
-    QUERY_STARTED,
     ProgressWatchdog,
     spark_duration_s,
 )
@@ -67,7 +66,7 @@ def test_the_first_epoch_after_the_query_starts_gets_a_minute_whatever_the_bound
     workers: over 5 s each on a loaded host, where a 5 s bound failed healthy starts. Until
     the first epoch ends the bound is FIRST_EPOCH_S; then the bound again."""
     w, clock = watchdog(timeout=5.0, idle=1.0)
-    w.saw(QUERY_STARTED)
+    w.query_started()
     clock.advance(FIRST_EPOCH_S - 1)
     assert w.overdue(0.2) is None
     w.epoch_begun(0)  # planned; its first tasks start Python workers
@@ -83,7 +82,7 @@ def test_the_first_epoch_after_the_query_starts_gets_a_minute_whatever_the_bound
     w.saw("an idle event (no new data)")
     clock.advance(5.3)
     assert w.overdue(0.2) is not None
-    w.saw(QUERY_STARTED)  # a restarted query warms up again
+    w.query_started()  # a restarted query warms up again
     clock.advance(5.3)
     assert w.overdue(0.2) is None
 
