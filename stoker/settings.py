@@ -71,6 +71,10 @@ class Settings:
     # (no epoch, no progress or idle event, no task completing in an epoch) for this long, plus
     # the trigger interval, fails so that the restart strategy starts the next one. 0: off.
     progress_timeout: float = 300.0
+    # Not given (-D stoker.progress_timeout): the bound adapts, never below that default, to
+    # three times the longest quiet time the job showed while healthy (a job whose tasks
+    # take ten minutes is not stalled at five).
+    progress_adaptive: bool = True
 
     KEYS = (
         "trigger",
@@ -138,8 +142,9 @@ class Settings:
         if key == "progress_timeout":
             text = str(value).strip().lower()
             if text in ("off", "none"):
-                return replace(self, progress_timeout=0.0)
-            return replace(self, progress_timeout=parse_duration(value, "stoker.progress_timeout"))
+                return replace(self, progress_timeout=0.0, progress_adaptive=False)
+            bound = parse_duration(value, "stoker.progress_timeout")
+            return replace(self, progress_timeout=bound, progress_adaptive=False)
         raise InvalidInput(
             f"stoker.{key}", "unknown stoker setting; known: " + ", ".join(self.KEYS)
         )

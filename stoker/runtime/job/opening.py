@@ -67,7 +67,9 @@ def progress_watchdog(settings: Settings, stream: DataFrame) -> ProgressWatchdog
     """The attempt's progress watchdog (runtime/job/watchdog.py): ``stoker.progress_timeout``,
     and the session's idle-event interval, below two of which its bound never goes."""
     return ProgressWatchdog(
-        settings.progress_timeout, idle_interval_s=idle_interval_s(stream.sparkSession)
+        settings.progress_timeout,
+        idle_interval_s=idle_interval_s(stream.sparkSession),
+        adaptive=settings.progress_adaptive,
     )
 
 

@@ -15,7 +15,11 @@ default, while the query is idle, so an idle job is not a stalled one); and, whi
 runs, a task of the query completing (a slow batch that moves is not a stalled one). Time held
 does not count (a pause that stops the query).
 
-The bound is ``stoker.progress_timeout`` (default 5 minutes; 0 turns the watchdog off), never
+The bound is ``stoker.progress_timeout`` (0 turns the watchdog off) when it is given. Not
+given, it adapts to the job: 5 minutes, or three times the longest quiet time between two
+signs of progress among the job's last ones (``RECENT_GAPS``), whichever is longer, so a job
+whose single tasks take ten minutes is not failed at five (the quiet time before the first
+epoch after a query start is not counted: it is Spark starting). Either way it is never
 below two idle-event intervals (and, until the first epoch after the query starts has ended,
 which starts the sources' reader processes and Spark's Python workers, never below a minute),
 plus the trigger interval in force (a
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,6 +50,9 @@ QUERY_STARTED = "the query started"
 # While an epoch runs and nothing else moved for this long, the query's tasks are looked at
 # (a few JVM calls) at most this often.
 PROBE_AFTER_S = 5.0
+# The adaptive bound: this many times the longest of the last RECENT_GAPS quiet times.
+ADAPT_FACTOR = 3.0
+RECENT_GAPS = 64
 
 
 @dataclass(frozen=True)
@@ -83,8 +91,11 @@ class ProgressWatchdog:
         idle_interval_s: float = DEFAULT_IDLE_INTERVAL_S,
         probe_after_s: float = PROBE_AFTER_S,
         clock: Callable[[], float] = time.monotonic,
+        adaptive: bool = False,
     ) -> None:
         self.timeout_s = max(0.0, float(timeout_s))
+        self.adaptive = adaptive
+        self._gaps: deque[float] = deque(maxlen=RECENT_GAPS)
         self.idle_interval_s = max(0.0, float(idle_interval_s))
         self.probe_after_s = probe_after_s
         self.clock = clock
@@ -100,32 +111,41 @@ class ProgressWatchdog:
     def enabled(self) -> bool:
         return self.timeout_s > 0
 
+    def _moved(self, what: str) -> None:
+        """Progress now (under the lock): the quiet time it ends is remembered, unless it was
+        Spark starting (before the first epoch after a query start ended)."""
+        now = self.clock()
+        if not self._first_epoch:
+            self._gaps.append(now - self._last)
+        self._last = now
+        self._what = what
+
     def saw(self, what: str) -> None:
         """Progress: ``what`` happened now."""
         with self._lock:
-            self._last = self.clock()
-            self._what = what
+            self._moved(what)
 
     def query_started(self) -> None:
         """Progress: the query (re)started; its first epoch is on its way (FIRST_EPOCH_S)."""
         with self._lock:
-            self._last = self.clock()
-            self._what = QUERY_STARTED
             self._first_epoch = True
+            self._moved(QUERY_STARTED)
 
     def epoch_begun(self, epoch: int) -> None:
         with self._lock:
             self._epoch = epoch
-            self._last = self.clock()
-            self._what = f"epoch {epoch} begun"
+            self._moved(f"epoch {epoch} begun")
 
     def epoch_ended(self, epoch: int, how: str = "ended") -> None:
         with self._lock:
-            self._first_epoch = False
             if self._epoch == epoch:
                 self._epoch = None
-            self._last = self.clock()
-            self._what = f"epoch {epoch} {how}"
+            first, self._first_epoch = self._first_epoch, False
+            if first:
+                self._last = self.clock()  # the start's quiet time is not the job's
+                self._what = f"epoch {epoch} {how}"
+            else:
+                self._moved(f"epoch {epoch} {how}")
 
     def hold(self, held: bool) -> None:
         """The query is stopped on purpose (a pause of sources stoker does not own) while
@@ -144,8 +164,12 @@ class ProgressWatchdog:
 
     def bound(self, trigger_s: float) -> float:
         """How long the query may be quiet: the timeout (never below two idle-event
-        intervals) plus the trigger interval in force."""
-        return max(self.timeout_s, 2 * self.idle_interval_s) + max(0.0, trigger_s)
+        intervals; adaptive: never below ADAPT_FACTOR times the longest recent quiet time)
+        plus the trigger interval in force."""
+        base = max(self.timeout_s, 2 * self.idle_interval_s)
+        if self.adaptive and self._gaps:
+            base = max(base, ADAPT_FACTOR * max(self._gaps))
+        return base + max(0.0, trigger_s)
 
     def probe_due(self) -> bool:
         """Whether to look at the running epoch's tasks now: an epoch runs, nothing else

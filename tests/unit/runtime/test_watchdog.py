@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from stoker.runtime.job.watchdog import (
+    ADAPT_FACTOR,
     FIRST_EPOCH_S,
     ProgressWatchdog,
     spark_duration_s,
@@ -188,6 +189,50 @@ def test_an_epoch_that_ended_leaves_no_epoch_running() -> None:
     assert w.epoch == 5
     w.epoch_ended(5, "failed")
     assert w.epoch is None
+
+
+def test_the_default_bound_adapts_to_the_longest_quiet_time_of_a_healthy_job() -> None:
+    """Issue 21 item 5: not given, the bound is the default or three times the longest
+    recent quiet time: a job whose tasks take 150 s is not stalled at 300 s of quiet; the
+    same job with the bound given is."""
+    for adaptive in (True, False):
+        clock = Clock()
+        w = ProgressWatchdog(300.0, idle_interval_s=10.0, clock=clock, adaptive=adaptive)
+        w.query_started()
+        clock.advance(200.0)  # Spark starting: not the job's quiet time
+        w.epoch_begun(0)
+        w.epoch_ended(0)
+        for epoch in range(1, 4):
+            w.epoch_begun(epoch)
+            clock.advance(150.0)  # one long task, nothing completing meanwhile
+            w.saw("a task of the epoch completed")
+            w.epoch_ended(epoch)
+        assert w.bound(0.0) == (ADAPT_FACTOR * 150.0 if adaptive else 300.0)
+        w.epoch_begun(4)
+        clock.advance(301.0)
+        assert (w.overdue(0.0) is None) is adaptive
+        clock.advance(ADAPT_FACTOR * 150.0 - 300.0)
+        assert w.overdue(0.0) is not None  # a real stall still fails, later
+
+
+def test_the_adaptive_bound_never_goes_below_the_default() -> None:
+    clock = Clock()
+    w = ProgressWatchdog(300.0, idle_interval_s=10.0, clock=clock, adaptive=True)
+    for epoch in range(10):
+        w.epoch_begun(epoch)
+        clock.advance(0.5)
+        w.epoch_ended(epoch)
+    assert w.bound(1.0) == 301.0
+
+
+def test_a_given_timeout_turns_adaptation_off() -> None:
+    from stoker.settings import Settings
+
+    assert Settings().progress_adaptive is True
+    given = Settings().with_overrides({"stoker.progress_timeout": "90s"})
+    assert (given.progress_timeout, given.progress_adaptive) == (90.0, False)
+    off = Settings().with_overrides({"stoker.progress_timeout": "off"})
+    assert (off.progress_timeout, off.progress_adaptive) == (0.0, False)
 
 
 @pytest.mark.parametrize(
