@@ -75,6 +75,11 @@ class Settings:
     # three times the longest quiet time the job showed while healthy (a job whose tasks
     # take ten minutes is not stalled at five).
     progress_adaptive: bool = True
+    # A cancel lets the epoch in flight commit; one that has not ended after this long (a
+    # hung sink, a stuck task) is abandoned: the job ends CANCELED, that epoch uncommitted
+    # (it runs again if the job is restarted). For every driver, and the only bound for the
+    # jobs of an application (the job manager's --cancel-timeout kills a lone job's driver).
+    cancel_timeout: float = 60.0
 
     KEYS = (
         "trigger",
@@ -87,6 +92,7 @@ class Settings:
         "retention.interval",
         "paced_trigger",
         "progress_timeout",
+        "cancel_timeout",
     )
 
     def with_overrides(self, overrides: dict[str, str]) -> Settings:
@@ -145,6 +151,11 @@ class Settings:
                 return replace(self, progress_timeout=0.0, progress_adaptive=False)
             bound = parse_duration(value, "stoker.progress_timeout")
             return replace(self, progress_timeout=bound, progress_adaptive=False)
+        if key == "cancel_timeout":
+            wait = parse_duration(value, "stoker.cancel_timeout")
+            if wait <= 0:
+                raise InvalidInput("stoker.cancel_timeout", "must be a positive duration")
+            return replace(self, cancel_timeout=wait)
         raise InvalidInput(
             f"stoker.{key}", "unknown stoker setting; known: " + ", ".join(self.KEYS)
         )

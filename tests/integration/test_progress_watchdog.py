@@ -244,3 +244,50 @@ def test_a_slow_epoch_whose_tasks_complete_is_not_a_stall(tmp_path: Path) -> Non
     later = [ms for n, ms in took.items() if n > 0]
     assert later and max(later) > 1000 * BOUND, f"no later epoch outlasted the bound: {took}"
     exactly_once(file_sink_ids(out), 200)
+
+
+def test_a_cancel_waits_for_a_hung_epoch_no_longer_than_its_timeout(tmp_path: Path) -> None:
+    """Issue 21 item 5: a cancel lets the epoch in flight commit, but one that never ends
+    (a task sleeping for an hour) is abandoned after stoker.cancel_timeout: the job ends
+    CANCELED with nothing committed, instead of CANCELING for ever (the only bound there is
+    for a job of an application, whose driver the job manager does not kill)."""
+    out, state, log = tmp_path / "out", tmp_path / "state", tmp_path / "d.log"
+    env = {
+        "SLOW_OUT": str(out),
+        "SLOW_TOTAL": "100",
+        "SLOW_PER_EPOCH": "100",
+        "SLOW_TASKS": "1",
+        "SLOW_TASK_S": "3600",
+        "SLOW_JOB": JOB,
+        "STOKER_FAULT": "",
+    }
+    extra = ("-D", "stoker.cancel_timeout=3s", "-D", "stoker.progress_timeout=off")
+    driver = _driver("slow_epoch_app.py", state, env, log, *extra)
+
+    def epoch_begun() -> bool:
+        if driver.poll() is not None:
+            pytest.fail(f"the driver exited ({driver.returncode})\n{_tail(log)}")
+        if not (state / "store.db").exists():
+            return False
+        st = open_store(state / "store.db")
+        try:
+            return bool(st.list_epochs(JOB, limit=10))
+        except Exception:
+            return False
+        finally:
+            st.close()
+
+    wait_for("the first epoch to begin", epoch_begun, STARTUP, every=0.2)
+    st = open_store(state / "store.db")
+    try:
+        st.request_cancel(JOB)
+        rc = _finished(driver, log, "the canceled job")
+        text = log.read_text(errors="replace")
+        assert rc == 0, f"rc {rc}\n{_tail(log)}"
+        assert "did not end within 3 s of the stop" in text, _tail(log)
+        job = st.get_job(JOB)
+        assert job.state == JobState.CANCELED
+        assert st.list_attempts(JOB)[-1].state == AttemptState.CANCELED
+        assert not any(e.state == EpochState.COMMITTED for e in st.list_epochs(JOB, limit=10))
+    finally:
+        st.close()

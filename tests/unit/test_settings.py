@@ -128,7 +128,8 @@ def test_unknown_stoker_key_names_the_key_and_the_known_ones() -> None:
     assert info.value.field == "stoker.nope"
     assert info.value.message == (
         "unknown stoker setting; known: trigger, state_dir, store, master, lease_ttl, "
-        "retention.epochs, retention.time, retention.interval, paced_trigger, progress_timeout"
+        "retention.epochs, retention.time, retention.interval, paced_trigger, progress_timeout, "
+        "cancel_timeout"
     )
 
 
@@ -139,7 +140,7 @@ def test_key_without_a_known_prefix_is_refused() -> None:
     assert info.value.message == (
         "unknown setting: use spark.<conf> or stoker.<key> with key one of "
         "trigger, state_dir, store, master, lease_ttl, retention.epochs, retention.time, "
-        "retention.interval, paced_trigger, progress_timeout"
+        "retention.interval, paced_trigger, progress_timeout, cancel_timeout"
     )
 
 
@@ -211,6 +212,15 @@ def test_paced_trigger_is_a_boolean() -> None:
     with pytest.raises(InvalidInput) as info:
         Settings().with_overrides({"stoker.paced_trigger": "maybe"})
     assert info.value.field == "stoker.paced_trigger"
+
+
+def test_cancel_timeout_is_a_positive_duration() -> None:
+    assert Settings().cancel_timeout == 60.0
+    assert Settings().with_overrides({"stoker.cancel_timeout": "5s"}).cancel_timeout == 5.0
+    for bad in ("0s", "soon"):
+        with pytest.raises(InvalidInput) as info:
+            Settings().with_overrides({"stoker.cancel_timeout": bad})
+        assert info.value.field == "stoker.cancel_timeout"
 
 
 def test_progress_timeout_is_a_duration_or_off() -> None:

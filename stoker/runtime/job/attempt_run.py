@@ -336,6 +336,7 @@ class AttemptRun:
             paced=opening.paced(settings, self.pipeline),
             max_parallelism=self.max_par,
             output_mode=self.pipeline.output_mode,
+            cancel_wait_s=settings.cancel_timeout,
         )
         watchdog = opening.progress_watchdog(settings, self.stream)
         self.proc.progress = watchdog if watchdog.enabled else None

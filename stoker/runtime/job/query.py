@@ -128,6 +128,7 @@ class QueryHandle:
     paced: bool = False  # the readers pace epochs: the query itself runs at trigger 0
     max_parallelism: int | None = None  # the job's state partitions (None: the session's)
     output_mode: str = "append"  # Spark's output mode (the pipeline's)
+    cancel_wait_s: float | None = None  # how long a cancel waits for the epoch in flight
     query: StreamingQuery = field(init=False)
     held: bool = False  # stopped for a pause (sources stoker does not own)
     restarts: int = 0
@@ -301,7 +302,11 @@ def abandon(handle: QueryHandle) -> None:
     handle.proc.stopping.set()
     if handle.held:
         return
-    query = handle.query
+    _stop_on_a_thread(handle.query, handle.jid)
+
+
+def _stop_on_a_thread(query: StreamingQuery, jid: str) -> None:
+    """``query.stop()`` on a daemon thread of its own: it may never return."""
 
     def stop() -> None:
         try:
@@ -309,7 +314,7 @@ def abandon(handle: QueryHandle) -> None:
         except Exception:  # the process is going; nothing is waiting for this
             log.debug("stopping the abandoned query failed", exc_info=True)
 
-    threading.Thread(target=stop, name=f"stoker-abandon-{handle.jid}", daemon=True).start()
+    threading.Thread(target=stop, name=f"stoker-abandon-{jid}", daemon=True).start()
 
 
 def _control(
@@ -379,7 +384,10 @@ def _last_epoch(checkpoint: Path) -> Epoch | None:
 def _stop(handle: QueryHandle, stopped: JobState) -> JobState:
     if handle.held:
         return stopped
-    return graceful_stop(handle.query, handle.proc, handle.checkpoint, stopped)
+    # A cancel's wait for the epoch in flight is bounded (stoker.cancel_timeout); a signal's
+    # is not: a second signal is its bound.
+    wait = handle.cancel_wait_s if stopped == JobState.CANCELED else None
+    return graceful_stop(handle.query, handle.proc, handle.checkpoint, stopped, wait, handle.jid)
 
 
 def _ended(query: StreamingQuery, proc: EpochProcessor, checkpoint: Path) -> JobState:
@@ -409,14 +417,31 @@ def graceful_stop(
     proc: EpochProcessor,
     checkpoint: Path,
     stopped: JobState = JobState.CANCELED,
+    wait_s: float | None = None,
+    jid: str = "",
 ) -> JobState:
     """Let the epoch in flight complete and commit, then stop the query. No new epoch starts.
 
-    FINISHED if that epoch was the final one, else ``stopped``.
+    FINISHED if that epoch was the final one, else ``stopped``. ``wait_s``: an epoch in
+    flight that has not ended by then is abandoned (never committed by this attempt, whose
+    end fences it off; it runs again when the job resumes) and the query is told to stop on
+    a thread of its own, as the watchdog and a second signal do.
     """
     proc.stopping.set()
-    with proc.epoch_lock:  # waits for the epoch in flight, if any
+    # Waits for the epoch in flight, if any.
+    if not proc.epoch_lock.acquire(timeout=-1 if wait_s is None else wait_s):
+        log.error(
+            "job %s: the epoch in flight did not end within %.0f s of the stop "
+            "(stoker.cancel_timeout); the query is abandoned, that epoch uncommitted",
+            jid,
+            wait_s or 0.0,
+        )
+        _stop_on_a_thread(query, jid)
+        return stopped
+    try:
         last = proc.timings[-1].epoch if proc.timings else None
+    finally:
+        proc.epoch_lock.release()
     if await_commit_log(query, checkpoint, last, timeout=10.0):
         await_idle(query)
     query.stop()
