@@ -224,6 +224,13 @@ class QueryStalled(JobFailed):
     without a timeout, say). The attempt fails (exit 8) and the restart strategy decides."""
 
 
+class DriverLost(StokerError):
+    """The Spark driver JVM of this process is gone (killed, out of memory, crashed): nothing
+    here can run a query any more. In an application the attempt ends FAILED without using up
+    a job's restart strategy, and the job manager's strategy for the application starts a new
+    driver, which re-adopts the jobs."""
+
+
 class JobSuspended(StokerError):
     """A signal (SIGTERM, SIGINT) stopped the run gracefully; the job is SUSPENDED, not ended:
     running the same command again resumes it."""
@@ -253,6 +260,7 @@ EXIT_CODES: dict[type[StokerError], int] = {
     # After InvalidInput in InvalidSink's and InvalidSource's MRO: those stay 2.
     SinkError: 16,
     SourceError: 16,
+    DriverLost: 17,
 }
 
 

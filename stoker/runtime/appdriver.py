@@ -16,11 +16,18 @@ them. How the attempt ends:
 
 - the program returned and every job ended: FINISHED (the application FINISHED), or FAILED
   when a job ended FAILED ("job X failed: ...", as Flink ends an application whose job
-  failed);
+  failed). When the program returns, the application's jobs an earlier attempt's ``main``
+  made and this one did not submit are ended CANCELED, naming why;
+- a job that is not optional failed for good (its own strategy, inside this driver, gave
+  up): its other jobs are canceled gracefully, then the attempt and the application end
+  FAILED naming the job, whether ``main`` waited on that job, on another or on none; the
+  application's restart strategy is not used (the job's was);
 - the program raised (an application file that does not import, an error of ``main``): the
   attempt ends FAILED with the error and the job manager's restart strategy for the
   application decides. The jobs are not stopped first: the process exits under them, and the
   next attempt re-adopts them (``main`` runs again; ended jobs are not run again);
+- the driver's JVM died: the same, exit 17, without using up any job's strategy (a job's
+  restart in this process would reuse the dead SparkSession);
 - the application was canceled (its record CANCELING): every job is canceled gracefully,
   then the attempt and the application end CANCELED;
 - SIGTERM or SIGINT: every job stops after its epoch in flight and is SUSPENDED, then the
@@ -29,7 +36,8 @@ them. How the attempt ends:
   are fenced too: none can decide an epoch) and the process exits 6, touching nothing.
 
 Exit codes as the job driver's: 0 finished or canceled, 2 bad input, 6 fenced off, 8 a job
-failed, 13 suspended; a failure of the program exits with its stoker error's code, else 1.
+failed, 13 suspended, 17 the JVM died; a failure of the program exits with its stoker error's
+code, else 1.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from types import FrameType
 
 from stoker import logformat
 from stoker.errors import (
+    DriverLost,
     InvalidTransition,
     JobFailed,
     JobSuspended,
@@ -58,6 +67,7 @@ from stoker.redact import redact_logs, redact_text
 from stoker.runtime import application, launch
 from stoker.runtime.attempt import LeaseKeeper, this_owner
 from stoker.runtime.driver import _secrets_from_env, _suspend_unclaimed
+from stoker.runtime.session import jvm_gone
 from stoker.settings import Settings, parse_pairs
 from stoker.store import Store, open_store
 from stoker.types import AttemptNo, AttemptState, JobId, JobState, job_id
@@ -69,6 +79,7 @@ FENCED_GRACE_S = 10.0  # how long fenced jobs get to stop their queries before t
 EXIT_FENCED = exit_code(StaleAttempt(""))
 EXIT_FAILED = exit_code(JobFailed(""))
 EXIT_SUSPENDED = exit_code(JobSuspended())
+EXIT_DRIVER_LOST = exit_code(DriverLost(""))
 
 
 class _Signals:
@@ -145,6 +156,10 @@ class _Driver:
             entry = check_app_path(entrypoint, "entrypoint")
             run_program(entry, args, lambda: self.app.submitted, self.app.app_id, self.ctx)
             self.signals.rearm()
+            if self.app.ending() is None:
+                # main has started all it will: an earlier main's jobs it did not take back
+                # would otherwise stay RUNNING for ever under a dead driver.
+                self.app.end_orphans()
         except launch.AppEnding as e:
             log.info("application %s: main stopped: %s", self.app.app_id, e)
         except KeyboardInterrupt:
@@ -167,7 +182,17 @@ class _Driver:
 
     def _conclude(self, error: BaseException | None) -> int:
         app = self.app
-        if app.fenced() is None and error is not None and not self._stopping():
+        if app.driver_lost is not None and app.fenced() is None:
+            # Nothing in this process can run a query any more: the job manager's strategy
+            # for the application starts a new driver, which takes the jobs over.
+            self._end(AttemptState.FAILED, None, f"DriverLost: {app.driver_lost}")
+            return EXIT_DRIVER_LOST
+        if (
+            app.fenced() is None
+            and error is not None
+            and not self._stopping()
+            and app.failing is None
+        ):
             # The leader's restart strategy for the application decides; the jobs keep
             # running until this process exits (the next attempt re-adopts them).
             text = _describe(error)
@@ -186,7 +211,7 @@ class _Driver:
             return 0
         if app.stopped():
             return self._end_suspended()
-        failed = _failures(app)
+        failed = [app.failing] if app.failing is not None else _failures(app)
         if failed:
             self._end(AttemptState.FAILED, JobState.FAILED, "; ".join(failed)[:4000])
             return EXIT_FAILED
@@ -214,7 +239,7 @@ class _Driver:
                 deadline = deadline or time.monotonic() + FENCED_GRACE_S
                 if time.monotonic() > deadline:
                     return
-            if self.app.canceling:
+            if self.app.canceling or self.app.failing is not None:
                 self.app.cancel_jobs()  # a job whose record appeared only now
             time.sleep(WATCH_S)
 
@@ -253,10 +278,18 @@ class _Driver:
                     app.cancel()
             except StokerError as e:
                 log.warning("application %s: reading its record failed: %s", app.app_id, e)
+            gone = jvm_gone()
+            if gone is not None:
+                app.lose_driver(gone)
             if app.canceling:
                 app.cancel_jobs()
-            ended = app.fenced() is not None or (
-                (app.canceling or app.stopped()) and not app.running()
+            ended = (
+                app.fenced() is not None
+                or app.driver_lost is not None
+                or (
+                    (app.canceling or app.stopped() or app.failing is not None)
+                    and not app.running()
+                )
             )
             if ended and self._watching.is_set() and self._code is None:
                 _exit(self._conclude_here())
@@ -274,6 +307,8 @@ def _failures(app: application.Application) -> list[str]:
     """The "job X failed: ..." lines of every job of the driver that ended FAILED or in an error."""
     out = []
     for h in app.handles():
+        if h.optional:
+            continue  # its failure was said when it happened; the application goes on
         if isinstance(h.error, JobFailed):
             out.append(_describe(h.error, named=False))  # "job 'X' failed: ..." already
         elif h.error is not None and not isinstance(h.error, launch.AppEnding):

@@ -16,6 +16,11 @@ the process's one SparkSession. Inside an application:
   that state at once, so a restarted ``main`` goes past what it finished;
 - a job that fails follows its own restart strategy on its own thread (the same strategies
   as the job manager's, :mod:`stoker.restart`); the other jobs go on;
+- a job that fails for good (its strategy gave up) fails the application, as in Flink: every
+  other job is canceled gracefully (its epoch in flight commits) and the attempt ends FAILED,
+  unless the program submitted that job with ``optional=True``;
+- a driver JVM that died (:class:`~stoker.errors.DriverLost`) is no job's failure: no job's
+  strategy is used up, the attempt ends FAILED and a new driver takes the jobs over;
 - its epochs run in the FAIR scheduler pool named after the job;
 - ``stoker.run(p)`` is ``submit(p).wait()``.
 
@@ -34,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stoker.errors import (
+    DriverLost,
     JobFailed,
     JobNotFound,
     JobTerminal,
@@ -43,10 +49,11 @@ from stoker.errors import (
 from stoker.runtime import launch
 from stoker.runtime.job.attempt_run import execute
 from stoker.runtime.job.plan import JobPlan
+from stoker.runtime.job.query import brief
 from stoker.runtime.job.result import JobResult
 from stoker.runtime.resources import ResourceWatch, managed_cluster
 from stoker.store import JobRecord, Store, open_store
-from stoker.types import AttemptNo, JobId, JobKind, JobState
+from stoker.types import AttemptNo, AttemptState, JobId, JobKind, JobState
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -75,6 +82,8 @@ class Application:
         self._stopping = threading.Event()
         self._fenced: str | None = None
         self._canceling = False
+        self._failing: str | None = None  # why: a job that is not optional failed for good
+        self._driver_lost: str | None = None
         self._main_waits = 0
         self._watch: ResourceWatch | None = None
 
@@ -103,10 +112,44 @@ class Application:
     def canceling(self) -> bool:
         return self._canceling
 
+    def job_failed(self, jid: JobId, why: str) -> None:
+        """A job that is not optional failed for good: the application fails. Its other jobs
+        are asked to cancel gracefully (each commits its epoch in flight); no job starts any
+        more; the driver ends the attempt FAILED with ``why`` once they have ended."""
+        with self._lock:
+            if self._failing is not None:
+                return
+            self._failing = why
+        log.error(
+            "application %s fails: job %s failed for good; its other jobs are canceled",
+            self.app_id,
+            jid,
+        )
+        self.cancel_jobs()
+
+    @property
+    def failing(self) -> str | None:
+        """Why the application fails (the first job that failed for good); None if none did."""
+        return self._failing
+
+    def lose_driver(self, why: str) -> None:
+        """The driver's JVM is gone: the attempt ends FAILED and a new driver takes over."""
+        if self._driver_lost is None:
+            self._driver_lost = why
+            log.error("application %s: %s; a new driver attempt is needed", self.app_id, why)
+
+    @property
+    def driver_lost(self) -> str | None:
+        return self._driver_lost
+
     def ending(self) -> str | None:
         """Why no job may start any more; None while the application goes on."""
+        if self._driver_lost is not None:
+            return self._driver_lost
         if self._fenced is not None:
             return f"the application's attempt {self.attempt} was fenced off: {self._fenced}"
+        if self._failing is not None:
+            return f"the application is failing: {self._failing}"
         if self.stopped():
             return "the application's driver was stopped by a signal"
         if self._canceling:
@@ -182,6 +225,49 @@ class Application:
             except StokerError as e:
                 log.warning("application %s: cannot cancel job %s: %s", self.app_id, jid, e)
 
+    def end_orphans(self) -> list[JobId]:
+        """End the application's jobs that this attempt's ``main``, now returned, did not
+        submit: made by an earlier attempt's ``main`` (whose driver is gone or fenced off:
+        its job attempts can decide nothing) and not taken back, nobody would ever run or
+        end them. Each ends CANCELED with the reason (the job manager's janitor resolves
+        its sinks); the ids ended."""
+        ours = {h.job_id for h in self.handles()}
+        try:
+            jobs = self.store.list_jobs(kind=JobKind.JOB, app_id=self.app_id)
+        except StokerError as e:
+            log.warning("application %s: cannot list its jobs: %s", self.app_id, e)
+            return []
+        why = f"not submitted again by attempt {self.attempt} of application {self.app_id}"
+        ended = []
+        for job in jobs:
+            if job.job_id in ours or job.state.terminal:
+                continue
+            try:
+                self._end_orphan(job, why)
+            except JobTerminal:
+                continue  # ended meanwhile
+            except StokerError as e:
+                log.warning("application %s: cannot end job %s: %s", self.app_id, job.job_id, e)
+                continue
+            log.warning("application %s: job %s ended CANCELED: %s", self.app_id, job.job_id, why)
+            ended.append(job.job_id)
+        return ended
+
+    def _end_orphan(self, job: JobRecord, why: str) -> None:
+        rec = None
+        if job.current_attempt:
+            rec = self.store.get_attempt(job.job_id, job.current_attempt)
+        if rec is not None and rec.app_attempt == self.attempt:
+            return  # made by this driver after all: not an orphan
+        if rec is not None and not rec.state.ended:
+            self.store.finish_attempt(
+                job.job_id, rec.attempt, AttemptState.CANCELED, JobState.CANCELED, why
+            )
+            return
+        # RESTARTING, SUSPENDED, CREATED: nothing runs, it ends at once (checked in the
+        # transaction: a job claimed meanwhile is an InvalidTransition, left alone).
+        self.store.set_job_state(job.job_id, JobState.CANCELED, error=why)
+
     def _register(self, jid: JobId) -> tuple[JobHandle, bool]:
         """The handle of ``jid`` in this driver: the one made before, or a new one (True)."""
         with self._lock:
@@ -244,6 +330,8 @@ class JobHandle:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._after_failure: JobRecord | None = None  # set by the restart hook, on the thread
+        # Submitted with optional=True: its failure does not fail the application.
+        self.optional = False
 
     def __repr__(self) -> str:
         return f"JobHandle({self.job_id!r}, {'done' if self.done() else 'running'})"
@@ -337,7 +425,37 @@ class JobHandle:
             if not isinstance(e, StokerError | launch.AppEnding | KeyboardInterrupt):
                 log.error("job %s failed: %s: %s", self.job_id, type(e).__name__, e)
         finally:
+            self._settle()
+
+    def _settle(self) -> None:
+        """The job's thread is over: tell the application what that means for it (before a
+        ``wait`` returns, so that ``main`` raising the job's error finds the application
+        failing already), then let the waits return."""
+        try:
+            if self._app is not None and self._error is not None:
+                self._report(self._app, self._error)
+        finally:
             self._done.set()
+
+    def _report(self, app: Application, error: BaseException) -> None:
+        if isinstance(error, DriverLost):
+            app.lose_driver(str(error))
+            return
+        if isinstance(error, launch.AppEnding | KeyboardInterrupt | StaleAttempt):
+            return
+        if app.ending() is not None:
+            return  # canceled, stopped, fenced or failing already: this end is its consequence
+        try:
+            state = app.store.get_job(self.job_id).state
+        except StokerError as e:
+            log.warning("job %s: its state unreadable after its end: %s", self.job_id, e)
+            return
+        if state != JobState.FAILED:
+            return
+        if self.optional:
+            log.warning("job %s (optional) failed for good; the application goes on", self.job_id)
+            return
+        app.job_failed(self.job_id, f"job {self.job_id} failed: {_brief(error)}")
 
     def _run(self, plan: JobPlan) -> JobResult:
         """Attempts of the job until one ends it; a failure its restart strategy forgives is
@@ -393,7 +511,16 @@ class JobHandle:
             self._result = self._ended(job, store)
         except JobFailed as e:
             self._error = e
-        self._done.set()
+        self._settle()
+
+
+def _brief(error: BaseException) -> str:
+    """A job's error as the application's failure names it: one line, no JVM stack."""
+    text = brief(error)
+    # JobFailed says "job 'X' failed: ..." already: keep only the reason.
+    if isinstance(error, JobFailed) and text.startswith("job ") and " failed: " in text:
+        text = text.split(" failed: ", 1)[1]
+    return text[:2000]
 
 
 def _record_result(job: JobRecord, store: Store) -> JobResult:

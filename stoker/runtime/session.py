@@ -19,7 +19,7 @@ from stoker.checkpoint_layout import (
     SHUFFLE_PARTITIONS,
     checkpoint_partitions,
 )
-from stoker.errors import InvalidInput
+from stoker.errors import DriverLost, InvalidInput
 from stoker.runtime import jvmcache
 from stoker.settings import Settings
 
@@ -156,6 +156,9 @@ def _get_session(settings: Settings, app_name: str) -> SparkSession:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    gone = jvm_gone()
+    if gone is not None:
+        raise DriverLost(gone)  # its SparkSession would fail every call: a new driver is due
     if _started and SparkContext._active_spark_context is not None:
         # Started by stoker already (for an app that needed it at import, or an earlier run
         # in this process): reuse it quietly, with the runtime settings asked for now.
@@ -185,6 +188,36 @@ def _get_session(settings: Settings, app_name: str) -> SparkSession:
 
 
 _started: list[SparkSession] = []
+
+
+def jvm_gone() -> str | None:
+    """Why the Spark driver JVM this process started is gone ("the driver's JVM exited
+    (killed by SIGKILL)"); None while it runs, and when this process started none.
+
+    PySpark keeps the JVM's process (``SparkContext._gateway.proc``, a child of this one);
+    polling it is cheap and, unlike a call into the JVM, cannot hang. A JVM that died takes
+    the SparkSession with it: every later call fails, so an in-process restart of a job is
+    pointless and only a new driver process helps (issue 21 item 2)."""
+    if "pyspark" not in sys.modules:
+        return None  # nothing here started a JVM
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return None
+    try:
+        code = proc.poll()
+    except Exception:  # a process object in a state we cannot read: no proof it died
+        return None
+    if code is None:
+        return None
+    if code >= 0:
+        return f"the driver's JVM exited (exit code {code})"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"the driver's JVM exited (killed by {name})"
 
 
 def _pin_worker_python(settings: Settings) -> None:

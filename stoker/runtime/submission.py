@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import (
+    DriverLost,
     InvalidInput,
     JobNotFound,
     JobOwnedElsewhere,
@@ -19,6 +20,7 @@ from stoker.restart import RestartStrategy, parse_strategy, restart_decision
 from stoker.runtime import launch
 from stoker.runtime.application import Application, JobHandle, current_app, local_stopped
 from stoker.runtime.job.plan import FailureHook, JobScope, RunOptions, plan_job
+from stoker.runtime.session import jvm_gone
 from stoker.store import JobRecord, Store
 from stoker.types import AttemptNo, AttemptState, JobId, JobKind, JobState
 from stoker.types import job_id as _job_id
@@ -51,6 +53,7 @@ def submit(
     job_id: str | None = None,
     config: Mapping[str, Any] | None = None,
     restart_strategy: dict[str, Any] | None = None,
+    optional: bool = False,
     **settings: Any,
 ) -> JobHandle:
     """Start ``pipeline`` as a job on a thread of this process; its :class:`JobHandle`.
@@ -64,6 +67,9 @@ def submit(
     In an application the job's id is ``<app id>.<pipeline name>`` unless ``job_id`` names
     it; submitting a job again gives the same handle, and a job that has ended is not run
     again (its handle reports its state at once). Bad input raises here, before the job runs.
+    A job that fails for good (its strategy gave up) fails the application and its other
+    jobs are canceled gracefully, unless it was submitted ``optional=True`` (outside an
+    application ``optional`` changes nothing).
     """
     ctx = launch.installed()  # what the launcher decided: read here, once, and passed on
     if ctx.collect:
@@ -72,11 +78,13 @@ def submit(
     if unknown:
         raise InvalidInput(
             unknown[0],
-            "not a setting of stoker.submit; known: job_id, config, restart_strategy, "
+            "not a setting of stoker.submit; known: job_id, config, restart_strategy, optional, "
             + ", ".join(sorted(SETTINGS)),
         )
+    if not isinstance(optional, bool):
+        raise InvalidInput("optional", f"must be True or False, got {optional!r}")
     opts = RunOptions(job_id=job_id, config=config, **settings)
-    return submit_options(pipeline, opts, restart_strategy, ctx)
+    return submit_options(pipeline, opts, restart_strategy, ctx, optional=optional)
 
 
 def submit_options(
@@ -84,12 +92,14 @@ def submit_options(
     opts: RunOptions,
     restart_strategy: dict[str, Any] | None,
     ctx: launch.LaunchContext,
+    *,
+    optional: bool = False,
 ) -> JobHandle:
     """:func:`submit` with ``stoker.run``'s options as one value (``run`` in an application)."""
     app = current_app()
     if app is None:
         return _submit_local(pipeline, opts, restart_strategy, ctx)
-    return _submit_in_app(app, pipeline, opts, restart_strategy, ctx)
+    return _submit_in_app(app, pipeline, opts, restart_strategy, ctx, optional)
 
 
 def _submit_local(
@@ -118,6 +128,7 @@ def _submit_in_app(
     opts: RunOptions,
     restart_strategy: dict[str, Any] | None,
     ctx: launch.LaunchContext,
+    optional: bool,
 ) -> JobHandle:
     jid = _job_id(opts.job_id or f"{app.app_id}.{pipeline.name}")
     if opts.restart:
@@ -133,6 +144,7 @@ def _submit_in_app(
     handle, new = app._register(jid)
     if not new:
         return handle
+    handle.optional = optional
     try:
         job = _owned(app, jid)
         if job is not None:
@@ -197,6 +209,12 @@ def _failure_hook(strategy: RestartStrategy, handle: JobHandle) -> FailureHook:
     one store transaction, as the job manager does for a job it supervises."""
 
     def on_failure(store: Store, jid: JobId, attempt: AttemptNo, error: str) -> JobState:
+        gone = jvm_gone()
+        if gone is not None:
+            # Not the job's failure: a restart here would reuse the dead SparkSession and fail
+            # at once. Nothing is recorded (no strategy used up); the attempt stays as it is
+            # for the next driver, which supersedes it.
+            raise DriverLost(f"{gone}: job {jid} attempt {attempt} ended ({error})")
         job = store.get_job(jid)
         rec = store.get_attempt(jid, attempt)
         now = store.clock.now()

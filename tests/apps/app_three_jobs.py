@@ -12,6 +12,12 @@ Environment:
 - APP_TRIGGER: every job's trigger (default 200ms);
 - APP_FAIL_ONCE: ``<pipeline name>:<epoch>``: that job's transform raises once at that epoch
   (a marker file in APP_OUT remembers it raised);
+- APP_FAIL_ALWAYS: ``<pipeline name>:<epoch>[,...]``: that job's transform raises at that
+  epoch in every attempt (it fails for good once its strategy gives up); ``<name>:file``: it
+  raises at every epoch while the file ``APP_OUT/_fail.<name>`` exists (the test decides when);
+- APP_STREAMS: the streams' names, comma-separated (default ``stream-a,stream-b``); main
+  waits on them in this order;
+- APP_OPTIONAL: streams submitted with ``optional=True``, comma-separated;
 - APP_RESTART: the streams' restart strategy, JSON (default fixed-delay, 2 restarts, no delay);
 - APP_MAIN_RAISES: main raises RuntimeError with this text before it submits anything;
 - APP_TASK_POOL: "1": the ``pool`` column is read inside each Spark task (a Python UDF per
@@ -39,6 +45,14 @@ PER_EPOCH = int(os.environ.get("APP_PER_EPOCH", "20"))
 RATE = float(os.environ["APP_RATE"]) if os.environ.get("APP_RATE") else None
 TRIGGER = os.environ.get("APP_TRIGGER", "200ms")
 FAIL_ONCE = os.environ.get("APP_FAIL_ONCE", "")
+FAIL_ALWAYS = {
+    name: epoch
+    for name, epoch in (
+        pair.split(":") for pair in os.environ.get("APP_FAIL_ALWAYS", "").split(",") if pair
+    )
+}
+STREAMS = [n for n in os.environ.get("APP_STREAMS", "stream-a,stream-b").split(",") if n]
+OPTIONAL = set(os.environ.get("APP_OPTIONAL", "").split(",")) - {""}
 TASK_POOL = os.environ.get("APP_TASK_POOL") == "1"
 RESTART = json.loads(
     os.environ.get("APP_RESTART") or '{"strategy": "fixed-delay", "attempts": 2, "delay": 0}'
@@ -61,6 +75,11 @@ def _tagger(name: str) -> Any:
             OUT.mkdir(parents=True, exist_ok=True)
             marker.touch()
             raise RuntimeError(f"planned failure of {name} at epoch {int(ctx.epoch)}")
+        when = FAIL_ALWAYS.get(name)
+        if when == "file" and (OUT / f"_fail.{name}").exists():
+            raise RuntimeError(f"{name} fails at every epoch now")
+        if when not in (None, "file") and int(ctx.epoch) >= int(when or 0):
+            raise RuntimeError(f"{name} fails at every epoch from {when}")
         sc = ctx.spark.sparkContext
         if TASK_POOL:
             pool = F.udf(lambda i: _task_pool(i), "string")(F.col("id"))
@@ -100,8 +119,9 @@ def main() -> None:
             _pipeline(name, STREAM_TOTAL, PER_EPOCH, RATE),
             trigger=TRIGGER,
             restart_strategy=RESTART,
+            **({"optional": True} if name in OPTIONAL else {}),
         )
-        for name in ("stream-a", "stream-b")
+        for name in STREAMS
     ]
     for handle in streams:
         handle.wait()

@@ -396,6 +396,140 @@ def test_zombie_driver_decides_nothing_and_a_signal_suspends_the_new_one(
     ids_exactly_once(run, "backfill", 200)
 
 
+@pytest.mark.scenario  # the failure rule of applications, no fault: the whole suite
+def test_a_job_failing_for_good_fails_the_application_unless_it_is_optional(
+    make_run: Callable[..., AppRun],
+) -> None:
+    """Flink's rule (issue 21 item 2). Three streams, each restarted once by its own strategy
+    inside the driver. stream-b is optional: it fails for good and the application goes on.
+    Then stream-c fails for good while main waits on stream-a, which never ends by itself:
+    the application fails naming stream-c, stream-a is canceled gracefully (its epochs
+    exactly once), and the application's own restart strategy is not used (one attempt).
+    Before: the application stayed RUNNING for ever with a FAILED job inside."""
+    run = make_run(
+        "fragile",
+        APP_STREAMS="stream-a,stream-b,stream-c",
+        APP_OPTIONAL="stream-b",
+        APP_FAIL_ALWAYS="stream-b:2,stream-c:file",
+        APP_RESTART='{"strategy": "fixed-delay", "attempts": 1, "delay": 0}',
+        APP_BACKFILL="100",
+    )
+    driver = run.launch(1)
+    run.wait_for(lambda: run.state("stream-b") == JobState.FAILED, "stream-b to fail for good")
+    assert [a.state for a in run.attempts("stream-b")] == [AttemptState.FAILED] * 2
+    failed_at = run.attempts("stream-b")[-1].ended_at or 0
+    run.wait_for(
+        lambda: (
+            any((e.decided_at or 0) > failed_at for e in run.epochs("stream-a"))
+            and any((e.decided_at or 0) > failed_at for e in run.epochs("stream-c"))
+        ),
+        "stream-a and stream-c to commit after the optional stream-b failed",
+    )
+    assert run.state() == JobState.RUNNING
+
+    (run.out / "_fail.stream-c").touch()
+    assert run.wait_exit(driver) == 8, run.tail()
+    assert run.state() == JobState.FAILED
+    [attempt] = run.store.list_attempts(run.app)
+    assert attempt.state == AttemptState.FAILED
+    assert "job fragile.stream-c failed" in (attempt.error or ""), attempt.error
+    assert "stream-c fails at every epoch now" in (attempt.error or "")
+    assert "stream-b" not in (attempt.error or "")
+    assert run.state("stream-c") == JobState.FAILED
+    assert [a.state for a in run.attempts("stream-c")] == [AttemptState.FAILED] * 2
+    assert run.state("stream-a") == JobState.CANCELED
+    assert run.attempts("stream-a")[-1].state == AttemptState.CANCELED
+    assert run.state("backfill") == JobState.FINISHED
+    ids_exactly_once(run, "backfill", 100)
+    for name in ("stream-a", "stream-b", "stream-c"):
+        ids_exactly_once(run, name)
+
+
+def test_a_dead_jvm_is_a_new_driver_attempt_not_a_failure_of_its_jobs(
+    make_run: Callable[..., AppRun],
+) -> None:
+    """SIGKILL of the driver's JVM alone (issue 21 item 2): no job restarts in the dead
+    SparkSession nor uses up its strategy; the attempt ends FAILED (exit 17) naming the JVM,
+    and the next driver attempt resumes both streams, every id exactly once. Before: each
+    stream's attempt failure was counted and its restart ran in the dead SparkSession, which
+    failed at once (connection refused)."""
+    total = 300
+    run = make_run("lazarus", APP_STREAM_TOTAL=str(total), APP_PER_EPOCH="50", APP_RATE="30")
+    first = run.launch(1)
+    run.wait_for(
+        lambda: all(run.committed(n) >= 2 for n in STREAMS), "both streams to commit twice"
+    )
+    [jvm] = [
+        p.pid for p in processes() if p.pgid == first.pid and p.argv and p.argv[0].endswith("/java")
+    ]
+    os.kill(jvm, signal.SIGKILL)
+    assert run.wait_exit(first, timeout=120) == 17, run.tail()
+    [attempt] = run.store.list_attempts(run.app)
+    assert attempt.state == AttemptState.FAILED
+    assert "DriverLost" in (attempt.error or "") and "JVM" in (attempt.error or ""), attempt.error
+    for name in STREAMS:
+        assert run.store.get_job(run.jid(name)).failures == 0
+        assert AttemptState.FAILED not in {a.state for a in run.attempts(name)}
+
+    run.new_attempt(1)  # as the leader's strategy for the application does
+    second = run.launch(2)
+    assert run.wait_exit(second) == 0, run.tail()
+    assert run.state() == JobState.FINISHED
+    for name in STREAMS:
+        assert run.state(name) == JobState.FINISHED
+        assert run.attempts(name)[-1].app_attempt == 2
+        ids_exactly_once(run, name, total)
+    ids_exactly_once(run, "backfill", 200)
+
+
+@pytest.mark.scenario  # an application's restart, no fault: the whole suite
+def test_a_canceled_application_restarted_resumes_its_jobs_and_ends_those_main_dropped(
+    make_run: Callable[..., AppRun],
+) -> None:
+    """Issue 21 items 3 and 4: cancel the application mid-run, then restart it (the store's
+    ``restart_job``, as ``POST /v1/applications {"restart": true}`` does), with a ``main``
+    that no longer submits stream-b. stream-a resumes from its checkpoint (its epochs go on
+    from where the cancel left them) and every id is written exactly once over both runs;
+    the finished backfill is not run again; stream-b, which nobody will run any more, ends
+    CANCELED naming why once main has returned. Before: stream-a answered CANCELED at once,
+    the application ended FINISHED having run nothing, and a job dropped by a new main stayed
+    as it was for ever."""
+    total = 240
+    run = make_run("encore", APP_STREAM_TOTAL=str(total), APP_PER_EPOCH="20", APP_RATE="20")
+    first = run.launch(1)
+    run.wait_for(
+        lambda: all(run.committed(n) >= 2 for n in STREAMS), "both streams to commit twice"
+    )
+    run.store.request_cancel(run.app)
+    assert run.wait_exit(first) == 0, run.tail()
+    assert run.state() == JobState.CANCELED
+    assert [run.state(n) for n in STREAMS] == [JobState.CANCELED] * 2
+    before = run.committed("stream-a")
+
+    run.store.restart_job(run.app, run.store.get_job(run.app).spec)
+    assert [run.state(n) for n in STREAMS] == [JobState.RESTARTING] * 2
+    run.new_attempt(1)
+    run.env["APP_STREAMS"] = "stream-a"  # the new main does not submit stream-b
+    second = run.launch(2)
+    assert run.wait_exit(second) == 0, run.tail()
+
+    assert run.state() == JobState.FINISHED
+    assert len(run.attempts("backfill")) == 1  # finished: not run again
+    assert run.state("stream-a") == JobState.FINISHED
+    resumed = run.attempts("stream-a")[-1]
+    assert resumed.app_attempt == 2
+    first_new = min(
+        int(e.epoch) for e in run.epochs("stream-a") if e.decided_by == int(resumed.attempt)
+    )
+    assert first_new >= before, (first_new, before)
+    ids_exactly_once(run, "stream-a", total)
+    dropped = run.store.get_job(run.jid("stream-b"))
+    assert dropped.state == JobState.CANCELED
+    assert "not submitted again by attempt 2" in (dropped.last_error or ""), dropped
+    ids_exactly_once(run, "stream-b")
+    ids_exactly_once(run, "backfill", 200)
+
+
 def test_main_raising_fails_the_attempt_with_its_error(
     make_run: Callable[..., AppRun],
 ) -> None:
