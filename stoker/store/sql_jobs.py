@@ -214,7 +214,11 @@ class JobsMixin(SqlBase):
             )
 
     def restart_job(self, job_id: JobId, spec: dict[str, Any]) -> JobRecord:
-        """An ended job goes to RESTARTING (with ``spec``) for the manager to start anew."""
+        """An ended job goes to RESTARTING (with ``spec``) for the manager to start anew. An
+        application takes its jobs that were canceled or failed with it, in the same
+        transaction: its next ``main`` resumes them from their checkpoints (a FINISHED job
+        stays finished, as a restarted ``main`` goes past it)."""
+        now = self.clock.now()
         with self._tx() as cur:
             job = self._locked_job(cur, job_id)
             if job.state.terminal:
@@ -224,10 +228,25 @@ class JobsMixin(SqlBase):
                     "restart_job",
                     job_id=job_id,
                     spec=json.dumps(spec, sort_keys=True),
-                    now=self.clock.now(),
+                    now=now,
                 )
+                if job.kind == JobKind.APPLICATION:
+                    self._restart_app_jobs(cur, job_id, now)
             row = self._x(cur, "get_job", job_id=job_id).fetchone()
         return JobRecord.from_row(row)
+
+    def _restart_app_jobs(self, cur: Any, app_id: JobId, now: float) -> None:
+        rows = self._x(cur, "list_jobs", state=None, kind=str(JobKind.JOB), app_id=app_id)
+        for child in [JobRecord.from_row(r) for r in rows.fetchall()]:
+            if child.state in (JobState.CANCELED, JobState.FAILED):
+                JOBS.check(child.state, JobState.RESTARTING)
+                self._x(
+                    cur,
+                    "restart_job",
+                    job_id=child.job_id,
+                    spec=json.dumps(child.spec, sort_keys=True),
+                    now=now,
+                )
 
     def set_resolved(self, job_id: JobId) -> None:
         with self._tx() as cur:

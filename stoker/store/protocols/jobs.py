@@ -105,7 +105,9 @@ class JobStore(Protocol):
     def set_failures(self, job_id: JobId, failures: int, next_attempt_at: float | None) -> None: ...
 
     def restart_job(self, job_id: JobId, spec: dict[str, Any]) -> JobRecord:
-        """An ended job goes to RESTARTING with ``spec``; a live one is returned unchanged."""
+        """An ended job goes to RESTARTING with ``spec``; a live one is returned unchanged.
+        An ended application's jobs that ended CANCELED or FAILED go to RESTARTING with it,
+        in the same transaction (FINISHED ones stay)."""
         ...
 
     def set_resolved(self, job_id: JobId) -> None:

@@ -30,6 +30,7 @@ from stoker.types import (
     JobId,
     JobKind,
     JobState,
+    job_id,
 )
 from tests.integration.store.support import (
     APP,
@@ -656,3 +657,44 @@ def test_a_store_made_at_version_6_reads_its_rows_as_lone_jobs(
         (n,) for n in numbers
     ]
     assert numbers[-1] >= 7
+
+
+# Restart -----------------------------------------------------------------------------------------
+def test_restarting_an_ended_application_restarts_its_canceled_and_failed_jobs(
+    store: Store,
+) -> None:
+    """Issue 21 item 3: a restart resumes the application's jobs from their checkpoints. In
+    one transaction with the application's own restart, the jobs it canceled or that failed
+    go to RESTARTING (their spec and folder kept, their failures forgotten); a FINISHED job
+    stays FINISHED, a job of another application is not touched."""
+    running_app(store)
+    ended = {}
+    for name, state in (("done", JobState.FINISHED), ("stopped", JobState.CANCELED)):
+        jid = job_id(f"app-1.{name}")
+        app_job(store, jid)
+        store.start_attempt(jid, OWNER, LONG, AttemptNo(0), app_attempt=AttemptNo(1))
+        astate = AttemptState.FINISHED if state == JobState.FINISHED else AttemptState.CANCELED
+        store.finish_attempt(jid, AttemptNo(1), astate, state)
+        ended[name] = jid
+    broken = job_id("app-1.broken")
+    app_job(store, broken)
+    store.start_attempt(broken, OWNER, LONG, AttemptNo(0), app_attempt=AttemptNo(1))
+    store.finish_attempt(broken, AttemptNo(1), AttemptState.FAILED, JobState.FAILED, "boom")
+    running_app(store, APP_B)
+    elsewhere = job_id("app-2.orders")
+    app_job(store, elsewhere, APP_B)
+    store.start_attempt(elsewhere, OWNER, LONG, AttemptNo(0), app_attempt=AttemptNo(1))
+    store.finish_attempt(elsewhere, AttemptNo(1), AttemptState.CANCELED, JobState.CANCELED)
+    store.finish_attempt(APP, AttemptNo(1), AttemptState.FAILED, JobState.FAILED, "job failed")
+
+    app = store.restart_job(APP, APP_SPEC)
+
+    assert app.state == JobState.RESTARTING
+    assert store.get_job(ended["done"]).state == JobState.FINISHED
+    stopped = store.get_job(ended["stopped"])
+    assert stopped.state == JobState.RESTARTING and stopped.spec["app_id"] == APP
+    again = store.get_job(broken)
+    assert (again.state, again.failures, again.last_error) == (JobState.RESTARTING, 0, None)
+    assert store.get_job(elsewhere).state == JobState.CANCELED
+    # A live application is returned as it is, its jobs untouched.
+    assert store.restart_job(APP, APP_SPEC).state == JobState.RESTARTING
