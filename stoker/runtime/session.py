@@ -174,7 +174,7 @@ def _get_session(settings: Settings, app_name: str) -> SparkSession:
     for k, v in conf.items():
         builder = builder.config(k, v)
     try:
-        with _jvm_ignores_sigterm():
+        with _jvm_ignores_sigterm(), _worker_site():
             spark = builder.getOrCreate()
         register_sources(spark)  # the first use of the session state: bad SQL settings fail here
     except Exception as e:
@@ -232,6 +232,32 @@ def _pin_worker_python(settings: Settings) -> None:
     if "PYSPARK_PYTHON" in os.environ or "spark.pyspark.python" in settings.spark_conf:
         return
     os.environ["PYSPARK_PYTHON"] = sys.executable
+
+
+# The folder whose sitecustomize.py takes PySpark's zip copy off the path of Spark's Python
+# processes (see that file). STOKER_WORKER_SITE=0 leaves their path as Spark makes it.
+WORKER_SITE = Path(__file__).resolve().parent / "workersite"
+
+
+@contextlib.contextmanager
+def _worker_site() -> Iterator[None]:
+    """Start the driver's JVM with :data:`WORKER_SITE` last on its ``PYTHONPATH``, which Spark
+    hands on, after its own entries, to every Python process it starts; this process's own
+    environment is as it was once the JVM runs (the JVM read its copy at its start)."""
+    off = os.environ.get("STOKER_WORKER_SITE", "1").strip().lower() in ("0", "false", "off", "no")
+    if off or not (WORKER_SITE / "sitecustomize.py").is_file():
+        yield
+        return
+    before = os.environ.get("PYTHONPATH")
+    parts = [p for p in (before or "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([*parts, str(WORKER_SITE)])
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 @contextlib.contextmanager

@@ -921,3 +921,19 @@ def test_config_is_pinned_per_epoch_and_new_defaults_make_a_new_version(
     stoker.run(pipeline("b", fail_at=None), state_dir=state, spark=spark, restart=True)
     assert _job(state, "pinned").control_version == 1
     assert seen == []
+
+
+def test_sparks_python_workers_import_the_installed_pyspark_not_its_zip(
+    spark: SparkSession,
+) -> None:
+    """Spark puts its pyspark.zip first on its Python workers' path; with PySpark from PyPI
+    that zip is a copy of the installed package that Python compiles again in every worker.
+    The driver's JVM starts with stoker's worker site (runtime/workersite), which takes the
+    copy off their path: a task's worker imports the installed, compiled package."""
+    import pyspark
+    from pyspark.sql import functions as F
+
+    where = F.udf(lambda _: __import__("pyspark").__file__, "string")
+    [row] = spark.range(1).select(where(F.col("id")).alias("f")).collect()
+    assert ".zip" not in row["f"], row["f"]
+    assert row["f"] == pyspark.__file__
