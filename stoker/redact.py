@@ -48,6 +48,12 @@ def is_secret_key(key: str) -> bool:
     return any(w in low for w in SECRET_WORDS)
 
 
+def is_secret_entry(key: str, value: object) -> bool:
+    """True when a conf entry must not be shown or put on a command line: a secret-looking
+    key, or a value holding a URL password or a secret-looking ``key=value`` pair."""
+    return is_secret_key(key) or (isinstance(value, str) and redact_text(value) != value)
+
+
 def _url(m: re.Match[str]) -> str:
     if m.group("pw") is None or not m.group("run")[:1].isalpha():
         return m.group(0)
@@ -155,6 +161,7 @@ __all__ = [
     "MASK",
     "SECRET_WORDS",
     "RedactingFilter",
+    "is_secret_entry",
     "is_secret_key",
     "redact_answer",
     "redact_conf",

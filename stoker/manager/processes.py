@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from stoker.procs import owner_is_dead
-from stoker.redact import MASK, is_secret_key, redact_url
+from stoker.redact import MASK, is_secret_entry, redact_url
 from stoker.store import Owner
 
 # Where a driver finds the store URL and the secret conf values (a JSON object).
@@ -146,7 +146,8 @@ def _app_argv(
 ) -> DriverArgv:
     """``argv`` + the ``-D`` pairs (secrets masked) + ``-- app args``; the real store URL and
     secrets in ``.env``."""
-    secrets = {k: v for k, v in conf.items() if is_secret_key(k)}
+    # A secret key, or a URL password or password=... under any key: not in ``ps``.
+    secrets = {k: v for k, v in conf.items() if is_secret_entry(k, v)}
     for k, v in sorted(conf.items()):
         argv += ["-D", f"{k}={MASK if k in secrets else v}"]
     env = {STORE_URL_ENV: store}

@@ -6,8 +6,10 @@ import contextlib
 import logging
 import os
 import re
+import shlex
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -20,6 +22,7 @@ from stoker.checkpoint_layout import (
     checkpoint_partitions,
 )
 from stoker.errors import DriverLost, InvalidInput
+from stoker.redact import is_secret_entry
 from stoker.runtime import jvmcache
 from stoker.settings import Settings
 
@@ -171,10 +174,12 @@ def _get_session(settings: Settings, app_name: str) -> SparkSession:
     java = conf["spark.driver.extraJavaOptions"]
     # The driver JVM's classes from an archive when this machine has one (half the start).
     conf["spark.driver.extraJavaOptions"] = " ".join([java, *jvmcache.driver_options(java)])
+    secret = {k: v for k, v in conf.items() if is_secret_entry(k, v)}
     for k, v in conf.items():
-        builder = builder.config(k, v)
+        if k not in secret:
+            builder = builder.config(k, v)
     try:
-        with _jvm_ignores_sigterm(), _worker_site():
+        with _jvm_ignores_sigterm(), _worker_site(), _secret_properties(secret):
             spark = builder.getOrCreate()
         register_sources(spark)  # the first use of the session state: bad SQL settings fail here
     except Exception as e:
@@ -232,6 +237,51 @@ def _pin_worker_python(settings: Settings) -> None:
     if "PYSPARK_PYTHON" in os.environ or "spark.pyspark.python" in settings.spark_conf:
         return
     os.environ["PYSPARK_PYTHON"] = sys.executable
+
+
+def _java_properties_escape(text: str, key: bool) -> str:
+    """``text`` as a key or value of a Java properties file (read as UTF-8 by Spark)."""
+    out = []
+    for i, ch in enumerate(text):
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch in "\n\r\t\f":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}[ch])
+        elif ch in "=:#!" or (ch == " " and (key or i == 0)):
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+@contextlib.contextmanager
+def _secret_properties(secret: Mapping[str, str]) -> Iterator[None]:
+    """Hand ``secret`` conf entries to the driver's JVM in a properties file only this user
+    can read, not as ``--conf k=v`` arguments, which PySpark puts on the JVM's command line
+    for anyone on the host to read in ``/proc`` (issue 22 item 2). spark-submit reads the
+    file (``--extra-properties-file``, on top of the defaults file) while the JVM starts; it
+    is deleted once the SparkSession is up, and the environment is as it was."""
+    if not secret:
+        yield
+        return
+    before = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    fd, name = tempfile.mkstemp(prefix="stoker-conf-", suffix=".properties")  # 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for k, v in secret.items():
+                fh.write(
+                    f"{_java_properties_escape(k, True)}={_java_properties_escape(v, False)}\n"
+                )
+        rest = before if before is not None else "pyspark-shell"
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--extra-properties-file {shlex.quote(name)} {rest}"
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = before
+        with contextlib.suppress(OSError):
+            os.unlink(name)
 
 
 # The folder whose sitecustomize.py takes PySpark's zip copy off the path of Spark's Python

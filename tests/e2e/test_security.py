@@ -312,3 +312,88 @@ def test_the_cli_reading_a_store_directly_shows_secrets_redacted(tmp_path: Path)
         job = json.loads(p.stdout)
         assert job["spec"]["conf"] == {SECRET_KEY: "***", "spark.ui.enabled": "false"}
         assert SECRET not in p.stdout
+
+
+# Records, at its first epoch, what the JVM holds for the secret conf, then runs on slowly.
+SPARK_APP = """\
+import json, os
+import stoker
+from stoker import Pipeline, sinks, sources
+
+p = Pipeline("secret-spark")
+p.source(sources.generator(rows_per_second=5, max_rows_per_epoch=5))
+
+
+def record(df, ctx):
+    conf = ctx.spark.conf
+    keys = ({key!r}, "spark.mongodb.read.connection.uri", "spark.odd.token")
+    seen = {{k: conf.get(k) for k in keys}}
+    if not os.path.exists({seen!r}):
+        with open({seen!r} + ".tmp", "w") as fh:
+            json.dump(seen, fh)
+        os.replace({seen!r} + ".tmp", {seen!r})
+    return df
+
+
+p.transform(record)
+p.sink(sinks.files({out!r}))
+stoker.run(
+    p,
+    conf={{
+        {key!r}: {secret!r},
+        "spark.mongodb.read.connection.uri": "mongodb://reader:" + {password!r} + "@db.example/x",
+        "spark.odd.token": "a=b\\\\c: #d  é",
+    }},
+)
+"""
+
+
+def test_no_secret_conf_is_on_any_command_line_of_a_real_spark_driver(tmp_path: Path) -> None:
+    """Issue 22 item 2: PySpark puts every conf entry on the driver JVM's command line as
+    ``--conf k=v``, readable by anyone on the host in /proc. A real driver with a secret key
+    and a URL password in its conf: no process of its group (the driver, its JVM, Spark's
+    Python workers) shows either in its command line or its environment; the JVM holds the
+    real values (a value with characters a properties file escapes, too)."""
+    from tests.support import APPS  # noqa: F401 - the suite's paths are set up
+    from tests.support.drivers import kill_group, start_driver
+    from tests.support.procs import processes
+
+    seen_file = tmp_path / "seen.json"
+    app = tmp_path / "secret_spark_app.py"
+    app.write_text(
+        SPARK_APP.format(
+            key=SECRET_KEY,
+            secret=SECRET,
+            password=PASSWORD,
+            seen=str(seen_file),
+            out=str(tmp_path / "out"),
+        )
+    )
+    log = tmp_path / "driver.log"
+    driver = start_driver(app, "-D", f"stoker.state_dir={tmp_path / 'state'}", log=log)
+    try:
+        wait_for(
+            lambda: f"the first epoch to record the conf\n{log.read_text(errors='replace')}",
+            lambda: seen_file.exists() or driver.poll() is not None,
+            DRIVER_UP,
+        )
+        assert seen_file.exists(), log.read_text(errors="replace")
+        group = [p for p in processes() if p.pgid == driver.pid]
+        assert any(p.argv and p.argv[0].endswith("/java") for p in group), group
+        assert any("pyspark" in " ".join(p.argv) for p in group), group
+        for p in group:
+            try:
+                env = Path(f"/proc/{p.pid}/environ").read_bytes().decode(errors="replace")
+            except OSError:
+                continue  # exited meanwhile
+            shown = " ".join(p.argv) + env
+            assert SECRET not in shown, (p.pid, p.argv)
+            assert PASSWORD not in shown, (p.pid, p.argv)
+        seen = json.loads(seen_file.read_text())
+        assert seen[SECRET_KEY] == SECRET
+        assert seen["spark.mongodb.read.connection.uri"] == (
+            f"mongodb://reader:{PASSWORD}@db.example/x"
+        )
+        assert seen["spark.odd.token"] == "a=b\\c: #d  é"
+    finally:
+        kill_group(driver)

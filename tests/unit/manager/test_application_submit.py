@@ -4,6 +4,7 @@ no driver (nothing is ever started by a submission: the leader starts drivers)."
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -328,3 +329,23 @@ def test_the_application_driver_argv_keeps_secrets_off_its_command_line(tmp_path
     assert "s3cr3t" not in " ".join(argv) and "pw" not in " ".join(argv)
     assert argv.env[procs_mod.STORE_URL_ENV] == "postgresql://u:pw@db/stoker"
     assert "s3cr3t" in argv.env[procs_mod.SECRETS_ENV]
+
+
+def test_secret_values_under_any_key_stay_off_the_drivers_command_line(tmp_path: Path) -> None:
+    """Issue 22 item 2: the argv masked by key name only; a URL password or a
+    ``password=...`` under another key was in ``ps``. They travel in the environment too."""
+    conf = {
+        "spark.mongodb.read.connection.uri": "mongodb://reader:pw-9xq@db.example/x",
+        "spark.jdbc.opts": "host=db password=pw-8zz sslmode=require",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    argv = procs_mod.driver_argv(
+        "etl", 1, "sqlite:////tmp/s.db", tmp_path, tmp_path / "etl.py", [], conf, 10.0
+    )
+    shown = " ".join(argv)
+    assert "pw-9xq" not in shown and "pw-8zz" not in shown
+    assert "spark.sql.shuffle.partitions=4" in argv
+    assert "spark.mongodb.read.connection.uri=***" in argv
+    secrets = json.loads(argv.env[procs_mod.SECRETS_ENV])
+    assert secrets["spark.mongodb.read.connection.uri"].endswith("reader:pw-9xq@db.example/x")
+    assert secrets["spark.jdbc.opts"] == "host=db password=pw-8zz sslmode=require"
