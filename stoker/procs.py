@@ -28,6 +28,7 @@ from stoker.store import Owner
 _PROC = "/proc"
 # process_start_marker's answer when the start time cannot be read.
 UNKNOWN = "unknown"
+_PF_EXITING = 0x4  # include/linux/sched.h
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,17 @@ class ProcStat:
     # The kernel's start time (clock ticks since boot), as written: with the pid, it tells one
     # process from a later one that reuses its pid.
     started: str
+    flags: int = 0  # the kernel's task flags (PF_*)
 
     @property
     def zombie(self) -> bool:
         return self.state == "Z"
+
+    @property
+    def exiting(self) -> bool:
+        """Dying or dead: a zombie, or its exit under way (PF_EXITING; a SIGKILL sets it
+        before the process's files, its sockets, are closed)."""
+        return self.state in ("Z", "X") or bool(self.flags & _PF_EXITING)
 
 
 def stat(pid: int) -> ProcStat | None:
@@ -54,7 +62,7 @@ def stat(pid: int) -> ProcStat | None:
             text = fh.read()
         # The command name, in parentheses, may hold spaces and parentheses: split after it.
         fields = text.rsplit(")", 1)[1].split()
-        return ProcStat(pid, fields[0], int(fields[1]), int(fields[2]), fields[19])
+        return ProcStat(pid, fields[0], int(fields[1]), int(fields[2]), fields[19], int(fields[6]))
     except (OSError, IndexError, ValueError):
         return None
 

@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -15,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stoker import procs
 from stoker.checkpoint_layout import (
     PROVIDER_KEY,
     ROCKSDB_PROVIDER,
@@ -195,6 +197,9 @@ def _get_session(settings: Settings, app_name: str) -> SparkSession:
 _started: list[SparkSession] = []
 
 
+EXIT_WAIT_S = 10.0  # how long a dying JVM is given to be collected, for its exit code
+
+
 def jvm_gone() -> str | None:
     """Why the Spark driver JVM this process started is gone ("the driver's JVM exited
     (killed by SIGKILL)"); None while it runs, and when this process started none.
@@ -212,9 +217,16 @@ def jvm_gone() -> str | None:
         return None
     try:
         code = proc.poll()
+        if code is None:
+            # Killed, its exit may still be under way: its sockets close (and the job's calls
+            # fail) before it can be collected. Dying is dead; wait for its code.
+            st = procs.stat(proc.pid)
+            if st is None or not st.exiting:
+                return None
+            code = proc.wait(timeout=EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        return "the driver's JVM is exiting"
     except Exception:  # a process object in a state we cannot read: no proof it died
-        return None
-    if code is None:
         return None
     if code >= 0:
         return f"the driver's JVM exited (exit code {code})"
