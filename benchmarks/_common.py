@@ -240,6 +240,7 @@ def start_manager(
             str(state),
             "--allow-dir",
             str(allow),
+            *([] if "--token" in extra else ["--insecure-no-token"]),  # a benchmark's own
             *extra,
         ],
         stdout=out,

@@ -63,7 +63,8 @@ def main() -> None:
         port = C.free_port()
         server = subprocess.Popen(
             [sys.executable, "-m", "stoker.cli", "server", "--port", str(port),
-             "--state-dir", str(Path(tmp) / "state"), "--store", f"sqlite:///{db}"],
+             "--state-dir", str(Path(tmp) / "state"), "--store", f"sqlite:///{db}",
+             "--insecure-no-token"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             cwd=tmp,
         )  # fmt: skip

@@ -14,13 +14,14 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from stoker import logformat
+from stoker import logformat, tokens
 from stoker.manager import JobManager, Supervisor, SupervisorConfig
 from stoker.manager.clusters.budget import HostBudget
 from stoker.redact import redact_logs, redact_url
 from stoker.scaling.policy import DefaultPolicy
 from stoker.scaling.scaler import Scaler
 from stoker.server import create_app
+from stoker.server.guard import allowed_hosts
 from stoker.store import RetentionPolicy, open_store
 
 
@@ -32,6 +33,8 @@ def serve(
     state_dir: Path,
     token: str | None,
     read_token: str | None = None,
+    insecure_no_token: bool = False,
+    allow_hosts: tuple[str, ...] = (),
     allow_dirs: list[Path],
     leader_ttl: float = 3.0,
     lease_ttl: float = 10.0,
@@ -50,6 +53,9 @@ def serve(
     """Serve until SIGINT/SIGTERM. Drivers started here keep running after the manager stops.
 
     ``token`` guards every call but ``/healthz``; ``read_token`` (optional) allows reads only.
+    No ``token``: the one in ``<state_dir>/token`` (made on the first start, 0600), unless
+    ``insecure_no_token``. ``allow_hosts``: names the API answers to besides loopback names
+    and ``host`` (:mod:`stoker.server.guard`).
     ``retention``: what the leader keeps of ended jobs' epoch records (default: all).
     ``control_rate``: control events per second per job (bursts of twice that; 0: no limit).
     ``startup_ttl``: how long a started driver may take to hold its attempt;
@@ -70,6 +76,19 @@ def serve(
     os.umask(0o077)
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
+    if token is None and not insecure_no_token:
+        token, path, made = tokens.server_token(state_dir)
+        say(
+            f"stoker server: every call but /healthz needs the token in {path} "
+            f"({'made now' if made else 'as before'}): 'Authorization: Bearer <token>'; the "
+            "CLI reads it from STOKER_TOKEN_FILE=PATH, and by itself from "
+            f"./{path.parent.name}/{path.name} against a loopback URL"
+        )
+    elif token is None:
+        say(
+            "stoker server: WARNING: no token (--insecure-no-token): any local user or program "
+            "may submit, cancel and read jobs"
+        )
     url = store or f"sqlite:///{state_dir / 'store.db'}"
     api_store = open_store(url)
     # The supervisor has its own connection: a slow HTTP request never delays a lease renewal.
@@ -110,7 +129,14 @@ def serve(
         budget=budget,
         allowed_conf=allowed_conf,
     )
-    app = create_app(manager, supervisor, token, read_token, control_rate=control_rate)
+    app = create_app(
+        manager,
+        supervisor,
+        token,
+        read_token,
+        control_rate=control_rate,
+        hosts=allowed_hosts(host, allow_hosts),
+    )
     if supervisor is not None:
         supervisor.start()
     if scaler is not None:

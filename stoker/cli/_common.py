@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from stoker import tokens
 from stoker.errors import InvalidInput, JobNotFound, StokerError, Unauthorized, exit_code
 from stoker.types import job_id as _job_id
 
@@ -51,7 +52,10 @@ def one_line(text: str) -> str:
 
 def _hint(err: BaseException) -> str:
     if isinstance(err, Unauthorized):
-        return " (the CLI sends the token given with --token or STOKER_TOKEN)"
+        return (
+            " (the CLI sends the token given with --token or STOKER_TOKEN, else the one in "
+            "the file STOKER_TOKEN_FILE names, else ./.stoker-server/token for a loopback URL)"
+        )
     return ""
 
 
@@ -145,7 +149,7 @@ def when(t: float | None) -> str:
 def client(server: str, token: str | None) -> Any:
     from stoker.client import Client
 
-    return Client(server, token)
+    return Client(server, tokens.client_token(server, token))
 
 
 def open_job_store(job: str, store: str | None, state_dir: str | None) -> Any:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from stoker import tokens
 from stoker.cli.display import (
     RATE_EPOCHS,
     LiveView,
@@ -41,7 +42,7 @@ def submit_and_follow(
 ) -> int:
     """Submit; unless ``detached``, print state changes and committed epochs until the job
     ends. Ctrl-C detaches: the job keeps running under the manager."""
-    c = Client(server, token)
+    c = Client(server, tokens.client_token(server, token))
     sub = c.submit(
         str(path),
         job_id=job_id,

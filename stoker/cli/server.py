@@ -40,6 +40,20 @@ from stoker.errors import InvalidInput
     help="A second token that may only read (env STOKER_READ_TOKEN); needs --token.",
 )
 @click.option(
+    "--insecure-no-token",
+    is_flag=True,
+    help="Serve without any token: every caller on this host may submit, cancel and read "
+    "(loopback --host only). Without --token and without this flag the manager uses the "
+    "token in <state-dir>/token, made on its first start.",
+)
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    help="A name the API answers to besides loopback names and --host (repeatable): the "
+    "Host header of any other name is refused, 400 (DNS rebinding).",
+)
+@click.option(
     "--allow-dir",
     "allow_dirs",
     multiple=True,
@@ -167,6 +181,8 @@ def server_cmd(
     state_dir: str,
     token: str | None,
     read_token: str | None,
+    insecure_no_token: bool,
+    allow_hosts: tuple[str, ...],
     allow_dirs: tuple[str, ...],
     leader_ttl: float,
     lease_ttl: float,
@@ -197,6 +213,17 @@ def server_cmd(
         raise InvalidInput("--read-token", "needs --token too (the token that may change state)")
     if token is not None and token == read_token:
         raise InvalidInput("--read-token", "must differ from --token")
+    if insecure_no_token:
+        from stoker.server.guard import is_loopback
+
+        if token is not None or read_token is not None:
+            raise InvalidInput("--insecure-no-token", "contradicts the token given (--token)")
+        if not is_loopback(host):
+            raise InvalidInput(
+                "--insecure-no-token",
+                f"refused with --host {host}: a manager without a token listens on loopback "
+                "only (give it a --token to listen on other addresses)",
+            )
     budget = HostBudget(
         clusters=max_clusters,
         workers=max_workers,
@@ -217,6 +244,8 @@ def server_cmd(
         state_dir=Path(state_dir),
         token=token,
         read_token=read_token,
+        insecure_no_token=insecure_no_token,
+        allow_hosts=allow_hosts,
         allow_dirs=[Path(d) for d in allow_dirs] or [Path.cwd()],
         leader_ttl=leader_ttl,
         lease_ttl=lease_ttl,

@@ -13,6 +13,7 @@ from stoker.server.deps import ServerState, install_state
 from stoker.server.docs import OPENAPI_URL, install_docs, install_openapi
 from stoker.server.errors import install_error_handlers
 from stoker.server.events import EventFeed
+from stoker.server.guard import RequestGuard
 from stoker.server.limits import BodyLimit
 from stoker.server.metrics import Histogram, registry_for
 from stoker.server.routes import ROUTERS
@@ -25,13 +26,16 @@ def create_app(
     token: str | None = None,
     read_token: str | None = None,
     control_rate: float = 20.0,
+    hosts: frozenset[str] | None = None,
 ) -> FastAPI:
     """The API over ``manager``.
 
     With ``token`` every call but ``/healthz`` needs a token: ``token`` for anything,
     ``read_token`` (optional) for reads only. Answers show secrets redacted
     (:mod:`stoker.redact`). ``control_rate``: control events per second per job (bursts of
-    twice that); 0 turns the limit off.
+    twice that); 0 turns the limit off. ``hosts``: the names the API answers to (the
+    ``Host`` allow-list, :mod:`stoker.server.guard`; None: any, for an app made in a test);
+    cross-origin writes and non-JSON bodies are refused either way.
     """
     if read_token is not None and token is None:
         raise InvalidInput("--read-token", "needs a token for mutating calls too (--token)")
@@ -46,7 +50,11 @@ def create_app(
     )
     install_docs(app)
     install_openapi(
-        app, token=token is not None, read_token=read_token is not None, open_paths=OPEN_PATHS
+        app,
+        token=token is not None,
+        read_token=read_token is not None,
+        open_paths=OPEN_PATHS,
+        host_check=hosts is not None,
     )
     submit_latency = Histogram()
     rescale_tally = RescaleTally()
@@ -67,6 +75,7 @@ def create_app(
         ),
     )
     app.middleware("http")(TokenGuard(token, read_token))
+    app.middleware("http")(RequestGuard(hosts))  # Host, Origin, Content-Type: before the token
     app.add_middleware(BodyLimit)  # outermost: before the token check reads anything
     install_error_handlers(app)
     for router in ROUTERS:

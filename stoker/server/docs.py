@@ -181,8 +181,23 @@ def install_docs(app: FastAPI) -> None:
         )
 
 
+_GUARD_WHY = {
+    "400": "BadHost: the request's Host is not a name this manager answers to "
+    "(`stoker server --allow-host`).",
+    "403": "CrossOrigin: a call that changes state from a page of another origin; or the "
+    "token is read-only and this call changes state.",
+    "415": "UnsupportedMediaType: a call that changes state sent a body that is not "
+    "`Content-Type: application/json`.",
+}
+
+
 def install_openapi(
-    app: FastAPI, *, token: bool, read_token: bool, open_paths: frozenset[str]
+    app: FastAPI,
+    *,
+    token: bool,
+    read_token: bool,
+    open_paths: frozenset[str],
+    host_check: bool = False,
 ) -> None:
     """``/openapi.json`` as the server behaves: with a token, every operation but
     ``open_paths`` declares the bearer token (or ``X-Stoker-Token``); the auth answers the
@@ -203,10 +218,19 @@ def install_openapi(
             routes=app.routes,
         )
         comps = schema.setdefault("components", {})
-        for ops in schema.get("paths", {}).values():
-            for op in ops.values():
+        for path, ops in schema.get("paths", {}).items():
+            for method, op in ops.items():
                 for code in never & set(op.get("responses", {})):
                     del op["responses"][code]
+                # The request guard's refusals (stoker.server.guard), before any route runs.
+                answers = op.setdefault("responses", {})
+                guard = []
+                if host_check and path not in ("/healthz", "/readyz"):
+                    guard.append("400")
+                if method.upper() not in ("GET", "HEAD", "OPTIONS"):
+                    guard += ["403", "415"]
+                for code in guard:
+                    answers.setdefault(code, {"description": _GUARD_WHY[code]})
                 for code, answer in op.get("responses", {}).items():
                     content = answer.get("content", {})
                     # A refusal is JSON even where the success is text (logs, metrics).

@@ -242,6 +242,8 @@ def test_the_server_says_where_it_listens_and_when_it_stops(
         assert m.proc.wait(timeout=30) == 0
         lines = [ln for ln in m.log.read_text().splitlines() if ln.startswith("stoker server:")]
         assert lines == [
+            "stoker server: WARNING: no token (--insecure-no-token): any local user or program "
+            "may submit, cancel and read jobs",
             f"stoker server: listening on {m.url} (API only, never leads); store "
             f"sqlite:///{tmp_path / 'store.db'}",
             f"stoker server: API docs at {m.url}/docs",

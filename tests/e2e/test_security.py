@@ -194,7 +194,8 @@ def test_the_cli_sends_its_token_for_reads(setup: Setup) -> None:
     assert (p.returncode, p.stderr) == (
         11,
         "stoker: error: missing token: send 'Authorization: Bearer <token>'"
-        " (the CLI sends the token given with --token or STOKER_TOKEN)\n",
+        " (the CLI sends the token given with --token or STOKER_TOKEN, else the one in the file "
+        "STOKER_TOKEN_FILE names, else ./.stoker-server/token for a loopback URL)\n",
     )
     p = stoker("list", "--json", STOKER_TOKEN=READ_TOKEN)
     assert p.returncode == 0, p.stderr

@@ -897,13 +897,15 @@ def test_cli_list_status_logs_with_flags_and_environment(
     assert (p.returncode, p.stderr) == (
         11,
         "stoker: error: missing token: send 'Authorization: Bearer <token>'"
-        " (the CLI sends the token given with --token or STOKER_TOKEN)\n",
+        " (the CLI sends the token given with --token or STOKER_TOKEN, else the one in the file "
+        "STOKER_TOKEN_FILE names, else ./.stoker-server/token for a loopback URL)\n",
     )
     p = stoker("cancel", "nosuch", env={**env, "STOKER_TOKEN": "wrong"})
     assert (p.returncode, p.stderr) == (
         11,
         f"stoker: error: {WRONG_TOKEN} (the CLI sends the token given with --token or "
-        "STOKER_TOKEN)\n",
+        "STOKER_TOKEN, else the one in the file STOKER_TOKEN_FILE names, else "
+        "./.stoker-server/token for a loopback URL)\n",
     )
     p = stoker("cancel", "nosuch", env={**env, "STOKER_TOKEN": TOKEN})
     assert (p.returncode, p.stderr) == (3, "stoker: error: job 'nosuch' not found\n")

@@ -48,6 +48,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "scalespec": frozenset(),
     # Spark's checkpoint folder, read and trimmed without Spark: runtime, manager and sources.
     "checkpoint_layout": frozenset(),
+    # The manager's token file: made by the service, read by the CLI.
+    "tokens": frozenset(),
     "store": frozenset({"control"}),
     "procs": frozenset({"store"}),
     "client": frozenset(),
@@ -56,9 +58,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "scaling": frozenset({"manager", "store", "procs", "paths", "control"}),
     "server": frozenset({"manager", "store", "procs", "paths", "control"}),
     # The manager process composed (API + supervisor + scaler): only the CLI starts it.
-    "service": frozenset({"server", "manager", "scaling", "store"}),
+    "service": frozenset({"server", "manager", "scaling", "store", "tokens"}),
     "cli": frozenset(
-        {"server", "service", "manager", "store", "client", "procs", "paths", "control"}
+        {"server", "service", "manager", "store", "client", "procs", "paths", "control", "tokens"}
     ),
     # Sources and sinks sit between the runtime and the store (a source may check its fence);
     # their Spark tasks have fault points too.
@@ -96,6 +98,7 @@ SPARK_FREE = [
     "scalespec",
     "service",
     "checkpoint_layout",
+    "tokens",
 ]
 
 

@@ -1,0 +1,74 @@
+"""The job manager's token when none is given: made once into ``<state dir>/token`` (0600) by
+``stoker server``, and found there again by the CLI (issue 22 item 1: no open door on a fresh
+install).
+
+The server reads the file on every start (a restarted manager keeps its token; delete the
+file for a new one). The CLI, given no ``--token``/``STOKER_TOKEN``, reads the file named by
+``STOKER_TOKEN_FILE``, else ``./.stoker-server/token`` (``stoker server``'s default state
+folder, in the folder the CLI runs in), the latter only for a job manager on a loopback
+address: a token never goes to another host because a file happened to lie around.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from stoker.errors import InvalidInput
+
+FILE_NAME = "token"
+DEFAULT_STATE_DIR = ".stoker-server"  # stoker server --state-dir's default
+ENV_FILE = "STOKER_TOKEN_FILE"
+_MAX = 4096
+
+
+def read_token(path: Path, what: str) -> str:
+    """The token in ``path``: its first line, stripped; :class:`InvalidInput` naming ``what``
+    when the file cannot be read or holds none."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read(_MAX).strip().splitlines()
+    except OSError as e:
+        raise InvalidInput(what, f"cannot read the token file {path}: {e.strerror}") from e
+    if not text or not text[0].strip():
+        raise InvalidInput(what, f"the token file {path} holds no token")
+    return text[0].strip()
+
+
+def server_token(state_dir: Path) -> tuple[str, Path, bool]:
+    """The manager's token: the one in ``state_dir/token``, or a new one written there (only
+    the owner may read it); (token, its file, whether it was made now)."""
+    path = state_dir / FILE_NAME
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return read_token(path, "token file"), path, False
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(token + "\n")
+    return token, path, True
+
+
+def _loopback(url: str) -> bool:
+    host = (urlsplit(url if "://" in url else f"http://{url}").hostname or "").lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def client_token(server: str, given: str | None) -> str | None:
+    """The token the CLI sends to ``server``: ``given`` (``--token``, ``STOKER_TOKEN``), else
+    the file ``STOKER_TOKEN_FILE`` names, else a loopback manager's default token file in the
+    current folder; None when there is none."""
+    if given:
+        return given
+    named = os.environ.get(ENV_FILE)
+    if named:
+        return read_token(Path(named), ENV_FILE)
+    local = Path(DEFAULT_STATE_DIR) / FILE_NAME
+    if _loopback(server) and local.is_file():
+        return read_token(local, "token file")
+    return None
+
+
+__all__ = ["ENV_FILE", "client_token", "read_token", "server_token"]
