@@ -276,7 +276,6 @@ def _secret_properties(secret: Mapping[str, str]) -> Iterator[None]:
     if not secret:
         yield
         return
-    before = os.environ.get("PYSPARK_SUBMIT_ARGS")
     fd, name = tempfile.mkstemp(prefix="stoker-conf-", suffix=".properties")  # 0600
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -284,16 +283,28 @@ def _secret_properties(secret: Mapping[str, str]) -> Iterator[None]:
                 fh.write(
                     f"{_java_properties_escape(k, True)}={_java_properties_escape(v, False)}\n"
                 )
-        rest = before if before is not None else "pyspark-shell"
-        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--extra-properties-file {shlex.quote(name)} {rest}"
+        rest = os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
+        args = f"--extra-properties-file {shlex.quote(name)} {rest}"
+        with _environ_while("PYSPARK_SUBMIT_ARGS", args):
+            yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+
+
+@contextlib.contextmanager
+def _environ_while(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name]`` is ``value`` inside the block (a JVM started in it keeps that
+    copy), and as it was after."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
         yield
     finally:
         if before is None:
-            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+            os.environ.pop(name, None)
         else:
-            os.environ["PYSPARK_SUBMIT_ARGS"] = before
-        with contextlib.suppress(OSError):
-            os.unlink(name)
+            os.environ[name] = before
 
 
 # The folder whose sitecustomize.py takes PySpark's zip copy off the path of Spark's Python
@@ -310,16 +321,9 @@ def _worker_site() -> Iterator[None]:
     if off or not (WORKER_SITE / "sitecustomize.py").is_file():
         yield
         return
-    before = os.environ.get("PYTHONPATH")
-    parts = [p for p in (before or "").split(os.pathsep) if p]
-    os.environ["PYTHONPATH"] = os.pathsep.join([*parts, str(WORKER_SITE)])
-    try:
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    with _environ_while("PYTHONPATH", os.pathsep.join([*parts, str(WORKER_SITE)])):
         yield
-    finally:
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
 
 
 @contextlib.contextmanager
