@@ -192,9 +192,55 @@ def scaling_line(view: dict[str, Any]) -> str | None:
 STORE_ENV = "STOKER_STORE"
 
 
+STORE_FILE_ENV = "STOKER_STORE_FILE"
+_STORE_FILE_KEY = "stoker.store_file"
+
+
+def _remember_store_file(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value:
+        ctx.meta[_STORE_FILE_KEY] = value
+
+
+def _store_from_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--store``, else the URL in ``--store-file`` (or STOKER_STORE_FILE), else STOKER_STORE:
+    a URL with a password read from a file (0600) is on no command line."""
+    path = ctx.meta.get(_STORE_FILE_KEY)
+    if not path:
+        return value
+    if value is not None and value != os.environ.get(STORE_ENV):  # --store given, not the env
+        raise click.BadParameter("give --store or --store-file, not both", ctx, param)
+    from stoker.tokens import read_token
+
+    try:
+        return read_token(Path(path), "--store-file")
+    except InvalidInput as e:
+        raise click.BadParameter(e.message, ctx, param) from e
+
+
 def store_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--store URL``, with ``help``; STOKER_STORE when not given."""
-    return click.option("--store", envvar=STORE_ENV, default=None, help=f"{help} Env: {STORE_ENV}.")
+    """``--store URL``, with ``help``; else ``--store-file PATH`` (the URL in a file, env
+    STOKER_STORE_FILE), else STOKER_STORE."""
+
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = click.option(
+            "--store",
+            envvar=STORE_ENV,
+            default=None,
+            callback=_store_from_file,
+            help=f"{help} Env: {STORE_ENV}.",
+        )(fn)
+        return click.option(
+            "--store-file",
+            envvar=STORE_FILE_ENV,
+            default=None,
+            is_eager=True,
+            expose_value=False,
+            callback=_remember_store_file,
+            help="A file whose first line is the store URL (a password in it stays off the "
+            f"command line). Env: {STORE_FILE_ENV}.",
+        )(fn)
+
+    return add
 
 
 store_opt = store_option("Store URL (default: ./.stoker/JOB/store.db).")

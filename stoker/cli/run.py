@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stoker.cli._common import STORE_ENV, guarded, need_server, server_opts
+from stoker.cli._common import STORE_ENV, STORE_FILE_ENV, guarded, need_server, server_opts
 from stoker.errors import InvalidInput, JobSuspended
 from stoker.paths import check_app_path
 from stoker.redact import redact_answer, redact_url
@@ -290,10 +290,18 @@ def run_cmd(
 
 
 def local_overrides(overrides: dict[str, str], environ: Mapping[str, str]) -> dict[str, str]:
-    """A local run's ``-D`` settings: STOKER_STORE is its store, as it is every ``--store``'s,
-    unless ``-D stoker.store=URL`` names one (the explicit setting wins)."""
+    """A local run's ``-D`` settings: the URL in the file STOKER_STORE_FILE names, else
+    STOKER_STORE, is its store, as it is every ``--store``'s, unless ``-D stoker.store=URL``
+    names one (the explicit setting wins)."""
+    if "stoker.store" in overrides:
+        return overrides
+    named = environ.get(STORE_FILE_ENV)
+    if named:
+        from stoker.tokens import read_token
+
+        return {**overrides, "stoker.store": read_token(Path(named), STORE_FILE_ENV)}
     env = environ.get(STORE_ENV)
-    if env and "stoker.store" not in overrides:
+    if env:
         return {**overrides, "stoker.store": env}
     return overrides
 

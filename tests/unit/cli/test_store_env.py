@@ -77,3 +77,28 @@ def test_a_local_run_takes_stoker_store_unless_d_names_a_store() -> None:
     given = {"stoker.store": "sqlite:///given.db"}
     assert local_overrides(given, env) == given
     assert local_overrides({}, {}) == {}
+
+
+def test_a_store_url_in_a_file_keeps_its_password_off_the_command_line(
+    stores: tuple[str, str], tmp_path: Path
+) -> None:
+    """Issue 22 item 7: ``--store-file`` (or STOKER_STORE_FILE) names a file whose first line
+    is the URL; it wins over STOKER_STORE, and an explicit --store beside it is refused."""
+    a, b = stores
+    url_file = tmp_path / "store-url"
+    url_file.write_text(b + "\n")
+    run = CliRunner().invoke
+    env = {"STOKER_STORE": a, "STOKER_SERVER": ""}
+
+    listed = run(main, ["list", "--store-file", str(url_file)], env=env)
+    assert listed.exit_code == 0, listed.output
+    assert "job-b" in listed.output and "job-a" not in listed.output
+    listed = run(main, ["list"], env={**env, "STOKER_STORE_FILE": str(url_file)})
+    assert listed.exit_code == 0 and "job-b" in listed.output, listed.output
+    both = run(main, ["list", "--store", a, "--store-file", str(url_file)], env={})
+    assert both.exit_code == 2 and "not both" in both.output, both.output
+    missing = run(main, ["list", "--store-file", str(tmp_path / "nope")], env=env)
+    assert missing.exit_code == 2 and "cannot read" in missing.output, missing.output
+    assert local_overrides({}, {"STOKER_STORE_FILE": str(url_file), "STOKER_STORE": a}) == {
+        "stoker.store": b
+    }
