@@ -21,7 +21,7 @@ from stoker.redact import redact_logs, redact_url
 from stoker.scaling.policy import DefaultPolicy
 from stoker.scaling.scaler import Scaler
 from stoker.server import create_app
-from stoker.server.guard import allowed_hosts
+from stoker.server.guard import allowed_hosts, is_loopback
 from stoker.store import RetentionPolicy, open_store
 
 
@@ -88,6 +88,12 @@ def serve(
         say(
             "stoker server: WARNING: no token (--insecure-no-token): any local user or program "
             "may submit, cancel and read jobs"
+        )
+    if not is_loopback(host):
+        say(
+            f"stoker server: WARNING: listening on {host} in plain HTTP: tokens and answers "
+            "cross the network unencrypted; keep --host 127.0.0.1 behind a TLS proxy (and "
+            "--allow-host its name)"
         )
     url = store or f"sqlite:///{state_dir / 'store.db'}"
     api_store = open_store(url)

@@ -314,3 +314,41 @@ def test_a_page_of_another_origin_cannot_drive_an_open_manager(
     finally:
         page_server.shutdown()
     _untouched(state)
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+def test_the_docs_page_renders_under_its_content_security_policy(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """/docs had no CSP and kept a typed token in localStorage (issue 22, low). Now only its
+    own inline script runs (by hash), nothing may frame it, and Swagger UI still renders in a
+    real Chromium with no CSP violation."""
+    from playwright.sync_api import sync_playwright
+
+    s = Server(tmp_path, "--insecure-no-token", "--api-only", "--state-dir", str(tmp_path / "st"))
+    servers.append(s)
+    r = httpx.get(f"{s.url}/docs", timeout=10)
+    csp = r.headers["content-security-policy"]
+    assert (
+        "frame-ancestors 'none'" in csp
+        and "'sha256-" in csp
+        and "unsafe-inline" not in (csp.split("script-src", 1)[1].split(";", 1)[0])
+    ), csp
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert "persistAuthorization" in r.text and '"persistAuthorization": false' in r.text
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            problems: list[str] = []
+            page.on(
+                "console",
+                lambda m: problems.append(m.text) if "Content Security Policy" in m.text else None,
+            )
+            page.goto(f"{s.url}/docs")
+            page.wait_for_selector("text=stoker job manager", timeout=60_000)
+            page.wait_for_selector(".opblock", timeout=60_000)  # the operations are listed
+            assert problems == [], problems
+        finally:
+            browser.close()
