@@ -209,6 +209,15 @@ def validate_submission(
     ``allowed_dirs`` are resolved already (the caller does it once). ``allowed_conf``: key
     prefixes the operator allows to run or load code (:func:`check_conf_code`).
     """
+    # Where it points is checked before whether it exists: a caller learns nothing of the
+    # host's files outside the allowed folders (issue 22, low).
+    if not isinstance(entrypoint, str) or not entrypoint or "\x00" in entrypoint:
+        raise InvalidInput("entrypoint", f"expects a file path, got {entrypoint!r}")
+    try:
+        where = Path(entrypoint).resolve()
+    except (OSError, RuntimeError) as e:
+        raise InvalidInput("entrypoint", f"{entrypoint[:200]!r} cannot be used: {e}") from None
+    check_allowed(where, entrypoint, allowed_dirs, "entrypoint")
     path = check_app_path(entrypoint, "entrypoint")
     check_allowed(path, entrypoint, allowed_dirs, "entrypoint")
     for i, a in enumerate(args):

@@ -182,7 +182,8 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "restart_strategy.strategy",
         "not one of",
     ),
-    ("missing file", {"entrypoint": "/nonexistent/app.py"}, "entrypoint", "does not exist"),
+    # Outside the allowed folders, whether it exists is not told (issue 22, low).
+    ("missing file", {"entrypoint": "/nonexistent/app.py"}, "entrypoint", "lies outside"),
 ]
 
 
@@ -349,3 +350,22 @@ def test_secret_values_under_any_key_stay_off_the_drivers_command_line(tmp_path:
     secrets = json.loads(argv.env[procs_mod.SECRETS_ENV])
     assert secrets["spark.mongodb.read.connection.uri"].endswith("reader:pw-9xq@db.example/x")
     assert secrets["spark.jdbc.opts"] == "host=db password=pw-8zz sslmode=require"
+
+
+def test_an_entrypoint_outside_the_allowed_folders_is_refused_alike_whether_it_exists(
+    tmp_path: Path,
+) -> None:
+    """The refusal of a path outside the allowed folders does not tell whether a file is
+    there (issue 22, low: it was an oracle for any file of the host)."""
+    from stoker.manager.submit import validate_submission
+
+    allowed, outside = tmp_path / "apps", tmp_path / "elsewhere"
+    allowed.mkdir()
+    outside.mkdir()
+    (outside / "there.py").write_text("x = 1\n")
+    answers = []
+    for name in ("there.py", "absent.py"):
+        with pytest.raises(InvalidInput) as err:
+            validate_submission(str(outside / name), [], {}, None, [allowed.resolve()])
+        answers.append(err.value.message.replace(name, "NAME"))
+    assert answers[0] == answers[1] and "lies outside the allowed folders" in answers[0]
