@@ -10,6 +10,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from stoker.server.docs import DOCS_URL, OPENAPI_URL, STATIC_URL
+from stoker.server.ui import OPEN_PAGES as UI_OPEN_PAGES
 from stoker.server.ui import OPEN_PATHS as UI_OPEN_PATHS
 from stoker.server.ui import OPEN_PREFIXES as UI_OPEN_PREFIXES
 
@@ -25,6 +26,16 @@ _OPEN_PREFIX = (STATIC_URL + "/", *UI_OPEN_PREFIXES)
 # A refusal names the REST fix (the header); the CLI adds its own (--token, STOKER_TOKEN).
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def is_open(path: str) -> bool:
+    """Whether ``path`` is served without a token: the probes, the docs, static assets, the
+    UI's pages (which hold no data)."""
+    return (
+        path in OPEN_PATHS
+        or path.startswith(_OPEN_PREFIX)
+        or UI_OPEN_PAGES.fullmatch(path) is not None
+    )
 
 
 def given_token(request: Request) -> str | None:
@@ -58,7 +69,7 @@ class TokenGuard:
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         path = request.url.path
-        if self.token is not None and path not in OPEN_PATHS and not path.startswith(_OPEN_PREFIX):
+        if self.token is not None and not is_open(path):
             given = given_token(request)
             if not given:
                 return JSONResponse(

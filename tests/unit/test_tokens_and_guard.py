@@ -74,3 +74,23 @@ def test_the_allow_list_is_loopback_the_bound_address_and_the_names_given() -> N
     }
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.5")
+
+
+@pytest.mark.parametrize(
+    ("path", "open_"),
+    [
+        ("/healthz", True),
+        ("/docs", True),
+        ("/ui/jobs", True),
+        ("/ui/jobs/orders-1", True),
+        ("/ui/applications/shop", True),
+        ("/ui/jobs/orders-1/anything", False),  # a later route under a page: guarded
+        ("/ui/jobs/", False),
+        ("/ui/f/jobs", False),  # fragments hold data
+        ("/v1/jobs", False),
+    ],
+)
+def test_only_the_uis_pages_are_open_not_what_lies_under_them(path: str, open_: bool) -> None:
+    from stoker.server.auth import is_open
+
+    assert is_open(path) is open_

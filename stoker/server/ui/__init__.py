@@ -13,6 +13,6 @@ no Spark and never opens the store itself.
 
 from __future__ import annotations
 
-from stoker.server.ui.routes import OPEN_PATHS, OPEN_PREFIXES, STATIC_PREFIX, mount
+from stoker.server.ui.routes import OPEN_PAGES, OPEN_PATHS, OPEN_PREFIXES, STATIC_PREFIX, mount
 
-__all__ = ["OPEN_PATHS", "OPEN_PREFIXES", "STATIC_PREFIX", "mount"]
+__all__ = ["OPEN_PAGES", "OPEN_PATHS", "OPEN_PREFIXES", "STATIC_PREFIX", "mount"]

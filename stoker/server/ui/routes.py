@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import hmac
+import re
 from collections.abc import Callable
 from pathlib import Path as FsPath
 from typing import Any
@@ -25,8 +26,11 @@ _HERE = FsPath(__file__).resolve().parent
 STATIC_PREFIX = "/ui/static"
 # The shell pages and the assets: open (no data in them). Fragments, /ui/f/..., are not.
 OPEN_PATHS = frozenset({"/", "/ui", "/ui/jobs", "/ui/applications", "/ui/clusters", "/ui/manager"})
-OPEN_PREFIXES = (STATIC_PREFIX + "/", "/ui/jobs/", "/ui/applications/")
+OPEN_PREFIXES = (STATIC_PREFIX + "/",)
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"  # as loose as any id the API takes; checked there
+# A job's or an application's page (one path segment after the kind), open like the lists: a
+# route added later under /ui/jobs/<id>/... is guarded, not open by prefix.
+OPEN_PAGES = re.compile(r"/ui/(?:jobs|applications)/[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _CLUSTER = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 # Every page: scripts from this server only (no inline script, no eval), nothing framed.
 # uPlot and htmx set style attributes from script, hence 'unsafe-inline' for styles only.
