@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
 from stoker.manager.applications import app_record
@@ -29,11 +30,11 @@ def attempt_log(store: Store, jid: str, attempt: int, tail: int | None = None) -
         raise JobNotFound(f"{jid} attempt {attempt}")
     if not att.log_path:
         raise InvalidInput("attempt", f"attempt {attempt} was not started by a job manager")
-    path = Path(att.log_path)
+    path = served_log(att.log_path, job.job_id, attempt)
     if not path.exists():
         return ""
     want = min(LOG_TAIL_DEFAULT if tail is None else tail, LOG_TAIL_MAX)
-    with open(path, "rb") as fh:
+    with _open_log(path) as fh:
         size = fh.seek(0, os.SEEK_END)
         start = max(0, size - want)
         fh.seek(start)
@@ -59,7 +60,38 @@ def application_log(
         raise err.with_message(f"application {app.job_id!r} has no attempt {n}")
     if not att.log_path:
         return ""
-    return tail_lines(Path(att.log_path), tail)
+    return tail_lines(served_log(att.log_path, app.job_id, n), tail)
+
+
+def served_log(recorded: str, jid: str, attempt: int) -> Path:
+    """The log file an attempt's record names, if it is one a job manager writes
+    (``<state dir>/logs/<id>/attempt-<n>.log``, absolute, no ``..``, no symbolic link on the
+    way): a driver holds the store's credentials and could record any path, and the API would
+    serve that file (issue 22, low). :class:`InvalidInput` on ``attempt`` otherwise."""
+    path = Path(recorded)
+    shaped = (
+        path.is_absolute()
+        and ".." not in path.parts
+        and path.name == f"attempt-{attempt}.log"
+        and path.parent.name == jid
+        and path.parent.parent.name == "logs"
+    )
+    try:
+        plain = shaped and path.parent.resolve() == path.parent
+    except (OSError, RuntimeError):
+        plain = False
+    if not plain:
+        raise InvalidInput(
+            "attempt",
+            f"attempt {attempt}'s recorded log is not where a job manager writes logs: not served",
+        )
+    return path
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """``path`` opened for reading, refusing a symbolic link in its place."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    return os.fdopen(fd, "rb")
 
 
 def tail_lines(path: Path, lines: int | None) -> str:
@@ -67,7 +99,7 @@ def tail_lines(path: Path, lines: int | None) -> str:
     costs what is shown."""
     if not path.exists():
         return ""
-    with open(path, "rb") as fh:
+    with _open_log(path) as fh:
         if lines is None:
             return fh.read().decode("utf-8", errors="replace")
         fh.seek(0, os.SEEK_END)

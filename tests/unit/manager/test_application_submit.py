@@ -369,3 +369,28 @@ def test_an_entrypoint_outside_the_allowed_folders_is_refused_alike_whether_it_e
             validate_submission(str(outside / name), [], {}, None, [allowed.resolve()])
         answers.append(err.value.message.replace(name, "NAME"))
     assert answers[0] == answers[1] and "lies outside the allowed folders" in answers[0]
+
+
+def test_a_log_path_a_driver_recorded_elsewhere_is_not_served(tmp_path: Path) -> None:
+    """A driver holds the store's credentials: it could record /etc/shadow as its attempt's
+    log, and the API would serve it (issue 22, low). Only a manager's own log layout is."""
+    from stoker.manager.logs import served_log
+
+    good = tmp_path / "logs" / "job-1" / "attempt-2.log"
+    assert served_log(str(good), "job-1", 2) == good
+    for bad in (
+        "/etc/shadow",
+        str(tmp_path / "logs" / "job-1" / "attempt-3.log"),  # another attempt's name
+        str(tmp_path / "logs" / "other" / "attempt-2.log"),  # another job's folder
+        str(tmp_path / "logs" / "job-1" / ".." / "job-1" / "attempt-2.log"),
+        "logs/job-1/attempt-2.log",  # relative
+    ):
+        with pytest.raises(InvalidInput) as err:
+            served_log(bad, "job-1", 2)
+        assert err.value.field == "attempt"
+    real = tmp_path / "real"
+    (real / "job-1").mkdir(parents=True)
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "logs").symlink_to(real)
+    with pytest.raises(InvalidInput):
+        served_log(str(tmp_path / "linked" / "logs" / "job-1" / "attempt-2.log"), "job-1", 2)

@@ -13,7 +13,8 @@ from stoker.types import AttemptNo, job_id
 
 
 def test_a_log_is_read_from_its_end_from_a_line_start(tmp_path: Path) -> None:
-    log = tmp_path / "attempt-1.log"
+    log = tmp_path / "logs" / "j" / "attempt-1.log"  # where a manager writes it
+    log.parent.mkdir(parents=True)
     line = b"x" * 99 + b"\n"
     with open(log, "wb") as fh:
         for _ in range(30_000):  # about 3 MB
