@@ -24,15 +24,16 @@ _WORDS = "|".join(SECRET_WORDS)
 # Python on the match), so the scan resumes after it. The old patterns took 27 s on a 24 KB
 # string of "a.a.a..." (issue 22, item 4).
 
-# scheme://user:password@host -> scheme://user:***@host: a run of scheme characters, then
-# (optionally) the rest of a URL's userinfo up to the '@' (a user of at most 256 characters,
-# a password of at most 1024: each "://" costs at most that much).
-_URL_PASSWORD = re.compile(
-    r"(?P<run>[\w+.-]++)(?:(?P<head>://[^\s:/@'\"]{0,256}+:)(?P<pw>[^\s@'\"]{1,1024}+)(?=@))?"
+# scheme://user:password@host -> scheme://user:***@host: found by a scan (_mask_urls), not a
+# pattern, so that a password holding '@' is hidden whole (the host follows the last '@').
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
+_AUTHORITY_END = re.compile(r"[/?#\s'\"]")
+# key=value or key: value where the key looks secret (libpq's password=..., -D pairs, log
+# lines, YAML-ish text), the value quoted or not: a run of key characters, then (optionally)
+# the separator, an opening quote and the value.
+_PAIR = re.compile(
+    r"(?P<key>[\w.-]++)(?:(?P<eq>\s*+[=:]\s*+)(?P<q>['\"]?+)(?P<value>[^\s,;&'\"]++))?"
 )
-# key=value where the key looks secret (libpq's password=..., -D pairs, log lines): a run of
-# key characters, then (optionally) "= value".
-_PAIR = re.compile(r"(?P<key>[\w.-]++)(?:(?P<eq>\s*+=\s*+)(?P<value>[^\s,;&'\"]++))?")
 # 'key': 'value' where the key looks secret (a dict's repr inside a message): a quoted string
 # (its key at most 256 long), then (optionally) ": " and the value's opening quote; the value
 # runs to its closing quote, looked for at most _VALUE_MAX characters on.
@@ -43,9 +44,17 @@ _VALUE_MAX = 4096
 
 
 def is_secret_key(key: str) -> bool:
-    """True when a conf key looks like it names a secret."""
+    """True when a conf key looks like it names a secret: one of :data:`SECRET_WORDS`
+    anywhere in it, or a part of it (between dots, dashes, underscores) that is ``pass``,
+    ``passwd`` or ``pwd`` (``spark.auth.pass``, ``db_pwd``)."""
     low = key.lower()
-    return any(w in low for w in SECRET_WORDS)
+    if any(w in low for w in SECRET_WORDS):
+        return True
+    return any(part in _SECRET_PARTS for part in _PARTS.split(low))
+
+
+_SECRET_PARTS = frozenset({"pass", "passwd", "pwd"})
+_PARTS = re.compile(r"[._\-\s]")
 
 
 def is_secret_entry(key: str, value: object) -> bool:
@@ -54,16 +63,39 @@ def is_secret_entry(key: str, value: object) -> bool:
     return is_secret_key(key) or (isinstance(value, str) and redact_text(value) != value)
 
 
-def _url(m: re.Match[str]) -> str:
-    if m.group("pw") is None or not m.group("run")[:1].isalpha():
-        return m.group(0)
-    return f"{m.group('run')}{m.group('head')}{MASK}"
+def _mask_urls(text: str) -> str:
+    """Every ``scheme://user:password@host`` in ``text`` with its password masked; linear in
+    the text: each scan of an authority stops at its first '/', and the next ``://`` lies
+    after that."""
+    out: list[str] = []
+    done = at = 0
+    while (i := text.find("://", at)) >= 0:
+        at = i + 3
+        j = i
+        while j > 0 and text[j - 1] in _SCHEME_CHARS:
+            j -= 1
+        if j == i or not text[j].isalpha():
+            continue
+        end_m = _AUTHORITY_END.search(text, at)
+        end = len(text) if end_m is None else end_m.start()
+        host_at = text.rfind("@", at, end)
+        colon = text.find(":", at, host_at) if host_at > at else -1
+        if colon < 0 or colon + 1 >= host_at:
+            continue
+        out.append(text[done : colon + 1])
+        out.append(MASK)
+        done = host_at
+        at = max(at, end)
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
 
 
 def _pair(m: re.Match[str]) -> str:
     if m.group("value") is None or not is_secret_key(m.group("key")):
         return m.group(0)
-    return f"{m.group('key')}{m.group('eq')}{MASK}"
+    return f"{m.group('key')}{m.group('eq')}{m.group('q')}{MASK}"
 
 
 def _mask_quoted(text: str) -> str:
@@ -93,7 +125,7 @@ def _mask_quoted(text: str) -> str:
 
 def redact_url(url: str) -> str:
     """``url`` with its password (if any) replaced by :data:`MASK`."""
-    return _URL_PASSWORD.sub(_url, url)
+    return _mask_urls(url)
 
 
 def redact_text(text: str) -> str:
@@ -101,7 +133,7 @@ def redact_text(text: str) -> str:
     in the length of ``text``."""
     if not text:
         return text
-    text = _URL_PASSWORD.sub(_url, text)
+    text = _mask_urls(text)
     text = _PAIR.sub(_pair, text)
     return _mask_quoted(text)
 
@@ -114,24 +146,33 @@ def redact_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# Where an answer carries what a user sent or a program wrote (a submission's conf and
+# config, a control event's body, its config changes and payload): secrets by key at any depth.
+_USER_CONTENT = frozenset({"conf", "config", "set", "payload", "body", "result"})
+
+
 def redact_answer(obj: Any) -> Any:
     """A copy of an API answer (dicts, lists, strings) with every secret hidden.
 
-    Dicts under a ``conf`` or ``config`` key are redacted by key; every string by
-    :func:`redact_text`.
+    Under a ``conf``, ``config``, ``set``, ``payload``, ``body`` or ``result`` key, a value
+    whose key looks secret is masked at any depth; every string by :func:`redact_text`.
     """
+    return _redact(obj, False)
+
+
+def _redact(obj: Any, by_key: bool) -> Any:
     if isinstance(obj, str):
         return redact_text(obj)
     if isinstance(obj, Mapping):
         out: dict[str, Any] = {}
         for k, v in obj.items():
-            if k in ("conf", "config") and isinstance(v, Mapping):
-                out[k] = redact_conf(v)
+            if by_key and isinstance(k, str) and is_secret_key(k) and v is not None:
+                out[k] = MASK
             else:
-                out[k] = redact_answer(v)
+                out[k] = _redact(v, by_key or k in _USER_CONTENT)
         return out
     if isinstance(obj, list | tuple):
-        return [redact_answer(v) for v in obj]
+        return [_redact(v, by_key) for v in obj]
     return obj
 
 

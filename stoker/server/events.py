@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 
 from stoker.errors import StokerError
+from stoker.redact import redact_answer
 from stoker.types import JobKind
 
 if TYPE_CHECKING:
@@ -301,6 +302,9 @@ class EventFeed:
             seen.rescales = {k: v for k, v in seen.rescales.items() if k in keep}
 
     def _add(self, kind: str, job: str, data: dict[str, Any]) -> None:
+        # Masked as every REST answer is (a job's error may hold a DSN with its password, a
+        # control event's payload a token): the read-only token reads this stream too.
+        data = redact_answer(data)
         with self._lock:
             self._ring.append(Event(next(self._seq), kind, job, data))
 

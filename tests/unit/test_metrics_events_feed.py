@@ -117,3 +117,23 @@ def test_feed_baseline_then_new_job_epochs_and_controls(store: Store, manager: J
     assert feed.resume_point(f"{feed.run}-{seq}") == (seq, False)
     assert feed.resume_point(f"other-{seq}") == (seq, True)
     assert [e.job_id for e in feed.after(0, "new")] == ["new"]
+
+
+def test_the_feed_masks_secrets_as_rest_answers_do(store: Store, manager: JobManager) -> None:
+    """Issue 22 item 6: /v1/events sent a job's error raw (a DSN with its password) and a
+    control event's payload in clear, while REST masked them."""
+    from stoker.types import AttemptState, JobState
+
+    feed = EventFeed(manager)
+    feed.poll_once()
+    jid, att = _job(store, "leaky")
+    store.add_control(
+        jid, ControlKind.EVENT, {"name": "rotate", "payload": {"token": "t0k"}}, sender="t"
+    )
+    store.finish_attempt(
+        jid, att, AttemptState.FAILED, JobState.FAILED, "cannot open postgresql://u:pw9@db/x"
+    )
+    feed.poll_once()
+    text = repr([e.data for e in feed.after(0)])
+    assert "pw9" not in text and "t0k" not in text, text
+    assert "postgresql://u:***@db/x" in text

@@ -24,13 +24,18 @@ from stoker.redact import (
         "spark.hadoop.fs.s3a.access.KEY",
         "my.Token",
         "gcp.credentials.file",
+        "spark.auth.pass",  # issue 22 item 6: the review's misses
+        "db_pwd",
+        "ldap.passwd",
     ],
 )
 def test_secret_looking_keys(key: str) -> None:
     assert is_secret_key(key)
 
 
-@pytest.mark.parametrize("key", ["spark.sql.shuffle.partitions", "stoker.trigger", "spark.ui"])
+@pytest.mark.parametrize(
+    "key", ["spark.sql.shuffle.partitions", "stoker.trigger", "spark.ui", "passthrough", "compass"]
+)
 def test_ordinary_keys(key: str) -> None:
     assert not is_secret_key(key)
 
@@ -50,6 +55,30 @@ def test_text_hides_urls_pairs_and_reprs() -> None:
     assert redact_text("host=h password=pw dbname=d") == "host=h password=*** dbname=d"
     assert redact_text("-D spark.x.secret=abc -D spark.y=2") == "-D spark.x.secret=*** -D spark.y=2"
     assert redact_text("{'spark.x.token': 'abc', 'a': 'b'}") == "{'spark.x.token': '***', 'a': 'b'}"
+
+
+def test_the_forms_the_review_found_unmasked() -> None:
+    """Issue 22 item 6: quoted values, colons, other key words, '@' inside a password."""
+    assert redact_text("password='hunter2' user=x") == "password='***' user=x"
+    assert redact_text('password: "hunter2"') == 'password: "***"'
+    assert redact_text("passwd=hunter2") == "passwd=***"
+    assert redact_text("spark.auth.pass: hunter2") == "spark.auth.pass: ***"
+    assert redact_text("postgresql://u:p@ss@db/x and more") == "postgresql://u:***@db/x and more"
+    assert redact_url("mongodb://u:a@b:c@h:27017/d?x=1") == "mongodb://u:***@h:27017/d?x=1"
+    assert redact_text("Error: refused; at http://h:80/p") == "Error: refused; at http://h:80/p"
+    answer = {
+        "body": {"kind": "event", "payload": {"db": {"token": "t0k", "n": 1}, "l": [{"pwd": "x"}]}},
+        "set": {"api.secret": "s", "rows": 5},
+        "token": 7,  # not a user's content: the leader lease's fencing number stays
+    }
+    assert redact_answer(answer) == {
+        "body": {
+            "kind": "event",
+            "payload": {"db": {"token": "***", "n": 1}, "l": [{"pwd": "***"}]},
+        },
+        "set": {"api.secret": "***", "rows": 5},
+        "token": 7,
+    }
 
 
 def test_conf_and_answers() -> None:
