@@ -25,12 +25,14 @@ import click
 
 from stoker.cli import apps, clusters, control, jobs, run, scaling, server, state
 from stoker.cli._common import debug_option
+from stoker.cli.terminal import protect_stdout
 
 
 @click.group()
 @click.version_option(package_name="stoker")
 def main() -> None:
     """stoker: run PySpark pipelines as supervised, exactly-once jobs."""
+    protect_stdout()  # server text on a terminal as text, never as escape sequences
 
 
 main.add_command(run.run_cmd)

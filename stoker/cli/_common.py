@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from stoker import tokens
+from stoker.cli.terminal import clean
 from stoker.errors import InvalidInput, JobNotFound, StokerError, Unauthorized, exit_code
 from stoker.types import job_id as _job_id
 
@@ -69,7 +70,7 @@ def _fail(err: BaseException) -> None:
         msg = f"{type(err).__name__}: {one_line(str(err))}"
         if not debug_enabled():
             msg += " (run with --debug or STOKER_DEBUG=1 for the traceback)"
-    click.echo(f"stoker: error: {msg}", err=True)
+    click.echo(f"stoker: error: {clean(msg)}", err=True)
     sys.exit(exit_code(err))
 
 
