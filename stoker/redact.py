@@ -30,10 +30,10 @@ _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 _AUTHORITY_END = re.compile(r"[/?#\s'\"]")
 # key=value or key: value where the key looks secret (libpq's password=..., -D pairs, log
 # lines, YAML-ish text), the value quoted or not: a run of key characters, then (optionally)
-# the separator, an opening quote and the value.
-_PAIR = re.compile(
-    r"(?P<key>[\w.-]++)(?:(?P<eq>\s*+[=:]\s*+)(?P<q>['\"]?+)(?P<value>[^\s,;&'\"]++))?"
-)
+# the separator and an opening quote. The value is taken in Python (_mask_pairs), only after a
+# secret key, so that a value is scanned for a key of its own ("conf: a.password=x").
+_PAIR = re.compile(r"(?P<key>[\w.-]++)(?:(?P<eq>\s*+[=:]\s*+)(?P<q>['\"]?+))?")
+_PAIR_VALUE = re.compile(r"[^\s,;&'\"]++")
 # 'key': 'value' where the key looks secret (a dict's repr inside a message): a quoted string
 # (its key at most 256 long), then (optionally) ": " and the value's opening quote; the value
 # runs to its closing quote, looked for at most _VALUE_MAX characters on.
@@ -92,10 +92,25 @@ def _mask_urls(text: str) -> str:
     return "".join(out)
 
 
-def _pair(m: re.Match[str]) -> str:
-    if m.group("value") is None or not is_secret_key(m.group("key")):
-        return m.group(0)
-    return f"{m.group('key')}{m.group('eq')}{m.group('q')}{MASK}"
+def _mask_pairs(text: str) -> str:
+    """Each secret-looking ``key=value`` or ``key: value`` with its value masked; linear: each
+    key run is matched whole (possessive) and the scan goes on after it."""
+    out: list[str] = []
+    done = at = 0
+    while (m := _PAIR.search(text, at)) is not None:
+        at = m.end()
+        if m.group("eq") is None or not is_secret_key(m.group("key")):
+            continue
+        value = _PAIR_VALUE.match(text, m.end())
+        if value is None:
+            continue
+        out.append(text[done : m.end()])
+        out.append(MASK)
+        done = at = value.end()
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
 
 
 def _mask_quoted(text: str) -> str:
@@ -134,7 +149,7 @@ def redact_text(text: str) -> str:
     if not text:
         return text
     text = _mask_urls(text)
-    text = _PAIR.sub(_pair, text)
+    text = _mask_pairs(text)
     return _mask_quoted(text)
 
 

@@ -259,7 +259,12 @@ def app_cancel_cmd(
 @click.argument("app")
 @server_opts
 @click.option("--attempt", type=click.IntRange(1), default=None, help="Default: the current one.")
-@click.option("--tail", type=click.IntRange(1), default=None, help="Only the last N lines.")
+@click.option(
+    "--tail",
+    type=click.IntRange(1),
+    default=None,
+    help="Only the last N lines (default: the last 1 MiB, from a line start).",
+)
 @guarded
 def app_logs_cmd(
     app: str, server: str | None, token: str | None, attempt: int | None, tail: int | None

@@ -214,7 +214,7 @@ def cancel_cmd(
     "--tail",
     type=click.IntRange(1),
     default=None,
-    help="At most the last N bytes, from a line start (default 1 MiB).",
+    help="Only the last N lines (default: the last 1 MiB, from a line start).",
 )
 @guarded
 def logs_cmd(

@@ -204,8 +204,8 @@ class Client:
         return list(self._call("GET", f"/v1/jobs/{job_id}/attempts").json())
 
     def log(self, job_id: str, attempt: int, tail: int | None = None) -> str:
-        """``GET /v1/jobs/{id}/attempts/{n}/log``: a driver's log (at most its last ``tail``
-        bytes, default 1 MiB, from a line start)."""
+        """``GET /v1/jobs/{id}/attempts/{n}/log``: a driver's log (its last ``tail`` lines;
+        default: its last 1 MiB, from a line start)."""
         params = {"tail": tail} if tail else {}
         return self._call("GET", f"/v1/jobs/{job_id}/attempts/{attempt}/log", params=params).text
 

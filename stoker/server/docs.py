@@ -123,7 +123,8 @@ _WHY = {
     "(`reason`); for a cluster, its name is in use or its state refuses the change "
     "(ClusterConflict).",
     422: "Bad input: `field` names the field, `error` says what is allowed. Nothing changed.",
-    429: "Too many control events for this job: retry after `Retry-After` seconds.",
+    429: "Too many control events for this job, or (GET /v1/events) too many event streams "
+    "open: retry after `Retry-After` seconds.",
     500: "A cluster could not be started, changed or stopped (ClusterError; what was started "
     "is stopped again), or a bug (InternalError: see the job manager's log).",
     503: "The store is unavailable, or this manager lost the leader lease mid-call.",

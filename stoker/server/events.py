@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
-from stoker.errors import StokerError
+from stoker.errors import StokerError, TooManyStreams
 from stoker.redact import redact_answer
 from stoker.types import JobKind
 
@@ -49,6 +49,7 @@ CONTROLS_READ = 20
 RESCALES_READ = 10
 IDLE_STOP_S = 30.0  # the poller stops this long after its last client left
 HEARTBEAT_S = 15.0  # a comment line keeps proxies from closing a quiet stream
+MAX_STREAMS = 64  # event streams open at once; the next is 429 (issue 22 item 5)
 KINDS = ("job", "epoch", "control", "rescale")
 
 
@@ -94,6 +95,14 @@ class EventFeed:
         self._stop = threading.Event()
 
     # clients -------------------------------------------------------------------------------
+    def check_room(self) -> None:
+        """:class:`TooManyStreams` when ``MAX_STREAMS`` clients are attached already (each
+        holds a connection and a task of the server: without a cap, clients that open
+        streams and never read could exhaust it)."""
+        with self._lock:
+            if self._clients >= MAX_STREAMS:
+                raise TooManyStreams(MAX_STREAMS)
+
     def attach(self) -> int:
         """A client joins: the poller runs (a first poll done when this returns, so what
         happens from now on is an event); the newest seq now."""

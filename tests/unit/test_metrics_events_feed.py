@@ -137,3 +137,35 @@ def test_the_feed_masks_secrets_as_rest_answers_do(store: Store, manager: JobMan
     text = repr([e.data for e in feed.after(0)])
     assert "pw9" not in text and "t0k" not in text, text
     assert "postgresql://u:***@db/x" in text
+
+
+def test_event_streams_beyond_the_cap_are_refused(
+    store: Store, manager: JobManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22 item 5: a cap on the event streams open at once (each holds a connection and
+    a task); the next one is 429 with Retry-After, through the real app."""
+    from fastapi.testclient import TestClient
+
+    from stoker.errors import TooManyStreams
+    from stoker.server import create_app
+    from stoker.server import events as events_mod
+
+    monkeypatch.setattr(events_mod, "MAX_STREAMS", 2)
+    feed = EventFeed(manager)
+    feed.attach()
+    feed.check_room()  # one open: room for another
+    feed.attach()
+    with pytest.raises(TooManyStreams):
+        feed.check_room()
+    feed.detach()
+    feed.check_room()
+    feed.close()
+
+    app = create_app(manager)
+    with TestClient(app) as client:
+        app_feed = app.state.stoker.feed
+        for _ in range(2):
+            app_feed.attach()
+        r = client.get("/v1/events")
+        assert r.status_code == 429 and r.headers["retry-after"] == "5", r.text
+        assert "too many event streams" in r.json()["error"]

@@ -62,6 +62,9 @@ def test_the_forms_the_review_found_unmasked() -> None:
     assert redact_text("password='hunter2' user=x") == "password='***' user=x"
     assert redact_text('password: "hunter2"') == 'password: "***"'
     assert redact_text("passwd=hunter2") == "passwd=***"
+    # A pair inside another pair's value is found too (the value is scanned for keys).
+    assert redact_text("conf: spark.jdbc.password=hunter2") == "conf: spark.jdbc.password=***"
+    assert redact_text("opts=password=hunter2") == "opts=password=***"
     assert redact_text("spark.auth.pass: hunter2") == "spark.auth.pass: ***"
     assert redact_text("postgresql://u:p@ss@db/x and more") == "postgresql://u:***@db/x and more"
     assert redact_url("mongodb://u:a@b:c@h:27017/d?x=1") == "mongodb://u:***@h:27017/d?x=1"

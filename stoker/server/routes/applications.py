@@ -156,7 +156,13 @@ def application_log(
     manager: Manager,
     app_id: str = app_path,
     attempt: int | None = Query(None, ge=1, le=BIGINT, description="Default: the current attempt."),
-    tail: int | None = Query(None, ge=1, le=1_000_000, description="Only the last N lines."),
+    tail: int | None = Query(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Only the last N lines (at most 16 MiB; default: the last 1 MiB, from a "
+        "line start).",
+    ),
 ) -> str:
     """The driver's log of one attempt of the application."""
     return redact_text(manager.application_log(app_id, attempt, tail))

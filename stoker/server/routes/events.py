@@ -22,7 +22,7 @@ router = APIRouter()
             "description": "A stream of server-sent events (never ends by itself).",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
-        **errors(*GUARDED, 422, 503),
+        **errors(*GUARDED, 422, 429, 503),
     },
 )
 async def events(
@@ -45,7 +45,9 @@ async def events(
     (committed), ``control`` (status changes of control events), ``rescale`` (recorded
     or changed), each with an ``id:``; a reconnect with ``Last-Event-ID`` resumes after
     it (``resync`` first when events were missed). ``?job_id=`` keeps one job's. The
-    store is polled twice a second by one poller shared by every client."""
+    store is polled twice a second by one poller shared by every client. At most
+    ``MAX_STREAMS`` (64) streams are open at once: 429 beyond."""
+    ctx.feed.check_room()
     return StreamingResponse(
         stream(ctx.feed, request, job_id, last_event_id),
         media_type="text/event-stream",

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from stoker.manager.logs import LOG_TAIL_MAX
 from stoker.redact import redact_answer, redact_text
 from stoker.server.deps import Ctx, Manager
 from stoker.server.docs import (
@@ -157,8 +156,9 @@ def attempt_log(
     tail: int | None = Query(
         None,
         ge=1,
-        le=LOG_TAIL_MAX,
-        description="At most the last this many bytes, from a line start (default 1 MiB).",
+        le=1_000_000,
+        description="Only the last N lines (at most 16 MiB; default: the last 1 MiB, from a "
+        "line start).",
     ),
 ) -> str:
     """The driver's log of one attempt (422 for an attempt no job manager started)."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from stoker.manager.logs import LOG_TAIL_DEFAULT, attempt_log
 from stoker.redact import redact_text
 from stoker.store import Owner, open_store
@@ -28,10 +30,28 @@ def test_a_log_is_read_from_its_end_from_a_line_start(tmp_path: Path) -> None:
         default = attempt_log(store, "j", 1)
         assert len(default) <= LOG_TAIL_DEFAULT and default.startswith("x" * 99 + "\n")
         assert default.endswith("password=hunter2\n")
-        # 20 bytes end inside the secret's line: that line is left out, not shown cut.
-        assert attempt_log(store, "j", 1, tail=20) == ""
-        assert redact_text(attempt_log(store, "j", 1, tail=40)) == (
+        # A tail counts lines, as the application's log does (one unit for both commands).
+        assert redact_text(attempt_log(store, "j", 1, tail=1)) == (
             "conf: spark.jdbc.password=***\n"
         )
+        two = attempt_log(store, "j", 1, tail=2)
+        assert two == "x" * 99 + "\nconf: spark.jdbc.password=hunter2\n"
     finally:
         store.close()
+
+
+def test_a_tail_of_many_lines_stops_at_the_cap_from_a_line_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However many lines are asked for, no more than LOG_TAIL_MAX bytes are read, and the
+    answer starts at a line start (issue 22 item 5)."""
+    from stoker.manager import logs
+
+    monkeypatch.setattr(logs, "LOG_TAIL_MAX", 1000)
+    log = tmp_path / "app.log"
+    log.write_text("".join(f"line {i:05d} secret=part\n" for i in range(1000)))
+    got = logs.tail_lines(log, 1_000_000)
+    assert 0 < len(got.encode()) <= 1000 and got.startswith("line ")
+    assert got.endswith("line 00999 secret=part\n")
+    whole_lines = got.splitlines()
+    assert all(ln.startswith("line ") and ln.endswith("secret=part") for ln in whole_lines)
