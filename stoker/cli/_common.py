@@ -74,13 +74,27 @@ def _fail(err: BaseException) -> None:
     sys.exit(exit_code(err))
 
 
+def _reader_gone() -> None:
+    """The reader of stdout closed it (``stoker epochs JOB | head -2``): nothing more to say
+    to anyone. Leave quietly, exit 0, with stdout pointed at /dev/null so that Python's own
+    flush at exit does not complain (issue 23 item 9)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(0)
+
+
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Map every error to a one-line message and the exit code of its class (1 for an error
     stoker did not expect); ``--debug`` adds the traceback."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+            return out
+        except BrokenPipeError:
+            _reader_gone()
         except StokerError as e:
             _fail(e)
         except (click.exceptions.Exit, click.ClickException, click.Abort):

@@ -61,3 +61,28 @@ def test_a_jobs_error_with_escape_sequences_reaches_the_terminal_as_text(tmp_pat
     assert b"hostile" in out, out
     assert b"\x1b" not in out and b"\x07" not in out, out
     assert b"\\x1b]0;pwned" in out, out
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    """Issue 23 item 9: ``stoker list | head -1`` ended in a BrokenPipeError traceback and
+    exit 1. The reader here reads one line and closes the pipe while the list is written."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = open_store(url)
+    try:
+        store.create_jobs([(job_id(f"j{i:05d}"), f"j{i}", {"sinks": []}, {}) for i in range(5000)])
+    finally:
+        store.close()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        stoker_cmd("list", "--store", url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=str(REPO),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0, err
+    assert first.startswith(b"j0") and b"Traceback" not in err and b"BrokenPipe" not in err, err
