@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -260,8 +261,12 @@ def run_cmd(
     # SIGTERM before the job runs (while the app is imported) stops this process the way
     # Ctrl-C does; while it runs, stoker.run's own handlers stop it gracefully.
     signal.signal(signal.SIGTERM, _interrupt)
+    # Under --json, stdout carries the JSON lines only: what the program itself prints goes
+    # to stderr (issue 23 item 9: the example's summary came first on stdout).
+    program_out = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     try:
-        results = run_app(path, ctx, args, pipeline_name)
+        with program_out:
+            results = run_app(path, ctx, args, pipeline_name)
     except KeyboardInterrupt:
         raise JobSuspended(
             "stopped by a signal while starting, before any epoch ran; to go on, run the same "

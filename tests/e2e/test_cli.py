@@ -36,6 +36,7 @@ p = (
 
 if __name__ == "__main__":
     stoker.run(p)
+    print("the app's own line")
 """
 
 # Only defines the pipeline: the CLI finds and runs it.
@@ -99,7 +100,10 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> _Ran:
 
 def test_run_of_a_bounded_app_exits_0_and_prints_its_result(ran: _Ran) -> None:
     assert ran.proc.returncode == 0, ran.proc.stderr[-3000:]
-    assert json.loads(ran.proc.stdout.strip().splitlines()[-1]) == {
+    # --json: stdout holds the JSON line only; the program's own prints went to stderr.
+    [line] = ran.proc.stdout.strip().splitlines()
+    assert "the app's own line" in ran.proc.stderr
+    assert json.loads(line) == {
         "job_id": JOB,
         "state": "FINISHED",
         "attempt": 1,
