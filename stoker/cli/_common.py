@@ -147,6 +147,24 @@ class Duration(click.ParamType):
         return "DURATION"
 
 
+def use_server(server: str | None) -> str | None:
+    """``server``, unless it came from STOKER_SERVER while the command line names a local
+    store (``--store``, ``--store-file`` or ``--state-dir``): what is typed wins over the
+    environment (issue 23 item 9). None: read the store."""
+    if not server:
+        return None
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return server
+    typed = click.core.ParameterSource.COMMANDLINE
+    if ctx.get_parameter_source("server") == typed:
+        return server
+    for name in ("store", "store_file", "state_dir"):
+        if ctx.get_parameter_source(name) == typed:
+            return None
+    return server
+
+
 def need_server(
     server: str | None, why: str = "applications and clusters live in a job manager"
 ) -> str:

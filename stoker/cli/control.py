@@ -40,6 +40,7 @@ from stoker.cli._common import (
     server_opts,
     state_dir_opt,
     store_opt,
+    use_server,
 )
 from stoker.errors import ControlConflict, InvalidInput, StokerError
 from stoker.redact import redact_answer
@@ -62,7 +63,7 @@ class _Target:
         self.job = str(_job_id(job))
         self._client: Any = None
         self._store: Any = None
-        if server:
+        if server := use_server(server):
             self._client = client(server, token)
         else:
             _jid, self._store = open_job_store(job, store, sd)

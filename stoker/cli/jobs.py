@@ -20,6 +20,7 @@ from stoker.cli._common import (
     state_dir_opt,
     store_opt,
     store_option,
+    use_server,
     when,
 )
 from stoker.errors import InvalidInput
@@ -64,7 +65,7 @@ def status_cmd(
     as_json: bool,
 ) -> None:
     """Show a job's state, its current attempt and its last epoch."""
-    if server:
+    if server := use_server(server):
         out = client(server, token).job(_job_id(job))
     else:
         jid, st = _open(job, store, state_dir)
@@ -128,7 +129,7 @@ def epochs_cmd(
     as_json: bool,
 ) -> None:
     """List a job's most recent epochs, newest first."""
-    if server:
+    if server := use_server(server):
         epochs = client(server, token).epochs(_job_id(job), limit)
     else:
         jid, st = _open(job, store, state_dir)
@@ -165,7 +166,7 @@ def list_cmd(
 
     if state is not None and state not in {str(s) for s in JobState}:
         raise InvalidInput("--state", f"{state!r} is not one of {', '.join(map(str, JobState))}")
-    if server:
+    if server := use_server(server):
         jobs = client(server, token).jobs(state)
     elif store:
         from stoker.store import open_store
@@ -195,7 +196,7 @@ def cancel_cmd(
     job: str, store: str | None, state_dir: str | None, server: str | None, token: str | None
 ) -> None:
     """Cancel a job gracefully: its current epoch completes and commits, then it stops."""
-    if server:
+    if server := use_server(server):
         out = client(server, token).cancel(_job_id(job))
     else:
         jid, st = _open(job, store, state_dir)

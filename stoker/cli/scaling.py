@@ -24,6 +24,7 @@ from stoker.cli._common import (
     server_opts,
     state_dir_opt,
     store_opt,
+    use_server,
     when,
 )
 from stoker.errors import InvalidInput
@@ -87,7 +88,7 @@ def rescales_cmd(
 ) -> None:
     """Show how a job scales and its rescale history, newest first: autoscaler decisions
     with their signals, executors that came or went, bounds changed by users."""
-    if server:
+    if server := use_server(server):
         with client(server, token) as c:
             view = c.rescales(_job_id(job), limit)
     else:
@@ -142,7 +143,7 @@ def resources_cmd(
         flag = {"min_executors": "--min", "max_executors": "--max"}.get(e.field, e.field)
         message = e.message.replace("min_executors, max_executors", "--min, --max")
         raise InvalidInput(flag, message) from None
-    if server:
+    if server := use_server(server):
         with client(server, token) as c:
             out = c.set_resources(_job_id(job), min_executors, max_executors)
     else:

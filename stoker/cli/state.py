@@ -20,6 +20,7 @@ from stoker.cli._common import (
     server_opts,
     state_dir_opt,
     store_opt,
+    use_server,
 )
 from stoker.manager.state import parse_partitions
 from stoker.types import job_id as _job_id
@@ -55,7 +56,7 @@ def repartition_cmd(
     the job runs next, under N partitions.
     """
     n = parse_partitions(partitions, "N")
-    if server:
+    if server := use_server(server):
         with client(server, token) as c:
             out = c.repartition_state(_job_id(job), n)
     else:

@@ -102,3 +102,19 @@ def test_a_store_url_in_a_file_keeps_its_password_off_the_command_line(
     assert local_overrides({}, {"STOKER_STORE_FILE": str(url_file), "STOKER_STORE": a}) == {
         "stoker.store": b
     }
+
+
+def test_a_typed_store_wins_over_a_server_from_the_environment(
+    stores: tuple[str, str], tmp_path: Path
+) -> None:
+    """Issue 23 item 9: with STOKER_SERVER set (here a manager that is not there), a --store
+    typed on the command line reads that store; a typed --server still wins over it."""
+    a, _ = stores
+    run = CliRunner().invoke
+    env = {"STOKER_SERVER": "http://127.0.0.1:9", "STOKER_STORE": ""}
+    listed = run(main, ["list", "--store", a], env=env)
+    assert listed.exit_code == 0 and "job-a" in listed.output, listed.output
+    status = run(main, ["status", "job-a", "--store", a], env=env)
+    assert status.exit_code == 0 and "job-a" in status.output, status.output
+    remote = run(main, ["list", "--store", a, "--server", "http://127.0.0.1:9"], env=env)
+    assert remote.exit_code == 12, remote.output  # the typed server, unreachable
