@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from stoker.errors import JobNotFound, StaleAttempt, StoreError
+from stoker.errors import DuplicateJob, JobNotFound, StaleAttempt, StoreError
 from stoker.procs import owner_is_dead, process_start_marker, this_owner
 from stoker.store import AttemptRecord, JobRecord, Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, JobId
@@ -121,10 +121,14 @@ class LeaseKeeper:
                 log.exception("unexpected error renewing the lease")
 
 
-def existing_job(store_url: str | Path, jid: JobId) -> JobRecord | None:
+def existing_job(store_url: str | Path, jid: JobId, refuse_live: bool = False) -> JobRecord | None:
     """Job ``jid`` if a store already holds it; None for a job not made yet.
 
     An SQLite store file that does not exist is not created here: bad input must leave nothing.
+    ``refuse_live``: a job whose current attempt holds a live lease of a live process is
+    :class:`~stoker.errors.DuplicateJob` (exit 4) now, before Spark starts (20-30 s on a loaded
+    machine), as the store would refuse it once Spark is up (issue 23 item 4); the store's own
+    check when the attempt starts stays the one that counts.
     """
     text = str(store_url)
     if not text.startswith(("postgresql://", "postgres://")):
@@ -133,8 +137,26 @@ def existing_job(store_url: str | Path, jid: JobId) -> JobRecord | None:
             return None
     st = open_store(store_url)
     try:
-        return st.get_job(jid)
-    except JobNotFound:
-        return None
+        try:
+            job = st.get_job(jid)
+        except JobNotFound:
+            return None
+        if refuse_live and job.current_attempt:
+            _refuse_live(st, job)
+        return job
     finally:
         st.close()
+
+
+def _refuse_live(st: Store, job: JobRecord) -> None:
+    prev = st.get_attempt(job.job_id, job.current_attempt)
+    now = st.clock.now()
+    if prev is None or prev.state not in (AttemptState.RUNNING, AttemptState.STARTING):
+        return
+    if prev.lease_expires_at <= now or owner_is_dead(prev.owner):
+        return
+    raise DuplicateJob(
+        job.job_id,
+        f"attempt {prev.attempt} runs as pid {prev.owner.pid} on {prev.owner.host}, lease "
+        f"valid for {prev.lease_expires_at - now:.1f}s",
+    )

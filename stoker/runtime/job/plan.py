@@ -198,7 +198,9 @@ def plan_job(
     pipeline.check_config(given)  # --config: declared keys, their defaults' types
     for inp in pipeline.inputs:
         inp.source.validate()
-    existing = existing_job(store_url, jid)
+    # A live job is refused before Spark starts too (a managed driver's attempt, or a job of
+    # an application re-adopting its jobs, may take a live one over: not those).
+    existing = existing_job(store_url, jid, refuse_live=ctx.attempt is None and not in_app)
     ended = existing is not None and existing.state.terminal
     if ended and existing is not None and ctx.attempt is None and not restart:
         raise JobTerminal(jid, str(existing.state))  # before Spark starts: fast
