@@ -170,6 +170,7 @@ def _get_session(settings: Settings, app_name: str) -> SparkSession:
         return _reuse(_started[0], settings)
     # py4j logs every command between Python and the JVM at INFO (one per epoch and more).
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    _quiet_query_context_loggers()
     _pin_worker_python(settings)
     builder = SparkSession.builder.appName(app_name).master(settings.master)
     conf = spark_conf(settings)
@@ -195,6 +196,19 @@ def _get_session(settings: Settings, app_name: str) -> SparkSession:
 
 
 _started: list[SparkSession] = []
+
+
+def _quiet_query_context_loggers() -> None:
+    """PySpark logs an analysis error's whole query context as one JSON line (11.5 KB seen)
+    before stoker's own one-line error; stoker reports the error itself (the whole exception
+    with --debug). Its loggers are made here, as PySpark makes them, and disabled (issue 23
+    item 8)."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # an older PySpark: no such logging
+        return
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True
 
 
 EXIT_WAIT_S = 10.0  # how long a dying JVM is given to be collected, for its exit code

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -135,7 +136,12 @@ def test_run_shows_progress_in_order_from_before_spark_starts(ran: _Ran) -> None
     assert steps == sorted(steps)
     assert steps[0] == 0  # the very first line, before anything of Spark's
     assert lines[steps[-1]].endswith("(final)")
-    for noise in ("InterruptedException", "Received command", "Using Spark's default log4j"):
+    for noise in (
+        "InterruptedException",
+        "Received command",
+        "Using Spark's default log4j",
+        "Failed to cancel job group",  # issue 23 item 8: twice at the end of every run
+    ):
         assert noise not in ran.proc.stderr
 
 
@@ -399,3 +405,40 @@ def test_version_and_help(tmp_path: Path) -> None:
     proc = _stoker("run", "--help", cwd=tmp_path)
     assert proc.returncode == 0
     assert "--restart" in proc.stdout
+
+
+BAD_COLUMN_APP = """\
+import stoker
+from stoker import Pipeline, sinks, sources
+
+p = Pipeline("badcol").source(sources.generator(total=100)).sink(sinks.files({out!r}))
+p.transform(lambda df: df.select("nope"))
+
+if __name__ == "__main__":
+    stoker.run(p)
+"""
+
+
+def test_a_bad_column_says_so_in_stokers_line_without_spark_noise(tmp_path: Path) -> None:
+    """Issue 23 item 8: an analysis error in a user's transform printed an 11.5 KB JSON line
+    of PySpark's query context before stoker's own one-line error, and every run ended with
+    two WARN lines of the DAG scheduler. The run's stderr holds stoker's lines only (and the
+    JVM's one incubator-module warning, which no setting of its own turns off)."""
+    app = tmp_path / "app.py"
+    app.write_text(BAD_COLUMN_APP.format(out=str(tmp_path / "out")))
+    proc = _stoker(
+        "run", str(app), "-D", f"stoker.state_dir={tmp_path / 'state'}", cwd=tmp_path,
+        timeout=SPARK_RUN_TIMEOUT,
+    )  # fmt: skip
+    assert proc.returncode == 8, proc.stderr[-3000:]
+    assert "UNRESOLVED_COLUMN" in _error_lines(proc)[0]
+    foreign = [
+        line
+        for line in proc.stderr.splitlines()
+        if line.strip()
+        and not re.match(r"\d\d:\d\d:\d\d job badcol: ", line)
+        and not line.startswith("stoker: error:")
+        and line != "WARNING: Using incubator modules: jdk.incubator.vector"
+    ]
+    assert foreign == [], foreign
+    assert len(proc.stderr) < 2000, len(proc.stderr)
