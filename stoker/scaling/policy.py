@@ -170,6 +170,12 @@ class DefaultPolicy:
     warmup_epochs: int = 3
     fresh_epochs: int = 3
 
+    @staticmethod
+    def _ran(signals: Signals) -> bool:
+        """Whether the owner's driver has committed an epoch (since it started)."""
+        since = signals.running_since
+        return any(since is None or s.at >= since for s in signals.samples)
+
     def lookback(self, triggers: Mapping[str, float]) -> float:
         """How far back the caller should read epochs for one decision."""
         slowest = max([0.5, *triggers.values()])
@@ -208,6 +214,10 @@ class DefaultPolicy:
 
         if current is None:
             return keep("no executors reported yet")
+        if current == 0 and signals.target is None and not self._ran(signals):
+            # Its cluster is starting (no executor registered, nothing committed by this
+            # driver): the executors it was started with are on their way, not missing.
+            return keep("no executor registered yet and no epoch committed: starting")
         # Bounds first, at once: a user changed them (PUT /resources) or the owner started
         # outside them. No stabilization: the user asked.
         if current < lo_bound:

@@ -457,3 +457,16 @@ def test_the_first_epochs_of_a_driver_are_warm_up_and_decide_nothing() -> None:
         for now in range(int(T0 + 64), int(T0 + 92))
     ]
     assert any(t is not None and t > 1 for t in decided), decided
+
+
+def test_a_starting_cluster_with_no_executor_yet_is_not_scaled_to_its_minimum() -> None:
+    """Its application's cluster starting, the owner reports 0 executors until the first
+    registers: no decision then (a loaded machine made one, recorded as a rescale from 0 the
+    autoscaling test did not expect). Once it has run, 0 executors is below the minimum."""
+    spec = parse_scaling("auto:min=1,max=2,stabilization=0s,cooldown=0s")
+    policy = DefaultPolicy(warmup_epochs=0)
+    d = policy.decide(spec, Signals(T0, [], {JOB: 1.0}, 0, None, None, T0 - 5), PolicyMemory())
+    assert d.target is None and "starting" in d.reason
+    ran = [EpochSample(JOB, 0, T0 - 2, 0.2, 10, 0, 1, 1)]
+    d = policy.decide(spec, Signals(T0, ran, {JOB: 1.0}, 0, None, None, T0 - 5), PolicyMemory())
+    assert d.target == 1 and "below the minimum" in d.reason
