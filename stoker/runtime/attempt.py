@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stoker.errors import DuplicateJob, JobNotFound, StaleAttempt, StoreError
-from stoker.procs import owner_is_dead, process_start_marker, this_owner
+from stoker.procs import is_this_host, owner_is_dead, process_start_marker, this_owner
 from stoker.store import AttemptRecord, JobRecord, Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, JobId
 
@@ -149,11 +149,16 @@ def existing_job(store_url: str | Path, jid: JobId, refuse_live: bool = False) -
 
 
 def _refuse_live(st: Store, job: JobRecord) -> None:
+    """Only a holder seen alive on this host is refused early: another host's holder may be
+    gone with its lease about to lapse, which the store's own check, once Spark is up,
+    decides (as before)."""
     prev = st.get_attempt(job.job_id, job.current_attempt)
     now = st.clock.now()
     if prev is None or prev.state not in (AttemptState.RUNNING, AttemptState.STARTING):
         return
-    if prev.lease_expires_at <= now or owner_is_dead(prev.owner):
+    if prev.lease_expires_at <= now or not is_this_host(prev.owner.host):
+        return
+    if owner_is_dead(prev.owner):
         return
     raise DuplicateJob(
         job.job_id,
