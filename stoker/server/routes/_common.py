@@ -48,6 +48,17 @@ page_after: Any = Query(
 )
 
 
+def log_tail() -> Any:
+    """The ``tail`` query parameter of a driver log (a job's or an application's): lines."""
+    return Query(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Only the last N lines (at most 16 MiB; default: the last 1 MiB, from a "
+        "line start).",
+    )
+
+
 def next_page(
     response: Response, path: str, cursor: str | None, limit: int, state: Any = None
 ) -> None:

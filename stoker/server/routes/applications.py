@@ -25,6 +25,7 @@ from stoker.server.routes._common import (
     GUARDED,
     READS,
     WRITES,
+    log_tail,
     next_page,
     page_after,
     page_limit,
@@ -156,13 +157,7 @@ def application_log(
     manager: Manager,
     app_id: str = app_path,
     attempt: int | None = Query(None, ge=1, le=BIGINT, description="Default: the current attempt."),
-    tail: int | None = Query(
-        None,
-        ge=1,
-        le=1_000_000,
-        description="Only the last N lines (at most 16 MiB; default: the last 1 MiB, from a "
-        "line start).",
-    ),
+    tail: int | None = log_tail(),
 ) -> str:
     """The driver's log of one attempt of the application."""
     return redact_text(manager.application_log(app_id, attempt, tail))

@@ -25,6 +25,7 @@ from stoker.server.routes._common import (
     READS,
     WRITES,
     job_path,
+    log_tail,
     next_page,
     page_after,
     page_limit,
@@ -153,13 +154,7 @@ def attempt_log(
     manager: Manager,
     job_id: str = job_path,
     attempt: int = Path(..., ge=1, le=BIGINT, description="The attempt's number (from 1)."),
-    tail: int | None = Query(
-        None,
-        ge=1,
-        le=1_000_000,
-        description="Only the last N lines (at most 16 MiB; default: the last 1 MiB, from a "
-        "line start).",
-    ),
+    tail: int | None = log_tail(),
 ) -> str:
     """The driver's log of one attempt (422 for an attempt no job manager started)."""
     return redact_text(manager.attempt_log(job_id, attempt, tail))
