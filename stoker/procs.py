@@ -18,6 +18,7 @@ drivers and the cluster JVMs it started). No Spark here: the manager imports it.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from collections.abc import Iterator
@@ -156,6 +157,18 @@ def _make_host_id() -> str:
     except OSError:
         pidns = "nons"
     return f"{socket.gethostname()}/{boot}/{pidns}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a host name or address (no port, no brackets) is this machine's loopback:
+    ``localhost`` or an address of 127.0.0.0/8 or ``::1``."""
+    name = host.strip().lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def is_this_host(host: str) -> bool:

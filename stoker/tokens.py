@@ -16,6 +16,7 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from stoker import procs
 from stoker.errors import InvalidInput
 
 FILE_NAME = "token"
@@ -52,8 +53,7 @@ def server_token(state_dir: Path) -> tuple[str, Path, bool]:
 
 
 def _loopback(url: str) -> bool:
-    host = (urlsplit(url if "://" in url else f"http://{url}").hostname or "").lower()
-    return host in ("localhost", "::1") or host.startswith("127.")
+    return procs.is_loopback(urlsplit(url if "://" in url else f"http://{url}").hostname or "")
 
 
 def client_token(server: str, given: str | None) -> str | None:

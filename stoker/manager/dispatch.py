@@ -11,12 +11,12 @@ makes ready first). A start that cannot go on after its attempt was recorded rai
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from stoker import procs
 from stoker.errors import DuplicateJob, JobTerminal
 from stoker.manager import processes
 from stoker.manager.cluster_keeper import CannotRun, ClusterKeeper
@@ -232,10 +232,4 @@ def _what(job: JobRecord) -> str:
 
 def _loopback(master_url: str) -> bool:
     """Whether a ``spark://`` master listens on a loopback address."""
-    host = urlsplit(master_url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return procs.is_loopback(urlsplit(master_url).hostname or "")

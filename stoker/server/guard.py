@@ -29,6 +29,8 @@ from urllib.parse import urlsplit
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from stoker import procs
+
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 PROBES = frozenset({"/healthz", "/readyz"})
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -57,8 +59,7 @@ def allowed_hosts(bound: str, extra: Iterable[str]) -> frozenset[str]:
 
 def is_loopback(host: str) -> bool:
     """Whether a ``--host`` value binds loopback only."""
-    name = host_name(host)
-    return name in LOOPBACK_NAMES or name.startswith("127.")
+    return procs.is_loopback(host_name(host))
 
 
 def _refuse(status: int, kind: str, error: str) -> JSONResponse:

@@ -49,7 +49,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Spark's checkpoint folder, read and trimmed without Spark: runtime, manager and sources.
     "checkpoint_layout": frozenset(),
     # The manager's token file: made by the service, read by the CLI.
-    "tokens": frozenset(),
+    "tokens": frozenset({"procs"}),
     "store": frozenset({"control"}),
     "procs": frozenset({"store"}),
     "client": frozenset(),

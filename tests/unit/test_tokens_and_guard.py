@@ -74,6 +74,8 @@ def test_the_allow_list_is_loopback_the_bound_address_and_the_names_given() -> N
     }
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.5")
+    assert is_loopback("127.0.0.2") and is_loopback("[::1]")  # any of 127/8; a bracketed v6
+    assert not is_loopback("127.example.com")  # a name, not an address
 
 
 @pytest.mark.parametrize(
