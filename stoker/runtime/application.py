@@ -198,11 +198,7 @@ class Application:
         caught by the next round. Jobs of the application this driver does not run (an older
         attempt's, not submitted again) are canceled too; the job manager ends them.
         """
-        ids = {h.job_id for h in self.handles()}
-        try:
-            ids |= {j.job_id for j in self.store.list_jobs(kind=JobKind.JOB, app_id=self.app_id)}
-        except StokerError as e:
-            log.warning("application %s: cannot list its jobs: %s", self.app_id, e)
+        ids = {h.job_id for h in self.handles()} | {j.job_id for j in self._recorded_jobs()}
         for jid in sorted(ids):
             try:
                 job = self.store.get_job(jid)
@@ -221,18 +217,14 @@ class Application:
         end them. Each ends CANCELED with the reason (the job manager's janitor resolves
         its sinks); the ids ended."""
         ours = {h.job_id for h in self.handles()}
-        try:
-            jobs = self.store.list_jobs(kind=JobKind.JOB, app_id=self.app_id)
-        except StokerError as e:
-            log.warning("application %s: cannot list its jobs: %s", self.app_id, e)
-            return []
         why = f"not submitted again by attempt {self.attempt} of application {self.app_id}"
         ended = []
-        for job in jobs:
+        for job in self._recorded_jobs():
             if job.job_id in ours or job.state.terminal:
                 continue
             try:
-                self._end_orphan(job, why)
+                if not self._end_orphan(job, why):
+                    continue
             except JobTerminal:
                 continue  # ended meanwhile
             except StokerError as e:
@@ -242,20 +234,32 @@ class Application:
             ended.append(job.job_id)
         return ended
 
-    def _end_orphan(self, job: JobRecord, why: str) -> None:
+    def _end_orphan(self, job: JobRecord, why: str) -> bool:
+        """End one job no ``main`` of this attempt took back; False (left alone) when this
+        driver made its attempt after all."""
         rec = None
         if job.current_attempt:
             rec = self.store.get_attempt(job.job_id, job.current_attempt)
         if rec is not None and rec.app_attempt == self.attempt:
-            return  # made by this driver after all: not an orphan
+            return False
         if rec is not None and not rec.state.ended:
             self.store.finish_attempt(
                 job.job_id, rec.attempt, AttemptState.CANCELED, JobState.CANCELED, why
             )
-            return
+            return True
         # RESTARTING, SUSPENDED, CREATED: nothing runs, it ends at once (checked in the
         # transaction: a job claimed meanwhile is an InvalidTransition, left alone).
         self.store.set_job_state(job.job_id, JobState.CANCELED, error=why)
+        return True
+
+    def _recorded_jobs(self) -> list[JobRecord]:
+        """The application's jobs as the store records them (none when it cannot be read:
+        said in the log, the caller's next round reads again)."""
+        try:
+            return self.store.list_jobs(kind=JobKind.JOB, app_id=self.app_id)
+        except StokerError as e:
+            log.warning("application %s: cannot list its jobs: %s", self.app_id, e)
+            return []
 
     def _register(self, jid: JobId) -> tuple[JobHandle, bool]:
         """The handle of ``jid`` in this driver: the one made before, or a new one (True)."""

@@ -170,10 +170,13 @@ def test_jobs_an_earlier_main_made_and_this_one_did_not_submit_are_ended(
     store.attempt_failed(APP, AttemptNo(1), "the driver is gone", store.clock.now())
     store.start_attempt(APP, OWNER, 30.0, expected_current=AttemptNo(1), previous_dead=True)
     taken = _running(store, "taken", app_attempt=2)
+    # Made under attempt 2 too (its handle not registered here): not an orphan, not reported.
+    mine = _running(store, "mine", app_attempt=2)
     app = Application(APP, AttemptNo(2), tmp_path, store)
     app._register(taken)
 
     assert sorted(app.end_orphans()) == sorted([orphan, waiting])
+    assert store.get_job(mine).state == JobState.RUNNING
 
     job = store.get_job(orphan)
     assert job.state == JobState.CANCELED
