@@ -116,5 +116,9 @@ def test_a_typed_store_wins_over_a_server_from_the_environment(
     assert listed.exit_code == 0 and "job-a" in listed.output, listed.output
     status = run(main, ["status", "job-a", "--store", a], env=env)
     assert status.exit_code == 0 and "job-a" in status.output, status.output
+    url_file = tmp_path / "store-url"
+    url_file.write_text(a + "\n")
+    from_file = run(main, ["list", "--store-file", str(url_file)], env=env)
+    assert from_file.exit_code == 0 and "job-a" in from_file.output, from_file.output
     remote = run(main, ["list", "--store", a, "--server", "http://127.0.0.1:9"], env=env)
     assert remote.exit_code == 12, remote.output  # the typed server, unreachable
