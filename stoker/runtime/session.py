@@ -265,14 +265,15 @@ def _pin_worker_python(settings: Settings) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
 
 
+_PROPERTY_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
+
+
 def _java_properties_escape(text: str, key: bool) -> str:
     """``text`` as a key or value of a Java properties file (read as UTF-8 by Spark)."""
     out = []
     for i, ch in enumerate(text):
-        if ch == "\\":
-            out.append("\\\\")
-        elif ch in "\n\r\t\f":
-            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}[ch])
+        if ch in _PROPERTY_ESCAPES:
+            out.append(_PROPERTY_ESCAPES[ch])
         elif ch in "=:#!" or (ch == " " and (key or i == 0)):
             out.append("\\" + ch)
         else:
