@@ -63,12 +63,27 @@ def is_secret_entry(key: str, value: object) -> bool:
     return is_secret_key(key) or (isinstance(value, str) and redact_text(value) != value)
 
 
+def _splice(text: str, cuts: list[tuple[int, int, str]]) -> str:
+    """``text`` with each ``(start, end, replacement)`` cut (in order, not overlapping)
+    replaced; ``text`` itself when there is none."""
+    if not cuts:
+        return text
+    out: list[str] = []
+    done = 0
+    for start, end, replacement in cuts:
+        out.append(text[done:start])
+        out.append(replacement)
+        done = end
+    out.append(text[done:])
+    return "".join(out)
+
+
 def _mask_urls(text: str) -> str:
     """Every ``scheme://user:password@host`` in ``text`` with its password masked; linear in
     the text: each scan of an authority stops at its first '/', and the next ``://`` lies
     after that."""
-    out: list[str] = []
-    done = at = 0
+    cuts: list[tuple[int, int, str]] = []
+    at = 0
     while (i := text.find("://", at)) >= 0:
         at = i + 3
         j = i
@@ -82,21 +97,16 @@ def _mask_urls(text: str) -> str:
         colon = text.find(":", at, host_at) if host_at > at else -1
         if colon < 0 or colon + 1 >= host_at:
             continue
-        out.append(text[done : colon + 1])
-        out.append(MASK)
-        done = host_at
+        cuts.append((colon + 1, host_at, MASK))
         at = max(at, end)
-    if not out:
-        return text
-    out.append(text[done:])
-    return "".join(out)
+    return _splice(text, cuts)
 
 
 def _mask_pairs(text: str) -> str:
     """Each secret-looking ``key=value`` or ``key: value`` with its value masked; linear: each
     key run is matched whole (possessive) and the scan goes on after it."""
-    out: list[str] = []
-    done = at = 0
+    cuts: list[tuple[int, int, str]] = []
+    at = 0
     while (m := _PAIR.search(text, at)) is not None:
         at = m.end()
         if m.group("eq") is None or not is_secret_key(m.group("key")):
@@ -104,20 +114,16 @@ def _mask_pairs(text: str) -> str:
         value = _PAIR_VALUE.match(text, m.end())
         if value is None:
             continue
-        out.append(text[done : m.end()])
-        out.append(MASK)
-        done = at = value.end()
-    if not out:
-        return text
-    out.append(text[done:])
-    return "".join(out)
+        cuts.append((m.end(), value.end(), MASK))
+        at = value.end()
+    return _splice(text, cuts)
 
 
 def _mask_quoted(text: str) -> str:
     """Each secret-looking ``'key': 'value'`` with its value masked; a value (secret or not)
     is skipped whole, so that the scan stays aligned on the quotes of the dict's repr."""
-    out: list[str] = []
-    done = at = 0
+    cuts: list[tuple[int, int, str]] = []
+    at = 0
     while (m := _QUOTED.search(text, at)) is not None:
         v = m.group("v")
         if v is None:
@@ -128,14 +134,9 @@ def _mask_quoted(text: str) -> str:
             at = m.end()
             continue
         if is_secret_key(m.group("key")):
-            out.append(text[done : m.end() - 1])
-            out.append(f"'{MASK}'")
-            done = close + 1
+            cuts.append((m.end() - 1, close + 1, f"'{MASK}'"))
         at = close + 1
-    if not out:
-        return text
-    out.append(text[done:])
-    return "".join(out)
+    return _splice(text, cuts)
 
 
 def redact_url(url: str) -> str:
