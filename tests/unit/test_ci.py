@@ -27,7 +27,7 @@ def test_ci_runs_the_checks_then_the_tests() -> None:
 def test_check_and_run_use_the_readme_venv_when_there_is_one() -> None:
     """Issue 23 item 13: the quick start makes `.venv`; the test command then runs in it (and
     CI's install goes into the interpreter the checks use), else in python3."""
-    choice = 'py=python3\nif [ -x .venv/bin/python ]; then\n    py=.venv/bin/python\nfi\n'
+    choice = "py=python3\nif [ -x .venv/bin/python ]; then\n    py=.venv/bin/python\nfi\n"
     for name in ("check", "run"):
         assert choice in (REPO / ".ci" / name).read_text(), name
     check = (REPO / ".ci" / "check").read_text()
