@@ -75,6 +75,12 @@ class InvalidSink(InvalidInput, SinkError):
     HTTP 422) first, and a :class:`SinkError` too."""
 
 
+class OwnedElsewhere(InvalidSink):
+    """A sink's output (a files sink's folder, a PostgreSQL table for this job id) belongs to
+    another job: claimed by another id or uid, or handed over to a new job by a restore from a
+    savepoint. The job that asked may not write it, nor resolve parts in it."""
+
+
 class JobNotFound(StokerError):
     """No job with that id exists in the store."""
 

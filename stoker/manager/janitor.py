@@ -17,9 +17,10 @@ When (``settle`` is the grace period, default 60 s):
 - **again**: a job resolved less than ``settle`` after it ended (a zombie might have prepared
   since) is resolved once more when every process of its attempts is provably gone, or else
   at ``settle`` after the end. A job resolved at or after ``settle`` is settled for good
-  (store-computable, so a new leader agrees); one resolved by this janitor once every process
-  was gone is settled too (remembered here: a new leader may run it once more, which is
-  harmless).
+  (store-computable, so a new leader agrees); one resolved by a cleanup that began once every
+  process was gone, or for which no driver ever ran, is recorded settled in the store
+  (``set_settled``): no leader, this one restarted or the next, resolves it again (issue 23
+  item 10: a manager's start no longer re-runs the cleanup of every ended job).
 
 One cleanup per job at a time, at most ``parallel`` at once; a failed one is retried after
 ``retry`` seconds, doubling up to ``retry_max``; one that runs longer than ``timeout`` is
@@ -89,7 +90,6 @@ class Janitor:
     config: JanitorConfig = field(default_factory=JanitorConfig)
     _running: dict[JobId, _Running] = field(default_factory=dict)
     _backoff: dict[JobId, _Backoff] = field(default_factory=dict)
-    _final: set[tuple[JobId, float]] = field(default_factory=set)
     _last: float = float("-inf")
 
     def step(self) -> None:
@@ -108,14 +108,6 @@ class Janitor:
                 continue
             if job.job_id in self._running:
                 continue
-            if self._settled(job):
-                if now >= job.updated_at + self.config.settle:
-                    # Settled by what this janitor knows (its last cleanup found every process
-                    # gone, or no driver ever ran): recorded once more past the grace, so
-                    # that the store's rule says so too and this job is not read again, by
-                    # this leader or the next.
-                    self.store.set_resolved(job.job_id)
-                continue
             backoff = self._backoff.get(job.job_id)
             if backoff is not None and backoff.next_at > mono:
                 continue
@@ -123,7 +115,7 @@ class Janitor:
             if all(a.owner.pid == 0 for a in attempts):
                 # No driver ever ran for it, so nothing can be prepared: no process needed.
                 self.store.set_resolved(job.job_id)
-                self._final.add((job.job_id, job.updated_at))
+                self.store.set_settled(job.job_id, job.updated_at)
                 continue
             due = self._due(job, attempts, now)
             if due is not None:
@@ -143,14 +135,6 @@ class Janitor:
         return job_id in self._running
 
     # when ----------------------------------------------------------------------------------
-    def _settled(self, job: JobRecord) -> bool:
-        if job.resolved_at is None:
-            return False
-        return (
-            job.resolved_at >= job.updated_at + self.config.settle
-            or (job.job_id, job.updated_at) in self._final
-        )
-
     def _due(self, job: JobRecord, attempts: list[AttemptRecord], now: float) -> bool | None:
         """None: not yet. Otherwise start a cleanup; True if it is the job's last one."""
         if all(_gone(a) for a in attempts):
@@ -200,7 +184,7 @@ class Janitor:
             if code == 0:
                 self._backoff.pop(jid, None)
                 if run.final:
-                    self._final.add((jid, run.ended_at))
+                    self.store.set_settled(jid, run.ended_at)
                 log.info("job %s: cleanup done", jid)
             else:
                 log.warning("job %s: cleanup exited with code %s", jid, code)

@@ -18,6 +18,12 @@ this version cannot rebuild is named in the log and left to the job's next recov
 others are resolved (a decided epoch's parts are committed, but the epoch stays DECIDED so the
 next recovery commits the part of the sink left out).
 
+A sink whose output belongs to another job now (a files sink's folder handed over to a new
+job by a restore from a savepoint, or claimed by another job) is left out, named in the log:
+the restore waited for this job's resolution, so nothing of this job's is left in it, and the
+new owner's recovery answers for what is there (issue 23 item 10: such a cleanup used to fail
+with exit 2, and be retried by every manager start).
+
 A job that is not ended (restarted meanwhile) is left alone: its live attempt recovers at its
 own start, and its parts in flight are not ours to abort. The cleanup works under the job's
 recovery hold (see :mod:`stoker.runtime.recovery_hold`; the job's state is read again once it
@@ -42,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker import logformat
-from stoker.errors import SinkError, StokerError, exit_code
+from stoker.errors import OwnedElsewhere, SinkError, StokerError, exit_code
 from stoker.redact import redact_logs, redact_text
 
 if TYPE_CHECKING:
@@ -134,10 +140,18 @@ def _resolve_held(st: Store, record: JobRecord, state_dir: Path, fence: Callable
         log.info("job %s: no attempt opened its sinks; nothing to resolve", jid)
         st.set_resolved(jid)
         return
-    sinks, left = _rebuild(descriptors)
+    rebuilt, left = _rebuild(descriptors)
     owner = SinkOwner(jid, record.uid)
-    for sink in sinks:
-        sink.open(owner, state_dir)
+    sinks = []
+    for sink in rebuilt:
+        try:
+            sink.open(owner, state_dir)
+        except OwnedElsewhere as e:
+            # Handed over to a new job by a restore from a savepoint (which waited for this
+            # job's resolution first), or claimed by another: not this job's to resolve.
+            log.info("job %s: sink %r is not this job's any more: %s", jid, sink.name, e)
+            continue
+        sinks.append(sink)
     # Logs what it committed and aborted. A sink left out: a decided epoch stays DECIDED
     # (that sink still holds its part) and only the rebuilt sinks' records follow.
     recover(

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import InvalidSink, SinkError
+from stoker.errors import InvalidSink, OwnedElsewhere, SinkError
 from stoker.sinks.base import SinkOwner
 
 MARKER = "_stoker_owner.json"
@@ -101,7 +101,7 @@ def read_claim(root: Path) -> Claim | None:
         ) from e
 
 
-def refusal(root: Path, claim: Claim, owner: SinkOwner) -> InvalidSink:
+def refusal(root: Path, claim: Claim, owner: SinkOwner) -> OwnedElsewhere:
     """The error for ``owner`` finding ``root`` owned by ``claim``: who, since when, what to do."""
     who = claim.describe()
     if claim.job_id == owner.job_id:
@@ -110,7 +110,7 @@ def refusal(root: Path, claim: Claim, owner: SinkOwner) -> InvalidSink:
             "job's record (its store or state folder is another), it would number its epochs "
             "from 0 again and collide with that job's"
         )
-    return InvalidSink(
+    return OwnedElsewhere(
         FIELD,
         f"output folder {str(root)!r} belongs to {who}; job {owner.job_id!r} cannot write to "
         "it: choose another path, or delete the folder (the committed epochs in it go with it) "

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from stoker.errors import InvalidSink, SinkError
+from stoker.errors import InvalidSink, OwnedElsewhere, SinkError
 from stoker.sinks._pg_server import create_missing_table
 from stoker.sinks.base import SinkOwner
 
@@ -139,10 +139,10 @@ def claim(conn: Any, table: tuple[str, str], owner: SinkOwner) -> tuple[TableOwn
     return row, won is not None
 
 
-def refusal(row: TableOwner, owner: SinkOwner) -> InvalidSink:
+def refusal(row: TableOwner, owner: SinkOwner) -> OwnedElsewhere:
     """The error for ``owner`` finding its table written for its job id by another uid: who,
     since when, and the ways out."""
-    return InvalidSink(
+    return OwnedElsewhere(
         FIELD,
         f"table {qualified(row.table)} is written for job {owner.job_id!r} by {row.describe()}; "
         f"this job (uid {owner.uid}) is not that job's record (its store or state folder is "

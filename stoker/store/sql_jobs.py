@@ -252,6 +252,11 @@ class JobsMixin(SqlBase):
         with self._tx() as cur:
             self._x(cur, "set_resolved", job_id=job_id, now=self.clock.now())
 
+    def set_settled(self, job_id: JobId, ended_at: float) -> bool:
+        with self._tx() as cur:
+            n = self._x(cur, "set_settled", job_id=job_id, ended_at=float(ended_at)).rowcount
+        return bool(n)
+
     def set_job_sinks(self, job_id: JobId, sinks: list[dict[str, Any]]) -> None:
         with self._tx() as cur:
             self._locked_job(cur, job_id)  # JobNotFound for an unknown id

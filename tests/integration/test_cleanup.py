@@ -7,6 +7,7 @@ real SQLite store and ``python -m stoker.runtime.cleanup`` as a real subprocess.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,10 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
+from stoker.manager.janitor import Janitor, JanitorConfig
+from stoker.procs import host_id
 from stoker.sinks import FilesSink, PostgresSink, descriptor_of
+from stoker.sinks._files_owner import MARKER, Claim, read_claim
 from stoker.sinks._pg_task import _copy_and_mark, _Task
 from stoker.sinks.base import SinkOwner
 from stoker.store import Owner, Store, open_store
@@ -31,7 +35,7 @@ from stoker.types import (
     JobState,
     TxnState,
 )
-from tests.support import pg_ids, pg_prepared
+from tests.support import pg_ids, pg_prepared, wait_for
 
 JOB = JobId("clean")
 UID = "c" * 32
@@ -204,5 +208,77 @@ def test_a_job_whose_sinks_were_never_opened_is_resolved_with_nothing_done(
     st = open_store(url)
     try:
         assert st.get_job(JOB).resolved_at is not None
+    finally:
+        st.close()
+
+
+def test_a_folder_handed_over_to_a_new_job_is_left_to_it(tmp_path: Path, pg_dsn: str) -> None:
+    """Issue 23 item 10: a restore from a savepoint hands the ended job's files folder over to
+    the new job (the marker names it). A cleanup of the old job run after that (a manager's
+    restart) used to fail with exit 2 on the marker, and be retried for ever; the folder is the
+    new owner's: left alone, named, the rest resolved."""
+    out, state, marker = tmp_path / "out", tmp_path / "state", tmp_path / "app-ran"
+    app = tmp_path / "app.py"
+    app.write_text(APP.format(marker=str(marker)))
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    st = open_store(url)
+    try:
+        _ended_job_with_leftovers(st, pg_dsn, out, state, [])
+    finally:
+        st.close()
+    first = _cleanup(url, state, app)
+    assert first.returncode == 0, first.stderr
+    # What restore._hand_over_outputs writes: the same uid, the new job's id.
+    claim = read_claim(out)
+    assert claim is not None
+    handed = Claim(job_id="fork", uid=claim.uid, claimed_at=claim.claimed_at + 1)
+    (out / MARKER).write_text(json.dumps(handed.to_json()))
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+
+    again = _cleanup(url, state, app)
+
+    assert again.returncode == 0, again.stderr
+    assert "sink 'files:" in again.stderr and "is not this job's any more" in again.stderr
+    assert "belongs to job 'fork'" in again.stderr
+    assert "stoker cleanup: job clean resolved" in again.stderr
+    assert read_claim(out) == handed
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    assert pg_prepared(pg_dsn) == []
+
+
+def test_a_settled_job_is_not_cleaned_again_by_a_restarted_manager(tmp_path: Path) -> None:
+    """Issue 23 item 10: the janitor resolved an ended job once every process of it was gone;
+    a new janitor (the manager restarted, or another leader) starts no cleanup for it. A new
+    end of the job is owed a cleanup again."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    st = open_store(url)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    owner = Owner(host_id(), gone.pid, "1")
+    try:
+        st.create_job(JOB, "clean", {"kind": "app"}, {})
+        att = st.start_attempt(JOB, owner, 30.0, AttemptNo(0))
+        st.finish_attempt(JOB, att.attempt, AttemptState.FAILED, JobState.FAILED, "killed")
+        cfg = JanitorConfig(every=0.0)
+        first = Janitor(st, tmp_path, url, cfg)
+        first.step()
+        assert first.busy(JOB)  # its cleanup runs
+        wait_for("the first cleanup", lambda: (first.step(), not first.busy(JOB))[1], 120)
+        log_file = tmp_path / "logs" / JOB / "cleanup.log"
+        assert "nothing to resolve" in log_file.read_text()
+        assert st.list_unsettled_jobs(60.0) == []
+
+        restarted = Janitor(st, tmp_path, url, cfg)
+        restarted.step()
+        assert not restarted.busy(JOB)
+
+        # The job runs again and ends: its new end is owed a resolution.
+        att = st.start_attempt(JOB, owner, 30.0, att.attempt, restart=True)
+        st.finish_attempt(JOB, att.attempt, AttemptState.FAILED, JobState.FAILED, "again")
+        restarted.step()
+        assert restarted.busy(JOB)
+        wait_for(
+            "the new end's cleanup", lambda: (restarted.step(), not restarted.busy(JOB))[1], 120
+        )
     finally:
         st.close()

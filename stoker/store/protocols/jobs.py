@@ -114,6 +114,13 @@ class JobStore(Protocol):
         """The ended job's sinks are resolved (decided parts committed, the rest aborted)."""
         ...
 
+    def set_settled(self, job_id: JobId, ended_at: float) -> bool:
+        """The job's end at ``ended_at`` (its ``updated_at``) is resolved for good: every
+        process of its attempts was gone when its last resolution began. It leaves
+        :meth:`list_unsettled_jobs` until it ends again. False (nothing changed) when the job
+        is not resolved, or changed since ``ended_at``."""
+        ...
+
     def set_job_sinks(self, job_id: JobId, sinks: list[dict[str, Any]]) -> None:
         """Record the descriptors of the job's sinks (``TwoPhaseSink.descriptor``), replacing
         earlier ones: what the janitor's cleanup rebuilds them from. Not part of the job's

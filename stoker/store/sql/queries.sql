@@ -61,7 +61,7 @@ SELECT job_id, name, state, spec, current_attempt, control_version, last_error, 
        scaling, executor_target, resources
 FROM jobs
 WHERE kind = 'job' AND state IN ('FINISHED', 'CANCELED', 'FAILED')
-  AND (resolved_at IS NULL OR resolved_at < updated_at + :settle)
+  AND settled = 0 AND (resolved_at IS NULL OR resolved_at < updated_at + :settle)
 ORDER BY updated_at, job_id;
 
 -- name: list_live_jobs
@@ -77,11 +77,19 @@ ORDER BY created_at, job_id;
 -- Entering a terminal state makes the resolution of the job's sinks owed (resolved_at NULL).
 UPDATE jobs SET state = :state, last_error = :error, updated_at = :now,
                 resolved_at = CASE WHEN :state IN ('FINISHED', 'CANCELED', 'FAILED')
-                                   THEN NULL ELSE resolved_at END
+                                   THEN NULL ELSE resolved_at END,
+                settled = CASE WHEN :state IN ('FINISHED', 'CANCELED', 'FAILED')
+                               THEN 0 ELSE settled END
 WHERE job_id = :job_id;
 
 -- name: set_resolved
 UPDATE jobs SET resolved_at = :now WHERE job_id = :job_id;
+
+-- name: set_settled
+-- Only the end the janitor looked at: a job that ended again since is not settled by it.
+UPDATE jobs SET settled = 1
+WHERE job_id = :job_id AND updated_at = :ended_at AND resolved_at IS NOT NULL
+  AND state IN ('FINISHED', 'CANCELED', 'FAILED');
 
 -- name: set_job_sinks
 UPDATE jobs SET sinks = :sinks WHERE job_id = :job_id;
@@ -248,7 +256,8 @@ WHERE job_id = :job_id AND attempt = :attempt;
 
 -- name: request_cancel
 UPDATE jobs SET state = :state, cancel_requested_at = :now, updated_at = :now,
-                resolved_at = CASE WHEN :state = 'CANCELED' THEN NULL ELSE resolved_at END
+                resolved_at = CASE WHEN :state = 'CANCELED' THEN NULL ELSE resolved_at END,
+                settled = CASE WHEN :state = 'CANCELED' THEN 0 ELSE settled END
 WHERE job_id = :job_id;
 
 -- name: set_failures
@@ -307,7 +316,9 @@ WHERE job_id = :job_id;
 UPDATE jobs SET state = :state, failures = :failures, next_attempt_at = :next_attempt_at,
                 last_error = :error, updated_at = :now,
                 resolved_at = CASE WHEN :state IN ('FINISHED', 'CANCELED', 'FAILED')
-                                   THEN NULL ELSE resolved_at END
+                                   THEN NULL ELSE resolved_at END,
+                settled = CASE WHEN :state IN ('FINISHED', 'CANCELED', 'FAILED')
+                               THEN 0 ELSE settled END
 WHERE job_id = :job_id;
 
 -- Counters (migration 0004): totals that pruning never lowers, read in one indexed scan.

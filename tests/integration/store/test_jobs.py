@@ -295,6 +295,30 @@ def test_set_resolved_and_a_new_end_owes_it_again(store: Store) -> None:
     assert store.get_job(JOB).resolved_at is None
 
 
+def test_a_settled_end_leaves_the_unsettled_list_until_the_job_ends_again(
+    store: Store, clock: ManualClock
+) -> None:
+    """Issue 23 item 10: the janitor records an end settled (every process was gone when its
+    cleanup began); a restarted leader then owes it nothing. Only the end it looked at: not
+    an unresolved one, not one that changed since, and a new end is owed again."""
+    running_job(store)
+    store.finish_attempt(JOB, AttemptNo(1), AttemptState.FAILED, JobState.FAILED, "x")
+    end = store.get_job(JOB).updated_at
+    assert not store.set_settled(JOB, end)  # not resolved yet: nothing to settle
+    store.set_resolved(JOB)
+    assert not store.set_settled(JOB, end - 1)  # another end than this one
+    assert [j.job_id for j in store.list_unsettled_jobs(60.0)] == [JOB]
+    assert store.set_settled(JOB, end)
+    assert store.list_unsettled_jobs(60.0) == []
+    assert store.list_unsettled_jobs(1e9) == []
+
+    clock.advance(5)
+    store.start_attempt(JOB, OWNER, TTL, expected_current=AttemptNo(1), restart=True)
+    assert not store.set_settled(JOB, end)  # live again
+    store.finish_attempt(JOB, AttemptNo(2), AttemptState.FAILED, JobState.FAILED, "y")
+    assert [j.job_id for j in store.list_unsettled_jobs(60.0)] == [JOB]
+
+
 def test_job_sinks_are_recorded_replaced_and_kept_out_of_the_record(store: Store) -> None:
     running_job(store)
     assert store.get_job_sinks(JOB) == []  # no attempt opened its sinks yet
