@@ -183,6 +183,54 @@ def this_owner() -> Owner:
     return Owner(host=host_id(), pid=pid, pid_started=process_start_marker(pid))
 
 
+def _children() -> list[int]:
+    """Pids of this process's children (every thread's), or [] where the kernel has no
+    ``/proc/<pid>/task/<tid>/children``; then a scan of every process."""
+    me = os.getpid()
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return []
+    listed = False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{me}/task/{tid}/children", encoding="ascii") as f:
+                found.extend(int(x) for x in f.read().split())
+            listed = True
+        except (OSError, ValueError):
+            continue
+    if not listed:
+        found = [s.pid for s in all_stats() if s.ppid == me]
+    return found
+
+
+def reap_adopted() -> list[int]:
+    """Collect the exit status of the zombie children this process did not start, and return
+    their pids.
+
+    When this process is PID 1 (a container's entry point) or a child subreaper, the kernel
+    hands it every orphan below it: a driver's JVM that outlives its Python for a moment is
+    one. Nobody waits for those, and they stay ``<defunct>`` for as long as this process lives
+    (issue 23 item 10). A child this process started leads its own process group
+    (``start_new_session``) or shares ours (a short helper run to its end); an adopted one is in
+    a group of someone else's. Only those are collected: the exit code of a child we started
+    belongs to its ``Popen``."""
+    mine = os.getpgrp()
+    reaped = []
+    for pid in _children():
+        st = stat(pid)
+        if st is None or st.state != "Z" or st.pgid in (pid, mine):
+            continue
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        if done:
+            reaped.append(pid)
+    return reaped
+
+
 def owner_is_dead(owner: Owner) -> bool:
     """True only when we can see for sure that the owner's process is gone (this host)."""
     if not is_this_host(owner.host):
@@ -209,6 +257,7 @@ __all__ = [
     "owner_is_dead",
     "pids",
     "process_start_marker",
+    "reap_adopted",
     "stat",
     "this_owner",
 ]

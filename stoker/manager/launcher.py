@@ -8,15 +8,21 @@ a process group on the manager's host, today's only kind.
 
 from __future__ import annotations
 
+import logging
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from stoker.manager import processes
-from stoker.procs import host_id, is_this_host
+from stoker.procs import host_id, is_this_host, reap_adopted
 from stoker.store import Owner
 from stoker.types import AttemptNo, JobId
+
+log = logging.getLogger("stoker.launcher")
+# Seconds between looks for adopted zombies (a read of /proc per thread of the manager).
+ADOPTED_EVERY = 2.0
 
 
 class DriverLauncher(Protocol):
@@ -99,6 +105,7 @@ class LocalProcessLauncher:
 
     def __init__(self) -> None:
         self._children: dict[tuple[JobId, AttemptNo], subprocess.Popen[bytes]] = {}
+        self._adopted_at = float("-inf")
 
     def start(
         self,
@@ -138,6 +145,13 @@ class LocalProcessLauncher:
         for key, proc in list(self._children.items()):
             if proc.poll() is not None and not watched(*key):
                 del self._children[key]
+        # A driver's JVM outlives its Python by a moment; if the kernel hands it to us (the
+        # manager is PID 1 in a container, or a subreaper), nobody else collects it.
+        now = time.monotonic()
+        if now - self._adopted_at >= ADOPTED_EVERY:
+            self._adopted_at = now
+            for pid in reap_adopted():
+                log.debug("collected adopted process %d", pid)
 
     def wait(self, timeout: float) -> None:
         """Wait for every driver started here to exit (tests)."""

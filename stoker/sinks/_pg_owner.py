@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from stoker.errors import InvalidSink, OwnedElsewhere, SinkError
+from stoker.errors import OwnedElsewhere, SinkError
 from stoker.sinks._pg_server import create_missing_table
 from stoker.sinks.base import SinkOwner
 

@@ -43,7 +43,9 @@ class Manager:
         leader_ttl: float = 2.0,
         extra_args: list[str] | None = None,
         port: int | None = None,
+        wrap: list[str] | None = None,
     ) -> None:
+        """``wrap``: a command the server's argv is appended to (it must exec it)."""
         self.name = name
         self.store = store
         self.log = log
@@ -66,6 +68,7 @@ class Manager:
         for d in allow_dirs:
             argv += ["--allow-dir", str(d)]
         argv += extra_args or []
+        argv = [*(wrap or []), *argv]
         if token is not None:
             argv += ["--token", token]
         if read_token is not None:
