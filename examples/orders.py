@@ -92,7 +92,7 @@ def main() -> None:
     )
     epochs = sorted(set(table.column("epoch").to_pylist()))
     print(f"epochs on disk: {epochs[0]}..{epochs[-1]}" if epochs else "no epochs on disk")
-    print(f"see them with: stoker epochs orders --state-dir {WORK / 'state'}")
+    print(f"see them with: {result.command('epochs')}")
 
 
 if __name__ == "__main__":

@@ -395,8 +395,7 @@ def summary(r: JobResult) -> str:
     store = redact_url(str(r.store_url))
     in_state_dir = store.removeprefix("sqlite:///") == str(r.state_dir / "store.db")
     lines.append(f"  state   {r.state_dir}" + ("" if in_state_dir else f" (store {store})"))
-    where = f"--state-dir {shlex.quote(str(r.state_dir))}" if in_state_dir else "--store ..."
-    lines.append(f"  status  stoker status {r.job_id} {where}")
+    lines.append(f"  status  {r.command('status')}")
     return "\n".join(lines)
 
 

@@ -204,12 +204,17 @@ class Dispatcher:
     def _spawn(self, job: JobRecord, attempt: AttemptRecord, argv: processes.DriverArgv) -> None:
         """Start the attempt's driver and record who it is."""
         entry = Path(job.spec["entrypoint"])
+        env = dict(argv.env)
+        if self.lease.address:
+            env[processes.MANAGER_URL_ENV] = (
+                self.lease.address
+            )  # the hints the driver prints name it
         try:
             owner = self.launcher.start(
                 job.job_id,
                 attempt.attempt,
                 list(argv),
-                dict(argv.env),
+                env,
                 Path(str(attempt.log_path)),
                 cwd=entry.parent,
             )

@@ -45,6 +45,7 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 # stoker.runtime.launch.FROM_SAVEPOINT_ENV (the manager does not import the runtime)
 FROM_SAVEPOINT_ENV = "STOKER_FROM_SAVEPOINT"
 REWRITE_OUTPUT_ENV = "STOKER_REWRITE_OUTPUT_AFTER_SAVEPOINT"  # launch.REWRITE_OUTPUT_ENV
+MANAGER_URL_ENV = "STOKER_MANAGER_URL"  # stoker.runtime.job.result.MANAGER_URL_ENV
 
 
 def driver_argv(

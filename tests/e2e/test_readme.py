@@ -309,7 +309,12 @@ def test_server_block_runs_as_written(work: Path, server: str) -> None:
         elif kind == "read":
             assert "FINISHED" in _check(sh(cmd, work))
             for more in ("epochs", "logs"):  # the comment's "also"
-                _check(sh(cmd.replace("status", more, 1), work))
+                said = _check(sh(cmd.replace("status", more, 1), work))
+                if more == "logs":
+                    # Issue 23 item 11: the example's hint names what is true where it ran
+                    # (the manager), not a state folder of its own that does not exist.
+                    assert f"see them with: stoker epochs orders --server {server}" in said
+                    assert "--state-dir" not in said, said
     # The example's output is still there after the job ended (and the manager's cleanup ran).
     out_dir = work / "examples/.stoker-example/out/orders"
     assert any(out_dir.glob("epoch=*/_manifest.json")), sorted(out_dir.iterdir())

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stoker.redact import redact_url
 from stoker.types import JobId, JobState
+
+# Set by a job manager for the drivers it starts: the URL its API answers on.
+MANAGER_URL_ENV = "STOKER_MANAGER_URL"
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,25 @@ class JobResult:
     outputs: tuple[str, ...] = ()  # each sink, described (no credentials)
     # A second signal stopped it without waiting for the epoch in flight (it runs again).
     stopped_at_once: bool = False
+    # The job manager that started this driver (None: run in this process, no manager).
+    manager_url: str | None = field(default_factory=lambda: os.environ.get(MANAGER_URL_ENV))
+
+    def command(self, verb: str) -> str:
+        """The CLI command that reads this job where it ran (``verb``: status, epochs, ...):
+        ``--server`` under a job manager, else ``--state-dir`` when the store is the state
+        folder's own, else ``--store`` (its password never shown). Issue 23 item 11: a hint
+        names what is true where the job runs."""
+        if self.manager_url:
+            where = f"--server {shlex.quote(self.manager_url)}"
+        else:
+            store = redact_url(str(self.store_url))
+            if store.removeprefix("sqlite:///") == str(self.state_dir / "store.db"):
+                where = f"--state-dir {shlex.quote(str(self.state_dir))}"
+            elif store != str(self.store_url):
+                where = "--store ..."  # a password: not printed
+            else:
+                where = f"--store {shlex.quote(store)}"
+        return f"stoker {verb} {self.job_id} {where}"
 
 
 def describe(result: JobResult) -> dict[str, Any]:

@@ -109,3 +109,9 @@ def test_a_job_submitted_from_a_savepoint_is_made_with_the_savepoints_uid(
         store.close()
     assert b.uid == c.uid == "4f1c0ffee"
     assert d.uid and d.uid != "4f1c0ffee"  # a job of its own: a fresh uid
+
+
+def test_the_manager_url_env_is_the_one_the_runtime_reads() -> None:
+    from stoker.runtime.job import result
+
+    assert result.MANAGER_URL_ENV == processes.MANAGER_URL_ENV
