@@ -84,6 +84,29 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT``; in a process that runs several jobs (an application's driver), a line
+    logged for one of them names it after the time: ``<time> [<job>] <logger>: <message>``,
+    so that the application's log says whose each line is and a job's own view can be cut
+    out of it (:func:`job_tag`). A driver of one job does not repeat its id on every line."""
+
+    def __init__(self, fmt: str = TEXT_FORMAT, datefmt: str | None = None) -> None:
+        super().__init__(fmt, datefmt)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        job = _job.get()
+        if job is None or _process.get("job") is not None:
+            return text
+        stamp = self.formatTime(record)
+        return f"{stamp} {job_tag(job)}{text[len(stamp) :]}" if text.startswith(stamp) else text
+
+
+def job_tag(job: str) -> str:
+    """How a text line logged for ``job`` in a process of several jobs names it."""
+    return f"[{job}]"
+
+
 def configure(
     fmt: str | None = None, level: int = logging.INFO, stream: TextIO | None = None
 ) -> str:
@@ -92,10 +115,20 @@ def configure(
     drivers a manager starts) log the same way."""
     chosen = check_format(fmt)
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if chosen == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if chosen == "json" else TextFormatter())
     logging.basicConfig(level=level, handlers=[handler])
     os.environ[ENV] = chosen
     return chosen
 
 
-__all__ = ["ENV", "FORMATS", "JsonFormatter", "bind", "check_format", "configure", "context"]
+__all__ = [
+    "ENV",
+    "FORMATS",
+    "JsonFormatter",
+    "TextFormatter",
+    "bind",
+    "check_format",
+    "configure",
+    "context",
+    "job_tag",
+]

@@ -463,7 +463,7 @@ def _setup_logging(quiet: bool, log_format: str | None = None) -> None:
     handler.setFormatter(
         logformat.JsonFormatter()
         if json_lines
-        else logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")
+        else logformat.TextFormatter("%(asctime)s %(message)s", "%H:%M:%S")
     )
     root = logging.getLogger("stoker")
     root.setLevel(level)

@@ -279,6 +279,33 @@ def test_the_cli_lists_and_shows_applications(world: World) -> None:
     assert r.status_code == 200 and p.stdout in r.text
 
 
+def test_each_job_of_an_application_has_a_log_view_of_its_own(world: World) -> None:
+    """Issue 23 item 6: a job of an application has no driver of its own; its log is its lines
+    of the application driver's log. The application's log names the job on each of stoker's
+    lines; the job's view (REST, CLI, the UI's log button) holds its lines and no other job's.
+    It used to answer 422 ("attempt 1 was not started by a job manager")."""
+    http = world.manager.http
+    jobs = ("endless.backfill", "endless.stream")
+
+    def tagged() -> str | None:
+        text = http.get("/v1/applications/endless/log", headers=READ).text
+        return text if all(f" [{j}] " in text for j in jobs) else None
+
+    wait_for("both jobs' lines in the application's log", tagged, QUICK)
+    for jid, other in (jobs, jobs[::-1]):
+        n = http.get(f"/v1/jobs/{jid}", headers=READ).json()["current_attempt"]
+        r = http.get(f"/v1/jobs/{jid}/attempts/{n}/log", headers=READ)
+        assert r.status_code == 200, r.text
+        lines = r.text.splitlines()
+        assert any(f" [{jid}] " in ln for ln in lines), r.text[-2000:]
+        assert not any(f"[{other}]" in ln for ln in lines), r.text[-2000:]
+        ui = http.get(f"/ui/f/jobs/{jid}/attempts/{n}/log", headers=READ)
+        assert ui.status_code == 200 and f" [{jid}] " in ui.text, ui.text[-2000:]
+    p = stoker("logs", "endless.stream", "--tail", "2", "--server", world.url, token=READ_TOKEN)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("\n") == 2 and p.stdout.count(" [endless.stream] ") >= 1, p.stdout
+
+
 def test_ctrl_c_detaches_an_attached_run_and_the_application_goes_on(world: World) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("STOKER_SERVER", "STOKER_TOKEN")}
     argv = stoker_cmd(
