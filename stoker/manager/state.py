@@ -51,7 +51,10 @@ def max_parallelism_of(conf: Mapping[str, str], field: str = "conf") -> int:
 
 
 def parse_partitions(value: object, field: str = "partitions") -> int:
-    """A number of partitions: a whole number >= 1 (an int, or text of one)."""
+    """A number of partitions: a whole number >= 1 (an int, text of one, or a float that is
+    one: JSON's 211.0 is the integer 211 to JSON Schema, issue 23 item 12)."""
+    if isinstance(value, float) and value.is_integer() and 1 <= value <= 2**31:
+        value = int(value)
     text = str(value).strip()
     if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
         raise InvalidInput(field, f"must be a whole number of at least 1, got {value!r}")

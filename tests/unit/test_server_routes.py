@@ -176,9 +176,15 @@ def test_the_jobs_list_comes_in_pages_with_a_cursor(tmp_path: Any) -> None:
                 params = {"limit": 3, "after": cursor}
             assert (seen, pages) == (names, 3)
             assert [j["job_id"] for j in client.get("/v1/jobs").json()] == names  # one page
-            for bad in ("nope", "W10", "x" * 401):
+            for bad in ("nope", "W10", "x" * 401, "1.5~a..b", "1e9~a", "~a", "1.5~"):
                 r = client.get("/v1/jobs", params={"after": bad})
                 assert r.status_code == 422, (bad, r.text)
+            # Issue 23 item 12: any position the schema's pattern admits is a cursor (none is
+            # refused), before, between or after the jobs there are.
+            for position, rest in (("0.0~a", names), ("0~zzz", names), ("9999999999~a", [])):
+                r = client.get("/v1/jobs", params={"after": position})
+                assert r.status_code == 200, (position, r.text)
+                assert [j["job_id"] for j in r.json()] == rest, position
             assert client.get("/v1/jobs", params={"limit": 0}).status_code == 422
             assert client.get("/v1/jobs", params={"limit": 1001}).status_code == 422
     finally:

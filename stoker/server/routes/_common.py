@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 from fastapi import Path, Query, Request, Response
 
 from stoker.errors import InvalidInput
-from stoker.manager.pages import CURSOR_MAX, PAGE_DEFAULT, PAGE_MAX
+from stoker.manager.pages import CURSOR_MAX, CURSOR_PATTERN, PAGE_DEFAULT, PAGE_MAX
 from stoker.server.docs import JOB_ID_HELP, JOB_ID_MAX, JOB_ID_PATTERN, errors
 
 BIGINT = 2**63 - 1  # the store's attempt numbers
@@ -44,7 +44,10 @@ async def json_object(request: Request, empty: dict[str, Any] | None = None) -> 
 # A paged list's parameters (GET /v1/jobs, GET /v1/applications).
 page_limit: Any = Query(PAGE_DEFAULT, ge=1, le=PAGE_MAX, description="Records in this page.")
 page_after: Any = Query(
-    None, max_length=CURSOR_MAX, description="The X-Next-Cursor of the page before."
+    None,
+    max_length=CURSOR_MAX,
+    pattern=CURSOR_PATTERN,
+    description="The X-Next-Cursor of the page before: a position `<created_at>~<id>`.",
 )
 
 

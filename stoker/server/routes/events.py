@@ -13,6 +13,22 @@ from stoker.server.routes._common import GUARDED
 
 router = APIRouter()
 
+# One server-sent event: `id: <run>-<n>`, `event: <kind>`, `data: <one JSON object>`.
+SSE_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[0-9a-f]+-[0-9]+$"},
+        "event": {"enum": ["job", "epoch", "control", "rescale", "resync"]},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "description": "One JSON object with `job_id` and what the kind says.",
+        },
+        "retry": {"type": "integer", "minimum": 0},
+    },
+}
+
 
 @router.get(
     "/v1/events",
@@ -20,7 +36,9 @@ router = APIRouter()
     responses={
         200: {
             "description": "A stream of server-sent events (never ends by itself).",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            # OpenAPI 3.1 has an event stream's `schema` describe each event (3.2 would say
+            # `itemSchema`): its fields as the SSE format names them.
+            "content": {"text/event-stream": {"schema": SSE_EVENT}},
         },
         **errors(*GUARDED, 422, 429, 503),
     },

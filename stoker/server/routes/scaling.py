@@ -27,7 +27,11 @@ RESOURCES_BODY: dict[str, Any] = {
         "max_executors": {**_BOUND, "description": "The most executors (null: kept)."},
     },
     "additionalProperties": False,
-    "minProperties": 1,
+    # At least one bound given as a number (a null keeps that bound: not a change alone).
+    "anyOf": [
+        {"required": ["min_executors"], "properties": {"min_executors": {"type": "integer"}}},
+        {"required": ["max_executors"], "properties": {"max_executors": {"type": "integer"}}},
+    ],
     "description": "New executor bounds of the job's owner (the job, or its application); "
     "its mode stays. max_executors must be at least min_executors (422 otherwise).",
 }
