@@ -131,6 +131,12 @@ class ControlNotFound(StokerError):
         self.control_id = control_id
 
 
+# The reasons of the two ControlConflicts a CLI verb takes as done already (issue 23 item 7):
+# `stoker pause` of a paused job and `stoker resume` of a running one exit 0 with a note.
+ALREADY_PAUSED = "is paused already"
+NOT_PAUSED = "is not paused: there is nothing to resume"
+
+
 class ControlConflict(StokerError):
     """A control event that cannot be taken in the job's present control state (pause of a
     paused job, a request_id reused with another body). Nothing was stored."""

@@ -42,7 +42,7 @@ from stoker.cli._common import (
     store_opt,
     use_server,
 )
-from stoker.errors import ControlConflict, InvalidInput, StokerError
+from stoker.errors import ALREADY_PAUSED, NOT_PAUSED, ControlConflict, InvalidInput, StokerError
 from stoker.redact import redact_answer
 from stoker.types import job_id as _job_id
 
@@ -407,8 +407,9 @@ def status_cmd(
 @_sending
 @guarded
 def pause_cmd(job: str, **kw: Any) -> None:
-    """Pause a job: no epoch commits until it is resumed; it stays live (cancel still works)."""
-    _send(job, {"kind": "pause"}, **kw)
+    """Pause a job: no epoch commits until it is resumed; it stays live (cancel still works).
+    A paused job is left as it is (exit 0, with a note)."""
+    _send_idempotent(job, {"kind": "pause"}, ALREADY_PAUSED, "paused already: nothing to do", **kw)
 
 
 @click.command("resume")
@@ -417,8 +418,27 @@ def pause_cmd(job: str, **kw: Any) -> None:
 @_sending
 @guarded
 def resume_cmd(job: str, **kw: Any) -> None:
-    """Resume a paused job from where it stopped."""
-    _send(job, {"kind": "resume"}, **kw)
+    """Resume a paused job from where it stopped. A job that is not paused is left as it is
+    (exit 0, with a note)."""
+    _send_idempotent(job, {"kind": "resume"}, NOT_PAUSED, "not paused: nothing to do", **kw)
+
+
+def _send_idempotent(
+    job: str, body: dict[str, Any], done_already: str, note: str, **kw: Any
+) -> None:
+    """:func:`_send`, where the refusal ``done_already`` means what was asked holds already:
+    a note on stderr (JSON on stdout under --json) and exit 0, as ``kubectl`` and systemd
+    treat a verb whose state holds (issue 23 item 7: it was exit 9, "live with another
+    spec")."""
+    try:
+        _send(job, body, **kw)
+    except ControlConflict as e:
+        if e.reason != done_already:
+            raise
+        if kw.get("as_json"):
+            click.echo(json.dumps({"job_id": job, "kind": body["kind"], "note": note}))
+        else:
+            click.echo(f"stoker: job {job!r} is {note}", err=True)
 
 
 @click.command("checkpoint")

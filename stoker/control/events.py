@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stoker.errors import ControlConflict, InvalidInput
+from stoker.errors import ALREADY_PAUSED, NOT_PAUSED, ControlConflict, InvalidInput
 from stoker.scalespec import parse_scaling
 from stoker.types import ControlKind
 
@@ -376,11 +376,11 @@ def apply(
         state["trigger_s"] = float(body["seconds"])
     elif kind == ControlKind.PAUSE:
         if state.get("paused"):
-            raise ControlConflict(job_id, "is paused already")
+            raise ControlConflict(job_id, ALREADY_PAUSED)
         state["paused"] = True
     elif kind == ControlKind.RESUME:
         if not state.get("paused"):
-            raise ControlConflict(job_id, "is not paused: there is nothing to resume")
+            raise ControlConflict(job_id, NOT_PAUSED)
         state["paused"] = False
     elif kind == ControlKind.CHECKPOINT and state.get("paused"):
         raise ControlConflict(job_id, "is paused: no epoch runs until it is resumed")

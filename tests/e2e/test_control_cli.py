@@ -177,8 +177,17 @@ def test_bad_input_and_refusals_against_a_server(manager: Manager) -> None:
     assert p.returncode == 2 and "--payload: is not JSON" in p.stderr
     p = stoker("savepoint", "strict", "--dir", "/etc/sp", env=env)
     assert p.returncode == 2 and "dir: '/etc/sp' lies outside the allowed folders" in p.stderr
+    # Issue 23 item 7: what is asked holds already (a job that is not paused, resumed):
+    # exit 0 with a note, not 9; nothing is stored.
     p = stoker("resume", "strict", env=env)
-    assert p.returncode == 9 and "is not paused" in p.stderr
+    assert (p.returncode, p.stderr) == (0, "stoker: job 'strict' is not paused: nothing to do\n")
+    p = stoker("resume", "strict", "--json", env=env)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {
+        "job_id": "strict",
+        "kind": "resume",
+        "note": "not paused: nothing to do",
+    }
     p = stoker("pause", "nope", env=env)
     assert p.returncode == 3 and "'nope' not found" in p.stderr
     p = stoker("control", "strict", "status", "abc", env=env)
@@ -210,6 +219,10 @@ def test_every_command_against_a_local_state_dir(tmp_path: Path) -> None:
     view = json.loads(_ok(stoker("control", "orders", "trigger", "250ms", "--json", *d)))
     assert (view["kind"], view["version"], view["body"]["seconds"]) == ("trigger", 2, 0.25)
     _ok(stoker("pause", "orders", *d))
+    # Paused already: done, with a note (exit 0), and nothing stored (issue 23 item 7).
+    again = stoker("pause", "orders", *d)
+    assert (again.returncode, again.stdout) == (0, ""), again.stderr
+    assert again.stderr == "stoker: job 'orders' is paused already: nothing to do\n"
     _ok(stoker("resume", "orders", *d))
     _ok(stoker("control", "orders", "event", "reload_rules", *d))
     # A relative savepoint folder is the caller's: made absolute before it is stored.
