@@ -20,12 +20,8 @@ line per event (id, version, status, applied epoch); ``--json`` prints the event
 
 from __future__ import annotations
 
-import getpass
 import json
-import socket
-import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,154 +29,20 @@ import click
 
 from stoker.cli._common import (
     Duration,
-    client,
     debug_option,
     guarded,
-    open_job_store,
     server_opts,
     state_dir_opt,
     store_opt,
-    use_server,
 )
-from stoker.errors import ALREADY_PAUSED, NOT_PAUSED, ControlConflict, InvalidInput, StokerError
-from stoker.redact import redact_answer
-from stoker.types import job_id as _job_id
+from stoker.cli.control_target import control_target, line, print_event
+from stoker.errors import ALREADY_PAUSED, NOT_PAUSED, ControlConflict, InvalidInput
 
-_REACHED = {"applied": ("APPLIED", "COMMITTED"), "committed": ("COMMITTED",)}
 _RATE_KEYS = {
     "second": "rows_per_second",
     "epoch": "max_rows_per_epoch",
     "files": "max_files_per_epoch",
 }
-
-
-class _Target:
-    """Where the events go: a job manager (REST) or the local job's store."""
-
-    def __init__(
-        self, job: str, server: str | None, token: str | None, store: str | None, sd: str | None
-    ) -> None:
-        self.job = str(_job_id(job))
-        self._client: Any = None
-        self._store: Any = None
-        if server := use_server(server):
-            self._client = client(server, token)
-        else:
-            _jid, self._store = open_job_store(job, store, sd)
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-        if self._store is not None:
-            self._store.close()
-
-    def send(self, body: Mapping[str, Any], request_id: str | None) -> dict[str, Any]:
-        if self._client is not None:
-            if body.get("kind") == "savepoint":
-                return dict(self._client.savepoint(self.job, body["stop"], body["dir"], request_id))
-            return dict(self._client.control(self.job, body, request_id))
-        from stoker.manager.control import control_view, submit_control
-
-        ev, _created = submit_control(
-            self._store,
-            self.job,
-            body,
-            sender=f"local:{_user()}",
-            origin=socket.gethostname(),
-            request_id=request_id,
-        )
-        return dict(redact_answer(control_view(ev)))
-
-    def status(self, control_id: str) -> dict[str, Any]:
-        if self._client is not None:
-            return dict(self._client.control_status(self.job, control_id))
-        from stoker.manager.control import control_view, get_control
-
-        return dict(redact_answer(control_view(get_control(self._store, self.job, control_id))))
-
-    def history(self, limit: int, before: int | None, kind: str | None) -> dict[str, Any]:
-        if self._client is not None:
-            return dict(self._client.control_history(self.job, limit, before, kind))
-        from stoker.manager.control import control_history
-        from stoker.types import ControlKind
-
-        page = control_history(
-            self._store, self.job, limit, before, None if kind is None else ControlKind(kind)
-        )
-        return dict(redact_answer(page))
-
-    def config(self) -> dict[str, Any]:
-        if self._client is not None:
-            return dict(self._client.config(self.job))
-        from stoker.manager.control import config_view
-
-        return dict(redact_answer(config_view(self._store, self.job)))
-
-    def wait(self, control_id: str, until: str, timeout: float) -> dict[str, Any]:
-        """Until the event gets to ``until``; REJECTED and timeouts are errors."""
-        if self._client is not None:
-            try:
-                return dict(self._client.wait_control(self.job, control_id, until, timeout))
-            except TimeoutError as e:
-                raise StokerError(str(e)) from e
-        deadline = time.monotonic() + timeout
-        while True:
-            ev = self.status(control_id)
-            if ev["status"] in _REACHED[until]:
-                return ev
-            if ev["status"] == "REJECTED":
-                raise ControlConflict(
-                    self.job,
-                    f"control event {control_id} ({ev['kind']}) was rejected: {ev['reason']}",
-                )
-            if time.monotonic() >= deadline:
-                raise StokerError(
-                    f"control event {control_id} of job {self.job!r} is still {ev['status']} "
-                    f"after {timeout:g} s (waiting until {until}; is the job's driver running?)"
-                )
-            time.sleep(0.1)
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
-
-
-@contextmanager
-def _target(
-    job: str, server: str | None, token: str | None, store: str | None, state_dir: str | None
-) -> Iterator[_Target]:
-    t = _Target(job, server, token, store, state_dir)
-    try:
-        yield t
-    finally:
-        t.close()
-
-
-def line(v: Mapping[str, Any]) -> str:
-    """One event in one line: job, kind, id, version, status, epoch, reason or result."""
-    out = f"{v['job_id']}: {v['kind']} {v['control_id']} version {v['version']} {v['status']}"
-    if v.get("applied_epoch") is not None:
-        out += f" at epoch {v['applied_epoch']}"
-    if v.get("status") == "REJECTED" and v.get("reason"):
-        out += f": {v['reason']}"
-    result = v.get("result") or {}
-    path = result.get("path")
-    if path:
-        out += f", savepoint {path}"
-    if v.get("kind") == "scaling" and result.get("scaling"):
-        from stoker.scalespec import parse_scaling
-
-        out += f", scaling {parse_scaling(result['scaling']).to_text()}"
-        if result.get("owner") and result["owner"] != v["job_id"]:
-            out += f" (application {result['owner']})"
-    return out
-
-
-def _print(v: Mapping[str, Any], as_json: bool) -> None:
-    click.echo(json.dumps(v, indent=2, sort_keys=True) if as_json else line(v))
 
 
 # options every event command takes ---------------------------------------------------------------
@@ -226,13 +88,13 @@ def _send(
     wait: str | None,
     timeout: float,
 ) -> None:
-    with _target(job, server, token, store, state_dir) as t:
+    with control_target(job, server, token, store, state_dir) as t:
         v = t.send(body, request_id)
         if wait is not None:
             if not as_json:
                 click.echo(line(v), err=True)  # stored: the id, in case the wait is cut short
             v = t.wait(str(v["control_id"]), wait, timeout)
-        _print(v, as_json)
+        print_event(v, as_json)
 
 
 def _value(text: str) -> Any:
@@ -373,7 +235,7 @@ def history_cmd(
     as_json: bool,
 ) -> None:
     """The job's control events, newest first (one line each; --json: one JSON line each)."""
-    with _target(_job(ctx), server, token, store, state_dir) as t:
+    with control_target(_job(ctx), server, token, store, state_dir) as t:
         page = t.history(limit, before, kind)
     for v in page["events"]:
         click.echo(json.dumps(v, sort_keys=True) if as_json else line(v))
@@ -396,8 +258,8 @@ def status_cmd(
     as_json: bool,
 ) -> None:
     """One control event and how far it got."""
-    with _target(_job(ctx), server, token, store, state_dir) as t:
-        _print(t.status(control_id), as_json)
+    with control_target(_job(ctx), server, token, store, state_dir) as t:
+        print_event(t.status(control_id), as_json)
 
 
 # stoker pause / resume / checkpoint / savepoint / config JOB -------------------------------------
@@ -492,7 +354,7 @@ def config_cmd(
     as_json: bool,
 ) -> None:
     """A job's effective config and control state now (paused, trigger, rate limit, levels)."""
-    with _target(job, server, token, store, state_dir) as t:
+    with control_target(job, server, token, store, state_dir) as t:
         v = t.config()
     if as_json:
         click.echo(json.dumps(v, indent=2, sort_keys=True))

@@ -34,19 +34,10 @@ _dir_opt = state_dir_opt
 
 
 def _view(st: Any, jid: Any) -> dict[str, Any]:
-    from stoker.manager.control import display_state
-    from stoker.manager.rescales import scaling_fields
+    """The job as the API shows it: the one view, read from the store here."""
+    from stoker.manager.jobs import job_view
 
-    rec = st.get_job(jid)
-    attempt = st.get_attempt(jid, rec.current_attempt) if rec.current_attempt else None
-    last = st.list_epochs(jid, limit=1)
-    out: dict[str, Any] = rec.to_dict()
-    out["state"], out["paused"] = display_state(st, rec)  # PAUSED, as the API shows it
-    out["attempt"] = attempt.to_dict() if attempt else None
-    out["last_epoch"] = last[0].to_dict() if last else None
-    out["app_id"] = rec.app_id
-    out.update(scaling_fields(st, rec))  # its owner's, as the API shows it
-    return out
+    return job_view(st, str(jid))
 
 
 @click.command("status")
@@ -88,10 +79,12 @@ def status_cmd(
         if a.get("error"):
             click.echo(f"  error    {a['error']}")
     e = out.get("last_epoch")
-    if e:
-        click.echo(
-            f"last epoch {e['epoch']} {e['state']} rows {e['rows']} at {when(e['committed_at'])}"
-        )
+    if e and e.get("committed_at") is not None:
+        rows = "-" if e.get("rows") is None else e["rows"]
+        at = when(e["committed_at"])
+        click.echo(f"last epoch {e['epoch']} {e['state']} rows {rows} at {at}")
+    elif e:
+        click.echo(f"last epoch {e['epoch']} {e['state']} (not committed yet)")
     click.echo(f"config v{out['control_version']}")
     scaling = scaling_line(out)
     if scaling:
@@ -102,8 +95,9 @@ def status_cmd(
     if out.get("max_parallelism") is not None:
         click.echo(f"partitions {out['max_parallelism']} (state partitions: the max parallelism)")
     spec = out.get("spec") or {}
-    if spec.get("trigger_s") is not None:
-        click.echo(f"trigger    {spec['trigger_s']}s")
+    trigger = out.get("trigger_s", spec.get("trigger_s"))  # in force (a manager before: spec)
+    if trigger is not None:
+        click.echo(f"trigger    {float(trigger):g}s")
     if spec.get("conf"):  # what the current attempt runs with (-D / "conf"), secrets hidden
         click.echo("conf       " + " ".join(f"{k}={v}" for k, v in sorted(spec["conf"].items())))
     given = given_config(spec)  # pipeline config given at submission

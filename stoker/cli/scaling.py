@@ -65,7 +65,10 @@ def rescale_line(r: dict[str, Any]) -> str:
 def _header(view: dict[str, Any]) -> None:
     owner = view["owner"]
     whose = "" if owner == view["job_id"] else f" (its application {owner})"
-    click.echo(f"job        {view['job_id']}{whose}")
+    if view.get("kind") == "application":
+        click.echo(f"application {view['job_id']}")
+    else:
+        click.echo(f"job        {view['job_id']}{whose}")
     click.echo(f"scaling    {scaling_line(view) or 'fixed'}")
 
 

@@ -79,6 +79,12 @@ def job_view(store: Store, jid: str) -> dict[str, Any]:
     out["attempt"] = att.to_dict() if att else None
     last = store.list_epochs(job.job_id, limit=1)
     out["last_epoch"] = last[0].to_dict() if last else None
+    # The trigger in force: a control event's over the one the job was started with (issue
+    # 23 item 7: status showed the start's while `stoker config` showed the event's).
+    trigger = None if job.state.terminal else store.control_snapshot(job.job_id).trigger_s
+    if trigger is None:
+        trigger = job.spec.get("trigger_s")
+    out["trigger_s"] = trigger
     return out
 
 

@@ -105,6 +105,7 @@ def rescales_view(
     rows = store.list_rescales(owner.job_id, limit=limit, since=since)
     return {
         "job_id": record.job_id,
+        "kind": str(record.kind),  # job or application: what the CLI calls it
         "owner": owner.job_id,
         "scaling": scaling_of(owner).to_dict(),
         "executor_target": owner.executor_target,
@@ -173,6 +174,7 @@ def set_bounds(
     )
     return {
         "job_id": record.job_id,
+        "kind": str(record.kind),
         "owner": owner.job_id,
         "scaling": new.to_dict(),
         "executor_target": owner.executor_target,
@@ -268,6 +270,9 @@ def job_series(store: Store, records: Iterable[JobRecord]) -> dict[str, dict[str
         "executor_target": {},
         "backlog": {},
         "utilization": {},
+        # An application's own, by its id (issue 23 item 7: it was labelled job_id).
+        "application_executors": {},
+        "application_executor_target": {},
     }
     owners: dict[JobId, JobRecord] = {}
     for rec in records:
@@ -280,12 +285,13 @@ def job_series(store: Store, records: Iterable[JobRecord]) -> dict[str, dict[str
                 owners[rec.app_id] = store.get_job(rec.app_id)
             owner = owners[rec.app_id]
         name = str(rec.job_id)
+        prefix = "application_" if rec.kind == JobKind.APPLICATION else ""
         fields = scaling_fields(store, rec, owner)
         executors = (fields["resources"] or {}).get("executors")
         if isinstance(executors, int) and not isinstance(executors, bool):
-            out["executors"][name] = float(executors)
+            out[f"{prefix}executors"][name] = float(executors)
         if owner.executor_target is not None:
-            out["executor_target"][name] = float(owner.executor_target)
+            out[f"{prefix}executor_target"][name] = float(owner.executor_target)
         if rec.kind == JobKind.APPLICATION:
             continue  # its jobs commit the epochs
         epochs = store.list_epochs(rec.job_id, limit=3)

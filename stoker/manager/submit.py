@@ -266,5 +266,23 @@ def spec_difference(old: dict[str, Any], new: dict[str, Any], was: str = "live")
     diff = [k for k in keys if old.get(k) != new.get(k)]
     if not diff:
         return None
-    parts = [f"{k}: {old.get(k)!r} ({was}) vs {new.get(k)!r} (submitted)" for k in diff]
+    parts = [f"{k}: {_shown(old.get(k))} ({was}) vs {_shown(new.get(k))} (submitted)" for k in diff]
     return "; ".join(parts)
+
+
+def _shown(value: Any) -> str:
+    """A spec value as a person reads it (issue 23 item 7: ``None`` and dict reprs were shown):
+    absent is "not set", a mapping ``k=v`` pairs as ``-D``/``--config`` take them."""
+    if value is None:
+        return "not set"
+    if isinstance(value, dict):
+        if not value:
+            return "none"
+        return " ".join(f"{k}={_pair_value(v)}" for k, v in sorted(value.items()))
+    return repr(value)
+
+
+def _pair_value(v: Any) -> str:
+    import json
+
+    return v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)

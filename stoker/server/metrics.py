@@ -45,6 +45,10 @@ CONTROLS_READ = 50
 RATE_EPOCHS = 10  # the input and processing rates are over a job's newest epochs
 _SEEN_CONTROLS_KEPT = 4 * CONTROLS_READ
 
+_APPLICATION_SERIES = (
+    ("executors", "Executors the application's driver reports registered (its jobs share them)."),
+    ("executor_target", "Executors the autoscaler wants for the application."),
+)
 _SCALING_SERIES = (
     ("executors", "Executors the job's driver reports registered (the driver not counted)."),
     ("executor_target", "Executors the autoscaler wants for the job's owner."),
@@ -221,6 +225,11 @@ class StokerCollector(Collector):
             g = GaugeMetricFamily(f"stoker_job_{name}", help_text, labels=["job_id"])
             for jid, value in sorted(series[name].items()):
                 g.add_metric([jid], value)
+            yield g
+        for name, help_text in _APPLICATION_SERIES:
+            g = GaugeMetricFamily(f"stoker_application_{name}", help_text, labels=["app_id"])
+            for aid, value in sorted(series[f"application_{name}"].items()):
+                g.add_metric([aid], value)
             yield g
         rescales = CounterMetricFamily(
             "stoker_rescales_total",

@@ -576,9 +576,14 @@ def test_metrics_show_executors_target_backlog_utilization_and_rescales(server: 
     text = server.http.get("/metrics", headers=READ).text
     executors = _samples(text, "stoker_job_executors")
     assert executors['job_id="met"'] == 3.0
-    assert executors['job_id="met-app"'] == 2.0 and executors['job_id="met-app-a"'] == 2.0
+    assert executors['job_id="met-app-a"'] == 2.0
+    # An application's own series name it as one (issue 23 item 7: it was job_id="met-app").
+    assert 'job_id="met-app"' not in executors
+    assert _samples(text, "stoker_application_executors")['app_id="met-app"'] == 2.0
+    assert _samples(text, "stoker_application_executor_target")['app_id="met-app"'] == 5.0
     target = _samples(text, "stoker_job_executor_target")
     assert target['job_id="met"'] == 4.0 and target['job_id="met-app-a"'] == 5.0
+    assert 'job_id="met-app"' not in target
     backlog = _samples(text, "stoker_job_backlog")
     assert backlog['job_id="met"'] == 250.0 and backlog['job_id="met-zero"'] == 0.0
     assert 'job_id="met-app-a"' not in backlog  # none recorded
@@ -710,6 +715,11 @@ def test_cli_run_submits_with_scaling(server: Server) -> None:
     assert server.record("cli-app").kind == JobKind.APPLICATION
     p = server.cli("app", "status", "cli-app")
     assert p.returncode == 0 and "scaling     reactive" in p.stdout, p.stdout + p.stderr
+    # An application is called one (issue 23 item 7: rescales and resources said "job").
+    p = server.cli("rescales", "cli-app")
+    assert p.returncode == 0 and p.stdout.splitlines()[0] == "application cli-app", p.stdout
+    p = server.cli("rescales", "cli-app", "--json")
+    assert json.loads(p.stdout)["kind"] == "application", p.stdout
     p = server.cli("run", str(server.app), "--job-id", "cli-bad", "--scaling", "auto", "-d")
     assert p.returncode == 2 and "--scaling: max_executors is required" in p.stderr, p.stderr
     assert server.http.get("/v1/jobs/cli-bad", headers=AUTH).status_code == 404

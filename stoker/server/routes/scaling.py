@@ -83,6 +83,7 @@ class RescalesView(BaseModel):
     """An owner's scaling now and its rescale history, newest first."""
 
     job_id: str = Field(..., description="The id asked for.")
+    kind: str = Field("job", description="What that id is: job or application.")
     owner: str = Field(..., description="Whose executors: the job itself, or its application.")
     scaling: ScalingView
     executor_target: int | None = Field(None, description="What the scaler wants now.")
@@ -96,6 +97,7 @@ class ResourcesView(BaseModel):
     """The owner's scaling after new bounds, and the rescale that records them."""
 
     job_id: str
+    kind: str = "job"
     owner: str
     scaling: ScalingView
     executor_target: int | None = None

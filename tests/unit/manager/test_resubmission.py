@@ -61,3 +61,15 @@ def test_the_same_submission_returns_the_job_live_or_ended(
     res = m.submit("j", str(app), args=["b"], restart=True)
     assert (res.outcome, res.job.state) == ("restarted", JobState.RESTARTING)
     assert res.job.spec["args"] == ["b"]
+
+
+def test_a_difference_reads_as_a_person_would_write_it() -> None:
+    """Issue 23 item 7: a refusal read ``config: None (live) vs {'mult': 4}``."""
+    from stoker.manager.submit import spec_difference
+
+    assert spec_difference({"args": []}, {"args": [], "config": {"mult": 4}}) == (
+        "config: not set (live) vs mult=4 (submitted)"
+    )
+    assert spec_difference({"conf": {"a.b": "1"}}, {"conf": {}}) == (
+        "conf: a.b=1 (live) vs none (submitted)"
+    )
