@@ -69,6 +69,8 @@ class Pipeline:
         self.sinks: list[TwoPhaseSink] = []
         self._transform: Transform = _identity
         self._transform_arity = 2
+        # The streaming part (see stream()): on the sources' union, before the epochs.
+        self.stream_fn: MapFn | None = None
         # Handlers of custom control events, by event name (see on_control).
         self.handlers: dict[str, Callable[..., Any]] = {}
 
@@ -77,8 +79,24 @@ class Pipeline:
         self.inputs.append(_Input(source, map))
         return self
 
+    def stream(self, fn: MapFn) -> Pipeline:
+        """Set the streaming part, ``fn(df) -> DataFrame``, run once on the whole stream (the
+        sources' union) before it is cut into epochs. State lives here, across epochs, in
+        Spark's checkpoint: ``groupBy(...).agg(...)`` gives running totals,
+        ``dropDuplicates`` drops a duplicate whichever epoch it comes in (bound it with
+        ``withWatermark``). An aggregation needs ``Pipeline(..., output_mode="update")`` (each
+        epoch writes the keys it changed; a PostgreSQL sink upserts them on ``key=``) or
+        ``"complete"``. The per-epoch :meth:`transform` runs after it, on each epoch's rows.
+        Stateless work may go either place; state across epochs only here."""
+        if not callable(fn):
+            raise InvalidPipeline("stream", f"must be callable, got {type(fn).__name__}")
+        self.stream_fn = fn
+        return self
+
     def transform(self, fn: Transform) -> Pipeline:
-        """Set the per-epoch transform, ``fn(df, ctx) -> DataFrame`` (or ``fn(df)``)."""
+        """Set the per-epoch transform, ``fn(df, ctx) -> DataFrame`` (or ``fn(df)``). It sees
+        one epoch's rows at a time: an aggregation or a deduplication here covers that epoch
+        only (stoker warns at the start); for state across epochs use :meth:`stream`."""
         if not callable(fn):
             raise InvalidPipeline("transform", f"must be callable, got {type(fn).__name__}")
         self._transform = fn

@@ -110,3 +110,60 @@ def test_a_crash_after_prepare_in_update_mode_still_gives_the_final_counts(
     assert _table(pg_dsn) == FINAL
     assert pg_prepared(pg_dsn) == []
     assert _stage_left(pg_dsn) == 0
+
+
+# Issue 23 items 2 and 3: the streaming part has a name, and the per-epoch transform is checked
+# before the job is recorded.
+def test_the_streaming_part_keeps_running_totals_across_epochs(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``p.stream(fn)`` runs on the whole stream: the totals run across the epochs (the
+    per-epoch transform would count each epoch on its own)."""
+    out = tmp_path / "out"
+    gen = sources.generator(total=TOTAL, max_rows_per_epoch=PER_EPOCH)
+    p = Pipeline("totals", output_mode="complete").source(gen).stream(_counts)
+    p.sink(sinks.files(str(out)))
+    result = stoker.run(p, state_dir=tmp_path / "state", trigger=TRIGGER, spark=spark)
+    assert result.state == JobState.FINISHED and result.epochs >= 3, result
+    current = pq.read_table(out / "current").to_pylist()
+    assert {int(r["k"]): int(r["count"]) for r in current} == FINAL
+
+
+def test_a_transform_spark_cannot_analyse_is_bad_input_before_the_job_exists(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from stoker.errors import InvalidPipeline
+    from stoker.store import open_store
+
+    gen = sources.generator(total=TOTAL, max_rows_per_epoch=PER_EPOCH)
+    p = Pipeline("typo").source(gen).transform(lambda df, ctx: df.select("idd"))
+    p.sink(sinks.files(str(tmp_path / "out")))
+    with pytest.raises(InvalidPipeline) as e:
+        stoker.run(p, state_dir=tmp_path / "state", trigger=TRIGGER, spark=spark)
+    assert e.value.field == "transform"
+    assert "`idd` cannot be resolved" in str(e.value) and "`id`" in str(e.value)
+    assert not (tmp_path / "out").exists()
+    st = open_store(f"sqlite:///{tmp_path / 'state' / 'store.db'}")
+    try:
+        assert st.list_jobs() == []  # nothing recorded: the fixed file runs as it is
+    finally:
+        st.close()
+    # The fixed pipeline runs without a restart.
+    p.transform(lambda df, ctx: df.select("id"))
+    result = stoker.run(p, state_dir=tmp_path / "state", trigger=TRIGGER, spark=spark)
+    assert result.state == JobState.FINISHED
+
+
+def test_an_aggregation_in_the_per_epoch_transform_is_warned_about_once(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gen = sources.generator(total=TOTAL, max_rows_per_epoch=PER_EPOCH)
+    p = Pipeline("perepoch").source(gen).transform(lambda df, ctx: _counts(df))
+    p.sink(sinks.files(str(tmp_path / "out")))
+    with caplog.at_level("WARNING", logger="stoker.runner"):
+        result = stoker.run(p, state_dir=tmp_path / "state", trigger=TRIGGER, spark=spark)
+    assert result.state == JobState.FINISHED
+    said = [r.getMessage() for r in caplog.records if "within each epoch only" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "aggregates" in said[0] and "p.stream(fn)" in said[0]
+    assert "output_mode='update'" in said[0]

@@ -144,6 +144,9 @@ class AttemptRun:
             self.stream = opening.open_sources(
                 session, self.pipeline, self.root, SourceContext(jid, st.url, paced)
             )
+            # And the transform on those columns: a mistake there is bad input too.
+            config = self.pipeline.check_config(self.given)
+            opening.check_transform(self.stream, self.pipeline, jid, config)
             if plan.restoring is not None:
                 # Before the query starts (and before the sinks open): the checkpoint, the
                 # source logs and the outputs become this job's. Checked again against the

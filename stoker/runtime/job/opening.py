@@ -183,5 +183,92 @@ def open_sources(
         stream = functools.reduce(lambda a, b: a.unionByName(b), frames)
     except Exception as e:  # AnalysisException: sources of different schemas
         raise InvalidPipeline("sources", f"sources must share one schema to be unioned: {e}") from e
+    if pipeline.stream_fn is not None:
+        stream = _streaming_part(pipeline.stream_fn, stream)
     check_output_mode(stream, pipeline.output_mode)
     return stream
+
+
+def _streaming_part(fn: Callable[[DataFrame], DataFrame], stream: DataFrame) -> DataFrame:
+    """The pipeline's stream(fn) on the sources' union; what Spark cannot analyse there is
+    the pipeline's mistake (exit 2), as for the transform."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import DataFrame as _DF
+
+    try:
+        out = fn(stream)
+    except AnalysisException as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InvalidPipeline(
+            "stream", f"Spark cannot analyse it on the sources' columns: {first[:400]}"
+        ) from e
+    if not isinstance(out, _DF):
+        raise InvalidPipeline("stream", f"must return a DataFrame, returned {type(out).__name__}")
+    return out
+
+
+# Plan nodes that make a per-epoch transform aggregate or deduplicate within its epoch only.
+_PER_EPOCH_STATE = ("Aggregate", "Deduplicate", "Distinct", "Window")
+
+
+def check_transform(
+    stream: DataFrame, pipeline: Pipeline, jid: JobId, config: Mapping[str, Any]
+) -> None:
+    """Run the per-epoch transform once on an empty batch of the stream's schema, before the
+    job is recorded and before the first epoch (issue 23 item 3): what Spark cannot analyse
+    (a column that does not exist, a function on the wrong type) is the pipeline's mistake,
+    :class:`InvalidPipeline` on ``transform`` (exit 2, nothing recorded, the fixed file runs
+    again as it is), not a job failure after its first epoch. Any other error of the user's
+    code on an empty batch is left to the epochs (it may not happen on real rows).
+
+    A transform whose plan aggregates or deduplicates does so per epoch (issue 23 item 2):
+    said once, with what to write instead."""
+    from pyspark.errors import AnalysisException
+
+    from stoker.runtime.context import EpochContext
+    from stoker.types import AttemptNo, ControlVersion
+
+    spark = stream.sparkSession
+    try:
+        empty = spark.createDataFrame(spark.sparkContext.emptyRDD(), stream.schema)
+    except Exception:
+        log.debug(
+            "no empty batch of the stream's schema: the transform is not checked", exc_info=True
+        )
+        return
+    ctx = EpochContext(
+        job_id=jid,
+        epoch=Epoch(0),
+        attempt=AttemptNo(0),
+        control_version=ControlVersion(0),
+        config=EpochContext.frozen(dict(config)),
+        spark=spark,
+    )
+    try:
+        out = pipeline.apply(empty, ctx)
+        out.schema  # noqa: B018 (analysis is what is asked for)
+    except AnalysisException as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InvalidPipeline(
+            "transform", f"Spark cannot analyse it on the sources' columns: {first[:400]}"
+        ) from e
+    except InvalidPipeline:
+        raise
+    except Exception:
+        log.debug("the transform failed on an empty batch; left to the epochs", exc_info=True)
+        return
+    try:
+        plan = str(out._jdf.queryExecution().analyzed().toString())
+    except Exception:
+        return
+    found = sorted({n for n in _PER_EPOCH_STATE if f"{n} " in plan or f"{n}[" in plan})
+    if found:
+        log.warning(
+            "job %s: the transform %s within each epoch only (%s in its plan): each epoch's "
+            "output covers that epoch's rows, not a running total. For state across epochs, "
+            "do it in the stream: p.stream(fn) with fn(df) = df.groupBy(...).agg(...) and "
+            "Pipeline(..., output_mode='update') (README: Stateful pipelines)",
+            jid,
+            "deduplicates" if found == ["Deduplicate"] else "aggregates",
+            ", ".join(found),
+        )
