@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import runpy
 import sys
 from collections.abc import Callable
@@ -137,6 +138,38 @@ def _run_main(app: Path) -> dict[str, object]:
     except SyntaxError as e:
         where = f"{e.filename or app}:{e.lineno}" if e.lineno else str(e.filename or app)
         raise InvalidInput("app", f"syntax error at {where}: {e.msg}") from e
+    except TypeError as e:
+        site = _bad_call_site(e)
+        if site is None:
+            raise
+        raise InvalidInput("app", f"{site}: {e}") from e
+
+
+# What Python says of a call whose arguments do not fit the function (a typo'd keyword).
+_BAD_CALL = re.compile(
+    r"unexpected keyword argument|required (positional|keyword-only) argument|"
+    r"takes (from )?\d+ (to \d+ )?positional arguments? but|multiple values for argument"
+)
+
+
+def _bad_call_site(err: TypeError) -> str | None:
+    """``file:line`` of the call whose arguments did not fit, when that call is the user's
+    own line (issue 23 item 3: ``sinks.files(..., fromat=...)`` was exit 1 with a bare
+    TypeError): the innermost frame of the traceback, outside stoker. None otherwise."""
+    if not _BAD_CALL.search(str(err)):
+        return None
+    tb = err.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    if last is None:
+        return None
+    filename = last.tb_frame.f_code.co_filename
+    package = str(Path(__file__).resolve().parents[1])
+    if filename.startswith(package) or filename.startswith("<"):
+        return None
+    return f"{filename}:{last.tb_lineno}"
 
 
 def _needs_session(err: BaseException) -> bool:

@@ -143,6 +143,12 @@ class FilesSink:
             probe = probe.parent
         if root.exists() and not root.is_dir():
             raise InvalidSink("files.path", f"output path {str(root)!r} exists and is not a folder")
+        if not probe.is_dir():  # before Spark starts, not "No such file or directory" later
+            raise InvalidSink(
+                "files.path",
+                f"output folder {str(root)!r} cannot be made: {str(probe)!r} is a file, "
+                "not a folder",
+            )
         if not os.access(probe, os.W_OK | os.X_OK):
             raise InvalidSink("files.path", f"output folder {str(root)!r} is not writable")
         if root.is_dir():

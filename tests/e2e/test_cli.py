@@ -264,6 +264,34 @@ def test_run_of_a_file_that_is_not_python_exits_2(tmp_path: Path) -> None:
     assert _error_lines(proc) == ["stoker: error: app: 'app.txt' is not a Python file (.py)"]
 
 
+def test_a_typo_in_a_keyword_exits_2_naming_file_and_line(tmp_path: Path) -> None:
+    """Issue 23 item 3: it was exit 1 with a bare TypeError and no file or line."""
+    (tmp_path / "app.py").write_text(
+        "from stoker import Pipeline, sinks, sources\n"
+        "p = Pipeline('typo').source(sources.generator(total=10))\n"
+        f"p.sink(sinks.files({str(tmp_path / 'out')!r}, fromat='json'))\n"
+    )
+    proc = _stoker("run", "app.py", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert _error_lines(proc) == [
+        f"stoker: error: app: {tmp_path / 'app.py'}:3: files() got an unexpected keyword "
+        "argument 'fromat'"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py"]
+
+
+def test_an_output_folder_that_cannot_be_made_exits_2_before_spark(tmp_path: Path) -> None:
+    """Issue 23 item 3: an output path under a file said "No such file or directory" after
+    Spark started (15 s); it is refused before."""
+    (tmp_path / "a-file").write_text("x")
+    app = tmp_path / "app.py"
+    app.write_text(APP.format(job="nofolder", out=str(tmp_path / "a-file" / "out")))
+    proc = _stoker("run", str(app), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "is a file, not a folder" in proc.stderr, proc.stderr
+    assert "starting Spark" not in proc.stderr and "Spark started" not in proc.stderr
+
+
 def test_a_python_worker_spark_cannot_start_fails_the_run_with_8_and_what_spark_said(
     tmp_path: Path,
 ) -> None:
