@@ -23,6 +23,7 @@ from stoker.types import AttemptNo, JobId
 log = logging.getLogger("stoker.launcher")
 # Seconds between looks for adopted zombies (a read of /proc per thread of the manager).
 ADOPTED_EVERY = 2.0
+EXITED_KEPT = 1000  # exit codes of reaped drivers remembered (the newest)
 
 
 class DriverLauncher(Protocol):
@@ -106,6 +107,7 @@ class LocalProcessLauncher:
     def __init__(self) -> None:
         self._children: dict[tuple[JobId, AttemptNo], subprocess.Popen[bytes]] = {}
         self._adopted_at = float("-inf")
+        self._exited: dict[tuple[JobId, AttemptNo], int] = {}  # reaped drivers' exit codes
 
     def start(
         self,
@@ -127,7 +129,9 @@ class LocalProcessLauncher:
 
     def exit_code(self, job_id: JobId, attempt: AttemptNo) -> int | None:
         child = self._children.get((job_id, attempt))
-        return None if child is None else child.poll()
+        if child is None:
+            return self._exited.get((job_id, attempt))
+        return child.poll()
 
     def is_gone(self, owner: Owner) -> bool:
         return bool(owner.pid) and processes.is_dead(owner)
@@ -143,8 +147,13 @@ class LocalProcessLauncher:
 
     def reap(self, watched: Callable[[JobId, AttemptNo], bool]) -> None:
         for key, proc in list(self._children.items()):
-            if proc.poll() is not None and not watched(*key):
+            code = proc.poll()
+            if code is not None and not watched(*key):
                 del self._children[key]
+                # Kept a while: whether the job restarts may depend on it (exit 2: no).
+                self._exited[key] = code
+                while len(self._exited) > EXITED_KEPT:
+                    del self._exited[next(iter(self._exited))]
         # A driver's JVM outlives its Python by a moment; if the kernel hands it to us (the
         # manager is PID 1 in a container, or a subreaper), nobody else collects it.
         now = time.monotonic()

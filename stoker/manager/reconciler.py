@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from stoker.errors import JobNotFound, NotLeader, StokerError
+from stoker.errors import EXIT_CODES, InvalidInput, JobNotFound, NotLeader, StokerError
 from stoker.manager.dispatch import Dispatcher, StartFailed
 from stoker.manager.launcher import DriverLauncher
 from stoker.manager.leader import LeaderLease
@@ -30,6 +30,10 @@ _LIVE_ATTEMPT = (AttemptState.STARTING, AttemptState.RUNNING)
 # second suspension in a row waits this long before the next start, each further one twice as
 # long, up to the maximum.
 SUSPEND_BACKOFF = 1.0
+# A driver's exit code for bad input (stoker.errors), and how long a driver that ended its
+# attempt FAILED is waited for to exit (its code decides whether the job restarts).
+EXIT_BAD_INPUT = EXIT_CODES[InvalidInput]
+EXIT_WAIT = 10.0
 SUSPEND_BACKOFF_MAX = 60.0
 
 
@@ -120,6 +124,8 @@ class JobReconciler:
             elif job.state == JobState.CANCELING:
                 self._enforce_cancel(job, attempt, now)
         elif attempt.state == AttemptState.FAILED:
+            if self._exit_pending(attempt, now):
+                return  # its exit code says whether a restart can help: judged next tick
             self.fail(job, attempt, attempt.error or "the driver failed")
         else:
             self._repair(job, attempt)
@@ -244,14 +250,31 @@ class JobReconciler:
         return att is not None and att.state in _LIVE_ATTEMPT
 
     # failing -------------------------------------------------------------------------------
+    def _exit_pending(self, attempt: AttemptRecord, now: float) -> bool:
+        """Whether a driver that ended its attempt FAILED is still exiting (briefly): its exit
+        code is what tells a mistake no restart fixes (bad input) from a failure."""
+        if self.launcher.exit_code(attempt.job_id, attempt.attempt) is not None:
+            return False
+        if not self.launcher.launched(attempt.job_id, attempt.attempt):
+            return False  # not ours (another manager started it): judged as it is
+        ended = attempt.ended_at if attempt.ended_at is not None else now
+        return now - ended < EXIT_WAIT
+
     def fail(self, job: JobRecord, attempt: AttemptRecord, why: str) -> None:
-        """End the attempt FAILED; the job's restart strategy decides whether it restarts."""
+        """End the attempt FAILED; the job's restart strategy decides whether it restarts,
+        unless the driver said its input is bad (exit 2: an analysis error, an output another
+        job owns, a setting Spark refuses): the same input fails the same way, so the job fails
+        for good at once, as Flink does with a non-recoverable failure (issue 23 item 3; it was
+        retried three times)."""
         strategy = parse_strategy(job.spec.get("restart_strategy"))
         now = self.store.clock.now()
         decision = restart_decision(
             strategy, job.failures, attempt, lambda: self.store.list_attempts(job.job_id), now
         )
         delay = decision.delay
+        if self.launcher.exit_code(job.job_id, attempt.attempt) == EXIT_BAD_INPUT:
+            delay = None
+            why = f"{why}; bad input: a restart cannot fix it (fix it, then restart the job)"
         # attempt_failed counts the failure only if this call moves the job on: a second
         # manager that briefly also thinks it leads counts nothing again.
         after = self.store.attempt_failed(
