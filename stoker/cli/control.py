@@ -87,7 +87,7 @@ def _send(
     request_id: str | None,
     wait: str | None,
     timeout: float,
-) -> None:
+) -> dict[str, Any]:
     with control_target(job, server, token, store, state_dir) as t:
         v = t.send(body, request_id)
         if wait is not None:
@@ -95,6 +95,17 @@ def _send(
                 click.echo(line(v), err=True)  # stored: the id, in case the wait is cut short
             v = t.wait(str(v["control_id"]), wait, timeout)
         print_event(v, as_json)
+        return v
+
+
+def _where_args(kw: dict[str, Any]) -> list[str]:
+    """The options that named where the job is, to repeat in a hint (never a token)."""
+    out = []
+    for key, flag in (("server", "--server"), ("state_dir", "--state-dir"), ("store", "--store")):
+        value = kw.get(key)
+        if value and not (key == "store" and "@" in str(value)):
+            out.append(f" {flag} {value}")
+    return out
 
 
 def _value(text: str) -> Any:
@@ -338,7 +349,15 @@ def savepoint_cmd(job: str, stop: bool, folder: str | None, wait: bool, **kw: An
     if folder is not None and not kw.get("server"):
         folder = str(Path(folder).resolve())  # the driver runs elsewhere: no relative path
     body = {"kind": "savepoint", "stop": stop, "dir": folder}
-    _send(job, body, wait="committed" if wait else None, **kw)
+    v = _send(job, body, wait="committed" if wait else None, **kw)
+    if not wait and not kw.get("as_json"):
+        # The folder is known once the driver wrote it (issue 23 item 5): say how to get it.
+        where = "".join(_where_args(kw))
+        click.echo(
+            f"its folder, once written: stoker control {job} status {v['control_id']}{where} "
+            "(or take it with --wait)",
+            err=True,
+        )
 
 
 @click.command("config")

@@ -206,8 +206,21 @@ def _plan(
             FIELD,
             f"the pipeline does not fit the savepoint {str(folder)!r}: " + "; ".join(problems),
         )
-    if previous.job_id != jid:
-        restore_checks.refuse_unsettled(previous, manifest, store_url)
+    added, left = sink_changes(manifest, pipeline)
+    for name in added:
+        log.info("job %s: sink %r is new: it gets the epochs after the savepoint's", jid, name)
+    for name in left:
+        log.info(
+            "job %s: sink %r of the savepoint is not written: %s keeps it",
+            jid,
+            name,
+            previous.job_id,
+        )
+    shared = [s.name for s in pipeline.sinks if s.name not in added]
+    if previous.job_id != jid and shared:
+        # Outputs the old job wrote are handed over: it must be over with them first. A fork
+        # to outputs of its own needs nothing of the old job, whatever its state.
+        restore_checks.refuse_unsettled(previous, manifest, store_url, shared)
     rewrites = restore_checks.outputs_ahead(manifest, folder, pipeline, previous, rewrite)
     return Restore(folder, manifest, owner, previous, False, rewrite, rewrites)
 
@@ -228,14 +241,22 @@ def shape_difference(manifest: dict[str, Any], pipeline: Pipeline) -> list[str]:
     old_sinks = {str(s.get("name")): s.get("kind") for s in manifest.get("sinks") or []}
     new_sinks = {s["name"]: s.get("kind") for s in sink_shape(pipeline)}
     for name, kind in new_sinks.items():
-        if name not in old_sinks:
-            out.append(f"sink {name!r} is new (the savepoint's sinks: {', '.join(old_sinks)})")
-        elif old_sinks[name] != kind:
+        if name in old_sinks and old_sinks[name] != kind:
             out.append(f"sink {name!r} was {old_sinks[name]}, now {kind}")
-    for name in old_sinks:
-        if name not in new_sinks:
-            out.append(f"sink {name!r} of the savepoint is gone")
     return out
+
+
+def sink_changes(manifest: dict[str, Any], pipeline: Pipeline) -> tuple[list[str], list[str]]:
+    """The pipeline's sinks the savepoint's job did not have (they get every epoch after the
+    savepoint's), and the savepoint's sinks the pipeline does not write (left to the old job,
+    untouched). A fork may change both (issue 23 item 5): exactly once holds per output; the
+    sources and the state are what must fit."""
+    old_sinks = [str(s.get("name")) for s in manifest.get("sinks") or []]
+    new_sinks = [s["name"] for s in sink_shape(pipeline)]
+    return (
+        [n for n in new_sinks if n not in old_sinks],
+        [n for n in old_sinks if n not in new_sinks],
+    )
 
 
 def _files_folder(sink: TwoPhaseSink) -> Path | None:
@@ -413,4 +434,5 @@ __all__ = [
     "restore",
     "rewrite_log_folder",
     "shape_difference",
+    "sink_changes",
 ]

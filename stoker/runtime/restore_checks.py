@@ -34,7 +34,7 @@ from stoker.runtime.savepoint import FIELD
 from stoker.sinks import committed_epochs_of, descriptor_of
 from stoker.sinks.base import SinkOwner
 from stoker.store import open_store
-from stoker.types import Epoch, EpochState, TxnState
+from stoker.types import Epoch, EpochState, JobState, TxnState
 
 if TYPE_CHECKING:
     from stoker.pipeline import Pipeline
@@ -50,15 +50,18 @@ REWRITE_FIELD = "rewrite_output_after_savepoint"
 
 
 # the old job -----------------------------------------------------------------------------------
-def refuse_unsettled(previous: SinkOwner, manifest: dict[str, Any], store_url: str) -> None:
+def refuse_unsettled(
+    previous: SinkOwner, manifest: dict[str, Any], store_url: str, shared: list[str]
+) -> None:
     """The savepoint's job must have ended, its outputs resolved, before another job takes
-    them over: two jobs writing them would each commit what the other did not read."""
+    over the outputs it wrote (``shared``, by sink name): two jobs writing them would each
+    commit what the other did not read."""
     for url in stores_to_check(manifest, store_url):
         st = _open_existing(url)
         if st is None:
             continue
         try:
-            _refuse_in(st, previous, manifest)
+            _refuse_in(st, previous, manifest, shared)
         finally:
             st.close()
 
@@ -101,7 +104,7 @@ def _open_existing(url: str) -> Store | None:
     return open_store(url)
 
 
-def _refuse_in(st: Store, previous: SinkOwner, manifest: dict[str, Any]) -> None:
+def _refuse_in(st: Store, previous: SinkOwner, manifest: dict[str, Any], shared: list[str]) -> None:
     jid = previous.job_id
     try:
         job = st.get_job(jid)
@@ -110,11 +113,17 @@ def _refuse_in(st: Store, previous: SinkOwner, manifest: dict[str, Any]) -> None
     if job.uid and job.uid != previous.uid:
         return  # another job of that id (the savepoint's store is gone)
     if not job.state.terminal:
+        stop = (
+            f"stoker savepoint {jid} --stop, or stoker cancel {jid}"
+            if job.state != JobState.SUSPENDED
+            else f"stoker cancel {jid}: it is suspended, no driver runs it"
+        )
         raise InvalidInput(
             FIELD,
-            f"the savepoint's job {jid!r} is still {job.state} (not ended): stop "
-            f"it first (stoker savepoint {jid} --stop, or cancel it), then start "
-            "the new job from a savepoint",
+            f"the savepoint's job {jid!r} is still {job.state} (not ended) and the new job "
+            f"would take over its outputs ({', '.join(shared)}): either stop it first ({stop}),"
+            " then start the new job from a savepoint, or give the new job outputs of its own "
+            "(another folder or table): a fork to new outputs needs nothing of the old job",
         )
     pending = _pending(st, job)
     if pending:

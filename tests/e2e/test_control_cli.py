@@ -155,6 +155,13 @@ def test_every_command_against_a_server(manager: Manager) -> None:
     # A pause shows in the job's status.
     _ok(stoker("pause", "orders", env=env))
     assert "state      PAUSED" in _ok(stoker("status", "orders", env=env))
+    # Without --wait a savepoint says how to get its folder (issue 23 item 5), and that works.
+    p = stoker("savepoint", "orders", env=env)
+    sp = list(reversed(_stored(manager.store, "orders")))[-1]
+    hint = f"its folder, once written: stoker control orders status {sp.control_id}"
+    assert p.returncode == 0 and p.stderr.startswith(hint), p.stderr
+    shown = stoker("control", "orders", "status", sp.control_id, env=env)
+    assert _ok(shown).startswith(f"orders: savepoint {sp.control_id} ")
 
 
 def test_bad_input_and_refusals_against_a_server(manager: Manager) -> None:

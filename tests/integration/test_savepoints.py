@@ -273,12 +273,14 @@ def test_savepoint_without_stop_keeps_the_job_running_and_is_complete(
     # The job goes on in the same driver: epochs after the savepoint's commit.
     _wait("epochs after the savepoint", lambda: _committed(state, "gen-c")[-1] >= cut + 2)
 
-    # While it runs, no other job may start from its savepoint (both would write its output).
+    # While it runs, no other job may take its outputs over from its savepoint (both would
+    # write them); the refusal names both ways out (issue 23 item 5).
     d_state = tmp_path / "d"
     with pytest.raises(InvalidInput) as bad:
         stoker.run(pipeline("gen-d"), job_id="gen-d", state_dir=d_state, from_savepoint=folder)
     assert bad.value.field == "from_savepoint"
     assert "'gen-c' is still RUNNING" in str(bad.value) and "stop it first" in str(bad.value)
+    assert "give the new job outputs of its own" in str(bad.value)
     assert not d_state.exists()
 
     st = _store(state)
@@ -298,6 +300,27 @@ def test_savepoint_without_stop_keeps_the_job_running_and_is_complete(
     offsets = sorted(int(p.name) for p in (cp / "offsets").iterdir() if p.name.isdigit())
     commits = sorted(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
     assert offsets == commits and commits[-1] == cut
+
+    # Issue 23 item 5, the refusal's second way out followed: a fork to an output of its own
+    # needs nothing of the old job, even live (here its record waits to restart: not ended).
+    st = _store(state)
+    try:
+        st.restart_job(job_id("gen-c"), st.get_job(job_id("gen-c")).spec)
+        assert not st.get_job(job_id("gen-c")).state.terminal
+    finally:
+        st.close()
+    out2 = tmp_path / "out2"
+    first, last = (cut + 1) * 100, (cut + 1) * 100 + 250
+    fork = Pipeline("gen-e").source(sources.generator(total=last, max_rows_per_epoch=100))
+    fork.sink(sinks.files(str(out2)))
+    forked = stoker.run(
+        fork, job_id="gen-e", state_dir=tmp_path / "e", trigger=TRIGGER, spark=spark,
+        from_savepoint=folder,
+    )  # fmt: skip
+    assert forked.state == JobState.FINISHED
+    assert Counter(file_sink_ids(out2)) == Counter(range(first, last))  # each id once
+    claim = read_claim(out)  # the old output is still the old job's
+    assert claim is not None and claim.job_id == "gen-c"
     assert not list(folder.parent.glob(".*tmp*"))
 
 
@@ -357,16 +380,16 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     msg = _refused(_gen_pipeline("new", out), state, tmp_path / "empty")
     assert "is not a savepoint (no _savepoint.json)" in msg
-    # Another source, another sink set.
+    # Another source. (Another sink set is a fork's right, issue 23 item 5: not refused.)
     sp = _fake_savepoint(
         tmp_path / "sp1", sources_=[files_src], sink_names=[sink, ("postgres:t", "postgres")]
     )
     msg = _refused(_gen_pipeline("new", out), state, sp)
     assert f"source 1 was {files_src}, now generator(total=10" in msg
-    assert "sink 'postgres:t' of the savepoint is gone" in msg
+    assert "postgres:t" not in msg
     sp = _fake_savepoint(tmp_path / "sp2", sources_=[gen, gen], sink_names=[])
     msg = _refused(_gen_pipeline("new", out), state, sp)
-    assert "the savepoint has 2 source(s)" in msg and f"sink 'files:{out}' is new" in msg
+    assert "the savepoint has 2 source(s)" in msg and "is new" not in msg
     # The savepoint's job is live (its own store, as a local run has it).
     old = tmp_path / "old"
     old.mkdir()
@@ -381,6 +404,19 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path: Path) -> None:
     )
     msg = _refused(_gen_pipeline("new", out), state, sp)
     assert "the savepoint's job 'old' is still RUNNING" in msg and "--stop" in msg
+    # Suspended (a signal stopped its run): no driver takes a savepoint --stop; the advice is a
+    # cancel, which works on it (issue 23 item 5: each refusal's advice works as written).
+    st = open_store(old / "store.db")
+    try:
+        st.set_job_state(JobId("old"), JobState.SUSPENDED)
+        msg = _refused(_gen_pipeline("new", out), state, sp)
+        assert "is still SUSPENDED" in msg and "stoker cancel old: it is suspended" in msg
+        st.request_cancel(JobId("old"))  # what `stoker cancel old` does
+        assert st.get_job(JobId("old")).state == JobState.CANCELED
+        msg = _refused(_gen_pipeline("new", out), state, sp)  # now: its resolution is owed
+        assert "python -m stoker.runtime.cleanup --job old" in msg
+    finally:
+        st.close()
     # A job that has a checkpoint already.
     (tmp_path / "has" / "checkpoint").mkdir(parents=True)
     msg = _refused(_gen_pipeline("new", out), tmp_path / "has", tmp_path / "sp2")
