@@ -116,13 +116,22 @@ def status_cmd(name: str, server: str | None, token: str | None, as_json: bool) 
     if status.get("error"):
         click.echo(f"  master     {status['error']}")
     elif status:
-        used = sum(int(w.get("coresused", 0)) for w in status.get("workers", []))
-        total = sum(int(w.get("cores", 0)) for w in status.get("workers", []))
-        click.echo(
-            f"  master     {len(status.get('workers', []))} workers, cores {used}/{total} used"
-        )
+        click.echo(f"  master     {master_line(status)}")
     if out.get("used_by"):
         click.echo(f"  used by    {', '.join(out['used_by'])}")
+
+
+def master_line(status: dict[str, Any]) -> str:
+    """What the master says of its workers: the live ones (and their cores), as the cluster's
+    own line counts them; a removed worker stays in the master's list as DEAD for a while
+    (issue 23 item 7: "workers 2" beside "master 3 workers")."""
+    workers = status.get("workers", [])
+    alive = [w for w in workers if str(w.get("state", "ALIVE")).upper() == "ALIVE"]
+    used = sum(int(w.get("coresused", 0)) for w in alive)
+    total = sum(int(w.get("cores", 0)) for w in alive)
+    gone = len(workers) - len(alive)
+    out = f"{len(alive)} workers alive, cores {used}/{total} used"
+    return out + (f" ({gone} gone, still listed by the master)" if gone else "")
 
 
 @cluster_group.command("add-worker")
