@@ -11,7 +11,7 @@ from pathlib import Path
 from stoker.errors import DuplicateJob, JobNotFound, StaleAttempt, StoreError
 from stoker.procs import is_this_host, owner_is_dead, process_start_marker, this_owner
 from stoker.store import AttemptRecord, JobRecord, Owner, Store, open_store
-from stoker.types import AttemptNo, AttemptState, JobId
+from stoker.types import AttemptNo, AttemptState, EpochState, JobId
 
 log = logging.getLogger("stoker.attempt")
 
@@ -146,6 +146,18 @@ def existing_job(store_url: str | Path, jid: JobId, refuse_live: bool = False) -
         return job
     finally:
         st.close()
+
+
+def committed_nothing(store_url: str | Path, jid: JobId) -> bool:
+    """Whether job ``jid`` decided no epoch at all (nothing of it reached a sink's output):
+    a FAILED such job runs again as it is, without ``--restart`` (issue 23 item 3: every
+    fix-and-rerun of a mistake needed it)."""
+    st = open_store(store_url)
+    try:
+        epochs = st.list_epochs(jid, limit=1000)
+    finally:
+        st.close()
+    return not any(e.state in (EpochState.DECIDED, EpochState.COMMITTED) for e in epochs)
 
 
 def _refuse_live(st: Store, job: JobRecord) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidInput, JobTerminal
 from stoker.runtime import restore
-from stoker.runtime.attempt import existing_job
+from stoker.runtime.attempt import committed_nothing, existing_job
 from stoker.runtime.job.lost_checkpoint import Gap, gap_in
 from stoker.runtime.launch import LaunchContext
 from stoker.runtime.resources import ResourceWatch
@@ -202,6 +202,18 @@ def plan_job(
     # an application re-adopting its jobs, may take a live one over: not those).
     existing = existing_job(store_url, jid, refuse_live=ctx.attempt is None and not in_app)
     ended = existing is not None and existing.state.terminal
+    if (
+        ended
+        and existing is not None
+        and existing.state == JobState.FAILED
+        and ctx.attempt is None
+        and not restart
+        and committed_nothing(store_url, jid)
+    ):
+        # Failed before any epoch was decided: nothing to keep or to replay wrongly, so the
+        # fixed file runs again as it is (its checkpoint, if any, is resumed).
+        log.info("job %s: FAILED before any epoch committed: running it again", jid)
+        restart = True
     if ended and existing is not None and ctx.attempt is None and not restart:
         raise JobTerminal(jid, str(existing.state))  # before Spark starts: fast
     from_savepoint = opts.from_savepoint
