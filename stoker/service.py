@@ -43,6 +43,7 @@ def serve(
     cancel_timeout: float = 60.0,
     supervise: bool = True,
     retention: RetentionPolicy | None = None,
+    retention_jobs: float | None = None,
     control_rate: float = 20.0,
     scaler_tick: float = 1.0,
     scaler_window: float = 60.0,
@@ -56,7 +57,8 @@ def serve(
     No ``token``: the one in ``<state_dir>/token`` (made on the first start, 0600), unless
     ``insecure_no_token``. ``allow_hosts``: names the API answers to besides loopback names
     and ``host`` (:mod:`stoker.server.guard`).
-    ``retention``: what the leader keeps of ended jobs' epoch records (default: all).
+    ``retention``: what the leader keeps of ended jobs' epoch records (default: all);
+    ``retention_jobs``: seconds after which the ended records it ran are deleted (None: kept).
     ``control_rate``: control events per second per job (bursts of twice that; 0: no limit).
     ``startup_ttl``: how long a started driver may take to hold its attempt;
     ``max_starting``: drivers starting at once (0: no bound). ``scaler_tick``: seconds
@@ -109,6 +111,7 @@ def serve(
         max_starting=max_starting,
         cancel_timeout=cancel_timeout,
         retention=retention or RetentionPolicy(),
+        retention_jobs=retention_jobs,
         budget=budget or HostBudget(),
     )
     supervisor = Supervisor(sup_store, cfg) if supervise else None

@@ -109,6 +109,12 @@ from stoker.errors import InvalidInput
     help="Keep ended jobs' epoch records committed within this window (7d, 12h, 30m, 90s).",
 )
 @click.option(
+    "--retention-jobs",
+    default=None,
+    help="Delete the jobs and applications this manager ran, with their folders and logs, "
+    "this long after they ended and were resolved (30d, 12h; default: kept).",
+)
+@click.option(
     "--control-rate",
     default=20.0,
     show_default=True,
@@ -192,6 +198,7 @@ def server_cmd(
     api_only: bool,
     retention_epochs: int | None,
     retention_time: str | None,
+    retention_jobs: str | None,
     control_rate: float,
     scaler_window: float,
     allow_conf: tuple[str, ...],
@@ -254,6 +261,9 @@ def server_cmd(
         cancel_timeout=cancel_timeout,
         supervise=not api_only,
         retention=retention,
+        retention_jobs=None
+        if retention_jobs is None
+        else parse_window(retention_jobs, "--retention-jobs"),
         control_rate=control_rate,
         scaler_window=scaler_window,
         log_format=log_format,

@@ -11,11 +11,15 @@ the final and latest epochs, anything not committed, anything with a prepared si
 from __future__ import annotations
 
 import logging
+import shutil
 import time
+import uuid
+from pathlib import Path
 
-from stoker.errors import StokerError
+from stoker.errors import JobNotFound, StokerError
+from stoker.manager.submit import ASSIGNED_STATE_DIR, job_folder
 from stoker.store import RetentionPolicy, Store
-from stoker.types import JobKind
+from stoker.types import JobId, JobKind, SpecKind
 
 log = logging.getLogger("stoker.retention")
 
@@ -24,22 +28,40 @@ BATCHES_PER_LOOK = 5  # per job and look: the rest waits for the next look
 
 
 class Retention:
-    """Prunes the ended jobs' epoch records under the server's policy, every ``every`` s."""
+    """Prunes the ended jobs' epoch records under the server's policy, every ``every`` s; and
+    with ``jobs_after`` (``stoker server --retention-jobs``) deletes whole records that ended
+    longer ago than that (issue 21 item 9: jobs were never deleted), with their folders."""
 
-    def __init__(self, store: Store, policy: RetentionPolicy, every: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        policy: RetentionPolicy,
+        every: float,
+        jobs_after: float | None = None,
+        state_dir: Path | None = None,
+    ) -> None:
         self.store = store
         self.policy = policy
         self.every = every
+        self.jobs_after = jobs_after
+        self.state_dir = state_dir
         self._last: float | None = None  # time.monotonic() of the last look
 
     def sweep(self) -> int:
         """Prune the ended jobs if the server has a policy and it is time; epochs deleted."""
-        if not self.policy.enabled:
+        if not self.policy.enabled and self.jobs_after is None:
             return 0
         now = time.monotonic()
         if self._last is not None and now - self._last < self.every:
             return 0
         self._last = now
+        if self.jobs_after is not None and self.state_dir is not None:
+            try:
+                self.delete_ended(self.store.clock.now() - self.jobs_after)
+            except StokerError as e:
+                log.warning("deleting ended jobs failed: %s", e)
+        if not self.policy.enabled:
+            return 0
         deleted = 0
         for job in self.store.list_jobs(kind=JobKind.JOB):
             if not job.state.terminal:
@@ -53,3 +75,54 @@ class Retention:
             if done.epochs:
                 log.info("job %s: pruned %d epochs", job.job_id, done.epochs)
         return deleted
+
+    def delete_ended(self, before: float, limit: int = 200) -> list[JobId]:
+        """Delete the records this manager made (a job submitted to it, an application and its
+        jobs) that ended before ``before`` and were resolved, and their folders under the
+        manager's state folder: a later submission of the same id starts afresh, never from an
+        old checkpoint. The folders go first (a crash then leaves a record without its folder,
+        which the next look deletes; never a folder a new record of the id could resume)."""
+        assert self.state_dir is not None
+        gone: list[JobId] = []
+        for jid in self.store.ended_before(before, limit):
+            try:
+                rec = self.store.get_job(jid)
+            except JobNotFound:
+                continue
+            if rec.spec.get("kind") not in (SpecKind.MANAGED, SpecKind.APPLICATION):
+                continue  # run by `stoker run` in its own folder: not this manager's to delete
+            folders = [job_folder(rec, self.state_dir), self.state_dir / "logs" / rec.job_id]
+            if rec.kind == JobKind.APPLICATION:
+                folders[0] = Path(rec.spec.get(ASSIGNED_STATE_DIR) or self.state_dir / "apps" / jid)
+                folders += [
+                    self.state_dir / "logs" / j.job_id
+                    for j in self.store.list_jobs(kind=JobKind.JOB)
+                    if j.app_id == jid
+                ]
+            if not self._remove(folders):
+                continue
+            deleted = self.store.delete_ended(jid, before)
+            if deleted:
+                log.info("deleted ended %s (ended before the retention window)", ", ".join(deleted))
+                gone += deleted
+        return gone
+
+    def _remove(self, folders: list[Path]) -> bool:
+        """Delete ``folders`` (only ones inside the state folder); False if one could not be."""
+        assert self.state_dir is not None
+        root = self.state_dir.resolve()
+        for folder in folders:
+            path = folder.resolve()
+            if path == root or not path.is_relative_to(root):
+                log.warning("not deleting %s: outside the state folder %s", path, root)
+                return False
+            if not path.exists():
+                continue
+            trash = path.with_name(f".deleting-{path.name}-{uuid.uuid4().hex[:8]}")
+            try:
+                path.rename(trash)
+                shutil.rmtree(trash)
+            except OSError as e:
+                log.warning("cannot delete %s: %s", path, e)
+                return False
+        return True

@@ -59,6 +59,8 @@ class SupervisorConfig:
     # Ended jobs' epoch records: what the leader keeps (default: all), looked at this often.
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     retention_every: float = 60.0
+    # Ended records this manager made are deleted this long after their end (None: kept).
+    retention_jobs: float | None = None
     # What the Spark clusters started on this host may take in all (applications' own here).
     budget: HostBudget = field(default_factory=HostBudget)
     holder: str = field(default_factory=lambda: f"manager-{uuid.uuid4().hex[:12]}")
@@ -75,7 +77,9 @@ class Supervisor:
         cfg = config
         self.lease = LeaderLease(store, cfg.holder, cfg.address, cfg.leader_ttl)
         self.launcher: DriverLauncher = launcher or LocalProcessLauncher()
-        self.retention = Retention(store, cfg.retention, cfg.retention_every)
+        self.retention = Retention(
+            store, cfg.retention, cfg.retention_every, cfg.retention_jobs, cfg.state_dir
+        )
         self.janitor = Janitor(store, cfg.state_dir, cfg.store_url)
         self.keeper = ClusterKeeper(store, cfg.state_dir, cfg.budget)
         self.dispatcher = Dispatcher(

@@ -252,6 +252,33 @@ class JobsMixin(SqlBase):
         with self._tx() as cur:
             self._x(cur, "set_resolved", job_id=job_id, now=self.clock.now())
 
+    def ended_before(self, before: float, limit: int = 100) -> list[JobId]:
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "ended_before", before=float(before), limit=int(limit)).fetchall()
+        return [JobId(str(r[0])) for r in rows]
+
+    def delete_ended(self, job_id: JobId, before: float) -> list[JobId]:
+        with self._tx() as cur:
+            job = self._locked_job(cur, job_id)
+            if not job.state.terminal or job.updated_at >= before or job.app_id is not None:
+                return []
+            if job.kind != JobKind.APPLICATION and job.resolved_at is None:
+                return []
+            doomed = [job.job_id]
+            if job.kind == JobKind.APPLICATION:
+                rows = self._x(cur, "jobs_of_app", app_id=job.job_id).fetchall()
+                terminal = {str(s) for s in JobState if s.terminal}
+                if any(str(r[1]) not in terminal or r[2] is None for r in rows):
+                    return []  # a job of it still runs, or is owed its resolution
+                doomed = [JobId(str(r[0])) for r in rows] + doomed
+            for jid in doomed:
+                for what in (
+                    "txns", "epochs", "control_events", "control_versions", "rescales",
+                    "attempts", "hold", "row",
+                ):  # fmt: skip
+                    self._x(cur, f"delete_job_{what}", job_id=jid)
+        return doomed
+
     def set_settled(self, job_id: JobId, ended_at: float) -> bool:
         with self._tx() as cur:
             n = self._x(cur, "set_settled", job_id=job_id, ended_at=float(ended_at)).rowcount

@@ -114,6 +114,19 @@ class JobStore(Protocol):
         """The ended job's sinks are resolved (decided parts committed, the rest aborted)."""
         ...
 
+    def ended_before(self, before: float, limit: int = 100) -> list[JobId]:
+        """Lone jobs and applications that ended before ``before`` (a lone job: its sinks
+        resolved), oldest first, at most ``limit``: what ended-job retention may delete."""
+        ...
+
+    def delete_ended(self, job_id: JobId, before: float) -> list[JobId]:
+        """Delete an ended record and everything of it (attempts, epochs, sink transactions,
+        control events and versions, rescales), in one transaction; an application with its
+        jobs. Only while it ended before ``before``, resolved, and (an application) every job
+        of it ended and resolved; else nothing. The ids deleted, jobs before their application.
+        """
+        ...
+
     def set_settled(self, job_id: JobId, ended_at: float) -> bool:
         """The job's end at ``ended_at`` (its ``updated_at``) is resolved for good: every
         process of its attempts was gone when its last resolution began. It leaves

@@ -635,3 +635,39 @@ WHERE job_id = :job_id AND attempt = :attempt AND host = :host AND pid = :pid
 DELETE FROM recovery_holds
 WHERE job_id = :job_id AND attempt = :attempt AND host = :host AND pid = :pid
   AND pid_started = :pid_started;
+
+-- Deleting ended records (stoker server --retention-jobs): the oldest ended lone jobs and
+-- applications whose end is before :before; a lone job only once its sinks were resolved.
+-- name: ended_before
+SELECT job_id FROM jobs
+WHERE state IN ('FINISHED', 'CANCELED', 'FAILED') AND updated_at < :before AND app_id IS NULL
+  AND (kind = 'application' OR resolved_at IS NOT NULL)
+ORDER BY updated_at, job_id
+LIMIT :limit;
+
+-- name: jobs_of_app
+SELECT job_id, state, resolved_at FROM jobs WHERE app_id = :app_id;
+
+-- name: delete_job_txns
+DELETE FROM sink_txns WHERE job_id = :job_id;
+
+-- name: delete_job_epochs
+DELETE FROM epochs WHERE job_id = :job_id;
+
+-- name: delete_job_control_events
+DELETE FROM control_events WHERE job_id = :job_id;
+
+-- name: delete_job_control_versions
+DELETE FROM control_versions WHERE job_id = :job_id;
+
+-- name: delete_job_rescales
+DELETE FROM rescales WHERE job_id = :job_id;
+
+-- name: delete_job_attempts
+DELETE FROM attempts WHERE job_id = :job_id;
+
+-- name: delete_job_hold
+DELETE FROM recovery_holds WHERE job_id = :job_id;
+
+-- name: delete_job_row
+DELETE FROM jobs WHERE job_id = :job_id;

@@ -341,3 +341,41 @@ def test_job_sinks_of_an_unknown_job_raise_job_not_found(store: Store) -> None:
         store.get_job_sinks(job_id("nope"))
     with pytest.raises(JobNotFound):
         store.set_job_sinks(job_id("nope"), [])
+
+
+def test_ended_records_are_deleted_whole_once_resolved(store: Store, clock: ManualClock) -> None:
+    """Issue 21 item 9: ended-job retention. A lone job goes with everything of it once it
+    ended before the cutoff and its sinks were resolved; an application with its jobs, once
+    every job of it ended and was resolved. Nothing else is touched."""
+    from stoker.types import Epoch, TxnState
+
+    att = running_job(store)
+    store.pin_epoch(JOB, Epoch(0), att.attempt, ControlVersion(0))
+    store.record_txn(JOB, Epoch(0), "files:/o", att.attempt, TxnState.PREPARED, {})
+    store.decide_epoch(JOB, Epoch(0), att.attempt, 5, False)
+    store.finish_attempt(JOB, att.attempt, AttemptState.FAILED, JobState.FAILED, "x")
+    store.create_job(OTHER, "other", SPEC, CONFIG)  # never ended: never deleted
+    app, part = job_id("app"), job_id("app.part")
+    store.create_job(app, "app", SPEC, CONFIG, kind=JobKind.APPLICATION)
+    store.create_job(part, "part", SPEC, CONFIG, app_id=app)
+    store.set_job_state(app, JobState.CANCELED)
+    clock.advance(100)
+    cutoff = clock.now()
+    # Not resolved yet: kept. The application: one of its jobs has not ended.
+    assert store.ended_before(cutoff) == [app]
+    assert store.delete_ended(JOB, cutoff) == []
+    assert store.delete_ended(app, cutoff) == []
+    store.set_resolved(JOB)
+    assert store.ended_before(cutoff - 200) == []  # nothing ended that early
+    assert store.delete_ended(JOB, cutoff - 200) == []
+    assert store.delete_ended(JOB, cutoff) == [JOB]
+    with pytest.raises(JobNotFound):
+        store.get_job(JOB)
+    assert store.list_epochs(JOB, limit=10) == []
+    assert store.list_attempts(JOB) == []
+    # The application's job ends and is resolved: both go, the job first.
+    store.set_job_state(part, JobState.CANCELED)
+    assert store.delete_ended(app, cutoff) == []  # its job is not resolved yet
+    store.set_resolved(part)
+    assert store.delete_ended(app, cutoff) == [part, app]
+    assert [j.job_id for j in store.list_jobs()] == [OTHER]

@@ -62,7 +62,11 @@ def test_without_a_policy_the_leader_keeps_everything(tmp_path: Path) -> None:
 
 def test_a_bad_server_retention_option_is_named_and_nothing_is_created(tmp_path: Path) -> None:
     state = tmp_path / "server-state"
-    for option, value in (("--retention-time", "soon"), ("--retention-epochs", "0")):
+    for option, value in (
+        ("--retention-time", "soon"),
+        ("--retention-epochs", "0"),
+        ("--retention-jobs", "-1d"),
+    ):
         done = subprocess.run(
             stoker_cmd("server", "--state-dir", str(state), option, value),
             capture_output=True,
@@ -72,3 +76,60 @@ def test_a_bad_server_retention_option_is_named_and_nothing_is_created(tmp_path:
         assert done.returncode != 0
         assert option in done.stderr, done.stderr
     assert not state.exists()
+
+
+def test_ended_records_the_manager_ran_are_deleted_with_their_folders(tmp_path: Path) -> None:
+    """Issue 21 item 9: ``stoker server --retention-jobs``. A lone job the manager ran and an
+    application with its job go, records and folders (state, logs), once ended past the window
+    and resolved; a job `stoker run` made in its own folder, a live one, an unresolved one and
+    one ended within the window stay, and so does everything outside the state folder."""
+    from stoker.manager.submit import ASSIGNED_STATE_DIR
+    from stoker.types import JobKind
+
+    clock = ManualClock()
+    store = open_store(tmp_path / "store.db", clock)
+    state = tmp_path / "state"
+    cfg = SupervisorConfig(
+        state_dir=state, store_url=store.url, retention_jobs=3600.0, retention_every=0.0
+    )
+    sup = Supervisor(store, cfg)
+
+    def made(jid: str, spec_kind: str, **kw: object) -> Path:
+        folder = state / ("apps" if spec_kind == "application" else "jobs") / jid
+        (folder / "checkpoint").mkdir(parents=True)
+        (state / "logs" / jid).mkdir(parents=True)
+        (state / "logs" / jid / "attempt-1.log").write_text("x")
+        spec = {"kind": spec_kind, ASSIGNED_STATE_DIR: str(folder)}
+        store.create_job(job_id(jid), jid, spec, {}, **kw)  # type: ignore[arg-type]
+        return folder
+
+    lone = made("lone", "app")
+    app = made("shop", "application", kind=JobKind.APPLICATION)
+    (state / "logs" / "shop.orders").mkdir(parents=True)
+    store.create_job(job_id("shop.orders"), "orders", {"kind": "in_app"}, {}, app_id=job_id("shop"))
+    unresolved = made("unresolved", "app")
+    live = made("live", "app")
+    local = tmp_path / "mine"
+    (local / "checkpoint").mkdir(parents=True)
+    store.create_job(job_id("local"), "local", {"state_dir": str(local)}, {})
+    for jid in ("lone", "shop", "shop.orders", "unresolved", "local"):
+        store.set_job_state(job_id(jid), JobState.CANCELED)
+    for jid in ("lone", "shop.orders", "local"):
+        store.set_resolved(job_id(jid))
+    late = made("late", "app")
+    try:
+        clock.advance(3000)
+        store.set_job_state(job_id("late"), JobState.CANCELED)  # ends within the window
+        store.set_resolved(job_id("late"))
+        clock.advance(1000)
+        sup.retention.sweep()
+
+        left = sorted(j.job_id for j in store.list_jobs(kind=None))
+        assert left == ["late", "live", "local", "unresolved"]
+        assert not lone.exists() and not app.exists()
+        assert not (state / "logs" / "lone").exists()
+        assert not (state / "logs" / "shop.orders").exists()
+        assert all(f.exists() for f in (unresolved, live, late, local / "checkpoint"))
+        assert not list(state.glob("*/.deleting-*"))
+    finally:
+        store.close()
