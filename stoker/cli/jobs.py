@@ -111,6 +111,9 @@ def status_cmd(
 @_dir_opt
 @server_opts
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100000))
+@click.option(
+    "--before", default=None, type=click.IntRange(0), help="Only epochs below this one (a page)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
 @guarded
 def epochs_cmd(
@@ -120,16 +123,17 @@ def epochs_cmd(
     server: str | None,
     token: str | None,
     limit: int,
+    before: int | None,
     as_json: bool,
 ) -> None:
-    """List a job's most recent epochs, newest first."""
+    """List a job's most recent epochs, newest first (--before N: the ones below epoch N)."""
     if server := use_server(server):
-        epochs = client(server, token).epochs(_job_id(job), limit)
+        epochs = client(server, token).epochs(_job_id(job), limit, before)
     else:
         jid, st = _open(job, store, state_dir)
         try:
             st.get_job(jid)
-            epochs = [e.to_dict() for e in st.list_epochs(jid, limit=limit)]
+            epochs = [e.to_dict() for e in st.list_epochs(jid, limit=limit, before=before)]
         finally:
             st.close()
     if as_json:

@@ -209,9 +209,15 @@ class Client:
         params = {"tail": tail} if tail else {}
         return self._call("GET", f"/v1/jobs/{job_id}/attempts/{attempt}/log", params=params).text
 
-    def epochs(self, job_id: str, limit: int = 100) -> list[dict[str, Any]]:
-        """``GET /v1/jobs/{id}/epochs``: a job's most recent epochs, newest first."""
-        return list(self._call("GET", f"/v1/jobs/{job_id}/epochs", params={"limit": limit}).json())
+    def epochs(
+        self, job_id: str, limit: int = 100, before: int | None = None
+    ) -> list[dict[str, Any]]:
+        """``GET /v1/jobs/{id}/epochs``: a job's most recent epochs, newest first (below
+        ``before``: the next page, whose cursor is the oldest epoch of a full page)."""
+        params: dict[str, Any] = {"limit": limit}
+        if before is not None:
+            params["before"] = before
+        return list(self._call("GET", f"/v1/jobs/{job_id}/epochs", params=params).json())
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """``POST /v1/jobs/{id}/cancel``: stop gracefully (the epoch in flight commits)."""

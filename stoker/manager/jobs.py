@@ -94,10 +94,12 @@ def attempts(store: Store, jid: str) -> list[AttemptRecord]:
     return store.list_attempts(job.job_id)
 
 
-def epochs(store: Store, jid: str, limit: int = 100) -> list[EpochRecord]:
-    """The job's newest ``limit`` epochs."""
+def epochs(
+    store: Store, jid: str, limit: int = 100, before: int | None = None
+) -> list[EpochRecord]:
+    """The job's newest ``limit`` epochs (below ``before``: the next page)."""
     job = job_record(store, jid)
-    return store.list_epochs(job.job_id, limit=limit)
+    return store.list_epochs(job.job_id, limit=limit, before=before)
 
 
 def cancel(store: Store, jid: str) -> JobRecord:

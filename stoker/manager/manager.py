@@ -144,9 +144,9 @@ class JobManager:
         """Every attempt of the job."""
         return jobs.attempts(self.store, jid)
 
-    def epochs(self, jid: str, limit: int = 100) -> list[EpochRecord]:
-        """The job's newest ``limit`` epochs."""
-        return jobs.epochs(self.store, jid, limit)
+    def epochs(self, jid: str, limit: int = 100, before: int | None = None) -> list[EpochRecord]:
+        """The job's newest ``limit`` epochs (below ``before``: the next page)."""
+        return jobs.epochs(self.store, jid, limit, before)
 
     def cancel(self, jid: str) -> JobRecord:
         """Ask the job to stop after its current epoch; the leader enforces a timeout (a job

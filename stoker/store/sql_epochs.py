@@ -117,9 +117,16 @@ class EpochsMixin(SqlBase):
             row = self._x(cur, "get_epoch", job_id=job_id, epoch=epoch).fetchone()
         return None if row is None else EpochRecord.from_row(row)
 
-    def list_epochs(self, job_id: JobId, limit: int = 100) -> list[EpochRecord]:
+    def list_epochs(
+        self, job_id: JobId, limit: int = 100, before: int | None = None
+    ) -> list[EpochRecord]:
         with self._tx(write=False) as cur:
-            rows = self._x(cur, "list_epochs", job_id=job_id, limit=limit).fetchall()
+            if before is None:
+                rows = self._x(cur, "list_epochs", job_id=job_id, limit=limit).fetchall()
+            else:
+                rows = self._x(
+                    cur, "list_epochs_before", job_id=job_id, limit=limit, before=int(before)
+                ).fetchall()
         return [EpochRecord.from_row(r) for r in rows]
 
     def epochs_in_state(self, job_id: JobId, state: str) -> list[EpochRecord]:

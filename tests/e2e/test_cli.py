@@ -195,6 +195,9 @@ def test_epochs_lists_every_epoch_newest_first(ran: _Ran) -> None:
     assert header.split() == ["epoch", "state", "rows", "ctl", "by", "committed"]
     assert row.split()[:5] == ["2", "COMMITTED", "100", "0", "1"]
     assert row.endswith(" final")
+    # The next page: the epochs below the last one seen (issue 21 item 9).
+    proc = _stoker("epochs", JOB, *ran.dir_args(), "--before", "2", "--json", cwd=ran.root)
+    assert [json.loads(x)["epoch"] for x in proc.stdout.splitlines()] == [1, 0], proc.stderr
 
 
 def test_a_second_run_of_an_ended_job_exits_5_with_one_line(ran: _Ran) -> None:

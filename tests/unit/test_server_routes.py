@@ -189,3 +189,45 @@ def test_the_jobs_list_comes_in_pages_with_a_cursor(tmp_path: Any) -> None:
             assert client.get("/v1/jobs", params={"limit": 1001}).status_code == 422
     finally:
         store.close()
+
+
+def test_the_epochs_list_comes_in_pages_with_a_cursor(tmp_path: Any) -> None:
+    """Issue 21 item 9: ``GET /v1/jobs/{id}/epochs?limit=N`` pages newest first; a full page
+    carries ``X-Next-Cursor`` (its oldest epoch) and the pages go through every epoch once,
+    however many the job commits meanwhile (they come before every cursor)."""
+    from stoker.store import Owner, open_store
+    from stoker.types import AttemptNo, ControlVersion, Epoch, job_id
+
+    store = open_store(tmp_path / "store.db")
+    jid = job_id("paged")
+    store.create_job(jid, "paged", {"kind": "app"}, {})
+    att = store.start_attempt(jid, Owner("h", 1, "x"), 30.0, AttemptNo(0))
+
+    def commit(n: int) -> None:
+        store.pin_epoch(jid, Epoch(n), att.attempt, ControlVersion(0))
+        store.decide_epoch(jid, Epoch(n), att.attempt, 1, False)
+
+    for n in range(7):
+        commit(n)
+    app = _app(jobs.router, manager=JobManager(store, tmp_path / "state", [tmp_path]))
+    try:
+        with TestClient(app) as client:
+            seen: list[int] = []
+            params: dict[str, Any] = {"limit": 3}
+            while True:
+                r = client.get("/v1/jobs/paged/epochs", params=params)
+                assert r.status_code == 200, r.text
+                seen += [e["epoch"] for e in r.json()]
+                if len(seen) == 3:
+                    commit(7)  # a new epoch while the client pages: not in a later page
+                cursor = r.headers.get("X-Next-Cursor")
+                if cursor is None:
+                    break
+                assert r.headers["Link"] == (
+                    f'</v1/jobs/paged/epochs?limit=3&before={cursor}>; rel="next"'
+                )
+                params = {"limit": 3, "before": int(cursor)}
+            assert seen == [6, 5, 4, 3, 2, 1, 0]
+            assert client.get("/v1/jobs/paged/epochs", params={"before": -1}).status_code == 422
+    finally:
+        store.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -162,10 +163,27 @@ def attempt_log(
 
 @router.get("/v1/jobs/{job_id}/epochs", responses=READS)
 def epochs(
-    manager: Manager, job_id: str = job_path, limit: int = Query(100, ge=1, le=100_000)
+    response: Response,
+    manager: Manager,
+    job_id: str = job_path,
+    limit: int = Query(100, ge=1, le=100_000),
+    before: int | None = Query(
+        None,
+        ge=0,
+        le=2**62,
+        description="Only epochs below this one: the X-Next-Cursor of the page before.",
+    ),
 ) -> list[dict[str, Any]]:
-    """The job's epochs, newest first (those retention kept)."""
-    return [redact_answer(e.to_dict()) for e in manager.epochs(job_id, limit)]
+    """The job's epochs, newest first (those retention kept), a page of at most ``limit``;
+    a full page carries ``X-Next-Cursor`` (its oldest epoch) and a ``Link`` to the next one.
+    Pages are stable while the job commits new epochs (they come before every cursor)."""
+    rows = manager.epochs(job_id, limit, before)
+    if len(rows) == limit and rows:
+        oldest = int(rows[-1].epoch)
+        response.headers["X-Next-Cursor"] = str(oldest)
+        query = urlencode({"limit": limit, "before": oldest})
+        response.headers["Link"] = f'</v1/jobs/{job_id}/epochs?{query}>; rel="next"'
+    return [redact_answer(e.to_dict()) for e in rows]
 
 
 @router.post(

@@ -197,7 +197,12 @@ class EpochStore(Protocol):
 
     def get_epoch(self, job_id: JobId, epoch: Epoch) -> EpochRecord | None: ...
 
-    def list_epochs(self, job_id: JobId, limit: int = 100) -> list[EpochRecord]: ...
+    def list_epochs(
+        self, job_id: JobId, limit: int = 100, before: int | None = None
+    ) -> list[EpochRecord]:
+        """The job's newest ``limit`` epochs, newest first; with ``before``, those below that
+        epoch (the next page of the list: stable while the job commits new epochs)."""
+        ...
 
     def epochs_in_state(self, job_id: JobId, state: str) -> list[EpochRecord]: ...
 

@@ -176,6 +176,12 @@ SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, fi
        pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms
 FROM epochs WHERE job_id = :job_id ORDER BY epoch DESC LIMIT :limit;
 
+-- name: list_epochs_before
+-- A page of the list, newest first, below the epoch a client has seen (its cursor).
+SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms
+FROM epochs WHERE job_id = :job_id AND epoch < :before ORDER BY epoch DESC LIMIT :limit;
+
 -- name: decided_range
 -- The oldest and newest epoch the store decided (DECIDED or COMMITTED) for the job; NULLs for none.
 SELECT MIN(epoch), MAX(epoch) FROM epochs
