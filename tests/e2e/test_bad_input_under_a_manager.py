@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import JVM_OPTS, wait_for
-from tests.support.manager import Manager
+from tests.support.manager import Manager, one_manager
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -29,19 +29,8 @@ p.sink(sinks.files({out!r}))
 
 @pytest.fixture
 def manager(tmp_path: Path) -> Iterator[Manager]:
-    (tmp_path / "apps").mkdir()
-    m = Manager(
-        "badinput",
-        f"sqlite:///{tmp_path / 'store.db'}",
-        tmp_path / "state",
-        [tmp_path / "apps"],
-        tmp_path / "server.log",
-    )
-    try:
-        m.wait_up()
+    with one_manager(tmp_path, "badinput") as m:
         yield m
-    finally:
-        m.stop()
 
 
 def test_bad_input_fails_the_job_at_once_without_restarts(tmp_path: Path, manager: Manager) -> None:

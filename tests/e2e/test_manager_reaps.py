@@ -15,7 +15,7 @@ import pytest
 
 from stoker.procs import all_stats
 from tests.support import JVM_OPTS, file_sink_ids, wait_for
-from tests.support.manager import Manager
+from tests.support.manager import Manager, one_manager
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(900)]
 
@@ -39,20 +39,8 @@ p.sink(sinks.files({out!r}))
 
 @pytest.fixture
 def manager(tmp_path: Path) -> Iterator[Manager]:
-    (tmp_path / "apps").mkdir()
-    m = Manager(
-        "reaper",
-        f"sqlite:///{tmp_path / 'store.db'}",
-        tmp_path / "state",
-        [tmp_path / "apps"],
-        tmp_path / "server.log",
-        wrap=[sys.executable, "-c", SUBREAPER],
-    )
-    try:
-        m.wait_up()
+    with one_manager(tmp_path, "reaper", wrap=[sys.executable, "-c", SUBREAPER]) as m:
         yield m
-    finally:
-        m.stop()
 
 
 def test_a_manager_that_adopts_orphans_leaves_no_defunct_driver_jvm(

@@ -64,9 +64,16 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def sh(cmd: str, cwd: Path, timeout: float = QUICK_TIMEOUT) -> subprocess.CompletedProcess[str]:
+def sh(
+    cmd: str, cwd: Path, timeout: float = QUICK_TIMEOUT, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", "-c", cmd], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
+        ["bash", "-c", cmd],
+        cwd=cwd,
+        env=_env() if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -75,10 +82,12 @@ def sh(cmd: str, cwd: Path, timeout: float = QUICK_TIMEOUT) -> subprocess.Comple
 SPARK_STARTUP_FLAKE = "Python worker failed to connect back"
 
 
-def sh_spark(cmd: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    p = sh(cmd, cwd, SPARK_RUN_TIMEOUT)
+def sh_spark(
+    cmd: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    p = sh(cmd, cwd, SPARK_RUN_TIMEOUT, env)
     if p.returncode != 0 and SPARK_STARTUP_FLAKE in p.stderr:
-        p = sh(cmd, cwd, SPARK_RUN_TIMEOUT)
+        p = sh(cmd, cwd, SPARK_RUN_TIMEOUT, env)
     return p
 
 
@@ -217,23 +226,7 @@ def test_setup_block_runs_the_example_locally(work: Path) -> None:
         timeout=QUICK_TIMEOUT,
     )
     assert _check(where).strip().startswith(str(REPO / "stoker")), where.stdout
-    p = subprocess.run(
-        ["bash", "-c", run],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=SPARK_RUN_TIMEOUT,
-    )
-    if p.returncode != 0 and SPARK_STARTUP_FLAKE in p.stderr:
-        p = subprocess.run(
-            ["bash", "-c", run],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=SPARK_RUN_TIMEOUT,
-        )
+    p = sh_spark(run, work, env)
     out = _check(p)
     assert re.search(r"job orders: FINISHED after \d+ epochs", out), out
     assert "(0 duplicates)" in out or " 0 duplicates" in out, out

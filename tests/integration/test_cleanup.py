@@ -7,6 +7,7 @@ real SQLite store and ``python -m stoker.runtime.cleanup`` as a real subprocess.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -100,6 +101,13 @@ def _ended_job_with_leftovers(
     _stage_files(files, 2, att.attempt)
     st.finish_attempt(JOB, att.attempt, AttemptState.FAILED, JobState.FAILED, "killed")
     return pg, files
+
+
+def _app_and_store(root: Path) -> tuple[Path, str]:
+    """The app file (which leaves ``app-ran`` if anything ran it) and the store's URL."""
+    app = root / "app.py"
+    app.write_text(APP.format(marker=str(root / "app-ran")))
+    return app, f"sqlite:///{root / 'store.db'}"
 
 
 def _cleanup(url: str, state: Path, app: Path) -> subprocess.CompletedProcess[str]:
@@ -217,15 +225,10 @@ def test_a_folder_handed_over_to_a_new_job_is_left_to_it(tmp_path: Path, pg_dsn:
     the new job (the marker names it). A cleanup of the old job run after that (a manager's
     restart) used to fail with exit 2 on the marker, and be retried for ever; the folder is the
     new owner's: left alone, named, the rest resolved."""
-    out, state, marker = tmp_path / "out", tmp_path / "state", tmp_path / "app-ran"
-    app = tmp_path / "app.py"
-    app.write_text(APP.format(marker=str(marker)))
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    st = open_store(url)
-    try:
+    out, state = tmp_path / "out", tmp_path / "state"
+    app, url = _app_and_store(tmp_path)
+    with contextlib.closing(open_store(url)) as st:
         _ended_job_with_leftovers(st, pg_dsn, out, state, [])
-    finally:
-        st.close()
     first = _cleanup(url, state, app)
     assert first.returncode == 0, first.stderr
     # What restore._hand_over_outputs writes: the same uid, the new job's id.

@@ -12,7 +12,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,22 @@ class Manager:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
         self.http.close()
+
+
+@contextlib.contextmanager
+def one_manager(root: Path, name: str, **kw: Any) -> Iterator[Manager]:
+    """A ``stoker server`` on an SQLite store in ``root`` (``apps/`` its allowed folder, made
+    here), up and answering; stopped, with every process it started, at the end."""
+    (root / "apps").mkdir(exist_ok=True)
+    m = Manager(
+        name, f"sqlite:///{root / 'store.db'}", root / "state", [root / "apps"],
+        root / "server.log", **kw,
+    )  # fmt: skip
+    try:
+        m.wait_up()
+        yield m
+    finally:
+        m.stop()
 
 
 def stop_all(managers: Iterable[Manager]) -> None:

@@ -14,11 +14,10 @@ from stoker import logformat
 from stoker.errors import InvalidInput
 
 
-@pytest.fixture
-def captured() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+def _capture(formatter: logging.Formatter) -> Iterator[tuple[logging.Logger, io.StringIO]]:
     out = io.StringIO()
     handler = logging.StreamHandler(out)
-    handler.setFormatter(logformat.JsonFormatter())
+    handler.setFormatter(formatter)
     logger = logging.getLogger("stoker.test_logformat")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
@@ -28,6 +27,17 @@ def captured() -> Iterator[tuple[logging.Logger, io.StringIO]]:
     finally:
         logger.removeHandler(handler)
         logformat.bind(None, process=True)
+        logformat._process.clear()
+
+
+@pytest.fixture
+def captured() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    yield from _capture(logformat.JsonFormatter())
+
+
+@pytest.fixture
+def captured_text() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    yield from _capture(logformat.TextFormatter())
 
 
 def _lines(out: io.StringIO) -> list[dict[str, object]]:
@@ -95,3 +105,48 @@ def test_a_redacted_traceback_stays_redacted(
         logger.exception("failed")
     line = out.getvalue()
     assert "hunter2" not in line and "ValueError" in json.loads(line)["exc"]
+
+
+# Issue 23 item 6: in a process of several jobs, each text line names its job.
+def _in_thread(fn: object) -> None:
+    t = threading.Thread(target=fn)  # type: ignore[arg-type]
+    t.start()
+    t.join()
+
+
+def test_a_line_logged_for_a_job_of_an_application_names_it(
+    captured_text: tuple[logging.Logger, io.StringIO],
+) -> None:
+    log, out = captured_text
+
+    def clicks() -> None:
+        logformat.bind("app2.clicks", 1)  # a job's thread in an application's driver
+        log.info("epoch 3 committed")
+
+    def views() -> None:
+        logformat.bind("app2.views", 1)
+        try:
+            raise ValueError("bad row")
+        except ValueError:
+            log.exception("epoch 1 failed")
+
+    _in_thread(clicks)
+    _in_thread(views)
+    _in_thread(lambda: log.info("the application's own line"))
+    lines = out.getvalue().splitlines()
+    assert lines[0].split(" ", 2)[2] == "[app2.clicks] stoker.test_logformat: epoch 3 committed"
+    assert lines[1].split(" ", 2)[2] == "[app2.views] stoker.test_logformat: epoch 1 failed"
+    assert "[" not in lines[-1]
+
+
+def test_a_driver_of_one_job_does_not_repeat_its_id(
+    captured_text: tuple[logging.Logger, io.StringIO],
+) -> None:
+    log, out = captured_text
+
+    def driver() -> None:
+        logformat.bind("orders", 1, process=True)
+        log.info("epoch 0 committed")
+
+    _in_thread(driver)
+    assert out.getvalue().split(" ", 2)[2] == "stoker.test_logformat: epoch 0 committed\n"
