@@ -825,9 +825,11 @@ def test_postgres_without_prepared_transactions_says_how_to_fix_it(
     assert not state.exists()
 
 
-def test_a_transform_returning_no_dataframe_fails_the_job_at_the_first_epoch(
+def test_a_transform_returning_no_dataframe_is_refused_before_the_job_exists(
     spark: SparkSession, tmp_path: Path
 ) -> None:
+    """Found by the check run on an empty batch (issue 23 item 3): bad input, exit 2, nothing
+    recorded; it used to fail the job at its first epoch."""
     state, out = tmp_path / "state", tmp_path / "out"
     p = Pipeline("nodf").source(_gen()).transform(lambda df, ctx: 42).sink(sinks.files(str(out)))
     with pytest.raises(InvalidPipeline) as info:
@@ -836,19 +838,9 @@ def test_a_transform_returning_no_dataframe_fails_the_job_at_the_first_epoch(
         "transform",
         "must return a DataFrame, returned int",
     )
-    job = _job(state, "nodf")
-    assert (job.state, job.last_error) == (
-        JobState.FAILED,
-        "transform: must return a DataFrame, returned int",
-    )
-    assert [(a.attempt, a.state, a.error) for a in _attempts(state, "nodf")] == [
-        (1, AttemptState.FAILED, "transform: must return a DataFrame, returned int")
-    ]
-    assert {n: e.state for n, e in _epochs(state, "nodf").items()} == {0: EpochState.PINNED}
-    assert not list(out.glob("epoch=*"))
-
-
-# 7. config pinned per epoch --------------------------------------------------------------------
+    with pytest.raises(JobNotFound):
+        _job(state, "nodf")
+    assert not out.exists()
 
 
 def test_config_is_pinned_per_epoch_and_new_defaults_make_a_new_version(
@@ -877,13 +869,14 @@ def test_config_is_pinned_per_epoch_and_new_defaults_make_a_new_version(
         stoker.run(pipeline("a", fail_at=2), state_dir=state, trigger=TRIGGER, spark=spark)
     assert "boom at epoch 2" in str(info.value)
     assert [(c.epoch, c.attempt, c.control_version, dict(c.config)) for c in seen] == [
+        (-1, 0, 0, {"label": "a"}),  # the check before the job is recorded (issue 23 item 3)
         (0, 1, 0, {"label": "a"}),
         (1, 1, 0, {"label": "a"}),
         (2, 1, 0, {"label": "a"}),
     ]
-    assert seen[0].job_id == "pinned"
+    assert seen[1].job_id == "pinned"
     with pytest.raises(TypeError):
-        seen[0].config["label"] = "z"  # type: ignore[index]
+        seen[1].config["label"] = "z"  # type: ignore[index]
     assert _job(state, "pinned").state == JobState.FAILED
 
     # Later run, new declared defaults: a new control version. The epoch pinned before the
@@ -894,6 +887,7 @@ def test_config_is_pinned_per_epoch_and_new_defaults_make_a_new_version(
     )
     assert (result.state, result.attempt, result.epochs) == (JobState.FINISHED, 2, 2)
     assert [(c.epoch, c.attempt, c.control_version, dict(c.config)) for c in seen] == [
+        (-1, 0, 0, {"label": "b"}),  # the check, with the config the new run declares
         (2, 2, 0, {"label": "a"}),
         (3, 2, 1, {"label": "b"}),
     ]
@@ -920,7 +914,7 @@ def test_config_is_pinned_per_epoch_and_new_defaults_make_a_new_version(
     seen.clear()
     stoker.run(pipeline("b", fail_at=None), state_dir=state, spark=spark, restart=True)
     assert _job(state, "pinned").control_version == 1
-    assert seen == []
+    assert [c.epoch for c in seen] == [-1]  # the check only: no epoch ran
 
 
 def test_sparks_python_workers_import_the_installed_pyspark_not_its_zip(

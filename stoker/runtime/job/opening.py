@@ -207,6 +207,9 @@ def _streaming_part(fn: Callable[[DataFrame], DataFrame], stream: DataFrame) -> 
     return out
 
 
+# The epoch number the transform sees in the check run (check_transform): none is ever this.
+CHECK_EPOCH = Epoch(-1)
+
 # Plan nodes that make a per-epoch transform aggregate or deduplicate within its epoch only.
 _PER_EPOCH_STATE = ("Aggregate", "Deduplicate", "Distinct", "Window")
 
@@ -215,7 +218,8 @@ def check_transform(
     stream: DataFrame, pipeline: Pipeline, jid: JobId, config: Mapping[str, Any]
 ) -> None:
     """Run the per-epoch transform once on an empty batch of the stream's schema, before the
-    job is recorded and before the first epoch (issue 23 item 3): what Spark cannot analyse
+    job is recorded and before the first epoch (issue 23 item 3), with ``ctx.epoch`` -1 and
+    ``ctx.attempt`` 0 (a transform can tell this call from an epoch's): what Spark cannot analyse
     (a column that does not exist, a function on the wrong type) is the pipeline's mistake,
     :class:`InvalidPipeline` on ``transform`` (exit 2, nothing recorded, the fixed file runs
     again as it is), not a job failure after its first epoch. Any other error of the user's
@@ -228,7 +232,9 @@ def check_transform(
     from stoker.runtime.context import EpochContext
     from stoker.types import AttemptNo, ControlVersion
 
-    spark = stream.sparkSession
+    spark = getattr(stream, "sparkSession", None)
+    if spark is None:
+        return  # not a Spark DataFrame (a test's stand-in): nothing to analyse
     try:
         empty = spark.createDataFrame(spark.sparkContext.emptyRDD(), stream.schema)
     except Exception:
@@ -238,7 +244,7 @@ def check_transform(
         return
     ctx = EpochContext(
         job_id=jid,
-        epoch=Epoch(0),
+        epoch=CHECK_EPOCH,  # no epoch has it: a transform keyed on its epoch does nothing
         attempt=AttemptNo(0),
         control_version=ControlVersion(0),
         config=EpochContext.frozen(dict(config)),
