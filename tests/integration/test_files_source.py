@@ -193,6 +193,47 @@ if __name__ == "__main__":
 '''
 
 
+def _write_locks(pids: set[int], files: list[Path]) -> list[str]:
+    """The POSIX write locks ``pids`` hold on ``files`` (by inode), from /proc/locks."""
+    inodes = {f.stat().st_ino for f in files if f.exists()}
+    held = []
+    for line in Path("/proc/locks").read_text().splitlines():
+        parts = line.split()
+        # "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (a blocked waiter adds "->")
+        if len(parts) < 6 or parts[1] == "->" or parts[3] != "WRITE":
+            continue
+        if int(parts[4]) in pids and int(parts[5].rsplit(":", 1)[1]) in inodes:
+            held.append(line)
+    return held
+
+
+def _stop_outside_store_writes(pgid: int, store: Path, tries: int = 200) -> None:
+    """SIGSTOP process group ``pgid`` at a moment none of it holds a write lock on ``store``
+    (or its journal files); SIGCONT and try again otherwise."""
+    from stoker.procs import group_pids
+
+    files = [store, store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")]
+    files.append(store.with_name(store.name + "-journal"))
+    for _ in range(tries):
+        os.killpg(pgid, signal.SIGSTOP)
+        if not _write_locks(set(group_pids(pgid)), files):
+            return
+        os.killpg(pgid, signal.SIGCONT)
+        time.sleep(0.02)
+    raise AssertionError(f"group {pgid} held the store's write lock at every one of {tries} tries")
+
+
+def _lease_lapsed(state: Path) -> bool:
+    import sqlite3
+
+    with sqlite3.connect(state / "store.db", timeout=1) as conn:
+        row = conn.execute(
+            "SELECT a.lease_expires_at FROM attempts a JOIN jobs j "
+            "ON a.job_id = j.job_id AND a.attempt = j.current_attempt"
+        ).fetchone()
+    return row is not None and float(row[0]) < time.time()
+
+
 def test_a_resumed_zombie_driver_cannot_append_and_no_file_is_read_twice(tmp_path: Path) -> None:
     app = tmp_path / "zombie_app.py"
     app.write_text(textwrap.dedent(ZOMBIE_APP))
@@ -216,8 +257,11 @@ def test_a_resumed_zombie_driver_cannot_append_and_no_file_is_read_twice(tmp_pat
     try:
         put(0)
         _wait("f0 read by driver A", in_sink, timeout=180, log=log_a)
-        os.killpg(a.pid, signal.SIGSTOP)  # the driver, its JVM and the JVM's Python reader
-        time.sleep(4.0)  # its lease (3 s) lapses while it is stopped
+        # The driver, its JVM and the JVM's Python reader, stopped while none of them holds
+        # the SQLite store's write lock: a process frozen inside a write transaction blocks
+        # every writer of the file (SQLite's one lock), driver B's start too.
+        _stop_outside_store_writes(a.pid, state / "store.db")
+        _wait("A's lease (3 s) to lapse while it is stopped", lambda: _lease_lapsed(state), 60)
         b = start_driver(app, *args, env=env, log=log_b)
         put(1)
         _wait("f1 read by driver B", in_sink, timeout=180, log=log_b)
