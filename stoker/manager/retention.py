@@ -95,9 +95,7 @@ class Retention:
             if rec.kind == JobKind.APPLICATION:
                 folders[0] = Path(rec.spec.get(ASSIGNED_STATE_DIR) or self.state_dir / "apps" / jid)
                 folders += [
-                    self.state_dir / "logs" / j.job_id
-                    for j in self.store.list_jobs(kind=JobKind.JOB)
-                    if j.app_id == jid
+                    self.state_dir / "logs" / j.job_id for j in self.store.list_jobs(app_id=jid)
                 ]
             if not self._remove(folders):
                 continue

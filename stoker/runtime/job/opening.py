@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from stoker.errors import InvalidPipeline, JobFailed, JobNotFound, JobTerminal
 from stoker.runtime import savepoint
 from stoker.runtime.job.plan import JobScope, spark_master
-from stoker.runtime.job.query import Savepointer, check_output_mode
+from stoker.runtime.job.query import Savepointer, check_output_mode, first_line
 from stoker.runtime.job.spark_signals import TaskProbe, idle_interval_s, listen
 from stoker.runtime.job.watchdog import ProgressWatchdog
 from stoker.runtime.resources import ResourceWatch
@@ -189,6 +189,14 @@ def open_sources(
     return stream
 
 
+def _unanalysable(field: str, e: BaseException) -> InvalidPipeline:
+    """Spark's refusal to analyse the pipeline's ``field`` (a column the sources do not have,
+    a function on the wrong type), as the pipeline's mistake: bad input."""
+    return InvalidPipeline(
+        field, f"Spark cannot analyse it on the sources' columns: {first_line(e)[:400]}"
+    )
+
+
 def _streaming_part(fn: Callable[[DataFrame], DataFrame], stream: DataFrame) -> DataFrame:
     """The pipeline's stream(fn) on the sources' union; what Spark cannot analyse there is
     the pipeline's mistake (exit 2), as for the transform."""
@@ -198,10 +206,7 @@ def _streaming_part(fn: Callable[[DataFrame], DataFrame], stream: DataFrame) -> 
     try:
         out = fn(stream)
     except AnalysisException as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InvalidPipeline(
-            "stream", f"Spark cannot analyse it on the sources' columns: {first[:400]}"
-        ) from e
+        raise _unanalysable("stream", e) from e
     if not isinstance(out, _DF):
         raise InvalidPipeline("stream", f"must return a DataFrame, returned {type(out).__name__}")
     return out
@@ -254,10 +259,7 @@ def check_transform(
         out = pipeline.apply(empty, ctx)
         out.schema  # noqa: B018 (analysis is what is asked for)
     except AnalysisException as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InvalidPipeline(
-            "transform", f"Spark cannot analyse it on the sources' columns: {first[:400]}"
-        ) from e
+        raise _unanalysable("transform", e) from e
     except InvalidPipeline:
         raise
     except Exception:

@@ -103,12 +103,19 @@ def check_output_mode(stream: DataFrame, output_mode: str) -> None:
         log.debug("Spark's output mode checker failed", exc_info=True)
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's text (Spark's own messages run on for pages), else
+    its class's name."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def _pipeline_error(e: BaseException) -> InvalidPipeline | None:
     """Spark's refusal of the query's output mode, as the pipeline's mistake it is."""
     text = str(e)
     if "STREAMING_OUTPUT_MODE" not in text and "output mode not supported" not in text.lower():
         return None
-    first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+    first = first_line(e)
     return InvalidPipeline(
         "output_mode",
         "Spark refuses this query in its output mode (an aggregation without a watermark "
