@@ -121,6 +121,39 @@ def resolve_table(conn: Any, table: str) -> tuple[str, str]:
     return str(schema), parts[0]
 
 
+def check_columns(conn: Any, table: tuple[str, str], fields: dict[str, str], sink: str) -> None:
+    """The table exists and has a column for every field an epoch writes (``fields``: name ->
+    the PostgreSQL type stoker would give it); else InvalidSink saying what to run. A missing
+    table or column fails every retry the same way (bad input: exit 2, never retried); a
+    column the table has and the output lacks gets its default."""
+    from psycopg import sql
+
+    name = sql.Identifier(*table).as_string(conn)
+    rows = conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+        "AND NOT attisdropped",
+        (name,),
+    ).fetchall()
+    if not rows:
+        raise InvalidSink(
+            "postgres.table",
+            f"table {name} of sink {sink!r} does not exist: create it, or pass "
+            "create_table=True to have the sink create it",
+        )
+    have = {str(r[0]) for r in rows}
+    missing = [c for c in fields if c not in have]
+    if missing:
+        adds = ", ".join(
+            f"ADD COLUMN {sql.Identifier(c).as_string(conn)} {fields[c]}" for c in missing
+        )
+        raise InvalidSink(
+            "postgres.table",
+            f"table {name} of sink {sink!r} has no column {', '.join(missing)} that the "
+            f"pipeline writes: add it (ALTER TABLE {name} {adds}) or leave it out of the "
+            "output",
+        )
+
+
 def server_key(conn: Any) -> str:
     """Which server and database a connection reaches, as far as the server tells: its
     address and port (a Unix socket: the socket folder the client used) and the database."""

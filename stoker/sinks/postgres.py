@@ -52,6 +52,7 @@ from stoker.sinks._pg_parts import (
 )
 from stoker.sinks._pg_server import (
     _pg_type,
+    check_columns,
     check_options,
     connect,
     default_writers,
@@ -76,9 +77,17 @@ from stoker.types import AttemptNo, Epoch, JobId
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
 log = logging.getLogger("stoker.sinks.postgres")
+
+
+def _type_hint(dt: DataType) -> str:
+    """The column type to suggest for a Spark type (a placeholder where stoker has none)."""
+    try:
+        return _pg_type(dt)
+    except InvalidSink:
+        return f"<a type for {dt.simpleString()}>"
 
 
 def _tag(name: str) -> str:
@@ -118,7 +127,7 @@ class PostgresSink:
         self._where: tuple[str, str] | None = None  # the resolved (schema, table)
         self._scope = Scope("", "", "", "")  # which prepared parts are ours: set by open()
         self._target: str | None = None
-        self._created = False
+        self._checked: StructType | None = None  # the output schema the table was checked for
         self._writers: int | None = None
 
     def describe(self) -> str:
@@ -222,29 +231,32 @@ class PostgresSink:
 
     def _ensure_table(self, schema: StructType) -> None:
         """Create the table (``create_table``; with its key as primary key) and the stage
-        (an upsert or a replace) if they are missing."""
-        if self._created or not (self.create_table or self._staged):
+        (an upsert or a replace) if they are missing, and check that the table has a column
+        for every output column: once per output schema."""
+        if self._checked == schema:
             return
         from psycopg import sql
 
         assert self._where is not None, "open() first"
-        cols = [
-            sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(_pg_type(f.dataType)))
-            for f in schema.fields
-        ]
-        if self.key:
-            keys = sql.SQL(", ").join(map(sql.Identifier, self.key))
-            cols.append(sql.SQL("PRIMARY KEY ({})").format(keys))
         with self._connect() as conn:
             if self.create_table:
+                cols = [
+                    sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(_pg_type(f.dataType)))
+                    for f in schema.fields
+                ]
+                if self.key:
+                    keys = sql.SQL(", ").join(map(sql.Identifier, self.key))
+                    cols.append(sql.SQL("PRIMARY KEY ({})").format(keys))
                 conn.execute(
                     sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
                         sql.Identifier(*self._where), sql.SQL(", ").join(cols)
                     )
                 )
+            types = {f.name: _type_hint(f.dataType) for f in schema.fields}
+            check_columns(conn, self._where, types, self.name)
             if self._staged:
                 ensure_stage(conn, self._stage(), schema)
-        self._created = True
+        self._checked = schema
 
     def writers(self) -> int:
         """How many partitions (so prepared transactions) an epoch is written through."""

@@ -4,6 +4,7 @@ table and swapping the files sink's current snapshot."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -167,3 +168,27 @@ def test_an_aggregation_in_the_per_epoch_transform_is_warned_about_once(
     assert len(said) == 1, said
     assert "aggregates" in said[0] and "p.stream(fn)" in said[0]
     assert "output_mode='update'" in said[0]
+
+
+def test_a_table_without_an_output_column_is_bad_input_with_the_alter_to_run(
+    spark: SparkSession, tmp_path: Path, pg_dsn: str
+) -> None:
+    """A PostgreSQL table the user made lacks a column the pipeline writes: every retry would
+    fail the same way, so it is bad input (InvalidSink, exit 2: not retried), named with the
+    statement that fixes it; nothing is written. Run as said, the same job runs to its end."""
+    from stoker.errors import InvalidSink
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE counts (k bigint PRIMARY KEY)")
+    p = _pipeline("update", sinks.postgres(pg_dsn, "counts", key=["k"], create_table=False))
+    with pytest.raises(InvalidSink) as e:
+        stoker.run(p, state_dir=tmp_path / "state", trigger=TRIGGER, spark=spark)
+    assert "has no column count" in str(e.value), e.value
+    alter = re.search(r"ALTER TABLE [^)]*", str(e.value)).group()  # type: ignore[union-attr]
+    assert alter == 'ALTER TABLE "public"."counts" ADD COLUMN "count" BIGINT', alter
+    assert _table(pg_dsn) == {} and pg_prepared(pg_dsn) == []
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(alter)
+    result = stoker.run(p, state_dir=tmp_path / "state", trigger=TRIGGER, spark=spark)
+    assert result.state == JobState.FINISHED
+    assert _table(pg_dsn) == FINAL
