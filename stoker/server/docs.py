@@ -33,6 +33,10 @@ JOB_ID_HELP = (
     "1-100 letters, digits, '.', '_' or '-', starting with a letter or digit, no '..' (the "
     "pattern and lengths below)"
 )
+# An application file: a path (no NUL) ending in .py, at most PATH_MAX bytes. Whether it exists,
+# is readable and lies under an --allow-dir no schema can say: those are 422s naming the field.
+ENTRYPOINT_PATTERN = r"^[^\x00]*\.py$"
+ENTRYPOINT_MAX = 4096
 # A JVM memory amount with its unit (the manager checks it against the host's memory).
 MEMORY_PATTERN = r"^[1-9][0-9]{0,8}[kKmMgGtT][bB]?$"
 SCALING_HELP = (

@@ -150,17 +150,23 @@ def test_refusals_name_the_fix_in_the_one_error_shape(manager: Manager) -> None:
     assert r.json()["error"].startswith("job_id: 'a..b' is not a valid job id: use 1-100")
     r = manager.http.post("/v1/jobs", json={"entrypoint": ""}, headers=AUTH)
     assert (r.status_code, r.json()["field"]) == (422, "entrypoint"), r.text
+    # What the schema can say of an entrypoint it says (a path ending in .py, at most 4096
+    # characters): the same refusal, before the manager looks at the host's files.
+    for bad in ("/etc/passwd", "x" * 4097 + ".py"):
+        for route in ("/v1/jobs", "/v1/applications"):
+            r = manager.http.post(route, json={"entrypoint": bad}, headers=AUTH)
+            assert (r.status_code, r.json()["field"]) == (422, "entrypoint"), r.text
 
 
 # The contract run -------------------------------------------------------------------------------
-# POST /v1/jobs and POST /v1/applications check what no schema can say: the entrypoint must exist
-# under an allowed folder, conf keys and values, the restart strategy, pipeline config keys, the
-# cluster spec and the driver's resources are checked against what stoker and this host know
-# (each refusal a 422 naming the field). Schema-valid bodies are therefore refused with 422 as a
-# rule; those operations accept 422 for schema-valid data. So do PUT .../resources (a
-# minimum above the maximum is schema-valid and refused) and POST .../state/repartition (a job
-# that runs, has no state, or has that number already is refused). Every other check runs as
-# schemathesis has it.
+# POST /v1/jobs and POST /v1/applications check what no schema can say (the schema says the
+# entrypoint is a path ending in .py): the entrypoint must exist under an allowed folder, conf
+# keys and values, the restart strategy, pipeline config keys, the cluster spec and the
+# driver's resources are checked against what stoker and this host know (each refusal a 422
+# naming the field). Schema-valid bodies are therefore refused with 422 as a rule; those
+# operations accept 422 for schema-valid data. So do PUT .../resources (a minimum above the
+# maximum is schema-valid and refused) and POST .../state/repartition (a job that runs, has no
+# state, or has that number already is refused). Every other check runs as schemathesis has it.
 CONFIG = """\
 [[operations]]
 include-path = "/v1/jobs"

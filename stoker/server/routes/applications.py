@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from stoker.redact import redact_answer, redact_text
 from stoker.server.deps import Manager
 from stoker.server.docs import (
+    ENTRYPOINT_MAX,
+    ENTRYPOINT_PATTERN,
     JOB_ID_HELP,
     JOB_ID_MAX,
     JOB_ID_PATTERN,
@@ -58,6 +60,8 @@ class ApplicationBody(BaseModel):
     entrypoint: str = Field(
         ...,
         min_length=1,
+        max_length=ENTRYPOINT_MAX,
+        pattern=ENTRYPOINT_PATTERN,
         description="The program (.py) on the manager's host, under an --allow-dir: top-level "
         "code or a main() that runs jobs with stoker.run / stoker.submit.",
     )

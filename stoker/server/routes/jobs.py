@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from stoker.redact import redact_answer, redact_text
 from stoker.server.deps import Ctx, Manager
 from stoker.server.docs import (
+    ENTRYPOINT_MAX,
+    ENTRYPOINT_PATTERN,
     JOB_ID_HELP,
     JOB_ID_MAX,
     JOB_ID_PATTERN,
@@ -51,6 +53,8 @@ class SubmitBody(BaseModel):
     entrypoint: str = Field(
         ...,
         min_length=1,
+        max_length=ENTRYPOINT_MAX,
+        pattern=ENTRYPOINT_PATTERN,
         description="The application file (.py) on the manager's host, under an --allow-dir.",
     )
     args: list[str] = Field(default_factory=list)
