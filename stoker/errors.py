@@ -191,6 +191,14 @@ class JobOwnedElsewhere(StokerError):
         self.owner = owner
 
 
+class OperationNotFound(StokerError):
+    """No operation with that id is recorded (never made, or dropped by retention)."""
+
+    def __init__(self, op_id: str) -> None:
+        super().__init__(f"operation {op_id!r} not found")
+        self.op_id = op_id
+
+
 class ClusterNotFound(StokerError):
     """No cluster with that name is recorded."""
 
@@ -280,6 +288,7 @@ EXIT_CODES: dict[type[StokerError], int] = {
     TooManyRequests: 14,
     JobOwnedElsewhere: 9,
     ClusterNotFound: 3,
+    OperationNotFound: 3,
     RescaleNotFound: 3,
     ClusterError: 15,
     ClusterConflict: 15,

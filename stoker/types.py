@@ -322,3 +322,25 @@ CLUSTER_TRANSITIONS: dict[ClusterState, frozenset[ClusterState]] = {
 
 # Staying is allowed: an update that changes a cluster's processes or URLs keeps its state.
 CLUSTERS: StateMachine[ClusterState] = StateMachine("cluster state", CLUSTER_TRANSITIONS, stay=True)
+
+
+class OperationState(enum.StrEnum):
+    """Lifecycle of a long REST call run as an operation (``GET /v1/operations/{id}``)."""
+
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"  # its error, or the manager that ran it stopped before it ended
+
+    @property
+    def terminal(self) -> bool:
+        return self != OperationState.RUNNING
+
+
+OPERATIONS: StateMachine[OperationState] = StateMachine(
+    "operation",
+    {
+        None: frozenset({OperationState.RUNNING}),
+        OperationState.RUNNING: frozenset({OperationState.SUCCEEDED, OperationState.FAILED}),
+    },
+    stay=False,
+)

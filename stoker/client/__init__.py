@@ -54,14 +54,12 @@ from typing import Any
 import httpx
 
 from stoker.client.answers import raise_refusal
+from stoker.client.operations import SLOW, OperationCalls
 from stoker.errors import ControlConflict, InvalidInput, ManagerUnavailable
 
 # How far a control event can get, in order: wait_control's ``until``.
 _REACHED = {"applied": ("APPLIED", "COMMITTED"), "committed": ("COMMITTED",)}
 
-# Calls that start or stop JVMs answer when they are done: tens of seconds, minutes on a
-# loaded host.
-_SLOW = 600.0
 
 __all__ = ["Client", "Submitted", "SubmittedApplication"]
 
@@ -91,7 +89,7 @@ class SubmittedApplication:
         return str(self.app["app_id"])
 
 
-class Client:
+class Client(OperationCalls):
     """Calls one job manager at ``url``; ``token`` (if any) goes with every call.
 
     Usable as a context manager; otherwise call :meth:`close` when done.
@@ -248,11 +246,15 @@ class Client:
         }
         return dict(self._call("PUT", f"/v1/jobs/{job_id}/resources", json=body).json())
 
-    def repartition_state(self, job_id: str, partitions: int) -> dict[str, Any]:
+    def repartition_state(
+        self, job_id: str, partitions: int, wait: float | None = SLOW
+    ) -> dict[str, Any]:
         """``POST /v1/jobs/{id}/state/repartition``: give the stopped job ``partitions`` state
-        partitions (offline, on the manager's host); ``{"job_id", "from", "to", ...}``."""
+        partitions (offline, on the manager's host), as an operation
+        (:meth:`run_operation`); ``{"job_id", "from", "to", ...}``."""
         body = {"partitions": partitions}
-        return dict(self._call("POST", f"/v1/jobs/{job_id}/state/repartition", json=body).json())
+        path = f"/v1/jobs/{job_id}/state/repartition"
+        return self.run_operation("POST", path, json=body, wait=wait)
 
     def scaling(
         self, job_id: str, scaling: str | Mapping[str, Any], request_id: str | None = None
@@ -427,47 +429,6 @@ class Client:
         attempt), or its last ``tail`` lines."""
         params = {k: v for k, v in (("attempt", attempt), ("tail", tail)) if v is not None}
         return self._call("GET", f"/v1/applications/{app_id}/log", params=params).text
-
-    # clusters ------------------------------------------------------------------------------
-    def start_cluster(
-        self, name: str | None = None, workers: int = 2, cores: int = 1, memory: str = "1g"
-    ) -> dict[str, Any]:
-        """``POST /v1/clusters``: start a session cluster; answers once it is RUNNING."""
-        body: dict[str, Any] = {"workers": workers, "cores": cores, "memory": memory}
-        if name is not None:
-            body["name"] = name
-        return dict(self._call("POST", "/v1/clusters", json=body, timeout=_SLOW).json())
-
-    def clusters(self, include_stopped: bool = False) -> list[dict[str, Any]]:
-        """``GET /v1/clusters``: every cluster stoker started (STOPPED ones if asked)."""
-        params = {"include_stopped": "true"} if include_stopped else {}
-        return list(self._call("GET", "/v1/clusters", params=params).json())
-
-    def cluster(self, name: str) -> dict[str, Any]:
-        """``GET /v1/clusters/{name}``: the record, the master's ``status``, ``used_by``."""
-        return dict(self._call("GET", f"/v1/clusters/{name}").json())
-
-    def add_worker(
-        self, name: str, cores: int | None = None, memory: str | None = None
-    ) -> dict[str, Any]:
-        """``POST /v1/clusters/{name}/workers``: ``{"worker": {...}, "cluster": {...}}``."""
-        body = {k: v for k, v in (("cores", cores), ("memory", memory)) if v is not None}
-        path = f"/v1/clusters/{name}/workers"
-        return dict(self._call("POST", path, json=body, timeout=_SLOW).json())
-
-    def remove_worker(self, name: str, worker: str, graceful: bool = False) -> dict[str, Any]:
-        """``DELETE /v1/clusters/{name}/workers/{worker}``: the cluster afterwards."""
-        params = {"graceful": "true" if graceful else "false"}
-        path = f"/v1/clusters/{name}/workers/{worker}"
-        return dict(self._call("DELETE", path, params=params, timeout=_SLOW).json())
-
-    def stop_cluster(self, name: str, force: bool = False) -> dict[str, Any]:
-        """``POST /v1/clusters/{name}/stop``: the cluster STOPPED. One that live applications
-        use is refused (:class:`~stoker.errors.ClusterConflict`) unless ``force``; ``used_by``
-        then names them."""
-        params = {"force": "true"} if force else None
-        resp = self._call("POST", f"/v1/clusters/{name}/stop", params=params, timeout=_SLOW)
-        return dict(resp.json())
 
     # the manager ---------------------------------------------------------------------------
     def health(self) -> dict[str, Any]:

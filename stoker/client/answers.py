@@ -3,7 +3,7 @@ that reads an answer's status, ``type`` and fields (the REST client's other half
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import httpx
 
@@ -22,6 +22,17 @@ from stoker.errors import (
     TooManyRequests,
     Unauthorized,
 )
+
+
+def raise_operation_error(op: dict[str, Any], path: str) -> NoReturn:
+    """Raise the error a FAILED operation ended with, as the call at ``path`` would have
+    raised it had it answered synchronously (its ``status`` and the error's class)."""
+    error = str(op.get("error") or "the operation failed")
+    body: dict[str, Any] = {"error": error, "type": op.get("error_type")}
+    if op.get("error_type") in ("InvalidInput", "InvalidPipeline") and ": " in error:
+        body["field"] = error.split(": ", 1)[0]
+    refusal = httpx.Response(int(op.get("status") or 500), json=body)
+    raise_refusal(refusal, path)
 
 
 def raise_refusal(resp: httpx.Response, path: str) -> NoReturn:

@@ -15,11 +15,12 @@ from stoker.manager import appsubmit, control, jobs, logs, rescales
 from stoker.manager.appinspect import PipelineDescriptions
 from stoker.manager.clusters.budget import HostBudget
 from stoker.manager.managers import list_managers
+from stoker.manager.operations import Operations
 from stoker.manager.rescales import RescaleTally
 from stoker.manager.sessions import SessionClusters
 from stoker.manager.submissions import JobSubmissions, SubmitResult
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
-from stoker.store.fleet_records import ClusterRecord, RescaleRecord
+from stoker.store.fleet_records import ClusterRecord, OperationRecord, RescaleRecord
 from stoker.types import ControlKind, ControlStatus, JobId, JobState, job_id
 
 
@@ -49,6 +50,7 @@ class JobManager:
             store, self.allowed_dirs, self.jobs_dir, self.allowed_conf
         )
         self._descriptions = PipelineDescriptions()
+        self.operations = Operations(store)
 
     def submit(
         self,
@@ -112,8 +114,10 @@ class JobManager:
         return self._submissions.submitted_view(job)
 
     def close(self) -> None:
-        """Stop the group-commit thread (the store stays open: the caller owns it)."""
+        """Stop the group-commit thread and end this manager's unfinished operations (the
+        store stays open: the caller owns it)."""
         self._submissions.close()
+        self.operations.close()
 
     # jobs: queries, views and cancel (jobs.py) --------------------------------------------
     def list_jobs(self, state: JobState | None = None) -> list[JobRecord]:
@@ -175,6 +179,20 @@ class JobManager:
         from stoker.manager.state import repartition
 
         return repartition(self.store, jid, partitions)
+
+    def repartition_operation(
+        self, jid: str, partitions: Any, *, idem_key: str | None = None
+    ) -> tuple[OperationRecord, bool]:
+        """:meth:`repartition_state` as an operation: refused at once when the job is unknown,
+        live, never ran or ``partitions`` is not a number >= 1; else in the background."""
+        from stoker.manager.state import check_repartition, repartition
+
+        def prepare() -> Any:
+            check_repartition(self.store, jid, partitions)
+            return lambda: repartition(self.store, jid, partitions)
+
+        request = {"partitions": partitions}
+        return self.operations.start("repartition", jid, request, prepare, idem_key)
 
     def scaling_series(self) -> dict[str, dict[str, float]]:
         """Per-job gauges of ``/metrics`` (:func:`rescales.job_series`)."""
@@ -359,6 +377,60 @@ class JobManager:
     def remove_worker(self, name: str, worker: str, graceful: bool = False) -> dict[str, Any]:
         """:meth:`SessionClusters.remove_worker`."""
         return self.sessions.remove_worker(name, worker, graceful)
+
+    def start_cluster_operation(
+        self,
+        name: str | None = None,
+        workers: int = 2,
+        cores: int = 1,
+        memory: str = "1g",
+        *,
+        idem_key: str | None = None,
+    ) -> tuple[OperationRecord, bool]:
+        """:meth:`start_session_cluster` as an operation: checked and recorded STARTING at
+        once (the name, the sizes, the host's budget), its JVMs started in the background."""
+        request = {"name": name, "workers": workers, "cores": cores, "memory": memory}
+
+        def prepare() -> Any:
+            return self.sessions.begin_start(name, workers, cores, memory)[1]
+
+        return self.operations.start("start-cluster", name or "", request, prepare, idem_key)
+
+    def add_worker_operation(
+        self,
+        name: str,
+        cores: int | None = None,
+        memory: str | None = None,
+        *,
+        idem_key: str | None = None,
+    ) -> tuple[OperationRecord, bool]:
+        """:meth:`add_worker` as an operation (checked at once: the cluster RUNNING, the
+        sizes and the host's budget)."""
+
+        def prepare() -> Any:
+            self.sessions.check_add_worker(name, cores, memory)
+            return lambda: self.sessions.add_worker(name, cores, memory)
+
+        request = {"cores": cores, "memory": memory}
+        return self.operations.start("add-worker", name, request, prepare, idem_key)
+
+    def remove_worker_operation(
+        self, name: str, worker: str, graceful: bool = False, *, idem_key: str | None = None
+    ) -> tuple[OperationRecord, bool]:
+        """:meth:`remove_worker` as an operation (checked at once: the cluster RUNNING, the
+        worker in it)."""
+
+        def prepare() -> Any:
+            self.sessions.check_remove_worker(name, worker)
+            return lambda: self.sessions.remove_worker(name, worker, graceful)
+
+        request = {"worker": worker, "graceful": graceful}
+        return self.operations.start("remove-worker", name, request, prepare, idem_key)
+
+    def operation(self, op_id: str) -> OperationRecord:
+        """One operation (:class:`~stoker.errors.OperationNotFound`); one whose manager is
+        gone ends FAILED as it is read (:meth:`Operations.get`)."""
+        return self.operations.get(op_id)
 
     def stop_cluster(self, name: str, force: bool = False) -> dict[str, Any]:
         """:meth:`SessionClusters.stop`: session clusters only."""

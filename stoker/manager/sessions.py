@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,18 @@ class SessionClusters:
         self, name: str | None = None, workers: int = 2, cores: int = 1, memory: str = "1g"
     ) -> dict[str, Any]:
         """Start a Spark standalone cluster that outlives applications (synchronous: it
-        answers once every worker is ALIVE). Recorded STARTING first, each process as it
-        starts, then RUNNING; a failure leaves it FAILED with the error (what was started is
+        answers once every worker is ALIVE): :meth:`begin_start`, then its slow part."""
+        return self.begin_start(name, workers, cores, memory)[1]()
+
+    def begin_start(
+        self, name: str | None = None, workers: int = 2, cores: int = 1, memory: str = "1g"
+    ) -> tuple[str, Callable[[], dict[str, Any]]]:
+        """Check and record a new session cluster STARTING; its name and the slow part, which
+        starts its processes (each recorded as it starts), then RUNNING, and answers the
+        cluster's view; a failure leaves it FAILED with the error (what was started is
         stopped again) and raises :class:`ClusterError`. A name in use by a cluster that is
-        not STOPPED or FAILED is :class:`ClusterConflict`."""
+        not STOPPED or FAILED is :class:`ClusterConflict`; sizes past the host's budget are
+        refused here, before anything is recorded."""
         name = check_cluster_name(name if name is not None else f"cluster-{secrets.token_hex(3)}")
         spec = _session_spec(workers, cores, memory)
         with self._lock:
@@ -59,13 +68,16 @@ class SessionClusters:
             if old is not None:
                 self._stop_recorded(old)
                 self.store.delete_cluster(name)
-            rec, created = self.store.create_cluster(
+            _rec, created = self.store.create_cluster(
                 name, ClusterKind.SESSION, cluster_spec_dict(spec)
             )
             if not created:
                 raise ClusterConflict(f"cluster {name!r} was just created by another call")
-        rec = start_recorded(self.store, name, spec, self.folder / name)
-        return cluster_view(rec)
+
+        def work() -> dict[str, Any]:
+            return cluster_view(start_recorded(self.store, name, spec, self.folder / name))
+
+        return name, work
 
     def views(self, include_stopped: bool = False) -> list[dict[str, Any]]:
         """Every cluster stoker started (session clusters and applications' own)."""
@@ -154,6 +166,28 @@ class SessionClusters:
                 raise
             rec = self.store.change_cluster_processes(name, put=[info])
         return {"worker": info.to_json(), "cluster": cluster_view(rec)}
+
+    def check_add_worker(self, name: str, cores: int | None, memory: str | None) -> None:
+        """What :meth:`add_worker` would refuse at once (the cluster is not RUNNING, sizes
+        out of range or past the host's budget), checked without starting anything."""
+        rec = self._running_cluster(name)
+        c = int(rec.spec.get("cores", 1)) if cores is None else cores
+        m = str(rec.spec.get("memory", "1g")) if memory is None else memory
+        _session_spec(1, c, m)
+        self.budget.check(
+            self.store.list_clusters(),
+            clusters=0,
+            workers=1,
+            cores=c,
+            memory=m,
+            what=f"a worker for cluster {name!r}",
+        )
+
+    def check_remove_worker(self, name: str, worker: str) -> None:
+        """What :meth:`remove_worker` would refuse at once: the cluster is not RUNNING or has
+        no such worker."""
+        rec = self._running_cluster(name)
+        clusters.find_worker(rec.processes, worker)
 
     def remove_worker(self, name: str, worker: str, graceful: bool = False) -> dict[str, Any]:
         """Stop one worker (its ``id`` or address): ``graceful`` decommissions it through the

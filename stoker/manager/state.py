@@ -90,6 +90,21 @@ def repartition(
     ``batch`` is the checkpoint's new (repartition) epoch, ``skipped`` the planned epochs
     Spark marked skipped (undecided: their input is read again after the restart).
     """
+    jid, n, state_dir = check_repartition(store, job, partitions, clock)
+    with _locked(state_dir, jid, n):
+        # Under the lock, the store again: a driver that started before the lock was taken
+        # is seen here; one that starts after it finds the lock and stops (it checks after
+        # claiming its attempt).
+        _refuse_if_live(store, jid, clock())
+        return _repartition(store, jid, state_dir, n, python, timeout)
+
+
+def check_repartition(
+    store: Store, job: str, partitions: int | str, clock: Callable[[], float] = time.time
+) -> tuple[JobId, int, Path]:
+    """What :func:`repartition` refuses at once, before its lock and Spark: the job's id, the
+    partitions and its state folder, or the refusal (:class:`InvalidInput`,
+    :class:`JobNotFound`). The checks of the checkpoint itself come after, under the lock."""
     n = parse_partitions(partitions)
     jid = _job_id(job)
     rec = store.get_job(jid)  # JobNotFound
@@ -101,12 +116,7 @@ def repartition(
     state_dir = rec.spec.get("state_dir")
     if not state_dir:
         raise InvalidInput("job", f"job {jid!r} records no state folder: it has never run")
-    with _locked(Path(str(state_dir)), rec.job_id, n):
-        # Under the lock, the store again: a driver that started before the lock was taken
-        # is seen here; one that starts after it finds the lock and stops (it checks after
-        # claiming its attempt).
-        _refuse_if_live(store, rec.job_id, clock())
-        return _repartition(store, rec.job_id, Path(str(state_dir)), n, python, timeout)
+    return rec.job_id, n, Path(str(state_dir))
 
 
 def _repartition(

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from stoker.errors import StokerError
+from stoker.manager import operations
 from stoker.manager.cluster_keeper import ClusterKeeper
 from stoker.manager.clusters.budget import HostBudget
 from stoker.manager.dispatch import Dispatcher
@@ -38,6 +40,9 @@ from stoker.store import RetentionPolicy, Store
 from stoker.types import JobKind
 
 log = logging.getLogger("stoker.supervisor")
+
+
+OPERATIONS_SWEEP = 30.0  # s between the leader's looks at operations
 
 
 @dataclass
@@ -97,6 +102,7 @@ class Supervisor:
         self.reconciler = JobReconciler(
             store, self.lease, self.launcher, self.dispatcher, cfg.launch_grace, cfg.cancel_timeout
         )
+        self._operations_swept = -OPERATIONS_SWEEP  # time.monotonic() of the last sweep
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="stoker-supervisor", daemon=True)
 
@@ -139,6 +145,18 @@ class Supervisor:
             except Exception:  # the loop must survive a bad job or a store hiccup
                 log.exception("supervisor step failed")
 
+    def _sweep_operations(self) -> None:
+        """Now and then: end the long calls whose manager died, drop old ended ones."""
+        now = time.monotonic()
+        if now - self._operations_swept < OPERATIONS_SWEEP:
+            return
+        self._operations_swept = now
+        try:
+            if operations.sweep(self.store):
+                log.info("ended the operations of managers that are gone")
+        except StokerError as e:
+            log.warning("operations: %s", e)
+
     # one step ------------------------------------------------------------------------------
     def step(self) -> None:
         """Lead if possible, then bring every live job one step closer to where it should be."""
@@ -147,6 +165,7 @@ class Supervisor:
         if not self.lease.hold():
             return
         self.retention.sweep()  # ended jobs' old epoch records (stoker server --retention-*)
+        self._sweep_operations()  # long calls of managers that died; old ended ones
         self.janitor.sweep()  # ended jobs: their sinks resolved (docs/architecture.md)
         now = self.store.clock.now()
         records = self.store.list_live_jobs()  # jobs and applications; the ended ones: none

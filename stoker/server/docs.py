@@ -127,15 +127,16 @@ _WHY = {
     "(`reason`); for a cluster, its name is in use or its state refuses the change "
     "(ClusterConflict).",
     422: "Bad input: `field` names the field, `error` says what is allowed. Nothing changed.",
-    429: "Too many control events for this job, or (GET /v1/events) too many event streams "
-    "open: retry after `Retry-After` seconds.",
+    429: "Too many control events for this job, (GET /v1/events) too many event streams "
+    "open, or (a long call) too many operations running on this manager: retry after "
+    "`Retry-After` seconds.",
     500: "A cluster could not be started, changed or stopped (ClusterError; what was started "
     "is stopped again), or a bug (InternalError: see the job manager's log).",
     503: "The store is unavailable, or this manager lost the leader lease mid-call.",
 }
 _RETRY_AFTER = {
     "Retry-After": {
-        "description": "Whole seconds (at least 1) until the job takes another control event.",
+        "description": "Whole seconds (at least 1) until the call may be taken.",
         "schema": {"type": "integer", "minimum": 1},
     }
 }

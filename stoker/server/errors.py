@@ -26,6 +26,7 @@ from stoker.errors import (
     JobOwnedElsewhere,
     JobTerminal,
     NotLeader,
+    OperationNotFound,
     SinkError,
     SourceError,
     StokerError,
@@ -49,6 +50,7 @@ HTTP_STATUS: dict[type[StokerError], int] = {
     StoreError: 503,
     JobOwnedElsewhere: 409,
     ClusterNotFound: 404,
+    OperationNotFound: 404,
     ClusterConflict: 409,  # before ClusterError in every class's MRO: the state refuses it
     ClusterError: 500,  # a cluster could not be started, changed or stopped
     SinkError: 503,  # an external system failed (InvalidSink is InvalidInput first: 422)
@@ -61,6 +63,19 @@ def status_of(err: StokerError) -> int:
     for cls in type(err).__mro__:
         if cls in HTTP_STATUS:
             return HTTP_STATUS[cls]
+    return 500
+
+
+def status_of_name(error_type: str | None) -> int:
+    """The HTTP status of a stoker error known by its class name (an operation's recorded
+    error): as :func:`status_of` would give it; 500 for an unexpected error."""
+    import stoker.errors
+
+    cls = getattr(stoker.errors, error_type or "", None)
+    if isinstance(cls, type) and issubclass(cls, StokerError):
+        for c in cls.__mro__:
+            if c in HTTP_STATUS:
+                return HTTP_STATUS[c]
     return 500
 
 
@@ -183,4 +198,4 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
 
 
-__all__ = ["HTTP_STATUS", "install_error_handlers", "status_of"]
+__all__ = ["HTTP_STATUS", "install_error_handlers", "status_of", "status_of_name"]

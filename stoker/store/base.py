@@ -10,7 +10,12 @@ from __future__ import annotations
 from typing import Protocol
 
 from stoker.clock import Clock
-from stoker.store.protocols.fleet import ClusterStore, LeaderStore, ScalingStore
+from stoker.store.protocols.fleet import (
+    ClusterStore,
+    LeaderStore,
+    OperationStore,
+    ScalingStore,
+)
 from stoker.store.protocols.jobs import ControlStore, JobStore
 from stoker.store.protocols.runs import (
     AttemptStore,
@@ -32,10 +37,11 @@ class Store(
     RetentionStore,
     ClusterStore,
     ScalingStore,
+    OperationStore,
     Protocol,
 ):
     """Durable metadata: jobs and applications, attempts, control versions, epochs, sink
-    transactions, clusters, scaling."""
+    transactions, clusters, scaling, operations."""
 
     url: str
     clock: Clock

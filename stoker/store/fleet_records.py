@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stoker.store.records import Owner
-from stoker.types import ClusterKind, ClusterState, JobId, StateMachine
+from stoker.types import ClusterKind, ClusterState, JobId, OperationState, StateMachine
 
 
 @dataclass(frozen=True)
@@ -241,4 +241,61 @@ class RescaleRecord:
             "seconds_to_in_use": self.seconds_to_in_use,
             "error": self.error,
             "sender": self.sender,
+        }
+
+
+# Operations (issue 21 item 8): long REST calls that answer 202 and are polled.
+OPERATION_COLUMNS = (
+    "op_id, kind, target, request, state, holder, result, error, error_type, created_at, ended_at"
+)
+
+
+@dataclass(frozen=True)
+class OperationRecord:
+    """A long call run in the background of the manager that took it (``holder``): what was
+    asked (``kind``, ``target``, ``request``: the canonical JSON a retry matches), and once it
+    ended the answer the call would have given (``result``) or why it failed (``error``, and
+    ``error_type``: the stoker error's class name, so the API answers the status that call
+    would have had)."""
+
+    op_id: str
+    kind: str
+    target: str
+    request: str
+    state: OperationState
+    holder: str
+    result: dict[str, Any] | None
+    error: str | None
+    error_type: str | None
+    created_at: float
+    ended_at: float | None
+
+    @classmethod
+    def from_row(cls, r: Any) -> OperationRecord:
+        return cls(
+            op_id=r[0],
+            kind=r[1],
+            target=r[2],
+            request=r[3],
+            state=OperationState(r[4]),
+            holder=r[5],
+            result=None if r[6] is None else json.loads(r[6]),
+            error=r[7],
+            error_type=r[8],
+            created_at=float(r[9]),
+            ended_at=None if r[10] is None else float(r[10]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "operation_id": self.op_id,
+            "kind": self.kind,
+            "target": self.target,
+            "request": json.loads(self.request),
+            "state": self.state.value,
+            "result": self.result,
+            "error": self.error,
+            "error_type": self.error_type,
+            "created_at": self.created_at,
+            "ended_at": self.ended_at,
         }

@@ -176,14 +176,38 @@ def test_bad_requests_change_nothing(world: World) -> None:
     assert cluster(world)["workers"] == 1
 
 
-def test_add_worker_takes_the_next_loopback_address(world: World) -> None:
-    p = stoker("cluster", "add-worker", NAME, "--server", world.manager.url, "--json")
-    assert p.returncode == 0, p.stderr + world.manager.log_tail()
-    out = json.loads(p.stdout)
+def test_add_worker_is_an_operation_a_retry_gets_again(world: World) -> None:
+    """Issue 21 item 8: the call answers 202 with an operation at once; the same call again
+    with its Idempotency-Key (a client that lost the answer) gets that operation, and one
+    worker starts; the operation ends with what the call used to answer."""
+    http = world.manager.http
+    key = {**AUTH, "Idempotency-Key": "add-worker-1"}
+    r = http.post(f"/v1/clusters/{NAME}/workers", json={}, headers=key)
+    assert r.status_code == 202, r.text
+    op = r.json()
+    assert (op["kind"], op["target"], op["state"]) == ("add-worker", NAME, "RUNNING"), op
+    assert r.headers["location"] == op["url"] == f"/v1/operations/{op['operation_id']}"
+    again = http.post(f"/v1/clusters/{NAME}/workers", json={}, headers=key)
+    assert (again.status_code, again.json()["operation_id"]) == (200, op["operation_id"])
+
+    def ended() -> dict[str, Any] | None:
+        got = http.get(op["url"], headers={"X-Stoker-Token": READ_TOKEN}).json()
+        return None if got["state"] == "RUNNING" else got
+
+    done = wait_for("the add-worker operation to end", ended, SLOW, every=0.5)
+    assert done["state"] == "SUCCEEDED", done
+    out = done["result"]
     assert (out["worker"]["address"], out["cluster"]["workers"]) == ("127.0.0.3", 2)
     view = cluster(world)
     assert alive_workers(view) == ["127.0.0.2", "127.0.0.3"]
     assert all(alive(x) for x in view["processes"])
+    # The key, sent again after the end, still names that operation: no third worker.
+    late = http.post(f"/v1/clusters/{NAME}/workers", json={}, headers=key)
+    assert (late.status_code, late.json()["state"]) == (200, "SUCCEEDED")
+    # The key with another request is refused; nothing starts.
+    other = http.post(f"/v1/clusters/{NAME}/workers", json={"cores": 2}, headers=key)
+    assert (other.status_code, other.json()["field"]) == (422, "Idempotency-Key"), other.text
+    assert cluster(world)["workers"] == 2
 
 
 def test_an_application_on_the_session_cluster_leaves_it_running(world: World) -> None:

@@ -28,6 +28,7 @@ from stoker.manager.clusters.workers import (
     add_worker,
     add_workers,
     cluster_lock,
+    find_worker,
     gone_ids,
     remove_worker,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "app_conf",
     "check_worker_shape",
     "cluster_lock",
+    "find_worker",
     "gone_ids",
     "machine_memory_mb",
     "master_status",

@@ -175,7 +175,7 @@ def remove_worker(
     Not graceful: SIGKILL to its group at once (its executors with it).
     """
     reap_exited()
-    target = _find_worker(processes, worker)
+    target = find_worker(processes, worker)
     rest = [p for p in processes if p is not target]
     if not group_left(target):
         return rest
@@ -205,7 +205,8 @@ def remove_worker(
     return rest
 
 
-def _find_worker(processes: list[ClusterProcess], worker: str) -> ClusterProcess:
+def find_worker(processes: list[ClusterProcess], worker: str) -> ClusterProcess:
+    """The worker ``worker`` names (its id or address); InvalidInput naming the workers."""
     for p in processes:
         if p.role == "worker" and worker in (p.id, p.address):
             return p

@@ -14,6 +14,7 @@ from stoker.server.routes import (
     jobs,
     managers,
     metrics,
+    operations,
     scaling,
     state,
 )
@@ -28,6 +29,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     state.router,
     applications.router,
     clusters.router,
+    operations.router,
     control.router,
     managers.router,
 )

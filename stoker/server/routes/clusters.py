@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from stoker.manager.cluster_records import CLUSTER_NAME_PATTERN, CLUSTER_PATH_PATTERN
@@ -12,6 +13,7 @@ from stoker.redact import redact_answer
 from stoker.server.deps import Manager
 from stoker.server.docs import MEMORY_PATTERN, errors
 from stoker.server.routes._common import GUARDED, READS, WRITES
+from stoker.server.routes.operations import ACCEPTED, accepted, idempotency_key
 
 router = APIRouter()
 
@@ -46,15 +48,26 @@ cluster_path: Any = Path(
     description="A cluster's name (app-<id>: an application's own).",
 )
 CLUSTER_WRITES = errors(*WRITES, 404, 409, 422, 500, 503)
+CLUSTER_OPERATIONS = errors(*WRITES, 404, 409, 422, 429, 503)
 
 
-@router.post("/v1/clusters", status_code=201, responses=errors(*WRITES, 409, 422, 500, 503))
-def start_cluster(manager: Manager, body: ClusterBody | None = None) -> dict[str, Any]:
-    """Start a session cluster (a Spark standalone master and its workers on this host);
-    answers once every worker is ALIVE (tens of seconds). 409: the name is in use;
-    500: it could not start (what was started is stopped again)."""
+@router.post(
+    "/v1/clusters",
+    status_code=202,
+    responses={**ACCEPTED, **errors(*WRITES, 409, 422, 429, 503)},
+)
+def start_cluster(
+    manager: Manager, body: ClusterBody | None = None, key: str | None = idempotency_key()
+) -> JSONResponse:
+    """Start a session cluster (a Spark standalone master and its workers on this host), as
+    an operation: 202 once it is recorded STARTING, the JVMs start in the background (tens of
+    seconds); poll the operation, whose ``result`` is the RUNNING cluster. 409: the name is
+    in use, or the host's budget has no room; 429: too many operations run; the operation
+    FAILED with status 500: it could not start (what was started is stopped again)."""
     b = body or ClusterBody.model_validate({})
-    return dict(redact_answer(manager.start_session_cluster(b.name, b.workers, b.cores, b.memory)))
+    return accepted(
+        manager.start_cluster_operation(b.name, b.workers, b.cores, b.memory, idem_key=key)
+    )
 
 
 @router.get("/v1/clusters", responses=errors(*GUARDED, 422, 503))
@@ -73,16 +86,30 @@ def get_cluster(manager: Manager, name: str = cluster_path) -> dict[str, Any]:
     return dict(redact_answer(manager.cluster(name)))
 
 
-@router.post("/v1/clusters/{name}/workers", status_code=201, responses=CLUSTER_WRITES)
+@router.post(
+    "/v1/clusters/{name}/workers",
+    status_code=202,
+    responses={**ACCEPTED, **CLUSTER_OPERATIONS},
+)
 def add_worker(
-    manager: Manager, name: str = cluster_path, body: WorkerBody | None = None
-) -> dict[str, Any]:
-    """Start one more worker (default: the cluster's cores and memory per worker)."""
+    manager: Manager,
+    name: str = cluster_path,
+    body: WorkerBody | None = None,
+    key: str | None = idempotency_key(),
+) -> JSONResponse:
+    """Start one more worker (default: the cluster's cores and memory per worker), as an
+    operation: 202 at once (409: the cluster is not RUNNING, or the host's budget has no
+    room);
+    its ``result`` is ``{"worker", "cluster"}`` once the master lists it ALIVE."""
     b = body or WorkerBody.model_validate({})
-    return dict(redact_answer(manager.add_worker(name, b.cores, b.memory)))
+    return accepted(manager.add_worker_operation(name, b.cores, b.memory, idem_key=key))
 
 
-@router.delete("/v1/clusters/{name}/workers/{worker}", responses=CLUSTER_WRITES)
+@router.delete(
+    "/v1/clusters/{name}/workers/{worker}",
+    status_code=202,
+    responses={**ACCEPTED, **CLUSTER_OPERATIONS},
+)
 def remove_worker(
     manager: Manager,
     name: str = cluster_path,
@@ -92,9 +119,12 @@ def remove_worker(
     graceful: bool = Query(
         False, description="Decommission it first: running work moves, no task fails."
     ),
-) -> dict[str, Any]:
-    """Stop one worker of a RUNNING cluster."""
-    return dict(redact_answer(manager.remove_worker(name, worker, graceful)))
+    key: str | None = idempotency_key(),
+) -> JSONResponse:
+    """Stop one worker of a RUNNING cluster, as an operation (a graceful removal waits up to
+    two minutes for its executors to move): 202 at once (409: the cluster is not RUNNING;
+    422: no such worker); its ``result`` is the cluster without it."""
+    return accepted(manager.remove_worker_operation(name, worker, graceful, idem_key=key))
 
 
 @router.post("/v1/clusters/{name}/stop", responses=CLUSTER_WRITES)

@@ -9,10 +9,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from stoker.errors import InvalidInput
-from stoker.redact import redact_answer
 from stoker.server.deps import Manager
 from stoker.server.docs import errors, json_body
 from stoker.server.routes._common import WRITES, job_path, json_object
+from stoker.server.routes.operations import ACCEPTED, accepted, idempotency_key
 
 router = APIRouter()
 
@@ -33,21 +33,29 @@ REPARTITION_BODY: dict[str, Any] = {
 
 @router.post(
     "/v1/jobs/{job_id}/state/repartition",
-    responses=errors(*WRITES, 404, 409, 422, 500, 503),
+    status_code=202,
+    responses={**ACCEPTED, **errors(*WRITES, 404, 409, 422, 429, 503)},
     openapi_extra=json_body(REPARTITION_BODY),
 )
 async def repartition_state(
-    request: Request, manager: Manager, job_id: str = job_path
+    request: Request,
+    manager: Manager,
+    job_id: str = job_path,
+    key: str | None = idempotency_key(),
 ) -> JSONResponse:
     """Give a stopped job N state partitions (its maximum parallelism), offline, through
-    Spark's checkpoint repartitioning on the manager's host: ``{"partitions": N}``. 422
-    naming the reason when the job runs, its state store cannot be repartitioned, or N is
-    not a whole number >= 1 or is the job's number already; nothing changes then."""
+    Spark's checkpoint repartitioning on the manager's host: ``{"partitions": N}``, as an
+    operation (202; it runs Spark, seconds to minutes). Refused at once, 422 naming the
+    reason, when the job runs, never ran, or N is not a whole number >= 1; the operation ends
+    FAILED (status 422) when its state store cannot be repartitioned or N is the job's number
+    already; nothing changes then. Its ``result``: ``{"job_id", "from", "to", ...}``."""
     body = await json_object(request)
     unknown = sorted(set(body) - {"partitions"})
     if unknown:
         raise InvalidInput(unknown[0], 'unknown field (the body is {"partitions": N})')
     if "partitions" not in body:
         raise InvalidInput("partitions", "required: the number of state partitions")
-    out = await run_in_threadpool(lambda: manager.repartition_state(job_id, body["partitions"]))
-    return JSONResponse(redact_answer(out))
+    found = await run_in_threadpool(
+        lambda: manager.repartition_operation(job_id, body["partitions"], idem_key=key)
+    )
+    return accepted(found)

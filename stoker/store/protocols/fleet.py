@@ -1,5 +1,5 @@
 """What the job manager runs the jobs on and with: clusters, the scaling of executors, and
-leadership among managers."""
+leadership among managers; long REST calls as operations."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from stoker.store.fleet_records import (
     ClusterRecord,
     LeaderLease,
     ManagerRecord,
+    OperationRecord,
     RescaleRecord,
 )
 from stoker.store.records import EpochRecord, JobRecord
@@ -18,6 +19,7 @@ from stoker.types import (
     ClusterState,
     Epoch,
     JobId,
+    OperationState,
 )
 
 
@@ -194,4 +196,64 @@ class LeaderStore(Protocol):
     def list_managers(self, fresh_for: float) -> list[ManagerRecord]:
         """The managers seen within the last ``fresh_for`` seconds (a number > 0), oldest
         first (by ``started_at``, then holder). :class:`InvalidInput` for another value."""
+        ...
+
+
+class OperationStore(Protocol):
+    """Long REST calls run as operations (issue 21 item 8): made RUNNING by the manager that
+    runs them (``holder``), ended once (``OPERATIONS``), found again by a retry of the same
+    request, dropped by retention some time after they end."""
+
+    def create_operation(
+        self,
+        op_id: str,
+        kind: str,
+        target: str,
+        request: dict[str, Any],
+        holder: str,
+        idem_key: str | None = None,
+    ) -> OperationRecord:
+        """Insert the operation RUNNING, made now. ``request`` (a JSON object) is kept as its
+        canonical JSON: what :meth:`find_operation` matches; ``idem_key`` (the client's
+        Idempotency-Key) what :meth:`keyed_operation` finds. A taken ``op_id`` or
+        ``idem_key`` is a :class:`StoreError`."""
+        ...
+
+    def get_operation(self, op_id: str) -> OperationRecord:
+        """The operation, or :class:`~stoker.errors.OperationNotFound`."""
+        ...
+
+    def find_operation(
+        self, kind: str, target: str, request: dict[str, Any], since: float
+    ) -> OperationRecord | None:
+        """The newest operation of this ``kind`` on ``target`` with an equal ``request`` (as
+        canonical JSON: key order does not matter) that is RUNNING or ended at or after
+        ``since``; None if there is none."""
+        ...
+
+    def keyed_operation(self, idem_key: str) -> OperationRecord | None:
+        """The operation made with this Idempotency-Key, or None."""
+        ...
+
+    def running_operations(self) -> list[OperationRecord]:
+        """Every RUNNING operation, oldest first."""
+        ...
+
+    def end_operation(
+        self,
+        op_id: str,
+        state: OperationState,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        error_type: str | None = None,
+    ) -> OperationRecord:
+        """End a RUNNING operation SUCCEEDED (with the call's ``result``) or FAILED (with
+        ``error`` and ``error_type``), now; the record as ended. An operation that ended
+        already: :class:`InvalidTransition` (the first end stays); unknown:
+        :class:`OperationNotFound`. RUNNING is not an end (:class:`InvalidTransition`)."""
+        ...
+
+    def delete_ended_operations(self, before: float) -> int:
+        """Drop the operations that ended before ``before``; how many."""
         ...

@@ -677,3 +677,40 @@ DELETE FROM recovery_holds WHERE job_id = :job_id;
 
 -- name: delete_job_row
 DELETE FROM jobs WHERE job_id = :job_id;
+
+-- Operations (migration 0015) ------------------------------------------------------------------
+-- name: insert_operation
+INSERT INTO operations (op_id, kind, target, request, idem_key, state, holder, created_at)
+VALUES (:op_id, :kind, :target, :request, :idem_key, 'RUNNING', :holder, :now);
+
+-- name: get_operation
+SELECT op_id, kind, target, request, state, holder, result, error, error_type, created_at,
+       ended_at
+FROM operations WHERE op_id = :op_id;
+
+-- name: find_operation
+-- The newest operation of this request that runs, or ended at or after :since.
+SELECT op_id, kind, target, request, state, holder, result, error, error_type, created_at,
+       ended_at
+FROM operations
+WHERE kind = :kind AND target = :target AND request = :request
+  AND (state = 'RUNNING' OR ended_at >= :since)
+ORDER BY created_at DESC, op_id DESC LIMIT 1;
+
+-- name: keyed_operation
+SELECT op_id, kind, target, request, state, holder, result, error, error_type, created_at,
+       ended_at
+FROM operations WHERE idem_key = :idem_key;
+
+-- name: running_operations
+SELECT op_id, kind, target, request, state, holder, result, error, error_type, created_at,
+       ended_at
+FROM operations WHERE state = 'RUNNING' ORDER BY created_at, op_id;
+
+-- name: end_operation
+UPDATE operations SET state = :state, result = :result, error = :error,
+                      error_type = :error_type, ended_at = :now
+WHERE op_id = :op_id AND state = 'RUNNING';
+
+-- name: delete_ended_operations
+DELETE FROM operations WHERE ended_at < :before;
