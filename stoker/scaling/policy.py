@@ -17,76 +17,17 @@ flapping.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stoker.scalespec import ScalingSpec
+from stoker.scaling import verify, window
+from stoker.scaling.signals import EpochSample, PolicyMemory, Signals
 
 UP = "up"
 DOWN = "down"
 HOUR = 3600.0
-
-
-@dataclass(frozen=True)
-class EpochSample:
-    """One committed epoch of one of the owner's jobs, as the scaler reads it from the store."""
-
-    job_id: str
-    epoch: int
-    at: float  # committed at (store clock)
-    duration_s: float | None  # Spark's triggerExecution
-    rows: int | None  # rows read
-    backlog: int | None  # rows (or files) the sources had beyond the epoch's end
-    executors: int | None  # executors at the epoch's end
-    cores: int | None
-    # The part of ``duration_s`` spent on its rows (its sinks' Spark writes, the transform
-    # inside them): the work more executors share. The rest is the epoch's fixed cost
-    # (planning, offsets, the store's and the sinks' protocol), which they do not. None:
-    # unknown, the whole duration counts as work.
-    work_s: float | None = None
-
-    @property
-    def work(self) -> float:
-        """Seconds of the epoch that more executors would shorten."""
-        whole = self.duration_s or 0.0
-        return whole if self.work_s is None else min(self.work_s, whole or self.work_s)
-
-    @property
-    def start(self) -> float:
-        """When the epoch began (its commit time less its duration)."""
-        return self.at - (self.duration_s or 0.0)
-
-
-@dataclass(frozen=True)
-class Signals:
-    """What a policy sees of one owner at one moment."""
-
-    now: float
-    samples: Sequence[EpochSample]  # oldest first; may reach back beyond the policy's window
-    triggers: Mapping[str, float]  # job id -> trigger interval in force (s); 0: back to back
-    executors: int | None  # executors the owner's driver reports now (None: no report yet)
-    cores: int | None = None
-    target: int | None = None  # the executor target set now (None: none)
-    running_since: float | None = None  # epochs before this (an earlier attempt) are ignored
-    # job id -> when its epoch now running was pinned (an epoch in flight: the job is not idle,
-    # however long since its last commit)
-    in_flight: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class PolicyMemory:
-    """What a policy keeps of one owner between calls; lost with the leader (a new leader
-    re-stabilizes, and takes the cooldown from the last decision in the store)."""
-
-    direction: str | None = None  # the change wanted since ``since``: "up" or "down"
-    since: float | None = None
-    last_change_at: float | None = None  # the last decided change
-    # Warm-up: the first epoch seen of each job under the driver that started at
-    # ``started``; the first epochs from there on are left out.
-    started: float | None = None
-    first_epoch: dict[str, int] = field(default_factory=dict)
-    changes: list[float] = field(default_factory=list)  # when the policy's changes were decided
 
 
 @dataclass(frozen=True)
@@ -111,34 +52,6 @@ class ScalingPolicy(Protocol):
     def decide(self, spec: ScalingSpec, signals: Signals, memory: PolicyMemory) -> Decision:
         """The target for this moment (None: keep), updating ``memory``."""
         ...
-
-
-@dataclass(frozen=True)
-class _JobWindow:
-    """One job's figures over its window."""
-
-    samples: list[EpochSample]
-    wall_s: float
-    rows: int
-    busy_s: float  # sum of epoch durations
-    executor_s: float  # sum of work (the rows' part of each duration) x executors
-    fixed_s: float | None  # the median fixed cost of an epoch (duration less work), if known
-    backlog: int | None  # the newest known
-    growth: float  # backlog change per second over the newest epochs
-    arrival: float | None  # rows arriving per second over the newest epochs (read + growth)
-    fresh_arrival: float | None  # the same over the newest ``fresh_epochs`` only
-    backlog_reset: bool  # the backlog fell by more than was read: offsets re-based, ignored
-    trigger_s: float
-    recent: int  # epochs within the last window_s
-    recent_rows: int  # rows read by those
-
-    @property
-    def processed(self) -> float:
-        return self.rows / self.wall_s
-
-    @property
-    def busy(self) -> float:
-        return min(1.0, self.busy_s / self.wall_s)
 
 
 @dataclass(frozen=True)
@@ -225,17 +138,22 @@ class DefaultPolicy:
         if current > hi_bound:
             return change(hi_bound, f"{current} executors is above the maximum {hi_bound}")
 
-        windows = self._windows(signals, memory)
+        windows = window.windows(self, signals, memory)
         sig["window_s"] = round(max((w.wall_s for w in windows.values()), default=0.0), 3)
         sig["epochs"] = sum(len(w.samples) for w in windows.values())
         if not windows:
             return keep("no epochs: nothing to decide on")
+        settled = memory.last_change_at is None or now - memory.last_change_at >= spec.cooldown_s
+        rollback = verify.verdict(memory, signals, self.min_epochs) if settled else None
+        if rollback is not None and rollback[0] < current:
+            sig["rolled_back_from"] = current
+            return change(max(lo_bound, rollback[0]), rollback[1])
         rows = sum(w.rows for w in windows.values())
         backlogs = [w.backlog for w in windows.values() if w.backlog is not None]
         backlog = sum(backlogs) if backlogs else None
         sig["rows"] = rows
         sig["backlog"] = backlog
-        if self._idle(windows, signals):
+        if window.idle(self, windows, signals):
             wanted = lo_bound
             sig["idle"] = True
             direction = DOWN if wanted < current else None
@@ -303,8 +221,27 @@ class DefaultPolicy:
         wanted = math.ceil(need / spec.target_utilization - 1e-9)
         wanted = min(hi_bound, max(lo_bound, wanted))
         sig["unclamped"] = wanted
+        capped = ""
+        cap = _task_cap(signals)
+        if cap is not None and wanted > max(cap, lo_bound):
+            wanted = max(cap, lo_bound)
+            sig["task_cap"] = cap
+            capped = (
+                f"; capped at {wanted}: the {signals.max_tasks} state partitions (max "
+                "parallelism) give no task to more executors"
+            )
+        held = verify.ceiling(memory, now)
+        if held is not None and wanted > max(held, current):
+            wanted = max(held, current)
+            sig["held_at"] = held
         lo = spec.target_utilization - self.boundary
         hi = spec.target_utilization + self.boundary
+        if held is not None and sig.get("unclamped", 0) > current >= held:
+            left = (memory.ceiling_until or now) - now
+            return keep(
+                f"wants {sig['unclamped']}, held at {current}: a scale-up above {held} did not "
+                f"help ({left / 60:.0f} min more)"
+            )
         if wanted > current:
             if required <= hi and not growing:
                 return keep(
@@ -320,8 +257,13 @@ class DefaultPolicy:
                 f"{spec.target_utilization:g} (required {required:.2f} now"
                 + (", backlog growing" if growing else "")
                 + ")"
+                + capped
             )
-            return self._gate(spec, sig, memory, now, UP, wanted, why, keep, change)
+            decided = self._gate(spec, sig, memory, now, UP, wanted, why, keep, change)
+            if decided.target is not None:
+                samples = (s for w in windows.values() for s in w.samples)
+                verify.expect(memory, now, current, decided.target, verify.work_rate(samples))
+            return decided
         if wanted < current:
             if required >= lo or growing:
                 return keep(
@@ -376,109 +318,16 @@ class DefaultPolicy:
             )
         return change(wanted, why)
 
-    def _windows(self, signals: Signals, memory: PolicyMemory) -> dict[str, _JobWindow]:
-        by_job: dict[str, list[EpochSample]] = {}
-        since = signals.running_since
-        for s in sorted(signals.samples, key=lambda s: (s.at, s.epoch)):
-            if since is not None and s.at < since:
-                continue
-            by_job.setdefault(s.job_id, []).append(s)
-        if self.warmup_epochs > 0:
-            # Each job's first epochs seen under this driver are warm-up. Seen, not run: a
-            # new leader takes the oldest epoch it reads as the first, and so waits a few
-            # epochs more before it decides (it re-stabilizes anyway).
-            if memory.started != since:
-                memory.started, memory.first_epoch = since, {}
-            for job, samples in by_job.items():
-                memory.first_epoch.setdefault(job, samples[0].epoch)
-            by_job = {
-                job: kept
-                for job, samples in by_job.items()
-                if (
-                    kept := [
-                        s
-                        for s in samples
-                        if s.epoch >= memory.first_epoch[job] + self.warmup_epochs
-                    ]
-                )
-            }
-        out: dict[str, _JobWindow] = {}
-        now = signals.now
-        for job, samples in by_job.items():
-            recent = [s for s in samples if s.at >= now - self.window_s]
-            if len(recent) < self.min_epochs:
-                recent = samples[-self.min_epochs :]
-            start = min(now - self.window_s, recent[0].start)
-            if since is not None:
-                start = max(start, since)
-            wall = max(now - start, 1e-3)
-            execs_default = max(1, signals.executors or 1)
-            rows = sum(s.rows or 0 for s in recent)
-            busy_s = sum(s.duration_s or 0.0 for s in recent)
-            # Executor time is the rows' work only: an epoch's fixed cost does not shrink with
-            # more executors (counting it made a slow host read as a busy job, and a job
-            # needing a fifth of an executor was scaled to its maximum).
-            executor_s = sum(s.work * max(1, s.executors or execs_default) for s in recent)
-            fixed = sorted((s.duration_s or 0.0) - s.work for s in recent if s.work_s is not None)
-            known = [s for s in recent if s.backlog is not None]
-            last = known[-self.growth_epochs :]
-            growth, arrival, reset = 0.0, None, False
-            measured = _arrival(recent, last)
-            if measured is None and len(last) >= 2 and last[-1].at > last[0].at:
-                reset = True
-            elif measured is not None:
-                growth, arrival = measured
-            fresh = _arrival(recent, known[-self.fresh_epochs :])
-            out[job] = _JobWindow(
-                samples=recent,
-                wall_s=wall,
-                rows=rows,
-                busy_s=busy_s,
-                executor_s=executor_s,
-                fixed_s=fixed[len(fixed) // 2] if fixed else None,
-                backlog=known[-1].backlog if known else None,
-                growth=growth,
-                arrival=arrival,
-                fresh_arrival=None if fresh is None or reset else fresh[1],
-                backlog_reset=reset,
-                trigger_s=float(signals.triggers.get(job, 0.5)),
-                recent=sum(1 for s in recent if s.at >= now - self.window_s),
-                recent_rows=sum(s.rows or 0 for s in recent if s.at >= now - self.window_s),
-            )
-        return out
 
-    def _idle(self, windows: Mapping[str, _JobWindow], signals: Signals) -> bool:
-        """Every job read no rows in the last ``window_s`` (Spark runs no epoch when nothing
-        came: no epoch at all counts) and its newest known backlog is 0; the owner has run
-        that long. An epoch in flight (a long one: no commit for a while) is not idleness."""
-        if signals.in_flight:
-            return False
-        for w in windows.values():
-            if w.recent_rows > 0 or w.backlog != 0:
-                return False
-        if signals.running_since is not None:
-            return signals.now - signals.running_since >= self.window_s
-        # Not known since when it runs: an epoch a whole window old says it ran that long.
-        oldest = min(s.at for w in windows.values() for s in w.samples)
-        return signals.now - oldest >= self.window_s
-
-
-def _arrival(
-    recent: Sequence[EpochSample], last: Sequence[EpochSample]
-) -> tuple[float, float] | None:
-    """(backlog growth, arrival) in rows per second over the epochs ``last`` (those of
-    ``recent`` with a known backlog): rows that arrived = what they read + how much the
-    backlog grew, over the same span. None when they span no time, or when less than nothing
-    arrived: a source's backlog fell by more than was read (its offsets were re-based, e.g. a
-    rate change), and that backlog history says nothing."""
-    if len(last) < 2 or last[-1].at <= last[0].at:
+def _task_cap(signals: Signals) -> int | None:
+    """The most executors the owner's tasks can use: its state partitions over the cores of
+    one executor (1 when not known). None when its partitions are not known."""
+    if signals.max_tasks is None or signals.max_tasks <= 0:
         return None
-    span = last[-1].at - last[0].at
-    read = sum(s.rows or 0 for s in recent if last[0].at < s.at <= last[-1].at)
-    grew = int(last[-1].backlog or 0) - int(last[0].backlog or 0)
-    if read + grew < 0:
-        return None
-    return grew / span, (read + grew) / span
+    per = 1
+    if signals.cores and signals.executors:
+        per = max(1, signals.cores // signals.executors)
+    return max(1, math.ceil(signals.max_tasks / per))
 
 
 __all__ = [

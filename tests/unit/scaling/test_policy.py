@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -36,8 +37,10 @@ class _Sim:
         overhead: float = 0.1,
         trigger: float = 1.0,
         report_work: bool = True,
+        max_rows: int | None = None,
     ) -> None:
         self.rate = rate
+        self.max_rows = max_rows  # a source's rows per epoch at most (None: all that came)
         self.report_work = report_work  # the driver times its sinks' writes (work_s)
         self.executors = executors
         self.per_executor = per_executor
@@ -55,6 +58,8 @@ class _Sim:
             start = self.next_start
             self.available += self.rate(start) * (start - self.accounted)
             rows = int(self.available)
+            if self.max_rows is not None:
+                rows = min(rows, self.max_rows)
             self.available -= rows
             work = rows / (self.per_executor * self.executors)
             duration = self.overhead + work
@@ -251,10 +256,12 @@ def test_cooldown_holds_after_a_change() -> None:
     overload = _Fixed(duration=1.0, rows=100, backlog=1000)
     first = policy.decide(spec, overload.signals(T0), memory)
     assert first.target is not None
+    # The new size reads more rows in the same time (the scale-up helped), and is still short.
+    after = _Fixed(duration=1.0, rows=100 * first.target, backlog=1000)
     for i in range(1, 120):
-        d = policy.decide(spec, overload.signals(T0 + i, first.target, first.target), memory)
+        d = policy.decide(spec, after.signals(T0 + i, first.target, first.target), memory)
         assert d.target is None and "cooldown" in d.reason
-    d = policy.decide(spec, overload.signals(T0 + 121, first.target, first.target), memory)
+    d = policy.decide(spec, after.signals(T0 + 121, first.target, first.target), memory)
     assert d.target is not None and d.target > first.target
 
 
@@ -470,3 +477,100 @@ def test_a_starting_cluster_with_no_executor_yet_is_not_scaled_to_its_minimum() 
     ran = [EpochSample(JOB, 0, T0 - 2, 0.2, 10, 0, 1, 1)]
     d = policy.decide(spec, Signals(T0, ran, {JOB: 1.0}, 0, None, None, T0 - 5), PolicyMemory())
     assert d.target == 1 and "below the minimum" in d.reason
+
+
+# Issue 21 item 7: a scale-up that does not help is rolled back; the state partitions cap the
+# size; bursts after an idle gap scale up. ------------------------------------------------------
+class _Bounded(_Sim):
+    """A job whose work shrinks with at most ``useful`` executors (a bottleneck elsewhere: a
+    sink, a single partition): more executors add nothing."""
+
+    def __init__(self, *args: object, useful: int = 1, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.useful = useful
+        self.all_executors = self.executors
+
+    def run_until(self, now: float) -> None:
+        real = self.executors
+        self.executors = min(real, self.useful)
+        try:
+            before = len(self.samples)
+            super().run_until(now)
+        finally:
+            self.executors = real
+        # Each epoch reports the executors the job had, not the ones that helped.
+        self.samples[before:] = [replace(s, executors=real) for s in self.samples[before:]]
+
+
+def test_a_scale_up_that_does_not_raise_the_rate_is_rolled_back_and_not_tried_again() -> None:
+    """250 rows/s against one executor's 100 (at most 200 rows an epoch, as stoker's sources
+    cap an epoch): the policy scales up, but the work does not shrink with more executors (a
+    bottleneck elsewhere). Once the new size has run a window,
+    the rate of work is measured again; it did not grow, so the size goes back, and for an
+    hour the policy does not scale above it again, however the backlog grows (Flink's
+    scaling-effectiveness check)."""
+    sim = _Bounded(lambda t: 250.0, useful=1, max_rows=200)
+    decided = _drive(sim, AUTO, 1800)
+    assert len(decided) == 2, [(at, d.target, d.reason) for at, d in decided]
+    (up_at, up), (back_at, back) = decided
+    assert up.target is not None and up.target > 1
+    assert back.target == 1 and "did not raise" in back.reason, back.reason
+    assert back.signals["rolled_back_from"] == up.target
+    assert back_at - up_at < 300
+    # Held at 1 after it, with the reason saying why.
+    memory = PolicyMemory()
+    sim2 = _Bounded(lambda t: 250.0, useful=1, max_rows=200)
+    _drive(sim2, AUTO, 1800, memory=memory)
+    d = DefaultPolicy(warmup_epochs=0).decide(AUTO, sim2.signals(T0 + 1801), memory)
+    assert d.target is None and "did not help" in d.reason, d.reason
+
+
+def test_a_scale_up_that_helps_is_kept() -> None:
+    """The same load on a job whose work does shrink: the scale-up is verified and kept."""
+    sim = _Sim(lambda t: 250.0, max_rows=200)
+    memory = PolicyMemory()
+    decided = _drive(sim, AUTO, 1800, memory=memory)
+    assert [d.target for _, d in decided] == [4], [(d.target, d.reason) for _, d in decided]
+    assert memory.up_check is None and memory.ceiling is None  # verified, nothing held
+
+
+def test_the_state_partitions_cap_the_executors() -> None:
+    """A job of 2 state partitions (its max parallelism) at 1 core per executor cannot use a
+    third executor: a load that wants 4 gets 2, and the reason says why."""
+    sim = _Sim(lambda t: 250.0)
+    policy = DefaultPolicy(warmup_epochs=0)
+    memory = PolicyMemory()
+    decided = []
+    for i in range(1, 600):
+        now = T0 + i
+        sim.run_until(now)
+        sig = sim.signals(now)
+        sig = Signals(
+            now=sig.now, samples=sig.samples, triggers=sig.triggers, executors=sim.executors,
+            cores=sim.executors, target=sim.target, running_since=T0, max_tasks=2,
+        )  # fmt: skip
+        d = policy.decide(AUTO, sig, memory)
+        if d.target is not None:
+            decided.append(d)
+            sim.executors = sim.target = d.target
+    assert [d.target for d in decided] == [2], [(d.target, d.reason) for d in decided]
+    assert "2 state partitions" in decided[0].reason, decided[0].reason
+
+
+def test_bursts_after_an_idle_gap_scale_up() -> None:
+    """Bursty input: 5 minutes of nothing, then 3 minutes of 300 rows/s, again and again.
+    Idle, the job drops to its minimum; each burst must scale it up again (its window reaching
+    back over the idle gap read a low busy share, "a rate limit?", and never scaled up)."""
+    period, burst = 480.0, 180.0
+
+    def rate(t: float) -> float:
+        return 300.0 if (t - T0) % period >= period - burst else 0.0
+
+    sim = _Sim(rate, executors=4)
+    spec = parse_scaling("auto:min=1,max=4,stabilization=20s,cooldown=30s,catch_up=1m")
+    decided = _drive(sim, spec, int(3 * period))
+    ups = [(at, d.target) for at, d in decided if d.target is not None and d.target > 1]
+    downs = [(at, d.target) for at, d in decided if d.target == 1]
+    assert downs, decided  # idle: down to the minimum
+    bursts_scaled = {int((at - T0) // period) for at, _ in ups if at > downs[0][0]}
+    assert len(bursts_scaled) >= 2, [(at - T0, d.target, d.reason) for at, d in decided]
