@@ -63,6 +63,7 @@ def read_signals(
     executors = res.get("executors")
     cores = res.get("cores")
     return Signals(
+        max_tasks=max_tasks(jobs),
         now=now,
         samples=sorted(samples, key=lambda s: (s.at, s.epoch)),
         triggers=triggers,
@@ -72,6 +73,18 @@ def read_signals(
         running_since=running_since(store, owner),
         in_flight=in_flight,
     )
+
+
+def max_tasks(jobs: list[JobRecord]) -> int | None:
+    """The tasks the jobs can run at once at most: the sum of their state partitions (the
+    ``max_parallelism`` each attempt records in its spec); None if one is not known."""
+    total = 0
+    for j in jobs:
+        n = j.spec.get("max_parallelism")
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            return None
+        total += n
+    return total or None
 
 
 def trigger_of(store: Store, job: JobRecord) -> float:
@@ -92,4 +105,4 @@ def running_since(store: Store, owner: JobRecord) -> float | None:
     return None if att is None else att.started_at
 
 
-__all__ = ["read_signals", "running_since", "trigger_of"]
+__all__ = ["max_tasks", "read_signals", "running_since", "trigger_of"]
