@@ -321,6 +321,10 @@ def lose_checkpoint(run: Run) -> str | None:
     nemesis.kill_driver(d)
     run.op.wait_exit(time.monotonic() + 60)
     run.op.reap()
+    if run.job_state() == "FINISHED":
+        # The kill came as the job ended: a start of an ended job is refused as ended (exit
+        # 5) before any checkpoint is looked at; there is nothing to lose.
+        return "the job had finished before the kill"
     before = run.committed()
     aside = run.state / "checkpoint.lost"
     os.rename(run.state / "checkpoint", aside)
