@@ -116,6 +116,17 @@ def check_repartition(
     state_dir = rec.spec.get("state_dir")
     if not state_dir:
         raise InvalidInput("job", f"job {jid!r} records no state folder: it has never run")
+    checkpoint = Path(str(state_dir)) / "checkpoint"
+    if checkpoint_layout.has_offset_log(checkpoint) and not checkpoint_layout.has_state(
+        checkpoint
+    ):
+        raise InvalidInput(
+            "job",
+            f"job {jid!r}: its query keeps no state (no stateful operator in its checkpoint): "
+            "Spark's repartitioning rewrites state only, there is nothing to repartition",
+        )
+    if rec.spec.get("max_parallelism") == n:
+        raise InvalidInput("partitions", f"job {jid!r} has {n} state partitions already")
     return rec.job_id, n, Path(str(state_dir))
 
 
