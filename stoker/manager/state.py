@@ -117,9 +117,7 @@ def check_repartition(
     if not state_dir:
         raise InvalidInput("job", f"job {jid!r} records no state folder: it has never run")
     checkpoint = Path(str(state_dir)) / "checkpoint"
-    if checkpoint_layout.has_offset_log(checkpoint) and not checkpoint_layout.has_state(
-        checkpoint
-    ):
+    if checkpoint_layout.has_offset_log(checkpoint) and not checkpoint_layout.has_state(checkpoint):
         raise InvalidInput(
             "job",
             f"job {jid!r}: its query keeps no state (no stateful operator in its checkpoint): "
