@@ -261,8 +261,8 @@ class DefaultPolicy:
             )
             decided = self._gate(spec, sig, memory, now, UP, wanted, why, keep, change)
             if decided.target is not None:
-                samples = (s for w in windows.values() for s in w.samples)
-                verify.expect(memory, now, current, decided.target, verify.work_rate(samples))
+                samples = [s for w in windows.values() for s in w.samples]
+                verify.expect(memory, now, current, decided.target, samples)
             return decided
         if wanted < current:
             if required >= lo or growing:

@@ -84,6 +84,7 @@ class UpCheck:
     to_executors: int
     at: float
     rate_before: float  # rows per second of work over the window before the decision
+    rows_before: float = 0.0  # rows per epoch over that window (the load it was measured at)
 
 
 __all__ = ["EpochSample", "PolicyMemory", "Signals", "UpCheck"]

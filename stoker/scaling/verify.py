@@ -17,6 +17,7 @@ from stoker.scaling.signals import EpochSample, PolicyMemory, Signals, UpCheck
 THRESHOLD = 0.1  # of the expected increase (Flink's scaling.effectiveness.threshold)
 HOLD = 3600.0  # s no scale-up goes above a size whose scale-up did not help
 GIVE_UP = 900.0  # s after a scale-up whose new size never ran: nothing is verified
+LOAD_KEPT = 0.5  # the rows per epoch after, of those before, for the rates to compare
 
 
 def work_rate(samples: Iterable[EpochSample]) -> float | None:
@@ -28,10 +29,15 @@ def work_rate(samples: Iterable[EpochSample]) -> float | None:
     return rows / work if rows > 0 and work > 0 else None
 
 
-def expect(memory: PolicyMemory, at: float, current: int, target: int, rate: float | None) -> None:
-    """Record a scale-up from ``current`` to ``target`` decided at ``at``, to verify later."""
-    if rate is not None and current > 0:
-        memory.up_check = UpCheck(current, target, at, rate)
+def expect(
+    memory: PolicyMemory, at: float, current: int, target: int, samples: list[EpochSample]
+) -> None:
+    """Record a scale-up from ``current`` to ``target`` decided at ``at`` on the window
+    ``samples``, to verify later."""
+    rate = work_rate(samples)
+    if rate is not None and current > 0 and samples:
+        rows = sum(s.rows or 0 for s in samples) / len(samples)
+        memory.up_check = UpCheck(current, target, at, rate, rows)
 
 
 def verdict(memory: PolicyMemory, signals: Signals, min_epochs: int) -> tuple[int, str] | None:
@@ -51,7 +57,9 @@ def verdict(memory: PolicyMemory, signals: Signals, min_epochs: int) -> tuple[in
         return None
     memory.up_check = None
     after = work_rate(ran)
-    if after is None:
+    if after is None or sum(s.rows or 0 for s in ran) / len(ran) < LOAD_KEPT * check.rows_before:
+        # The load fell since (epochs of a few rows spend their work on per-task costs): the
+        # rate says nothing of the new size, and the policy scales down on its own anyway.
         return None
     expected = check.rate_before * (check.to_executors / check.from_executors - 1.0)
     if after - check.rate_before >= THRESHOLD * expected:
@@ -74,4 +82,4 @@ def ceiling(memory: PolicyMemory, now: float) -> int | None:
     return memory.ceiling
 
 
-__all__ = ["GIVE_UP", "HOLD", "THRESHOLD", "ceiling", "expect", "verdict", "work_rate"]
+__all__ = ["GIVE_UP", "HOLD", "LOAD_KEPT", "THRESHOLD", "ceiling", "expect", "verdict", "work_rate"]

@@ -574,3 +574,27 @@ def test_bursts_after_an_idle_gap_scale_up() -> None:
     assert downs, decided  # idle: down to the minimum
     bursts_scaled = {int((at - T0) // period) for at, _ in ups if at > downs[0][0]}
     assert len(bursts_scaled) >= 2, [(at - T0, d.target, d.reason) for at, d in decided]
+
+
+def test_a_load_that_falls_after_a_scale_up_is_no_proof_it_did_not_help() -> None:
+    """The load drops just after a scale-up (the real cluster test sets its rate down once the
+    new size is in use): epochs of a few rows spend their work on per-task costs, and their
+    rate of work says nothing of the new size, so nothing is rolled back; the size comes down
+    by the ordinary rules. The same epochs at the load it was decided at would roll back."""
+    from stoker.scaling import verify
+    from stoker.scaling.signals import UpCheck
+
+    def after(rows: int, work: float) -> Signals:
+        samples = [
+            EpochSample(JOB, i, T0 + 100 + 3 * i, work + 0.1, rows, 0, 4, 4, work)
+            for i in range(12)
+        ]
+        return Signals(now=T0 + 200, samples=samples, triggers={JOB: 1.0}, executors=4)
+
+    check = UpCheck(1, 4, T0 + 50, rate_before=100.0, rows_before=200.0)
+    memory = PolicyMemory(up_check=check)
+    assert verify.verdict(memory, after(2, 0.2), min_epochs=10) is None  # 10 rows/s of work
+    assert memory.up_check is None and memory.ceiling is None
+    memory = PolicyMemory(up_check=check)
+    back = verify.verdict(memory, after(200, 2.0), min_epochs=10)  # loaded: 100 rows/s again
+    assert back is not None and back[0] == 1 and memory.ceiling == 1
