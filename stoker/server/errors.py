@@ -34,7 +34,7 @@ from stoker.errors import (
     TooManyRequests,
 )
 from stoker.redact import redact_answer
-from stoker.server.docs import DOCS_URL
+from stoker.server.docs import DOCS_URL, ENTRYPOINT_MAX
 from stoker.types import job_id as check_job_id
 
 HTTP_STATUS: dict[type[StokerError], int] = {
@@ -129,6 +129,17 @@ async def stoker_error(request: Request, err: StokerError) -> JSONResponse:
     return JSONResponse(redact_answer(body), status_code=status_of(err), headers=headers)
 
 
+def _entrypoint_refusal(value: str) -> str | None:
+    """What the schema's entrypoint rule refuses, in the manager's own words (the words of
+    ``stoker.paths.check_app_path``): the schema only says what it can (a path ending in .py,
+    at most ENTRYPOINT_MAX characters); the manager checks the rest."""
+    if len(value) > ENTRYPOINT_MAX:
+        return f"{value[:200]!r}... is longer than {ENTRYPOINT_MAX} characters"
+    if not value.endswith(".py") or "\x00" in value:
+        return f"{value[:200]!r} is not a Python file (.py)"
+    return None
+
+
 async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
     first = err.errors()[0] if err.errors() else {}
     loc = [str(p) for p in first.get("loc", []) if p != "body"]
@@ -145,6 +156,8 @@ async def invalid_request(request: Request, err: RequestValidationError) -> JSON
         except InvalidInput as e:
             field = name
             msg = e.message if name == "job_id" else e.message.replace("job id", "application id")
+    elif field == "entrypoint" and isinstance(first.get("input"), str):
+        msg = _entrypoint_refusal(first["input"]) or msg
     return JSONResponse(
         {"error": f"{field}: {msg}", "field": field, "type": "InvalidInput"}, status_code=422
     )
