@@ -129,18 +129,7 @@ class SessionClusters:
         next free loopback address; answers once the master lists it ALIVE. Running
         applications get executors on it (those without ``spark.cores.max``)."""
         with self._lock, clusters.cluster_lock(name):
-            rec = self._running_cluster(name)
-            c = int(rec.spec.get("cores", 1)) if cores is None else cores
-            m = str(rec.spec.get("memory", "1g")) if memory is None else memory
-            _session_spec(1, c, m)  # the same checks as a new cluster's workers
-            self.budget.check(
-                self.store.list_clusters(),
-                clusters=0,
-                workers=1,
-                cores=c,
-                memory=m,
-                what=f"a worker for cluster {name!r}",
-            )
+            rec, c, m = self.check_add_worker(name, cores, memory)
             before = list(rec.processes)
             started: list[str] = []
 
@@ -167,13 +156,16 @@ class SessionClusters:
             rec = self.store.change_cluster_processes(name, put=[info])
         return {"worker": info.to_json(), "cluster": cluster_view(rec)}
 
-    def check_add_worker(self, name: str, cores: int | None, memory: str | None) -> None:
+    def check_add_worker(
+        self, name: str, cores: int | None, memory: str | None
+    ) -> tuple[ClusterRecord, int, str]:
         """What :meth:`add_worker` would refuse at once (the cluster is not RUNNING, sizes
-        out of range or past the host's budget), checked without starting anything."""
+        out of range or past the host's budget), checked without starting anything; the
+        cluster and the new worker's cores and memory (default: the cluster's)."""
         rec = self._running_cluster(name)
         c = int(rec.spec.get("cores", 1)) if cores is None else cores
         m = str(rec.spec.get("memory", "1g")) if memory is None else memory
-        _session_spec(1, c, m)
+        _session_spec(1, c, m)  # the same checks as a new cluster's workers
         self.budget.check(
             self.store.list_clusters(),
             clusters=0,
@@ -182,6 +174,7 @@ class SessionClusters:
             memory=m,
             what=f"a worker for cluster {name!r}",
         )
+        return rec, c, m
 
     def check_remove_worker(self, name: str, worker: str) -> None:
         """What :meth:`remove_worker` would refuse at once: the cluster is not RUNNING or has
