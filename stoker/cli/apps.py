@@ -255,6 +255,48 @@ def app_cancel_cmd(
         click.echo(f"{aid}: {view['state']}")
 
 
+@app_group.command("stop")
+@click.argument("app")
+@server_opts
+@click.option("--savepoint", is_flag=True, help="A savepoint of each live job first.")
+@click.option("--dir", "folder", default=None, help="Where the savepoints go (absolute).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@guarded
+def app_stop_cmd(
+    app: str,
+    server: str | None,
+    token: str | None,
+    savepoint: bool,
+    folder: str | None,
+    as_json: bool,
+) -> None:
+    """Stop an application to resume it later (stoker app resume): with --savepoint each
+    live job writes a savepoint first; then every job stops after its epoch in flight
+    commits. Waits until the savepoints are written and the stop is asked."""
+    aid = _job_id(app)
+    with client(need_server(server), token) as c:
+        out = c.stop_application(aid, savepoint, folder)
+    if as_json:
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    for job, path in sorted((out.get("savepoints") or {}).items()):
+        click.echo(f"{job}: savepoint {path}")
+    click.echo(f"{aid}: {out['state']} (resume: stoker app resume {aid})")
+
+
+@app_group.command("resume")
+@click.argument("app")
+@server_opts
+@guarded
+def app_resume_cmd(app: str, server: str | None, token: str | None) -> None:
+    """Run an ended application again: its cancelled and failed jobs resume from their
+    checkpoints."""
+    aid = _job_id(app)
+    with client(need_server(server), token) as c:
+        view = c.resume_application(aid)
+    click.echo(f"{aid}: {view['state']}")
+
+
 @app_group.command("logs")
 @click.argument("app")
 @server_opts

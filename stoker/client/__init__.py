@@ -422,6 +422,20 @@ class Client(OperationCalls):
         """``POST /v1/applications/{id}/cancel``: every job stops gracefully, then the driver."""
         return dict(self._call("POST", f"/v1/applications/{app_id}/cancel").json())
 
+    def stop_application(
+        self, app_id: str, savepoint: bool = False, dir: str | None = None
+    ) -> dict[str, Any]:
+        """``POST /v1/applications/{id}/stop``, as an operation (:meth:`run_operation`): with
+        ``savepoint`` each live job writes one first; ``{"app_id", "state", "savepoints"}``
+        once the cancel is asked (the application then ends CANCELED)."""
+        body: dict[str, Any] = {"savepoint": savepoint, "dir": dir}
+        return self.run_operation("POST", f"/v1/applications/{app_id}/stop", json=body)
+
+    def resume_application(self, app_id: str) -> dict[str, Any]:
+        """``POST /v1/applications/{id}/resume``: the ended application runs again; its
+        CANCELED and FAILED jobs resume from their checkpoints."""
+        return dict(self._call("POST", f"/v1/applications/{app_id}/resume").json())
+
     def application_log(
         self, app_id: str, attempt: int | None = None, tail: int | None = None
     ) -> str:

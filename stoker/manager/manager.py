@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from stoker.manager import app_stop, appsubmit, control, jobs, logs, rescales
 from stoker.manager import applications as apps
-from stoker.manager import appsubmit, control, jobs, logs, rescales
 from stoker.manager.appinspect import PipelineDescriptions
 from stoker.manager.clusters.budget import HostBudget
 from stoker.manager.managers import list_managers
@@ -331,6 +331,49 @@ class JobManager:
         """One application: state, every driver attempt, the live driver (pid, host), its
         cluster, each of its jobs with its state and last epoch, the last error."""
         return apps.application_view(self.store, app_id, self._find_cluster)
+
+    def stop_application_operation(
+        self,
+        app_id: str,
+        savepoint: bool,
+        folder: str | None = None,
+        *,
+        sender: str = "operator",
+        idem_key: str | None = None,
+    ) -> tuple[OperationRecord, bool]:
+        """Stop the application to resume it later, with a savepoint of each live job first
+        when asked (:mod:`stoker.manager.app_stop`), as an operation: refused at once when it
+        has ended."""
+
+        def submit(jid: JobId, body: dict[str, Any], request_id: str) -> ControlEvent:
+            return self.submit_control(jid, body, sender=sender, request_id=request_id)[0]
+
+        def look(jid: JobId, control_id: str) -> ControlEvent:
+            return self.control_event(jid, control_id, ControlKind.SAVEPOINT)
+
+        def prepare() -> Any:
+            app, jobs = app_stop.check_stop(self.store, app_id)
+            return lambda: app_stop.stop(
+                self.store, app, jobs, submit, look, savepoint=savepoint, folder=folder
+            )
+
+        request = {"savepoint": savepoint, "dir": folder}
+        return self.operations.start("stop-application", app_id, request, prepare, idem_key)
+
+    def resume_application(self, app_id: str) -> SubmitResult:
+        """Run an ended application again with its recorded spec: its CANCELED and FAILED
+        jobs resume from their checkpoints (:func:`app_stop.resume_spec`)."""
+        spec = app_stop.resume_spec(self.store, app_id)
+        return self.submit_application(
+            app_id,
+            str(spec["entrypoint"]),
+            list(spec.get("args") or []),
+            dict(spec.get("conf") or {}),
+            spec.get("cluster"),
+            spec.get("restart_strategy"),
+            restart=True,
+            scaling=spec.get("scaling"),
+        )
 
     def cancel_application(self, app_id: str) -> dict[str, Any]:
         """Ask the application to stop: its driver cancels every job gracefully (each epoch

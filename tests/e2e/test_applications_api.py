@@ -364,6 +364,47 @@ def test_cancel_ends_the_application_and_its_jobs(world: World) -> None:
     assert (r.status_code, r.json()["type"]) == (409, "JobTerminal"), r.text
 
 
+def test_resume_then_stop_with_savepoints(world: World) -> None:
+    """Issue 21 item 3: the cancelled application resumes (its stream from its checkpoint,
+    its finished backfill not again), then stops with a savepoint of each live job, to be
+    resumed later; every id once across both runs."""
+    before = file_sink_ids(world.out / "endless" / "stream")
+    r = world.manager.http.post("/v1/applications/endless/resume", headers=READ)
+    assert r.status_code == 403, r.text
+    p = stoker("app", "resume", "endless", "--server", world.url)
+    assert (p.returncode, p.stdout) == (0, "endless: RESTARTING\n"), p.stderr
+    wait_for(
+        lambda: f"the resumed stream to write past {len(before)} ids: {app_view(world, 'endless')}",
+        lambda: len(file_sink_ids(world.out / "endless" / "stream")) > len(before) + 5,
+        SPARK,
+    )
+    view = app_view(world, "endless")
+    assert view["state"] == "RUNNING"
+    assert jobs_of(view) == {"endless.backfill": "FINISHED", "endless.stream": "RUNNING"}
+    r = world.manager.http.post("/v1/applications/endless/resume", headers=AUTH)
+    assert (r.status_code, r.json()["field"]) == (422, "app_id"), r.text  # it runs
+
+    p = stoker("app", "stop", "endless", "--savepoint", "--json", "--server", world.url,
+               timeout=SPARK)  # fmt: skip
+    assert p.returncode == 0, p.stderr + world.manager.log_tail()
+    out = json.loads(p.stdout)
+    assert out["app_id"] == "endless" and out["state"] in ("CANCELING", "CANCELED"), out
+    [(job, folder)] = out["savepoints"].items()
+    assert job == "endless.stream" and (Path(folder) / "_savepoint.json").exists(), out
+    wait_for(
+        lambda: f"the application to end: {app_view(world, 'endless')}",
+        lambda: app_view(world, "endless")["state"] == "CANCELED",
+        SPARK,
+    )
+    view = app_view(world, "endless")
+    assert jobs_of(view) == {"endless.backfill": "FINISHED", "endless.stream": "CANCELED"}
+    ids = file_sink_ids(world.out / "endless" / "stream")
+    assert set(ids.values()) == {1} and set(ids) == set(range(len(ids))), "an id twice or lost"
+    assert file_sink_ids(world.out / "endless" / "backfill") == Counter(range(10))
+    p = stoker("app", "stop", "endless", "--server", world.url)
+    assert p.returncode == 5 and "has ended" in p.stderr, p.stderr
+
+
 # 3. an application's own cluster ----------------------------------------------------------------
 def test_an_application_on_its_own_cluster_tears_it_down_at_the_end(world: World) -> None:
     entry = world.apps / "onstandalone.py"

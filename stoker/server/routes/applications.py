@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from stoker.redact import redact_answer, redact_text
-from stoker.server.deps import Manager
+from stoker.server.auth import sender
+from stoker.server.deps import Ctx, Manager
 from stoker.server.docs import (
     ENTRYPOINT_MAX,
     ENTRYPOINT_PATTERN,
@@ -32,6 +33,7 @@ from stoker.server.routes._common import (
     page_after,
     page_limit,
 )
+from stoker.server.routes.operations import ACCEPTED, accepted, idempotency_key
 from stoker.types import JobState
 
 router = APIRouter()
@@ -154,6 +156,65 @@ def cancel_application(manager: Manager, app_id: str = app_path) -> dict[str, An
     """Graceful: every job of the application stops after its epoch in flight commits,
     then the driver ends; the application's own cluster is torn down."""
     return dict(redact_answer(manager.cancel_application(app_id)))
+
+
+class StopBody(BaseModel):
+    """``POST /v1/applications/{id}/stop``: stop it to resume it later."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    savepoint: bool = Field(
+        False, description="Write a savepoint of each live job first (then the cancel)."
+    )
+    dir: str | None = Field(
+        None,
+        min_length=1,
+        max_length=ENTRYPOINT_MAX,
+        description="Where the savepoints go (absolute, under an --allow-dir); default: in "
+        "each job's state folder.",
+    )
+
+
+@router.post(
+    "/v1/applications/{app_id}/stop",
+    status_code=202,
+    responses={**ACCEPTED, **errors(*WRITES, 404, 409, 422, 429, 503)},
+)
+def stop_application(
+    request: Request,
+    ctx: Ctx,
+    app_id: str = app_path,
+    body: StopBody | None = None,
+    key: str | None = idempotency_key(),
+) -> JSONResponse:
+    """Stop the application to resume it later (``POST .../resume``), as an operation: with
+    ``savepoint``, each live job writes a savepoint at its next epoch boundary first (a
+    savepoint refused or not written leaves the application running, the operation FAILED
+    naming the job); then every job stops after its epoch in flight commits, and the
+    application ends CANCELED. Its ``result``: ``{"app_id", "state", "savepoints"}`` (job ->
+    folder). 409: it has ended."""
+    b = body or StopBody.model_validate({})
+    who = sender(request, ctx.token)
+    return accepted(
+        ctx.manager.stop_application_operation(app_id, b.savepoint, b.dir, sender=who, idem_key=key)
+    )
+
+
+@router.post(
+    "/v1/applications/{app_id}/resume",
+    responses={
+        200: {"description": "The application, running again (`restarted`)."},
+        **errors(*WRITES, 404, 409, 422, 503),
+    },
+)
+async def resume_application(manager: Manager, app_id: str = app_path) -> JSONResponse:
+    """Run an ended application again with its recorded spec: a new driver attempt whose
+    ``main`` takes its CANCELED and FAILED jobs back from their checkpoints (FINISHED ones
+    stay finished). 422 while it runs."""
+    res = await run_in_threadpool(manager.resume_application, app_id)
+    out = await run_in_threadpool(manager.application, res.job.job_id)
+    out["restarted"] = res.outcome == "restarted"
+    return JSONResponse(redact_answer(out))
 
 
 @router.get("/v1/applications/{app_id}/log", response_class=PlainTextResponse, responses=READS)
