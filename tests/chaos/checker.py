@@ -156,7 +156,12 @@ def _check_switches(run: Run, v: Verdict) -> None:
             continue
         if not old[1] or old[1][-1] != s.cut:
             v.add(f"{s.old} stopped with a savepoint at epoch {s.cut}, its last is {old[1][-1:]}")
-        if new[1] and new[1][0] != s.cut + 1:
+        # The next epoch after the cut, past the batches a state repartition of the new job
+        # took before its first epoch (Spark's repartition writes a batch of its own).
+        first = s.cut + 1
+        while first in run.repartition_batches.get(s.new, []):
+            first += 1
+        if new[1] and new[1][0] != first:
             v.add(f"{s.new} restored from epoch {s.cut} began at epoch {new[1][0]}")
         if old[0] != new[0]:
             v.add(f"{s.new} has uid {new[0]}, its savepoint's job {s.old} {old[0]}")

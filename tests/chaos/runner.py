@@ -91,6 +91,8 @@ class Run:
     switches: list[Switch] = field(default_factory=list)
     from_savepoint: str | None = None  # the folder the current job starts from, if any
     problems: list[str] = field(default_factory=list)  # what the checker reports as found
+    # job id -> the checkpoint batches a state repartition took (no stoker epoch has them)
+    repartition_batches: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.job = self.job or self.schedule.workload.job
@@ -433,10 +435,22 @@ def rescale(run: Run, partitions: int) -> str | None:
             partitions = 8  # the arg is never 8: back to the default
         rc, out = run.op.repartition(partitions)
         done.append(f"state repartition {current} -> {partitions}: rc {rc} {_said(out)}")
+        batch = _batch(out) if rc == 0 else None
+        if batch is not None:
+            run.repartition_batches.setdefault(run.job, []).append(batch)
         if rc not in (0, 2):  # 2: refused, nothing changed, and said why
             run.problems.append(f"stoker state repartition {run.job} {partitions}: rc {rc}: {out}")
     done.append(run.op.start_rescaled())
     return "rescale: " + "; ".join(done)
+
+
+def _batch(out: str) -> int | None:
+    """The checkpoint batch a repartition's ``--json`` answer names, if any."""
+    try:
+        batch = json.loads(out).get("batch")
+    except (ValueError, AttributeError):
+        return None
+    return int(batch) if isinstance(batch, int) else None
 
 
 def _said(out: str) -> str:
