@@ -52,12 +52,13 @@ ENDED_KEPT = 86_400.0  # s an ended operation stays readable (then retention dro
 Work = Callable[[], dict[str, Any]]
 
 
-_KEY = re.compile(rf"^[\x21-\x7e]{{1,{KEY_MAX}}}$")
+KEY_PATTERN = r"^[\x21-\x7e]+$"  # printable ASCII, no spaces (the schema says it too)
+_KEY = re.compile(KEY_PATTERN)
 
 
 def check_key(key: str) -> None:
     """An Idempotency-Key is 1-200 printable ASCII characters without spaces."""
-    if not _KEY.match(key):
+    if len(key) > KEY_MAX or not _KEY.fullmatch(key):
         raise InvalidInput(
             "Idempotency-Key", f"must be 1-{KEY_MAX} printable ASCII characters, no spaces"
         )
@@ -85,15 +86,19 @@ def settle(store: Store, op: OperationRecord) -> OperationRecord:
     if owner is None or not owner_is_dead(owner):
         return op
     try:
-        return store.end_operation(
-            op.op_id,
-            OperationState.FAILED,
-            error=f"the manager that ran it (pid {owner.pid}) stopped before it ended; "
-            "what it changed is shown by the resource itself",
-            error_type="ManagerUnavailable",
-        )
+        return _abandoned(store, op.op_id, f"the manager that ran it (pid {owner.pid})")
     except InvalidTransition:
         return store.get_operation(op.op_id)
+
+
+def _abandoned(store: Store, op_id: str, who: str) -> OperationRecord:
+    """End ``op_id`` FAILED: ``who`` stopped before it ended."""
+    return store.end_operation(
+        op_id,
+        OperationState.FAILED,
+        error=f"{who} stopped before it ended; what it changed is shown by the resource itself",
+        error_type="ManagerUnavailable",
+    )
 
 
 def sweep(store: Store) -> int:
@@ -229,14 +234,17 @@ class Operations:
             mine = list(self._mine)
         for op_id in mine:
             with contextlib.suppress(StokerError):
-                self.store.end_operation(
-                    op_id,
-                    OperationState.FAILED,
-                    error="the manager stopped before it ended; what it changed is shown by "
-                    "the resource itself",
-                    error_type="ManagerUnavailable",
-                )
+                _abandoned(self.store, op_id, "the manager")
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["KEY_MAX", "Operations", "check_key", "holder_owner", "holder_text", "settle", "sweep"]
+__all__ = [
+    "KEY_MAX",
+    "KEY_PATTERN",
+    "Operations",
+    "check_key",
+    "holder_owner",
+    "holder_text",
+    "settle",
+    "sweep",
+]

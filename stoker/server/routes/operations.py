@@ -9,7 +9,7 @@ from fastapi import APIRouter, Header, Path
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from stoker.manager.operations import KEY_MAX
+from stoker.manager.operations import KEY_MAX, KEY_PATTERN
 from stoker.redact import redact_answer
 from stoker.server.deps import Manager
 from stoker.server.docs import errors
@@ -61,7 +61,7 @@ def idempotency_key() -> Any:
         alias="Idempotency-Key",
         min_length=1,
         max_length=KEY_MAX,
-        pattern=r"^[\x21-\x7e]+$",
+        pattern=KEY_PATTERN,
         description=IDEMPOTENCY_HELP,
     )
 
