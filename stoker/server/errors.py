@@ -33,6 +33,7 @@ from stoker.errors import (
     StoreError,
     TooManyRequests,
 )
+from stoker.paths import not_a_python_file
 from stoker.redact import redact_answer
 from stoker.server.docs import DOCS_URL, ENTRYPOINT_MAX
 from stoker.types import job_id as check_job_id
@@ -130,13 +131,14 @@ async def stoker_error(request: Request, err: StokerError) -> JSONResponse:
 
 
 def _entrypoint_refusal(value: str) -> str | None:
-    """What the schema's entrypoint rule refuses, in the manager's own words (the words of
-    ``stoker.paths.check_app_path``): the schema only says what it can (a path ending in .py,
-    at most ENTRYPOINT_MAX characters); the manager checks the rest."""
+    """What the schema's entrypoint rule refuses, in the manager's own words
+    (:func:`stoker.paths.not_a_python_file`, as ``check_app_path`` says it): the schema only
+    says what it can (a path ending in .py, at most ENTRYPOINT_MAX characters); the manager
+    checks the rest."""
     if len(value) > ENTRYPOINT_MAX:
         return f"{value[:200]!r}... is longer than {ENTRYPOINT_MAX} characters"
     if not value.endswith(".py") or "\x00" in value:
-        return f"{value[:200]!r} is not a Python file (.py)"
+        return not_a_python_file(value[:200])
     return None
 
 
