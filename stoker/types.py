@@ -336,6 +336,15 @@ class OperationState(enum.StrEnum):
         return self != OperationState.RUNNING
 
 
+class StandbyState(enum.StrEnum):
+    """Lifecycle of a job's warm standby driver (``standbys``, migration 0016): WARMING ->
+    READY -> TAKEN, each move made by one statement's condition (``sql_standbys.py``)."""
+
+    WARMING = "WARMING"  # started: importing the app, starting Spark, analyzing the plan
+    READY = "READY"  # warm, waiting for an attempt, holding none
+    TAKEN = "TAKEN"  # handed the job's next attempt: it is that attempt's driver now
+
+
 OPERATIONS: StateMachine[OperationState] = StateMachine(
     "operation",
     {

@@ -14,6 +14,7 @@ from stoker.store.fleet_records import (
     LeaderLease,
     ManagerRecord,
     RescaleRecord,
+    StandbyRecord,
 )
 from stoker.store.records import (
     AttemptRecord,
@@ -44,6 +45,7 @@ __all__ = [
     "RescaleRecord",
     "RetentionPolicy",
     "SinkTxn",
+    "StandbyRecord",
     "Store",
     "open_store",
 ]

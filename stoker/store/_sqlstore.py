@@ -12,6 +12,7 @@ from stoker.store.sql_leader import LeaderMixin
 from stoker.store.sql_operations import OperationsMixin
 from stoker.store.sql_recovery import RecoveryHoldMixin
 from stoker.store.sql_scaling import ScalingMixin
+from stoker.store.sql_standbys import StandbysMixin
 from stoker.store.sql_txns import TxnsMixin
 
 
@@ -27,6 +28,7 @@ class SqlStore(
     ClustersMixin,
     ScalingMixin,
     OperationsMixin,
+    StandbysMixin,
 ):
     """Implements :class:`stoker.store.base.Store` for any DB-API backend.
 

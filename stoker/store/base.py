@@ -15,6 +15,7 @@ from stoker.store.protocols.fleet import (
     LeaderStore,
     OperationStore,
     ScalingStore,
+    StandbyStore,
 )
 from stoker.store.protocols.jobs import ControlStore, JobStore
 from stoker.store.protocols.runs import (
@@ -38,10 +39,11 @@ class Store(
     ClusterStore,
     ScalingStore,
     OperationStore,
+    StandbyStore,
     Protocol,
 ):
     """Durable metadata: jobs and applications, attempts, control versions, epochs, sink
-    transactions, clusters, scaling, operations."""
+    transactions, clusters, scaling, operations, standby drivers."""
 
     url: str
     clock: Clock

@@ -10,7 +10,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from stoker.store.records import Owner
-from stoker.types import ClusterKind, ClusterState, JobId, OperationState, StateMachine
+from stoker.types import (
+    AttemptNo,
+    ClusterKind,
+    ClusterState,
+    JobId,
+    OperationState,
+    StandbyState,
+    StateMachine,
+)
 
 
 @dataclass(frozen=True)
@@ -298,4 +306,44 @@ class OperationRecord:
             "error_type": self.error_type,
             "created_at": self.created_at,
             "ended_at": self.ended_at,
+        }
+
+
+@dataclass(frozen=True)
+class StandbyRecord:
+    """A job's warm standby driver (``standbys``): who it is, how far it got, and, once TAKEN,
+    the attempt it was handed. Its lease is its own: renewed while it waits, lapsed when it
+    froze or died."""
+
+    job_id: JobId
+    state: StandbyState
+    owner: Owner
+    attempt: AttemptNo | None
+    log_path: str
+    started_at: float
+    ready_at: float | None
+    lease_expires_at: float
+
+    @classmethod
+    def from_row(cls, r: Any) -> StandbyRecord:
+        return cls(
+            job_id=JobId(r[0]),
+            state=StandbyState(r[1]),
+            owner=Owner(host=r[2], pid=int(r[3]), pid_started=r[4]),
+            attempt=None if r[5] is None else AttemptNo(int(r[5])),
+            log_path=r[6],
+            started_at=float(r[7]),
+            ready_at=None if r[8] is None else float(r[8]),
+            lease_expires_at=float(r[9]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": str(self.state),
+            "host": self.owner.host,
+            "pid": self.owner.pid,
+            "attempt": self.attempt,
+            "started_at": self.started_at,
+            "ready_at": self.ready_at,
+            "lease_expires_at": self.lease_expires_at,
         }

@@ -1,5 +1,5 @@
 """What the job manager runs the jobs on and with: clusters, the scaling of executors, and
-leadership among managers; long REST calls as operations."""
+leadership among managers; long REST calls as operations; warm standby drivers."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from stoker.store.fleet_records import (
     ManagerRecord,
     OperationRecord,
     RescaleRecord,
+    StandbyRecord,
 )
-from stoker.store.records import EpochRecord, JobRecord
+from stoker.store.records import EpochRecord, JobRecord, Owner
 from stoker.types import (
+    AttemptNo,
     ClusterState,
     Epoch,
     JobId,
@@ -256,4 +258,44 @@ class OperationStore(Protocol):
 
     def delete_ended_operations(self, before: float) -> int:
         """Drop the operations that ended before ``before``; how many."""
+        ...
+
+
+class StandbyStore(Protocol):
+    """Warm standby drivers (issue 24): one per job, recorded WARMING by the manager that
+    starts it, READY once warm (the standby says so), TAKEN when the leader hands it the job's
+    next attempt (``STANDBYS``). The standby renews its own lease while it warms and waits."""
+
+    def add_standby(
+        self, job_id: JobId, owner: Owner, log_path: str, lease_ttl: float
+    ) -> StandbyRecord:
+        """Record the job's standby ``owner`` WARMING, started now, its lease ``lease_ttl``
+        from now. A job with a standby recorded already: :class:`InvalidTransition` (remove
+        that one first)."""
+        ...
+
+    def get_standby(self, job_id: JobId) -> StandbyRecord | None:
+        """The job's standby, or None."""
+        ...
+
+    def list_standbys(self) -> list[StandbyRecord]:
+        """Every standby recorded, by job id."""
+        ...
+
+    def renew_standby(
+        self, job_id: JobId, owner: Owner, lease_ttl: float, ready: bool = False
+    ) -> StandbyRecord | None:
+        """The standby ``owner`` renews its lease (WARMING or READY; with ``ready``, WARMING
+        becomes READY); the record as it is now (TAKEN: the attempt handed to it), or None
+        when the job's standby is no longer ``owner`` (removed, replaced): it is not wanted."""
+        ...
+
+    def take_standby(self, job_id: JobId, attempt: AttemptNo) -> StandbyRecord | None:
+        """Hand ``attempt`` to the job's standby: READY with its lease not lapsed becomes
+        TAKEN with ``attempt``; the record, or None when there is no such standby."""
+        ...
+
+    def remove_standby(self, job_id: JobId, owner: Owner | None = None) -> bool:
+        """Forget the job's standby (only if it is ``owner``, when given); whether a row
+        went."""
         ...

@@ -675,6 +675,9 @@ DELETE FROM attempts WHERE job_id = :job_id;
 -- name: delete_job_hold
 DELETE FROM recovery_holds WHERE job_id = :job_id;
 
+-- name: delete_job_standby
+DELETE FROM standbys WHERE job_id = :job_id;
+
 -- name: delete_job_row
 DELETE FROM jobs WHERE job_id = :job_id;
 
@@ -714,3 +717,41 @@ WHERE op_id = :op_id AND state = 'RUNNING';
 
 -- name: delete_ended_operations
 DELETE FROM operations WHERE ended_at < :before;
+
+-- Standby drivers (migration 0016) -----------------------------------------------------------
+-- name: insert_standby
+INSERT INTO standbys (job_id, state, host, pid, pid_started, attempt, log_path, started_at,
+                      ready_at, lease_expires_at)
+VALUES (:job_id, 'WARMING', :host, :pid, :pid_started, NULL, :log_path, :now, NULL,
+        :lease_expires_at)
+ON CONFLICT (job_id) DO NOTHING;
+
+-- name: get_standby
+SELECT job_id, state, host, pid, pid_started, attempt, log_path, started_at, ready_at,
+       lease_expires_at
+FROM standbys WHERE job_id = :job_id;
+
+-- name: list_standbys
+SELECT job_id, state, host, pid, pid_started, attempt, log_path, started_at, ready_at,
+       lease_expires_at
+FROM standbys ORDER BY job_id;
+
+-- name: renew_standby
+-- The standby itself, while it warms and waits (a TAKEN one holds an attempt: not renewed).
+UPDATE standbys SET lease_expires_at = :lease_expires_at,
+                    state = CASE WHEN :ready = 1 THEN 'READY' ELSE state END,
+                    ready_at = CASE WHEN :ready = 1 AND ready_at IS NULL THEN :now
+                                    ELSE ready_at END
+WHERE job_id = :job_id AND host = :host AND pid = :pid AND pid_started = :pid_started
+  AND state IN ('WARMING', 'READY');
+
+-- name: take_standby
+UPDATE standbys SET state = 'TAKEN', attempt = :attempt
+WHERE job_id = :job_id AND state = 'READY' AND lease_expires_at > :now;
+
+-- name: remove_standby
+DELETE FROM standbys WHERE job_id = :job_id;
+
+-- name: remove_standby_of
+DELETE FROM standbys
+WHERE job_id = :job_id AND host = :host AND pid = :pid AND pid_started = :pid_started;
