@@ -78,6 +78,9 @@ def status_cmd(
         )
         if a.get("error"):
             click.echo(f"  error    {a['error']}")
+    sb = out.get("standby")
+    if sb:
+        click.echo("standby    " + standby_line(sb))
     e = out.get("last_epoch")
     if e and e.get("committed_at") is not None:
         rows = "-" if e.get("rows") is None else e["rows"]
@@ -103,6 +106,19 @@ def status_cmd(
     given = given_config(spec)  # pipeline config given at submission
     if given:
         click.echo("config set " + json.dumps(given, sort_keys=True))
+
+
+def standby_line(sb: dict[str, Any]) -> str:
+    """A job's warm standby in words: READY pid 123 (since 12:00:01), WARMING ..., none."""
+    state = sb.get("state")
+    if state == "NONE":
+        return "none now (a new one is started once the job's driver runs)"
+    line = f"{state} pid {sb.get('pid')} on {sb.get('host')}"
+    if state == "READY" and sb.get("ready_at"):
+        line += f", ready since {when(sb['ready_at'])}"
+    elif state == "TAKEN" and sb.get("attempt"):
+        line += f", running attempt {sb['attempt']}"
+    return line
 
 
 @click.command("epochs")

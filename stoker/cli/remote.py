@@ -39,6 +39,7 @@ def submit_and_follow(
     rewrite_output_after_savepoint: bool = False,
     restart_strategy: dict[str, Any] | None = None,
     scaling: str | None = None,
+    standby: bool = False,
 ) -> int:
     """Submit; unless ``detached``, print state changes and committed epochs until the job
     ends. Ctrl-C detaches: the job keeps running under the manager."""
@@ -54,6 +55,7 @@ def submit_and_follow(
         rewrite_output_after_savepoint=rewrite_output_after_savepoint,
         restart_strategy=restart_strategy,
         scaling=scaling,
+        standby=standby,
     )
     jid = sub.job_id
     click.echo(f"job {jid}: {submitted(sub.outcome, sub.job['state'])}", err=True)

@@ -115,6 +115,13 @@ if TYPE_CHECKING:
     default=None,
     help="Which Pipeline of the file to run when it defines several.",
 )
+@click.option(
+    "--standby",
+    is_flag=True,
+    help="With --server: keep a warm standby driver beside the running one (the app imported, "
+    "Spark up); it takes over within about a second when the running driver dies. Costs a "
+    "second driver's memory.",
+)
 @click.option("--quiet", is_flag=True, help="Do not print epoch progress.")
 @click.option(
     "--log-format",
@@ -148,6 +155,7 @@ def run_cmd(
     defines: tuple[str, ...],
     config_pairs: tuple[str, ...],
     pipeline_name: str | None,
+    standby: bool,
     quiet: bool,
     log_format: str | None,
     as_json: bool,
@@ -188,6 +196,7 @@ def run_cmd(
             "--reset-checkpoint": reset_checkpoint,
             "--restart-strategy": strategy is not None,
             "--scaling": scaling is not None,
+            "--standby": standby,
         },
     )
     if driver:
@@ -240,6 +249,7 @@ def run_cmd(
                 rewrite_output_after_savepoint=rewrite_output,
                 restart_strategy=strategy,
                 scaling=scaling,
+                standby=standby,
             )
         )
     # The one place the command line reaches the runtime (and so Spark): a local run.
@@ -342,6 +352,12 @@ MODE_OPTIONS: dict[str, tuple[frozenset[str], str]] = {
         frozenset({SERVER, DRIVER}),
         "is the job manager's (its scaler decides, its clusters grow): add --server URL, "
         "or --driver --server URL for a program",
+    ),
+    # Applications re-run their main on a takeover: not warm yet (docs/architecture.md).
+    "--standby": (
+        frozenset({SERVER}),
+        "is a job manager's, for a job submitted alone (--server URL); an application's "
+        "driver has no warm standby yet",
     ),
 }
 

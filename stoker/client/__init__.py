@@ -138,11 +138,12 @@ class Client(OperationCalls):
         from_savepoint: str | None = None,
         scaling: str | Mapping[str, Any] | None = None,
         rewrite_output_after_savepoint: bool = False,
+        standby: bool = False,
     ) -> Submitted:
         """``POST /v1/jobs``: run the application file ``entrypoint`` (a path on the manager's
         host) as a job. ``job_id`` defaults to the name of the Pipeline the file defines.
         ``scaling``: ``"fixed"`` (default), ``"reactive"``, ``"auto:min=1,max=4,..."`` or the
-        same as an object.
+        same as an object. ``standby``: keep a warm standby driver for the job.
 
         Submitting a job's id again with the same spec answers ``duplicate``, live or ended
         (safe to retry); an ended job is run again from its checkpoint only with
@@ -166,6 +167,8 @@ class Client(OperationCalls):
             body["rewrite_output_after_savepoint"] = True
         if scaling is not None:
             body["scaling"] = scaling if isinstance(scaling, str) else dict(scaling)
+        if standby:
+            body["standby"] = True
         resp = self._call("POST", "/v1/jobs", json=body)
         job = dict(resp.json())
         outcome = (

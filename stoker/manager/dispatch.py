@@ -22,8 +22,9 @@ from stoker.manager import processes
 from stoker.manager.cluster_keeper import CannotRun, ClusterKeeper
 from stoker.manager.launcher import DriverLauncher, this_host
 from stoker.manager.leader import LeaderLease
+from stoker.manager.standbys import StandbyKeeper, wants_standby
 from stoker.manager.submit import ASSIGNED_STATE_DIR, job_folder
-from stoker.store import AttemptRecord, JobRecord, Owner, Store
+from stoker.store import AttemptRecord, JobRecord, Owner, StandbyRecord, Store
 from stoker.types import AttemptState, JobId, JobKind, SpecKind
 
 log = logging.getLogger("stoker.supervisor")
@@ -53,6 +54,7 @@ class Dispatcher:
         lease_ttl: float,
         startup_ttl: float,
         max_starting: int = 0,
+        standbys: StandbyKeeper | None = None,
     ) -> None:
         self.store = store
         self.lease = lease
@@ -69,6 +71,7 @@ class Dispatcher:
         self.max_starting = max_starting
         self._starting: int | None = None  # counted once a step (new_step), then kept up
         self.started = 0  # drivers started by this manager
+        self.standbys = standbys or StandbyKeeper(store, launcher, state_dir, store_url, lease_ttl)
 
     def new_step(self) -> None:
         """A new pass over the records: the drivers starting now are counted afresh."""
@@ -85,9 +88,25 @@ class Dispatcher:
             return  # a job run in-process by `stoker run` without a server: not ours to start
         if self.busy(job.job_id):
             return  # its cleanup still runs (a restart right after the end): wait for it
-        attempt = self._new_attempt(job)
+        standby = self.standbys.ready(job.job_id) if wants_standby(job) else None
+        attempt = self._new_attempt(job, standby)
         if attempt is None:
             return
+        if standby is not None:
+            if self.standbys.hand(job.job_id, attempt.attempt) is not None:
+                log.info(
+                    "job %s: attempt %d handed to its standby (pid %d)",
+                    job.job_id,
+                    attempt.attempt,
+                    standby.owner.pid,
+                )
+                return
+            log.warning(
+                "job %s: its standby (pid %d) could not take attempt %d: a new driver starts",
+                job.job_id,
+                standby.owner.pid,
+                attempt.attempt,
+            )
         spec = job.spec
         # The folder the job was given when it was created (its checkpoint), whichever manager
         # launches this attempt; jobs stored without one run under this manager's folder.
@@ -150,22 +169,28 @@ class Dispatcher:
         )
         self._spawn(app, attempt, argv)
 
-    def _new_attempt(self, job: JobRecord) -> AttemptRecord | None:
+    def _new_attempt(
+        self, job: JobRecord, standby: StandbyRecord | None = None
+    ) -> AttemptRecord | None:
         """Record the next attempt STARTING (its driver claims it), or None if another
         manager or the job's state got there first, or if the previous attempt's processes
-        still run (killed now: the next attempt starts once they are seen gone)."""
+        still run (killed now: the next attempt starts once they are seen gone). For a
+        ``standby`` about to be handed the attempt: owned by it, its log the standby's."""
         if self._previous_runs(job):
             return None
-        if self.max_starting:
+        if self.max_starting and standby is None:  # a handover starts no Spark
             if self._starting is None:
                 self._starting = self.store.count_starting()
             if self._starting >= self.max_starting:
                 return None  # queued: a later step starts it once a start has ended
         log_path = self.state_dir / "logs" / job.job_id / f"attempt-{job.current_attempt + 1}.log"
+        owner = Owner(host=this_host(), pid=0, pid_started="unknown")
+        if standby is not None:
+            log_path, owner = Path(standby.log_path), standby.owner
         try:
             made = self.store.start_attempt(
                 job.job_id,
-                Owner(host=this_host(), pid=0, pid_started="unknown"),
+                owner,
                 self.startup_ttl,
                 job.current_attempt,
                 previous_dead=True,  # only reached when the previous attempt has ended

@@ -85,7 +85,17 @@ def job_view(store: Store, jid: str) -> dict[str, Any]:
     if trigger is None:
         trigger = job.spec.get("trigger_s")
     out["trigger_s"] = trigger
+    out["standby"] = standby_view(store, job)
     return out
+
+
+def standby_view(store: Store, job: JobRecord) -> dict[str, Any] | None:
+    """The job's warm standby driver as status shows it (state, pid, since when ready), or
+    None when it has none (not asked for, or between one and the next)."""
+    if not job.spec.get("standby"):
+        return None
+    sb = store.get_standby(job.job_id)
+    return {"state": "NONE"} if sb is None else sb.to_dict()
 
 
 def attempts(store: Store, jid: str) -> list[AttemptRecord]:

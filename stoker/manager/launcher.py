@@ -56,6 +56,18 @@ class DriverLauncher(Protocol):
         """Whether this launcher started the attempt's driver and still watches it."""
         ...
 
+    def start_standby(
+        self, job_id: JobId, argv: list[str], env: dict[str, str], log_path: Path, cwd: Path
+    ) -> Owner:
+        """Start the job's warm standby driver (no attempt yet); who it is. ``OSError`` if it
+        cannot start."""
+        ...
+
+    def hand_over(self, job_id: JobId, attempt: AttemptNo) -> None:
+        """The job's standby started here is ``attempt``'s driver now: watched as such
+        (``exit_code``, ``launched``). Nothing when it was started elsewhere."""
+        ...
+
     def exit_code(self, job_id: JobId, attempt: AttemptNo) -> int | None:
         """The exit code of a driver this launcher started and that has exited; None while it
         runs, or if it was not started here."""
@@ -100,6 +112,10 @@ def this_host() -> str:
     return host_id()
 
 
+# The key a standby driver is watched under until it is handed an attempt (attempts are >= 1).
+STANDBY = AttemptNo(0)
+
+
 class LocalProcessLauncher:
     """Each driver a process group on this host (its JVM and Spark's workers join it), its
     output appended to the attempt's log file."""
@@ -126,6 +142,19 @@ class LocalProcessLauncher:
 
     def launched(self, job_id: JobId, attempt: AttemptNo) -> bool:
         return (job_id, attempt) in self._children
+
+    def start_standby(
+        self, job_id: JobId, argv: list[str], env: dict[str, str], log_path: Path, cwd: Path
+    ) -> Owner:
+        old = self._children.get((job_id, STANDBY))
+        if old is not None and old.poll() is None:
+            processes.kill_group(old.pid)  # never two standbys of one job started here
+        return self.start(job_id, STANDBY, argv, env, log_path, cwd)
+
+    def hand_over(self, job_id: JobId, attempt: AttemptNo) -> None:
+        proc = self._children.pop((job_id, STANDBY), None)
+        if proc is not None:
+            self._children[(job_id, attempt)] = proc
 
     def exit_code(self, job_id: JobId, attempt: AttemptNo) -> int | None:
         child = self._children.get((job_id, attempt))

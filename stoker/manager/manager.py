@@ -64,6 +64,7 @@ class JobManager:
         from_savepoint: str | None = None,
         scaling: Any = None,
         rewrite_output_after_savepoint: bool = False,
+        standby: bool = False,
     ) -> SubmitResult:
         """Create the job, or return the live one; never a second live instance
         (:meth:`JobSubmissions.submit`)."""
@@ -78,6 +79,7 @@ class JobManager:
             from_savepoint,
             scaling,
             rewrite_output_after_savepoint,
+            standby,
         )
 
     async def submit_async(
@@ -92,6 +94,7 @@ class JobManager:
         from_savepoint: str | None = None,
         scaling: Any = None,
         rewrite_output_after_savepoint: bool = False,
+        standby: bool = False,
     ) -> SubmitResult:
         """:meth:`submit` for an event loop: the insert joins the next group commit
         (:meth:`JobSubmissions.submit_async`)."""
@@ -106,6 +109,7 @@ class JobManager:
             from_savepoint,
             scaling,
             rewrite_output_after_savepoint,
+            standby,
         )
 
     def submitted_view(self, job: JobRecord) -> dict[str, Any]:

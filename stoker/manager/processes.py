@@ -50,7 +50,7 @@ MANAGER_URL_ENV = "STOKER_MANAGER_URL"  # stoker.runtime.job.result.MANAGER_URL_
 
 def driver_argv(
     job: str,
-    attempt: int,
+    attempt: int | None,
     store: str,
     state_dir: Path,
     entrypoint: Path,
@@ -65,7 +65,8 @@ def driver_argv(
     ``--store`` and secret ``-D`` values appear redacted; the real ones travel in ``.env``.
     A job submitted with a savepoint gets its folder in ``STOKER_FROM_SAVEPOINT`` on every
     attempt (a job restored already resumes as it is), and ``STOKER_REWRITE_OUTPUT_AFTER_SAVEPOINT``
-    when it was submitted with ``rewrite_output_after_savepoint``.
+    when it was submitted with ``rewrite_output_after_savepoint``. ``attempt`` None: the
+    job's warm standby (``--standby``), which is handed its attempt later.
     """
     argv = _driver_head("stoker.runtime.driver", "--job", job, attempt, store, state_dir, lease_ttl)
     out = _app_argv(argv, store, entrypoint, args, conf)
@@ -100,7 +101,7 @@ def _driver_head(
     module: str,
     flag: str,
     name: str,
-    attempt: int,
+    attempt: int | None,
     store: str,
     state_dir: Path,
     lease_ttl: float,
@@ -113,8 +114,7 @@ def _driver_head(
         module,
         flag,
         name,
-        "--attempt",
-        str(attempt),
+        *(["--standby"] if attempt is None else ["--attempt", str(attempt)]),
         "--store",
         redact_url(store),
         "--state-dir",

@@ -121,6 +121,7 @@ class JobReconciler:
             why = self._dead_because(attempt, now)
             if why is not None:
                 self.fail(job, attempt, why)
+                self._take_over(job.job_id)
             elif job.state == JobState.CANCELING:
                 self._enforce_cancel(job, attempt, now)
         elif attempt.state == AttemptState.FAILED:
@@ -129,6 +130,19 @@ class JobReconciler:
             self.fail(job, attempt, attempt.error or "the driver failed")
         else:
             self._repair(job, attempt)
+
+    def _take_over(self, jid: JobId) -> None:
+        """Right after a failure: a job whose warm standby is ready gets its next attempt in
+        this step, not the next one (its previous driver's processes are killed already; if
+        one is still seen, the start waits for the next step as always)."""
+        job = self.store.get_job(jid)
+        due = job.next_attempt_at is not None and job.next_attempt_at <= self.store.clock.now()
+        if (
+            job.state == JobState.RESTARTING
+            and due
+            and self.dispatcher.standbys.ready(jid) is not None
+        ):
+            self._start(job)
 
     def _suspension_holds(self, job: JobRecord, now: float) -> bool:
         """Whether a SUSPENDED job waits instead of resuming now.
@@ -272,6 +286,10 @@ class JobReconciler:
             strategy, job.failures, attempt, lambda: self.store.list_attempts(job.job_id), now
         )
         delay = decision.delay
+        if delay and self.dispatcher.standbys.ready(job.job_id) is not None:
+            # A warm standby takes over at once: the delay spares a host a loop of Spark
+            # starts, and a handover starts none (a new standby warms in the background).
+            delay = 0.0
         if self.launcher.exit_code(job.job_id, attempt.attempt) == EXIT_BAD_INPUT:
             delay = None
             why = f"{why}; bad input: a restart cannot fix it (fix it, then restart the job)"

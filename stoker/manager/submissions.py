@@ -63,6 +63,7 @@ class JobSubmissions:
         from_savepoint: str | None = None,
         scaling: Any = None,
         rewrite_output_after_savepoint: bool = False,
+        standby: bool = False,
     ) -> SubmitResult:
         """Create the job, or return the live one; never a second live instance.
 
@@ -80,6 +81,7 @@ class JobSubmissions:
             from_savepoint,
             scaling,
             rewrite_output_after_savepoint,
+            standby,
         )
         job, created = self.store.create_job(name, name, spec, start, uid=savepoint_uid(spec))
         return settle(self.store, name, spec, job, created, restart)
@@ -96,6 +98,7 @@ class JobSubmissions:
         from_savepoint: str | None = None,
         scaling: Any = None,
         rewrite_output_after_savepoint: bool = False,
+        standby: bool = False,
     ) -> SubmitResult:
         """:meth:`submit` for an event loop: the insert joins the next group commit.
 
@@ -118,6 +121,7 @@ class JobSubmissions:
                 from_savepoint,
                 scaling,
                 rewrite_output_after_savepoint,
+                standby,
             )
         name, spec, start = self._plan(
             jid,
@@ -129,6 +133,7 @@ class JobSubmissions:
             from_savepoint,
             scaling,
             rewrite_output_after_savepoint,
+            standby,
         )
         job, created = await asyncio.wrap_future(self._batcher.create(name, name, spec, start))
         if (not created and job.state.terminal and restart) or "scaling" in spec:
@@ -146,6 +151,7 @@ class JobSubmissions:
         from_savepoint: str | None = None,
         scaling: Any = None,
         rewrite_output_after_savepoint: bool = False,
+        standby: bool = False,
     ) -> tuple[JobId, dict[str, Any], dict[str, Any]]:
         """The job's id, spec and starting config, every field checked; nothing is written.
 
@@ -169,6 +175,8 @@ class JobSubmissions:
         if rewrite_output_after_savepoint:
             sub = replace(sub, rewrite_output_after_savepoint=True)
             sub.check_rewrite()
+        if standby:
+            sub = replace(sub, standby=True)
         start: dict[str, Any] = {}
         if jid is None or config:
             found, start, _spec = inspect_app(sub.entrypoint, dict(config or {}))

@@ -30,6 +30,7 @@ class Submission:
     # Output the savepoint's job wrote after it is written again rather than refused.
     rewrite_output_after_savepoint: bool = False
     scaling: ScalingSpec | None = None  # checked; None: fixed (the default)
+    standby: bool = False  # a warm standby driver kept beside the running one (issue 24)
 
     def check_rewrite(self) -> None:
         """``rewrite_output_after_savepoint`` only goes with ``from_savepoint``."""
@@ -55,6 +56,8 @@ class Submission:
             out["from_savepoint"] = self.from_savepoint
         if self.rewrite_output_after_savepoint:  # absent when not given: older specs stay equal
             out["rewrite_output_after_savepoint"] = True
+        if self.standby:  # absent when not asked for: older specs stay equal
+            out["standby"] = True
         scaling = scaling_spec_entry(self.scaling)
         if scaling is not None:
             out["scaling"] = scaling

@@ -13,7 +13,9 @@ The supervisor is a composition of small owners, stepped in this order each tick
 - the leader's tasks: :class:`Retention` prunes ended jobs' epochs, the :class:`Janitor`
   resolves ended jobs' sinks;
 - the :class:`JobReconciler` tends every live record of the jobs table (its
-  :class:`Dispatcher` starts attempts' drivers through the launcher);
+  :class:`Dispatcher` starts attempts' drivers through the launcher, or hands an attempt to
+  the job's warm standby);
+- the :class:`StandbyKeeper` starts, replaces and stops warm standby drivers;
 - the :class:`ClusterKeeper` tears down the own clusters of ended applications.
 """
 
@@ -36,6 +38,7 @@ from stoker.manager.launcher import DriverLauncher, LocalProcessLauncher
 from stoker.manager.leader import LeaderLease
 from stoker.manager.reconciler import JobReconciler
 from stoker.manager.retention import Retention
+from stoker.manager.standbys import StandbyKeeper
 from stoker.store import RetentionPolicy, Store
 from stoker.types import JobKind
 
@@ -87,6 +90,9 @@ class Supervisor:
         )
         self.janitor = Janitor(store, cfg.state_dir, cfg.store_url)
         self.keeper = ClusterKeeper(store, cfg.state_dir, cfg.budget)
+        self.standbys = StandbyKeeper(
+            store, self.launcher, cfg.state_dir, cfg.store_url, cfg.lease_ttl
+        )
         self.dispatcher = Dispatcher(
             store,
             self.lease,
@@ -98,6 +104,7 @@ class Supervisor:
             cfg.lease_ttl,
             cfg.startup_ttl,
             cfg.max_starting,
+            self.standbys,
         )
         self.reconciler = JobReconciler(
             store, self.lease, self.launcher, self.dispatcher, cfg.launch_grace, cfg.cancel_timeout
@@ -172,6 +179,10 @@ class Supervisor:
         apps = {r.job_id: r for r in records if r.kind == JobKind.APPLICATION}
         if not self.reconciler.tend_all(records, apps, now):
             return
+        try:
+            self.standbys.tend(records)  # warm standby drivers (manager/standbys.py)
+        except StokerError as e:
+            log.warning("standbys: %s", e)
         try:
             self.keeper.tend(apps)
         except StokerError as e:

@@ -19,6 +19,7 @@ log = logging.getLogger("stoker.attempt")
 __all__ = [
     "LeaseKeeper",
     "existing_job",
+    "hold_start",
     "owner_is_dead",
     "process_start_marker",
     "start_attempt",
@@ -42,6 +43,32 @@ def start_attempt(
     return store.start_attempt(
         job, owner or this_owner(), lease_ttl, current, previous_dead=dead, restart=restart
     )
+
+
+def hold_start(store_url: str, job: str, attempt: int, ttl: float) -> Callable[[], None]:
+    """Hold the STARTING attempt a job manager made for this process: this process is its
+    owner and renews its lease from now on, until the run claims it (the returned call stops
+    the hold). A start that lasts longer than the manager's start lease is then no failure; a
+    driver frozen or dead while it starts still lets the lease lapse. Raises
+    :class:`~stoker.errors.StaleAttempt` (exit 6) when the attempt is no longer this driver's
+    to run (the manager gave it up, a newer attempt exists)."""
+    st = open_store(store_url)
+    try:
+        rec = st.hold_start(JobId(job), AttemptNo(attempt), this_owner(), ttl)
+    except BaseException:
+        st.close()
+        raise
+    keeper = LeaseKeeper(st, rec, ttl)
+    keeper.start()
+    released = threading.Event()
+
+    def release() -> None:
+        if not released.is_set():
+            released.set()
+            keeper.stop()
+            st.close()
+
+    return release
 
 
 class LeaseKeeper:

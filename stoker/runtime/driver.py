@@ -25,7 +25,6 @@ import json
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -57,35 +56,6 @@ def _secrets_from_env() -> dict[str, str]:
     return {str(k): v for k, v in secrets.items()}
 
 
-def _hold_start(store_url: str, job: str, attempt: int, ttl: float) -> Callable[[], None]:
-    """Hold the STARTING attempt the manager made for this process: this process is its owner
-    and renews its lease from now on, until the run claims it (the returned call stops the
-    hold). A start that lasts longer than the manager's start lease is then no failure; a
-    driver frozen or dead while it starts still lets the lease lapse. Raises
-    :class:`~stoker.errors.StaleAttempt` (exit 6) when the attempt is no longer this driver's
-    to run (the manager gave it up, a newer attempt exists)."""
-    from stoker.runtime.attempt import LeaseKeeper, this_owner
-    from stoker.store import open_store
-
-    st = open_store(store_url)
-    try:
-        rec = st.hold_start(job_id(job), AttemptNo(attempt), this_owner(), ttl)
-    except BaseException:
-        st.close()
-        raise
-    keeper = LeaseKeeper(st, rec, ttl)
-    keeper.start()
-    released = threading.Event()
-
-    def release() -> None:
-        if not released.is_set():
-            released.set()
-            keeper.stop()
-            st.close()
-
-    return release
-
-
 def _suspend_unclaimed(store_url: str | None, job: str, attempt: int) -> None:
     """A signal came before the job ran (the app importing, Spark starting): end the attempt
     the manager made for this process SUSPENDED, as the runner does later on, so that the
@@ -114,7 +84,9 @@ def _suspend_unclaimed(store_url: str | None, job: str, attempt: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stoker-driver")
     parser.add_argument("--job", required=True)
-    parser.add_argument("--attempt", required=True, type=int)
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--attempt", type=int)
+    who.add_argument("--standby", action="store_true")
     parser.add_argument("--store", required=True)
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--lease-ttl", type=float, default=None)
@@ -124,10 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
 
     logformat.configure()  # STOKER_LOG_FORMAT: the manager's --log-format
-    logformat.bind(ns.job, ns.attempt, process=True)  # one job per driver process
+    logformat.bind(ns.job, ns.attempt or 0, process=True)  # one job per driver process
     redact_logs()
     signal.signal(signal.SIGTERM, _sigterm)
     overrides: dict[str, str] = {}
+    standby: Any = None
     try:
         overrides = parse_pairs(ns.defines)
         overrides.update(_secrets_from_env())
@@ -135,9 +108,19 @@ def main(argv: list[str] | None = None) -> int:
         overrides["stoker.state_dir"] = ns.state_dir
         if ns.lease_ttl is not None:
             overrides["stoker.lease_ttl"] = f"{ns.lease_ttl}s"
-        # First of all (nothing of pyspark imported yet): the attempt is this process's.
         ttl = ns.lease_ttl if ns.lease_ttl is not None else Settings().lease_ttl
-        release = _hold_start(overrides["stoker.store"], ns.job, ns.attempt, ttl)
+        release: Callable[[], None]
+        if ns.standby:
+            # A warm standby: its own row's lease from now on; an attempt only when handed one.
+            from stoker.runtime.job.standby import StandbyWait
+
+            standby = StandbyWait(overrides["stoker.store"], ns.job, ttl)
+            release = standby.leave
+        else:
+            from stoker.runtime.attempt import hold_start
+
+            # First of all (nothing of pyspark imported yet): the attempt is this process's.
+            release = hold_start(overrides["stoker.store"], ns.job, ns.attempt, ttl)
         try:
             from stoker.runtime.appfile import check_app_path, run_app
 
@@ -149,23 +132,32 @@ def main(argv: list[str] | None = None) -> int:
                 job_id=ns.job,
                 attempt=ns.attempt,
                 on_result=(ended.append,),
-                release_start=release,
+                release_start=None if ns.standby else release,
+                standby=standby,
             )
             try:
                 results = run_app(entry, ctx, args)
             except BaseException as e:
-                if not isinstance(e, KeyboardInterrupt):
-                    _note_late_error(ended, ns.job, ns.attempt, e, overrides["stoker.store"])
+                attempt = ns.attempt if standby is None else standby.taken
+                if not isinstance(e, KeyboardInterrupt) and attempt is not None:
+                    _note_late_error(ended, ns.job, attempt, e, overrides["stoker.store"])
                 raise
         finally:
             release()
+    except launch.StandbyNotWanted as e:
+        print(f"stoker driver: standby: {e}; exiting", file=sys.stderr, flush=True)
+        return 0
     except StokerError as e:
         msg = redact_text(f"stoker driver: {type(e).__name__}: {e}")
         print(msg, file=sys.stderr, flush=True)
         return exit_code(e)
     except KeyboardInterrupt:
+        attempt = ns.attempt if standby is None else standby.taken
+        if attempt is None:  # a standby that was handed nothing: nothing to record
+            print("stoker driver: standby stopped by a signal", file=sys.stderr)
+            return 0
         print("stoker driver: stopped by a signal before the job ran", file=sys.stderr)
-        _suspend_unclaimed(overrides.get("stoker.store"), ns.job, ns.attempt)
+        _suspend_unclaimed(overrides.get("stoker.store"), ns.job, attempt)
         return exit_code(JobSuspended())
     for r in results:
         print(f"stoker driver: job {r.job_id} ended {r.state}", file=sys.stderr, flush=True)

@@ -27,7 +27,8 @@ class LaunchContext:
     ``wanted_pipeline``: ``stoker run --pipeline NAME``, any other is refused; ``on_result``:
     called with the result of every job run; ``release_start``: a job manager's driver held
     its STARTING attempt (and renewed its lease) while the app imported and Spark started:
-    called once the run has claimed the attempt, to stop that hold.
+    called once the run has claimed the attempt, to stop that hold; ``standby``: the driver
+    is a job's warm standby, with no attempt yet (``attempt`` is None until it is handed one).
     """
 
     overrides: Mapping[str, str] = field(default_factory=dict)
@@ -42,6 +43,9 @@ class LaunchContext:
     reset_checkpoint: bool = False
     on_result: tuple[Callable[[Any], None], ...] = ()
     release_start: Callable[[], None] | None = None
+    # A job manager's standby driver (runtime/job/standby.py's StandbyWait): stoker.run warms
+    # up, waits for the attempt the leader hands it, then runs it.
+    standby: Any = None
 
     def savepoint(self) -> str | None:
         """The savepoint folder the launcher asked the job to start from (``--from-savepoint``,
@@ -75,6 +79,13 @@ class Collected(BaseException):  # not an error: a way out of the user's main
     def __init__(self, pipeline: Any) -> None:
         super().__init__("stoker.run in collect mode")
         self.pipeline = pipeline
+
+
+class StandbyNotWanted(BaseException):  # not an error: a way out of the user's main
+    """Raised by a standby driver's ``stoker.run`` when its row in the store is gone or is
+    another process's (the job ended, the standby was replaced or froze past its lease): the
+    process exits without touching anything. A BaseException, so that an application's
+    ``except Exception`` does not swallow it."""
 
 
 class AppEnding(BaseException):  # not an error: a way out of the program's main

@@ -239,6 +239,29 @@ class StokerCollector(Collector):
         for kind, value in sorted(self.manager.rescale_totals(self.rescale_tally).items()):
             rescales.add_metric([kind], value)
         yield rescales
+        yield from self._standbys(jobs)
+
+    def _standbys(self, jobs: Sequence[JobRecord]) -> Iterator[Metric]:
+        """Warm standby drivers: 1 for a live job whose standby is READY, 0 for one that asked
+        for a standby and has none ready now (warming, just taken over, failed); and the
+        attempts this manager handed to a standby."""
+        ready = {s.job_id for s in self.manager.store.list_standbys() if s.state == "READY"}
+        g = GaugeMetricFamily(
+            "stoker_job_standby_ready",
+            "1 if the job's warm standby driver is ready to take over, 0 if it asked for one "
+            "and none is ready now.",
+            labels=["job_id"],
+        )
+        for j in jobs:
+            if j.spec.get("standby") and not j.state.terminal:
+                g.add_metric([str(j.job_id)], 1.0 if j.job_id in ready else 0.0)
+        yield g
+        handed = self.supervisor.standbys.handed if self.supervisor is not None else 0
+        yield CounterMetricFamily(
+            "stoker_standby_takeovers_total",
+            "Attempts this manager handed to a warm standby driver.",
+            handed,
+        )
 
     # per job -------------------------------------------------------------------------------
     def _fold(self, jobs: Sequence[JobRecord]) -> dict[str, _JobTotals]:

@@ -97,6 +97,10 @@ def run(
             f"--pipeline {wanted!r} was given, but the file runs pipeline {pipeline.name!r} "
             "itself (stoker.run); drop --pipeline or pass that name",
         )
+    if ctx.standby is not None:
+        from stoker.runtime.job.standby import execute_standby
+
+        return execute_standby(pipeline, opts, ctx, ctx.standby)
     return execute(plan_job(pipeline, opts, None, ctx))
 
 

@@ -71,8 +71,13 @@ def execute(plan: JobPlan) -> JobResult:
 class AttemptRun:
     """One attempt of ``plan``'s job. Each phase sets what the next ones read."""
 
-    def __init__(self, plan: JobPlan, signals: StopSignals) -> None:
+    def __init__(
+        self, plan: JobPlan, signals: StopSignals, warm_stream: DataFrame | None = None
+    ) -> None:
         self.plan = plan
+        # A standby's (runtime/job/standby.py): the sources' stream opened and the transform
+        # checked while it waited; prepare takes it as it is.
+        self._warm_stream = warm_stream
         self.signals = signals
         self.pipeline = plan.pipeline
         self.jid = plan.jid
@@ -138,15 +143,18 @@ class AttemptRun:
         try:
             if not plan.managed and not plan.restart:
                 opening.refuse_if_ended(st, jid)  # ended meanwhile
-            # Spark analyses the union of the sources here: a schema mismatch is bad input
-            # and must fail before the job is recorded.
-            paced = settings.trigger if opening.paced(settings, self.pipeline) else None
-            self.stream = opening.open_sources(
-                session, self.pipeline, self.root, SourceContext(jid, st.url, paced)
-            )
-            # And the transform on those columns: a mistake there is bad input too.
-            config = self.pipeline.check_config(self.given)
-            opening.check_transform(self.stream, self.pipeline, jid, config)
+            if self._warm_stream is not None:
+                self.stream = self._warm_stream  # opened and checked by a standby
+            else:
+                # Spark analyses the union of the sources here: a schema mismatch is bad
+                # input and must fail before the job is recorded.
+                paced = settings.trigger if opening.paced(settings, self.pipeline) else None
+                self.stream = opening.open_sources(
+                    session, self.pipeline, self.root, SourceContext(jid, st.url, paced)
+                )
+                # And the transform on those columns: a mistake there is bad input too.
+                config = self.pipeline.check_config(self.given)
+                opening.check_transform(self.stream, self.pipeline, jid, config)
             if plan.restoring is not None:
                 # Before the query starts (and before the sinks open): the checkpoint, the
                 # source logs and the outputs become this job's. Checked again against the

@@ -80,6 +80,12 @@ class SubmitBody(BaseModel):
         "(without it the driver refuses the start, naming the sink and the epochs).",
     )
     scaling: Any = scaling_field(SCALING_HELP)
+    standby: bool = Field(
+        False,
+        description="Keep a warm standby driver (the app imported, Spark up, the plan "
+        "analyzed, holding nothing) that takes the job's next attempt when the running driver "
+        "dies; shown as `standby` in the job's status.",
+    )
 
 
 @router.post(
@@ -111,6 +117,7 @@ async def submit(body: SubmitBody, ctx: Ctx) -> JSONResponse:
             from_savepoint=body.from_savepoint,
             scaling=body.scaling,
             rewrite_output_after_savepoint=body.rewrite_output_after_savepoint,
+            standby=body.standby,
         )
     finally:
         ctx.submit_latency.observe(time.perf_counter() - t0)

@@ -1,0 +1,199 @@
+"""Warm standby drivers (issue 24): for a job submitted with ``standby``, the leader keeps a
+second driver process warm (the app imported, Spark up, the sources' stream analyzed,
+holding no attempt: ``runtime/job/standby.py``) and hands it the job's next attempt when the
+running driver dies, is fenced or stops.
+
+The store's ``standbys`` row is the standby's one record (WARMING -> READY -> TAKEN). The
+leader, each tick:
+
+- starts a standby for a job that wants one, once its current attempt runs and has committed
+  an epoch (not beside a driver that is still starting or taking over: two Spark starts at
+  once slow both), and not while an earlier standby of the job failed lately (``BACKOFF``,
+  doubling);
+- replaces a standby whose process is gone or whose lease lapsed (frozen);
+- forgets a TAKEN standby once its attempt was claimed or ended (the process is that
+  attempt's driver now, watched as any driver); the next tick starts a new standby;
+- stops the standby of a job that ended or no longer wants one.
+
+The handover is two writes, attempt first: the next attempt is recorded STARTING with the
+standby as its owner and the standby's log as its log, then the row becomes TAKEN with that
+attempt (only if it was READY with its lease valid). A standby that died in between leaves a
+STARTING attempt no driver holds: handed to a new driver at once (``Dispatcher``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from stoker.manager import processes
+from stoker.manager.launcher import DriverLauncher
+from stoker.manager.submit import job_folder
+from stoker.store import JobRecord, Store
+from stoker.store.fleet_records import StandbyRecord
+from stoker.types import AttemptNo, AttemptState, JobId, SpecKind, StandbyState
+
+log = logging.getLogger("stoker.standby")
+
+BACKOFF = 5.0  # s before a job's standby is started again after one failed; doubles
+# A new standby waits for the running attempt's first committed epoch (its Spark start would
+# take the CPU that attempt's first epochs need: a takeover is only done once it commits), or
+# this long after the attempt started when it commits nothing (an idle or paused job).
+SETTLE = 30.0
+BACKOFF_MAX = 300.0
+# A WARMING standby's lease: it renews it from its first second, but a start on a loaded
+# host can take long before Python runs at all.
+START_TTL = 120.0
+
+
+def wants_standby(job: JobRecord) -> bool:
+    """Whether the job was submitted with a warm standby (a job submitted alone)."""
+    return job.spec.get("kind") == SpecKind.MANAGED and bool(job.spec.get("standby"))
+
+
+@dataclass
+class _Failures:
+    count: int = 0
+    not_before: float = 0.0  # time.monotonic()
+
+
+class StandbyKeeper:
+    """The leader's standbys: started, replaced, handed over, stopped."""
+
+    def __init__(
+        self, store: Store, launcher: DriverLauncher, state_dir: Path, store_url: str, ttl: float
+    ) -> None:
+        self.store = store
+        self.launcher = launcher
+        self.state_dir = state_dir
+        self.store_url = store_url
+        self.ttl = ttl  # the standbys' lease (the drivers' attempt lease)
+        self._failures: dict[JobId, _Failures] = {}
+        self.started = 0  # standbys started by this manager
+        self.handed = 0  # attempts handed to a standby by this manager
+
+    # the leader's step ---------------------------------------------------------------------
+    def tend(self, live: list[JobRecord]) -> None:
+        """One step over every standby recorded and every live job that wants one."""
+        jobs = {j.job_id: j for j in live}
+        recorded = {s.job_id: s for s in self.store.list_standbys()}
+        for jid, sb in recorded.items():
+            job = jobs.get(jid)
+            if job is None or not wants_standby(job):
+                self._stop(sb, "its job ended" if job is None else "its job has no standby")
+                continue
+            self._watch(job, sb)
+        for job in live:
+            if wants_standby(job) and job.job_id not in recorded:
+                self._maybe_start(job)
+
+    def _watch(self, job: JobRecord, sb: StandbyRecord) -> None:
+        now = self.store.clock.now()
+        if sb.state == StandbyState.TAKEN:
+            att = self.store.get_attempt(job.job_id, sb.attempt) if sb.attempt else None
+            if att is None or att.state != AttemptState.STARTING:
+                # Its attempt was claimed (or ended): a driver like any other now.
+                self.store.remove_standby(job.job_id, sb.owner)
+            return
+        why = None
+        if (
+            self.launcher.is_gone(sb.owner)
+            or self.launcher.exit_code(job.job_id, AttemptNo(0)) is not None
+        ):
+            why = f"the standby (pid {sb.owner.pid}) is gone"
+        elif sb.lease_expires_at <= now:
+            why = f"the standby (pid {sb.owner.pid}) let its lease lapse (frozen or cut off)"
+        if why is not None:
+            self._failed(job.job_id)
+            self._stop(sb, why)
+
+    def _stop(self, sb: StandbyRecord, why: str) -> None:
+        if sb.state != StandbyState.TAKEN:
+            log.info("job %s: standby pid %d stopped: %s", sb.job_id, sb.owner.pid, why)
+            self.launcher.kill(sb.owner)
+        self.store.remove_standby(sb.job_id, sb.owner)
+
+    def _failed(self, jid: JobId) -> None:
+        f = self._failures.setdefault(jid, _Failures())
+        f.count += 1
+        wait = min(BACKOFF * 2 ** (f.count - 1), BACKOFF_MAX)
+        f.not_before = time.monotonic() + wait
+        log.warning(
+            "job %s: its standby failed (%d in a row); next one in %.0f s", jid, f.count, wait
+        )
+
+    def _maybe_start(self, job: JobRecord) -> None:
+        f = self._failures.get(job.job_id)
+        if f is not None and time.monotonic() < f.not_before:
+            return
+        if not job.current_attempt:
+            return
+        att = self.store.get_attempt(job.job_id, job.current_attempt)
+        if att is None or att.state != AttemptState.RUNNING:
+            return  # the running driver first: not two Spark starts at once
+        if self.store.clock.now() - att.started_at < SETTLE:
+            last = self.store.list_epochs(job.job_id, limit=1)
+            if not last or last[0].decided_by != att.attempt or last[0].committed_at is None:
+                return  # not before the attempt has committed once (SETTLE)
+        self.start(job)
+
+    def start(self, job: JobRecord) -> StandbyRecord | None:
+        """Start the job's standby and record it WARMING; None if it could not start."""
+        spec = job.spec
+        argv = processes.driver_argv(
+            job.job_id,
+            None,
+            self.store_url,
+            Path(job_folder(job, self.state_dir)),
+            Path(spec["entrypoint"]),
+            list(spec.get("args", [])),
+            dict(spec.get("conf", {})),
+            self.ttl,
+            from_savepoint=spec.get("from_savepoint"),
+            rewrite_output=bool(spec.get("rewrite_output_after_savepoint")),
+        )
+        self.started += 1
+        log_path = self.state_dir / "logs" / job.job_id / f"standby-{_stamp()}.log"
+        try:
+            owner = self.launcher.start_standby(
+                job.job_id, list(argv), dict(argv.env), log_path, Path(spec["entrypoint"]).parent
+            )
+        except OSError as e:
+            log.warning("job %s: cannot start a standby: %s", job.job_id, e)
+            self._failed(job.job_id)
+            return None
+        try:
+            rec = self.store.add_standby(job.job_id, owner, str(log_path), START_TTL)
+        except Exception:
+            self.launcher.kill(owner)
+            raise
+        log.info("job %s: standby started as pid %d", job.job_id, owner.pid)
+        return rec
+
+    # the handover --------------------------------------------------------------------------
+    def ready(self, jid: JobId) -> StandbyRecord | None:
+        """The job's standby if it can take an attempt now: READY, its lease valid, its
+        process not seen gone."""
+        sb = self.store.get_standby(jid)
+        if sb is None or sb.state != StandbyState.READY:
+            return None
+        if sb.lease_expires_at <= self.store.clock.now() or self.launcher.is_gone(sb.owner):
+            return None
+        return sb
+
+    def hand(self, jid: JobId, attempt: AttemptNo) -> StandbyRecord | None:
+        """Hand ``attempt`` (recorded STARTING, owned by the standby) to the job's standby;
+        the record, or None if it was not READY any more."""
+        taken = self.store.take_standby(jid, attempt)
+        if taken is None:
+            return None
+        self.launcher.hand_over(jid, attempt)
+        self._failures.pop(jid, None)
+        self.handed += 1
+        return taken
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%S") + f"-{time.monotonic_ns() % 1_000_000:06d}"

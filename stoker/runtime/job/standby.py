@@ -1,0 +1,216 @@
+"""A driver process kept warm for a job (issue 24): the app imported, Spark up, the sources'
+stream opened and the transform analyzed, holding no attempt, until the leader hands it the
+job's next attempt.
+
+What a standby may touch while it waits: its own row of the store's ``standbys`` table (its
+lease, READY), reads of the job's record, and Spark objects of its own session. Nothing of
+the running attempt: no lease, no checkpoint file, no sink part or staging, no source log (the
+sources' stream is analyzed, not started: Spark reads the checkpoint only when a query
+starts). The plan checks that read the checkpoint and the store (a lost checkpoint, a
+savepoint to restore) run at the takeover, on what is true then.
+
+The handover (``manager/standbys.py``): the leader records the next attempt STARTING, then
+marks the standby TAKEN with that attempt; the standby sees it within ``POLL`` seconds, holds
+the STARTING attempt (its owner from now on) and runs it as any driver does: the same plan,
+recovery, query start from the checkpoint, the same fence (``AttemptRun``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stoker.errors import StoreError
+from stoker.procs import this_owner
+from stoker.runtime import launch
+from stoker.runtime.attempt import hold_start
+from stoker.runtime.job import opening
+from stoker.runtime.job.attempt_run import AttemptRun
+from stoker.runtime.job.plan import RunOptions, plan_job, resolve_settings
+from stoker.runtime.job.result import JobResult
+from stoker.runtime.job.signals import StopSignals
+from stoker.sources.base import SourceContext
+from stoker.store import Owner, open_store
+from stoker.types import AttemptNo, JobId, StandbyState
+from stoker.types import job_id as _job_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from stoker.pipeline import Pipeline
+
+log = logging.getLogger("stoker.standby")
+
+POLL = 0.05  # s between the standby's looks at its row while it waits (a read)
+
+
+class StandbyWait:
+    """This process as the job's standby, in the store: its lease renewed from the start (so
+    a standby that freezes while it warms is replaced), READY once warm, and the attempt the
+    leader hands it."""
+
+    def __init__(self, store_url: str, job: str, ttl: float) -> None:
+        self.store_url = store_url
+        self.job = JobId(job)
+        self.ttl = ttl
+        self.owner: Owner = this_owner()
+        self.taken: AttemptNo | None = None  # the attempt handed over, once it was
+        self._ready = False
+        self._gone: str | None = None  # why this process is not wanted, once it is not
+        self._stop = threading.Event()
+        self._store = open_store(store_url)
+        self._thread = threading.Thread(target=self._renew, name="stoker-standby", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        period = max(0.2, self.ttl / 3)
+        while not self._stop.wait(period):
+            try:
+                rec = self._store.renew_standby(self.job, self.owner, self.ttl, ready=self._ready)
+            except StoreError as e:  # a lease that lapses tells the leader
+                log.warning("standby: lease renewal failed: %s", e)
+                continue
+            if rec is None:
+                self._gone = "this standby's record is gone (the job ended or replaced it)"
+                return
+            if rec.state == StandbyState.TAKEN:
+                return  # an attempt is this process's now: its own lease from here
+
+    def wait(self, stopped: Callable[[], bool]) -> AttemptNo:
+        """Say READY, then wait for the attempt the leader hands this process; that attempt.
+        ``StandbyNotWanted`` when the row went (or lapsed) first; a signal (``stopped``, or
+        a KeyboardInterrupt raised by the handler) ends the wait too."""
+        self._ready = True
+        rec = self._store.renew_standby(self.job, self.owner, self.ttl, ready=True)
+        if rec is None:
+            raise launch.StandbyNotWanted("this standby's record is gone before it was ready")
+        log.info("standby for job %s: ready, waiting for an attempt", self.job)
+        while True:
+            if rec is None or self._gone is not None:
+                raise launch.StandbyNotWanted(self._gone or "this standby's record is gone")
+            if rec.owner != self.owner:
+                raise launch.StandbyNotWanted("the job has another standby now")
+            if rec.state == StandbyState.TAKEN and rec.attempt is not None:
+                self.taken = rec.attempt
+                self._stop.set()
+                return rec.attempt
+            if stopped():
+                raise KeyboardInterrupt
+            time.sleep(POLL)
+            try:
+                rec = self._store.get_standby(self.job)
+            except StoreError as e:
+                log.warning("standby: cannot read its record: %s", e)
+
+    def leave(self) -> None:
+        """Stop renewing; a standby that was not handed an attempt takes its row away."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        try:
+            if self.taken is None:
+                self._store.remove_standby(self.job, self.owner)
+        except StoreError as e:
+            log.warning("standby: cannot remove its record: %s", e)
+        finally:
+            self._store.close()
+
+
+WARM_UP_TIMEOUT = 120  # s; a warm-up that takes longer is given up (the standby waits cold)
+
+
+def warm_up(session: SparkSession) -> None:
+    """Run a throwaway streaming query to its end in this session: a few ids from stoker's
+    generator, written as Parquet, under a folder of its own that is removed after.
+
+    The first query of a JVM pays for loading and compiling the streaming engine, starting the
+    Python worker daemon and the ``foreachBatch`` callback (seconds; a query started again in
+    the same session: ~0.1 s, SPARK_FACTS.md). A takeover should not. Nothing of the job is
+    read or written: no store (the generator plans without control), another checkpoint,
+    another output. A failure is logged; the standby then waits as it is."""
+    import shutil
+    import tempfile
+
+    from stoker.sources.generator import GeneratorSource
+
+    t0 = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="stoker-warm-up-"))
+    try:
+        stream = GeneratorSource(total=64, partitions=1).open(session, "warm", tmp)
+
+        def batch(df: DataFrame, epoch: int) -> None:
+            df.count()
+            df.write.mode("overwrite").parquet(str(tmp / "out"))
+
+        query = (
+            stream.writeStream.foreachBatch(batch)
+            .option("checkpointLocation", str(tmp / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        if not query.awaitTermination(WARM_UP_TIMEOUT):
+            query.stop()
+            log.warning("standby: the warm-up query did not end in %.0f s", WARM_UP_TIMEOUT)
+            return
+        log.info("standby: warm-up query ran in %.1f s", time.monotonic() - t0)
+    except Exception as e:
+        log.warning("standby: the warm-up query failed (the standby waits cold): %s", e)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def execute_standby(
+    pipeline: Pipeline, opts: RunOptions, ctx: launch.LaunchContext, standby: StandbyWait
+) -> JobResult:
+    """Warm up for ``pipeline``'s job, wait for its next attempt, then run that attempt as a
+    job manager's driver would (:class:`AttemptRun`), reusing the warm session and stream."""
+    settings = resolve_settings(
+        ctx,
+        trigger=opts.trigger,
+        state_dir=opts.state_dir,
+        store=opts.store,
+        master=opts.master,
+        conf=opts.conf,
+        lease_ttl=opts.lease_ttl,
+    )
+    jid = _job_id(ctx.job_id or opts.job_id or pipeline.name)
+    root = (settings.state_dir or (Path(".stoker") / jid)).resolve()
+    store_url = str(settings.store or root / "store.db")
+    pipeline.validate()
+    given = dict(opts.config) if opts.config is not None else dict(ctx.config)
+    config = pipeline.check_config(given)
+    for inp in pipeline.inputs:
+        inp.source.validate()
+    with StopSignals() as signals:
+        t0 = time.monotonic()
+        session = opts.spark or opening.start_spark(settings, jid, jid)
+        signals.rearm()
+        paced = settings.trigger if opening.paced(settings, pipeline) else None
+        # The sources' stream, analyzed with the transform on top: what a takeover would do
+        # first, done now. Nothing of it reads the checkpoint (a query does, once started).
+        stream = opening.open_sources(session, pipeline, root, SourceContext(jid, store_url, paced))
+        opening.check_transform(stream, pipeline, jid, config)
+        warm_up(session)
+        log.info("standby for job %s: warm in %.1f s", jid, time.monotonic() - t0)
+        attempt = standby.wait(lambda: signals.received is not None)
+        t_taken = time.monotonic()
+        log.info("standby for job %s: handed attempt %d", jid, attempt)
+        release = hold_start(store_url, jid, attempt, settings.lease_ttl)
+        try:
+            taken = replace(ctx, attempt=attempt, release_start=release)
+            plan = plan_job(pipeline, replace(opts, spark=session), None, taken)
+            run = AttemptRun(plan, signals, warm_stream=stream)
+            log.info(
+                "standby for job %s: attempt %d planned in %.2f s",
+                jid,
+                attempt,
+                time.monotonic() - t_taken,
+            )
+            return run.attempt()
+        finally:
+            release()

@@ -1,0 +1,195 @@
+"""The leader's warm standbys (issue 24) without Spark: a real store, real processes standing
+in for standby drivers (a ``sleep``: what the leader sees of a standby is its process and its
+row), a manual clock. The standby driver itself, with Spark, is in tests/e2e/test_standby.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stoker.clock import ManualClock
+from stoker.manager import Supervisor, SupervisorConfig
+from stoker.manager.launcher import LocalProcessLauncher, this_host
+from stoker.manager.standbys import BACKOFF
+from stoker.procs import process_start_marker
+from stoker.store import Owner, open_store
+from stoker.types import (
+    AttemptNo,
+    AttemptState,
+    ControlVersion,
+    Epoch,
+    JobState,
+    StandbyState,
+    job_id,
+)
+from tests.support import wait_for
+
+JOB = job_id("warm")
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def sup(tmp_path: Path, clock: ManualClock) -> Iterator[Supervisor]:
+    store = open_store(tmp_path / "store.db", clock)
+    s = Supervisor(store, SupervisorConfig(tmp_path, store.url), LocalProcessLauncher())
+    yield s
+    store.close()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+def _process(procs: list[subprocess.Popen[bytes]]) -> Owner:
+    """A live process of this host (a stand-in for a driver): its owner record."""
+    # A process group of its own, as a driver is (the launcher kills the group).
+    p = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
+    )
+    procs.append(p)
+    return Owner(this_host(), p.pid, process_start_marker(p.pid))
+
+
+def _job(sup: Supervisor, tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> Owner:
+    """A job submitted with a standby, its attempt 1 RUNNING as a live process; the owner."""
+    app = tmp_path / "app.py"
+    app.write_text("")
+    spec = {
+        "kind": "app",
+        "entrypoint": str(app),
+        "args": [],
+        "conf": {},
+        "standby": True,
+        "restart_strategy": {"strategy": "fixed-delay", "attempts": 3, "delay": 30},
+    }
+    sup.store.create_job(JOB, "warm", spec, {})
+    driver = _process(procs)
+    sup.store.start_attempt(JOB, driver, 10.0, AttemptNo(0))
+    return driver
+
+
+def _ready_standby(sup: Supervisor, procs: list[subprocess.Popen[bytes]]) -> Owner:
+    owner = _process(procs)
+    sup.store.add_standby(JOB, owner, "/logs/standby.log", 10.0)
+    sup.store.renew_standby(JOB, owner, 10.0, ready=True)
+    return owner
+
+
+def test_a_dead_drivers_next_attempt_goes_to_the_ready_standby_at_once(
+    sup: Supervisor, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    store = sup.store
+    _job(sup, tmp_path, procs)
+    standby = _ready_standby(sup, procs)
+    procs[0].kill()  # the running driver dies
+    procs[0].wait()
+
+    # Seen gone: attempt 1 failed, and without the strategy's 30 s delay (a standby is
+    # ready) attempt 2 is handed over in the same step (or the next, while the killed
+    # driver's processes are still seen).
+    wait_for(
+        "attempt 2 handed over",
+        lambda: (sup.step(), store.get_job(JOB).current_attempt == 2)[1],
+        timeout=30,
+        every=0.05,
+    )
+
+    failed = store.get_attempt(JOB, AttemptNo(1))
+    assert failed is not None and failed.state == AttemptState.FAILED
+    att = store.get_attempt(JOB, AttemptNo(2))
+    assert att is not None and failed.ended_at is not None
+    assert att.started_at == failed.ended_at  # the manual clock did not move: no delay
+    assert (att.state, att.owner, att.log_path) == (
+        AttemptState.STARTING,
+        standby,
+        "/logs/standby.log",
+    )
+    sb = store.get_standby(JOB)
+    assert sb is not None and (sb.state, sb.attempt) == (StandbyState.TAKEN, 2)
+    assert sup.started_attempts == 0  # no driver was started: the standby took it
+    assert sup.standbys.handed == 1
+    # The standby claims its attempt: the row goes, it is the job's driver now.
+    store.claim_attempt(JOB, AttemptNo(2), standby, 10.0)
+    sup.step()
+    after = store.get_standby(JOB)
+    assert after is None or after.owner != standby  # gone, or a new standby warming
+
+
+def test_a_frozen_standby_is_stopped_and_not_handed_the_attempt(
+    sup: Supervisor,
+    tmp_path: Path,
+    clock: ManualClock,
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    store = sup.store
+    driver = _job(sup, tmp_path, procs)
+    _ready_standby(sup, procs)
+    store.renew_lease(JOB, AttemptNo(1), 60.0)  # the driver lives on
+    clock.advance(11.0)  # the standby renewed nothing: frozen (SIGSTOP) or cut off
+    sup.step()
+    assert store.get_standby(JOB) is None
+    wait_for("the standby killed", lambda: procs[1].poll() is not None, timeout=30)
+    # The next one waits for the backoff: a standby that fails must not loop.
+    sup.step()
+    assert store.get_standby(JOB) is None
+    # The driver dies: the restart strategy's delay applies (no standby is ready).
+    procs[0].kill()
+    procs[0].wait()
+    sup.step()
+    job = store.get_job(JOB)
+    assert job.state == JobState.RESTARTING
+    assert job.next_attempt_at == clock.now() + 30
+    assert driver.pid == procs[0].pid
+    assert BACKOFF > 0
+
+
+def test_the_standby_of_an_ended_job_is_stopped(
+    sup: Supervisor, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    store = sup.store
+    _job(sup, tmp_path, procs)
+    _ready_standby(sup, procs)
+    store.finish_attempt(JOB, AttemptNo(1), AttemptState.CANCELED, JobState.CANCELED)
+    sup.step()
+    assert store.get_standby(JOB) is None
+    wait_for("the standby killed", lambda: procs[1].poll() is not None, timeout=30)
+
+
+def test_a_standby_is_started_once_the_attempt_has_committed(
+    sup: Supervisor, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    store = sup.store
+    _job(sup, tmp_path, procs)
+    sup.step()
+    assert store.get_standby(JOB) is None  # not beside an attempt that committed nothing
+    store.pin_epoch(JOB, Epoch(0), AttemptNo(1), ControlVersion(0))
+    store.decide_epoch(JOB, Epoch(0), AttemptNo(1), rows_in=1, final=False)
+    store.mark_epoch_committed(JOB, Epoch(0))
+    sup.step()
+    sb = store.get_standby(JOB)
+    assert sb is not None and sb.state == StandbyState.WARMING
+    assert sb.owner.host == this_host() and sb.owner.pid > 0
+    assert Path(sb.log_path).parent == tmp_path / "logs" / JOB
+    # A real standby driver of an empty file: it finds no pipeline and exits; seen gone, it
+    # is replaced after the backoff, not at once.
+    wait_for(
+        "the failed standby forgotten",
+        lambda: (sup.step(), store.get_standby(JOB) is None)[1],
+        timeout=120,
+    )
+    sup.step()
+    assert store.get_standby(JOB) is None
