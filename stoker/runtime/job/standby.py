@@ -108,17 +108,13 @@ class StandbyWait:
                 log.warning("standby: cannot read its record: %s", e)
 
     def leave(self) -> None:
-        """Stop renewing; a standby that was not handed an attempt takes its row away."""
+        """Stop renewing. The row stays: the leader removes it once it sees this process
+        gone, and counts a standby that ended without being handed an attempt as a failure
+        (a standby that fails at each start must not be restarted in a loop)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
-        try:
-            if self.taken is None:
-                self._store.remove_standby(self.job, self.owner)
-        except StoreError as e:
-            log.warning("standby: cannot remove its record: %s", e)
-        finally:
-            self._store.close()
+        self._store.close()
 
 
 WARM_UP_TIMEOUT = 120  # s; a warm-up that takes longer is given up (the standby waits cold)

@@ -24,6 +24,7 @@ VALUES: dict[str, str | None] = {
     "--reset-checkpoint": None,  # a flag: no value
     "--restart-strategy": "{}",
     "--scaling": "fixed",
+    "--standby": None,  # a flag: no value
 }
 MODE_ARGS = {
     LOCAL: [],
