@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import JobConflict, JobTerminal
+from stoker.errors import InvalidInput, JobConflict, JobTerminal
 from stoker.manager import rescales
 from stoker.manager.appinspect import inspect_app
 from stoker.manager.batch import CreateBatcher
@@ -176,6 +176,7 @@ class JobSubmissions:
             sub = replace(sub, rewrite_output_after_savepoint=True)
             sub.check_rewrite()
         if standby:
+            check_standby_master(sub.conf)
             sub = replace(sub, standby=True)
         start: dict[str, Any] = {}
         if jid is None or config:
@@ -247,3 +248,16 @@ def _with_scaling(
     if (scaling is None or job.scaling is not None) and not force:
         return job
     return store.set_scaling(job.job_id, scaling)
+
+
+def check_standby_master(conf: dict[str, str]) -> None:
+    """A warm standby is a second driver with its own Spark: on a cluster master it would
+    register a second application and take executors (all free cores, without a cap) that the
+    running job may need. Standbys are for ``local`` masters (the default) for now."""
+    master = conf.get("spark.master") or conf.get("stoker.master") or "local[*]"
+    if not master.strip().startswith("local"):
+        raise InvalidInput(
+            "standby",
+            f"is for jobs on a local master; this job runs on {master!r}, where a standby "
+            "would be a second Spark application holding executors the job may need",
+        )

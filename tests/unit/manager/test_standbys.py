@@ -193,3 +193,31 @@ def test_a_standby_is_started_once_the_attempt_has_committed(
     )
     sup.step()
     assert store.get_standby(JOB) is None
+
+
+def test_a_standby_is_asked_for_at_submission_on_local_masters_only(tmp_path: Path) -> None:
+    from stoker.errors import InvalidInput
+    from stoker.manager import JobManager
+
+    app = tmp_path / "apps" / "app.py"
+    app.parent.mkdir()
+    app.write_text("")
+    store = open_store(tmp_path / "store.db")
+    manager = JobManager(store, tmp_path, [app.parent])
+    try:
+        made = manager.submit("warm", str(app), conf={"stoker.master": "local[2]"}, standby=True)
+        assert made.job.spec["standby"] is True
+        plain = manager.submit("plain", str(app))
+        assert "standby" not in plain.job.spec  # older specs stay equal
+        with pytest.raises(InvalidInput) as err:
+            manager.submit(
+                "on-cluster",
+                str(app),
+                conf={"spark.master": "spark://127.0.0.1:7077"},
+                standby=True,
+            )
+        assert err.value.field == "standby"
+        assert "second Spark application" in err.value.message
+    finally:
+        manager.close()
+        store.close()

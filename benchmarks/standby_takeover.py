@@ -1,0 +1,317 @@
+"""Warm standby drivers (issue 24, "Measured"): a driver's ``kill -9`` -> the first epoch
+committed by the job's next attempt, with a warm standby and without one, in the same run.
+
+Everything is real: a ``stoker server`` (SQLite store) this script starts in a temporary
+folder, the drivers and standbys it starts, their JVMs and Python workers. Two jobs run side
+by side the whole time, each ``generator -> files sink`` (parquet; endless, 50 ids a second,
+at most 50 an epoch, one partition), ``local[1]``, trigger 200 ms, the default restart
+strategy (fixed-delay, 1 s):
+
+* ``warm``: submitted with ``"standby": true``;
+* ``cold``: the same without (what every job did before: a new driver process, JVM and
+  SparkSession, the app imported, the query started from its checkpoint).
+
+Turns alternate warm / cold (``--kills`` each, default 5). Before each kill the job has
+committed under its current attempt and, for ``warm``, its standby is READY; both jobs have
+run 3 s since the last takeover; then a random 0-0.5 s so the kill lands anywhere in an
+epoch. The kill is SIGKILL of the driver's process group (the Python driver and its JVM). The
+figure is from the kill to the commit time of the first epoch decided by a later attempt,
+read from the store; split into: death noticed (the attempt's end), next attempt recorded
+(handed to the standby, or a driver spawned), and the first commit.
+
+Then the standby's cost, once it is READY again: RSS and PSS (MiB) summed over its process
+tree (Python, JVM, Python workers), and its CPU over ``--idle`` seconds (default 30) of
+waiting. At the end both jobs are canceled and each files sink must hold every id the store
+says was read, once.
+
+Run: ``python benchmarks/standby_takeover.py [--kills 5] [--idle 30] [--seed N]
+[--json out.json]``. ``BENCH_KEEP=1`` keeps the work folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import _common as C
+
+HERE = Path(__file__).resolve().parent
+SPARK = 600.0
+APP = """\
+from stoker import Pipeline, sinks, sources
+
+pipeline = (
+    Pipeline({name!r})
+    .source(sources.generator(total=None, rows_per_second=50, max_rows_per_epoch=50, partitions=1))
+    .sink(sinks.files({out!r}))
+)
+"""
+CONF = {"stoker.master": "local[1]", "stoker.trigger": "200ms"}
+
+
+def note(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def wait_until(what: str, check: Any, timeout: float, every: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no {what} within {timeout:.0f} s")
+        time.sleep(every)
+
+
+class Loads:
+    """The load average every 2 s, in the background."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(2.0):
+            self.samples.append(os.getloadavg()[0])
+
+    def range(self) -> str:
+        s = self.samples or [os.getloadavg()[0]]
+        return f"{min(s):.1f}-{max(s):.1f}"
+
+
+def _kib(path: str, key: str) -> int:
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def tree(root: int) -> list[int]:
+    """``root`` and every process below it (by parent pid)."""
+    from stoker.procs import all_stats
+
+    stats = list(all_stats())
+    out, frontier = [root], [root]
+    while frontier:
+        nxt = [s.pid for s in stats if s.ppid in frontier]
+        out += nxt
+        frontier = nxt
+    return out
+
+
+def cpu_ticks(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+class Bench:
+    def __init__(self, root: Path) -> None:
+        import httpx
+
+        self.root = root
+        (root / "apps").mkdir(parents=True)
+        self.proc, self.url = C.start_manager(
+            f"sqlite:///{root / 'store.db'}",
+            root / "state",
+            root / "apps",
+            log=root / "server.log",
+        )
+        self.http = httpx.Client(base_url=self.url, timeout=30.0)
+        from stoker.store import open_store
+
+        self.store = open_store(str(root / "store.db"))
+
+    def submit(self, name: str, standby: bool) -> Path:
+        out = self.root / "out" / name
+        app = self.root / "apps" / f"{name}.py"
+        app.write_text(APP.format(name=name, out=str(out)))
+        body = {"entrypoint": str(app), "conf": CONF, "standby": standby}
+        r = self.http.post("/v1/jobs", json=body)
+        assert r.status_code == 201, r.text
+        return out
+
+    def job(self, name: str) -> dict[str, Any]:
+        return dict(self.http.get(f"/v1/jobs/{name}").json())
+
+    def settled(self, name: str, standby: bool) -> dict[str, Any] | None:
+        """The job if it has committed under its current attempt (and its standby is READY)."""
+        j = self.job(name)
+        att, last = j.get("attempt") or {}, j.get("last_epoch") or {}
+        if att.get("state") != "RUNNING" or not last.get("committed_at"):
+            return None
+        if last.get("decided_by") != att.get("attempt"):
+            return None
+        if standby and (j.get("standby") or {}).get("state") != "READY":
+            return None
+        return j
+
+    def kill(self, name: str, standby: bool, rng: random.Random) -> dict[str, float]:
+        j = wait_until(f"{name} settled", lambda: self.settled(name, standby), SPARK)
+        time.sleep(3.0 + rng.uniform(0, 0.5))
+        j = wait_until(f"{name} settled", lambda: self.settled(name, standby), SPARK)
+        att = j["attempt"]
+        n = int(att["attempt"])
+        t0 = time.time()
+        os.killpg(int(att["pid"]), signal.SIGKILL)
+
+        def first() -> Any:
+            done = [
+                e
+                for e in self.store.list_epochs(name, limit=20)
+                if e.decided_by is not None and e.decided_by > n and e.committed_at
+            ]
+            return min(done, key=lambda e: e.epoch) if done else None
+
+        e = wait_until(f"{name}: a commit after the kill", first, SPARK, every=0.02)
+        old = self.store.get_attempt(name, n)
+        new = self.store.get_attempt(name, e.decided_by)
+        return {
+            "noticed": (old.ended_at or t0) - t0,
+            "next_attempt": new.started_at - t0,
+            "committed": e.committed_at - t0,
+            "handed": float(new.owner.pid == (j.get("standby") or {}).get("pid")),
+        }
+
+    def standby_cost(self, name: str, idle: float) -> dict[str, float]:
+        j = wait_until("a READY standby", lambda: self.settled(name, True), SPARK)
+        pid = int(j["standby"]["pid"])
+        pids = tree(pid)
+        rss = sum(_kib(f"/proc/{p}/status", "VmRSS:") for p in pids) / 1024
+        pss = sum(_kib(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids) / 1024
+        hz = os.sysconf("SC_CLK_TCK")
+        c0, t0 = cpu_ticks(pids), time.monotonic()
+        time.sleep(idle)
+        c1, t1 = cpu_ticks(tree(pid)), time.monotonic()
+        return {
+            "processes": len(pids),
+            "rss_mib": rss,
+            "pss_mib": pss,
+            "idle_cpu_percent": 100.0 * (c1 - c0) / hz / (t1 - t0),
+        }
+
+    def finish(self, names: list[str], outs: dict[str, Path]) -> dict[str, Any]:
+        from tests.support.sinks import file_sink_ids
+
+        for n in names:
+            self.http.post(f"/v1/jobs/{n}/cancel")
+        out: dict[str, Any] = {}
+        for n in names:
+            wait_until(f"{n} canceled", lambda n=n: self.job(n)["state"] == "CANCELED", SPARK)
+            epochs = self.store.list_epochs(n, limit=1_000_000)
+            rows = sum(e.rows_in or 0 for e in epochs)
+            ids = file_sink_ids(outs[n])
+            twice = sum(1 for v in ids.values() if v > 1)
+            missing = len(set(range(rows)) - set(ids))
+            out[n] = {"rows": rows, "twice": twice, "missing": missing}
+        return out
+
+    def close(self) -> None:
+        from stoker.procs import all_stats
+
+        self.store.close()
+        with_store = str(self.root / "store.db")
+        for s in all_stats():
+            from stoker.procs import cmdline
+
+            argv = cmdline(s.pid) or []
+            if any(with_store in a for a in argv) and s.pgid == s.pid:
+                kill_group(s.pgid)
+        kill_group(self.proc.pid)
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def main() -> None:
+    p = C.arg_parser(__doc__.splitlines()[0])
+    p.add_argument("--kills", type=int, default=5)
+    p.add_argument("--idle", type=float, default=30.0)
+    p.add_argument("--seed", type=int, default=None)
+    a = p.parse_args()
+    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    info = C.machine()
+    C.print_machine(info)
+    print(f"seed {seed}")
+    root = Path(tempfile.mkdtemp(prefix="stoker-standby-bench-"))
+    loads = Loads()
+    bench = Bench(root)
+    results: dict[str, list[dict[str, float]]] = {"warm": [], "cold": []}
+    try:
+        outs = {"warm": bench.submit("warm", True), "cold": bench.submit("cold", False)}
+        for k in range(a.kills):
+            for name in ("warm", "cold") if k % 2 == 0 else ("cold", "warm"):
+                r = bench.kill(name, name == "warm", rng)
+                results[name].append(r)
+                note(
+                    f"{name} kill {k + 1}: noticed {r['noticed']:.2f} s, next attempt "
+                    f"{r['next_attempt']:.2f} s, committed {r['committed']:.2f} s"
+                    + (" (standby)" if r["handed"] else "")
+                )
+        cost = bench.standby_cost("warm", a.idle)
+        note(f"standby: {cost}")
+        ends = bench.finish(["warm", "cold"], outs)
+        note(f"ends: {ends}")
+    finally:
+        bench.close()
+        if os.environ.get("BENCH_KEEP") != "1":
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"kept {root}")
+    rows = []
+    for step in ("noticed", "next_attempt", "committed"):
+        w = [r[step] for r in results["warm"]]
+        c = [r[step] for r in results["cold"]]
+        rows.append(
+            [
+                step,
+                f"{C.median(w):.2f} ({C.spread(w, 2)})",
+                f"{C.median(c):.2f} ({C.spread(c, 2)})",
+                f"{C.median(c) / C.median(w):.1f}x" if C.median(w) > 0 else "-",
+            ]
+        )
+    print()
+    print(
+        C.table(["s after kill -9 (median, min..max)", "warm standby", "cold", "cold/warm"], rows)
+    )
+    handed = sum(int(r["handed"]) for r in results["warm"])
+    print(f"\nwarm kills handed to a standby: {handed}/{len(results['warm'])}")
+    print(
+        f"standby cost: {cost['processes']} processes, RSS {cost['rss_mib']:.0f} MiB, "
+        f"PSS {cost['pss_mib']:.0f} MiB, idle CPU {cost['idle_cpu_percent']:.2f} % of a core"
+    )
+    print(f"exactly once: {ends}")
+    print(f"load average during the run: {loads.range()} (2 cpus)")
+    C.write_json(
+        a.json,
+        {"machine": info, "seed": seed, "results": results, "standby": cost, "ends": ends,
+         "load": loads.samples},
+    )  # fmt: skip
+    sys.exit(0 if all(v["twice"] == 0 and v["missing"] == 0 for v in ends.values()) else 1)
+
+
+if __name__ == "__main__":
+    main()
