@@ -189,6 +189,22 @@ def test_scaling_block_commands_and_options_exist(work: Path) -> None:
             assert opt in helptext, f"{opt} of `{line}` not in `{cmd}`"
 
 
+def test_other_submit_and_read_lines_name_options_the_cli_takes(work: Path) -> None:
+    """Submit and read lines outside the job manager block (the warm standby's): every option
+    they show is one the command takes (a standby's takeover is tested in test_standby)."""
+    (server_block,) = [b for b in BLOCKS if any(_kind(ln) == "server" for ln in b)]
+    lines = [
+        ln for b in BLOCKS if b is not server_block for ln in b if _kind(ln) in ("submit", "read")
+    ]
+    assert any("--standby" in ln for ln in lines), lines
+    for line in lines:
+        words = shlex.split(line)
+        cmd = f"stoker {words[1]} --help"
+        helptext = _check(sh(cmd, work))
+        for opt in re.findall(r"\s(--?[a-z][a-z-]*)\b", line):
+            assert opt in helptext, f"{opt} of `{line}` not in `{cmd}`"
+
+
 def test_setup_block_runs_the_example_locally(work: Path) -> None:
     """Issue 23 item 13: the quick start makes a venv, installs this checkout into it (no dev
     extras) and runs the example through `.venv/bin/stoker`, not activated. The venv and the
