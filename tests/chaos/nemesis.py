@@ -67,13 +67,13 @@ def stall(pid: int, seconds: float, what: str) -> str | None:
     return f"SIGSTOP {what} {pid} for {seconds:g}s, SIGCONT"
 
 
-def kill_driver(driver: int) -> str | None:
+def kill_driver(driver: int, what: str = "driver") -> str | None:
     """SIGKILL the driver's whole process group (a machine or container dying)."""
     try:
         os.killpg(driver, signal.SIGKILL)
     except ProcessLookupError:
         return None
-    return f"SIGKILL driver group {driver}"
+    return f"SIGKILL {what} group {driver}"
 
 
 def term_driver(driver: int) -> str | None:

@@ -296,6 +296,8 @@ class Managed:
             },
             "restart_strategy": {"strategy": "fixed-delay", "attempts": 1000, "delay": 1},
         }
+        if self.run.schedule.workload.standby:
+            body["standby"] = True
         if self.run.from_savepoint:
             body["from_savepoint"] = self.run.from_savepoint
         deadline = time.monotonic() + 60
@@ -318,15 +320,40 @@ class Managed:
                 return m
         return None
 
-    def driver(self) -> int | None:
-        """The live driver of the job: a process of the run that leads its own group."""
+    def drivers(self) -> list[Any]:
+        """The run's driver processes that lead their groups: the job's driver, and its
+        standby when it has one."""
         from tests.support.procs import processes
 
         mine = set(processes_of(self.run.marker))
-        for p in processes():
-            if p.pid in mine and p.pid == p.pgid and "stoker.runtime.driver" in p.argv:
-                return p.pid
-        return None
+        return [
+            p
+            for p in processes()
+            if p.pid in mine and p.pid == p.pgid and "stoker.runtime.driver" in p.argv
+        ]
+
+    def driver(self) -> int | None:
+        """The live driver of the job: the current attempt's owner among the run's drivers;
+        a standby (started with ``--standby``) only once it was handed the attempt."""
+        found = self.drivers()
+        if not found:
+            return None
+        owner = self.run.read(
+            lambda st: st.get_attempt(self.run.job, st.get_job(self.run.job).current_attempt)
+        )
+        for p in found:
+            if owner is not None and p.pid == owner.owner.pid:
+                return int(p.pid)
+        plain = [p for p in found if "--standby" not in p.argv]
+        return int(plain[0].pid) if plain else None
+
+    def standby(self) -> int | None:
+        """The job's waiting standby driver (WARMING or READY), if its process is alive."""
+        rec = self.run.read(lambda st: st.get_standby(self.run.job))
+        if rec is None or str(rec.state) == "TAKEN":
+            return None
+        alive = {p.pid for p in self.drivers()}
+        return rec.owner.pid if rec.owner.pid in alive else None
 
     def ensure(self) -> bool:
         for i, m in enumerate(self.managers):
@@ -340,7 +367,8 @@ class Managed:
         return state not in ("FINISHED", "CANCELED") or self.driver() is not None
 
     def wait_exit(self, deadline: float) -> None:
-        while self.driver() is not None:
+        # Every driver of the run: a standby too (the leader stops it once the job ended).
+        while self.drivers():
             if time.monotonic() > deadline:
                 raise Stuck("the driver did not exit after a cancel or stop")
             time.sleep(0.3)

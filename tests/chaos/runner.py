@@ -226,6 +226,13 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
     k = step.kind
     if k in ("leader_kill", "manager_stall"):
         return run.op.manager_fault(k, step.arg)
+    if k in ("standby_kill", "standby_stall"):
+        sb = run.op.standby()
+        if sb is None:
+            return None  # none waits now (warming not started, just taken over)
+        if k == "standby_kill":
+            return nemesis.kill_driver(sb, what="standby")
+        return nemesis.stall(sb, step.arg, "standby")
     if k in ("executor_kill", "executor_stall", "spark_worker_kill"):
         assert run.cluster is not None
         if live_driver(run) is None:
@@ -655,6 +662,15 @@ def run_schedule(
             run.injected[step.kind] = run.injected.get(step.kind, 0) + 1
             run.log(f"{fmt_step(step)}: {done}")
         finish(run)
+        if w.standby:
+            # The leader stops an ended job's standby by itself: none may outlive the job.
+            deadline = time.monotonic() + 60
+            while run.op.drivers() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if run.op.drivers():
+                run.problems.append(
+                    f"drivers of the ended job left under the managers: {run.op.drivers()}"
+                )
         # The job has ended: what is left of it now (managers included) must go with a stop.
         run.op.stop()
         verdict = check(run)

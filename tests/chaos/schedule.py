@@ -46,11 +46,18 @@ WEIGHTS: dict[str, int] = {
     "executor_kill": 3,  # SIGKILL of an executor JVM (cluster workloads)
     "executor_stall": 2,  # SIGSTOP of an executor JVM for a while, then SIGCONT (cluster)
     "spark_worker_kill": 2,  # SIGKILL of a Spark worker's group; started again (cluster)
+    # Warm standby drivers (issue 24), drawn from a third stream, for jobs submitted with one
+    # (a share of the managed workloads): the draws above stay as they were.
+    "standby_kill": 1,  # SIGKILL of the job's waiting standby driver (the leader replaces it)
+    "standby_stall": 1,  # SIGSTOP of the waiting standby for a while, then SIGCONT
 }
 ADDED = {"savepoint_restore", "rescale", "executor_kill", "executor_stall", "spark_worker_kill"}
 MANAGER_ONLY = {"leader_kill", "manager_stall"}
 LOCAL_ONLY = {"checkpoint_lost"}  # the managers' drivers keep their state where they choose
 CLUSTER_ONLY = {"executor_kill", "executor_stall", "spark_worker_kill"}
+STANDBY_ONLY = {"standby_kill", "standby_stall"}
+STANDBY_SHARE = 0.5  # of the managed workloads drawn with the later kinds: with a standby
+STANDBY_STEPS = 0.2  # of a standby workload's steps: a fault of its standby
 CLUSTER_SHARE = 0.2  # of the schedules under `stoker run` (~13% of all): on a standalone cluster
 # Faults that end a driver: the runner starts the same command again afterwards.
 ENDS_DRIVER = {"driver_kill", "driver_term"}
@@ -68,6 +75,7 @@ class Workload:
     pg_store: bool  # the store on the PostgreSQL server too (else SQLite)
     disk: bool  # the files sink on a small file system of its own (disk_full faults)
     managed: bool = False  # run by two job managers on one store, not by `stoker run`
+    standby: bool = False  # submitted with a warm standby driver (managed only)
     # `stoker run` on a Spark standalone cluster the runner starts (a master and two one-core
     # workers on 127.0.0.2 and .3), not on local[N,F]
     cluster: bool = False
@@ -117,6 +125,7 @@ class Schedule:
             f"sinks files{' + postgres' if w.pg_sink else ''}, store "
             f"{'postgres' if w.pg_store else 'sqlite'}{', sink on a small disk' if w.disk else ''}"
             f", {'two job managers' if w.managed else 'stoker run'}"
+            f"{' with a warm standby' if w.standby else ''}"
             f"{' on a standalone cluster' if w.cluster else ''}"
         )
         return "\n".join([head, *(f"  {fmt_step(s)}" for s in self.steps)])
@@ -154,7 +163,18 @@ def generate(
         and not managed
         and (allow is None or bool(CLUSTER_ONLY & allow))
     )
-    kinds = {k: v for k, v in WEIGHTS.items() if allow is None or k in allow}
+    # A third stream for the standby (issue 24): nothing above or below draws from it.
+    third = random.Random(seed * 7_000_003 + 0x5B)
+    standby_kinds = [k for k in sorted(STANDBY_ONLY) if allow is None or k in allow]
+    standby = (
+        managed
+        and added
+        and third.random() < STANDBY_SHARE
+        and (allow is None or bool(STANDBY_ONLY & allow))
+    )
+    kinds = {
+        k: v for k, v in WEIGHTS.items() if (allow is None or k in allow) and k not in STANDBY_ONLY
+    }
     for k in LOCAL_ONLY if managed else MANAGER_ONLY:
         kinds.pop(k, None)
     if not pg_sink:
@@ -179,6 +199,9 @@ def generate(
         if later and (more.random() < share or not names):
             kind = more.choices(list(later), list(later.values()))[0]
             arg = _added_arg(more, kind)
+        if standby and standby_kinds and third.random() < STANDBY_STEPS:
+            kind = third.choice(standby_kinds)
+            arg = round(third.uniform(0.5, 15.0), 1) if kind == "standby_stall" else 0.0
         steps.append(Step(i, after_epochs, delay, kind, arg))
     # Enough epochs for every step to land before the job ends, and some after the last; an
     # added fault the job runs through (a worker down for seconds) gets the epochs it may
@@ -196,6 +219,7 @@ def generate(
         disk=disk,
         managed=managed,
         cluster=cluster,
+        standby=standby,
     )
     return Schedule(seed, w, steps)
 

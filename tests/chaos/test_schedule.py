@@ -5,7 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 
-from tests.chaos.schedule import ADDED, CLUSTER_ONLY, LOCAL_ONLY, WEIGHTS, generate, load
+from tests.chaos.schedule import (
+    ADDED,
+    CLUSTER_ONLY,
+    LOCAL_ONLY,
+    STANDBY_ONLY,
+    WEIGHTS,
+    generate,
+    load,
+)
 
 # The schedules of the recorded runs (docs/chaos-runs, seeds 1-8) as they were drawn before
 # the added kinds existed: a hash of each one's JSON without the later ``cluster`` field.
@@ -51,6 +59,8 @@ def test_faults_fit_the_workload_and_every_kind_is_drawn_over_many_seeds() -> No
         assert w.cluster or not kinds & CLUSTER_ONLY
         assert not (w.cluster and w.managed)
         assert not (w.managed and kinds & LOCAL_ONLY)
+        assert w.managed or not w.standby
+        assert w.standby or not kinds & STANDBY_ONLY
         # The generator has epochs for every step to land on, and some after the last.
         assert w.gen >= (sum(st.after_epochs for st in s.steps) + 8) * w.per_epoch
         seen |= kinds
@@ -66,13 +76,16 @@ def test_the_added_kinds_leave_the_recorded_schedules_and_old_draws_alone() -> N
     for seed, digest in RECORDED.items():
         old = generate(seed, added=False).to_json()
         assert old["workload"].pop("cluster") is False
+        assert old["workload"].pop("standby") is False
         assert _digest(old) == digest, seed
-    replaced = steps = clusters = 0
+    replaced = steps = clusters = standbys = 0
     for seed in range(300):
         new, old = generate(seed), generate(seed, added=False)
         a, b = new.to_json()["workload"], old.to_json()["workload"]
         clusters += a.pop("cluster")
         b.pop("cluster")
+        standbys += a.pop("standby")
+        assert b.pop("standby") is False
         # The workload as it was, but for the cluster and the ids an added fault's epochs need.
         changed = [x for x, y in zip(new.steps, old.steps, strict=True) if x != y]
         more, was = a.pop("gen"), b.pop("gen")
@@ -82,10 +95,12 @@ def test_the_added_kinds_leave_the_recorded_schedules_and_old_draws_alone() -> N
             steps += 1
             if x != y:  # a step changed only by becoming an added kind
                 replaced += 1
-                assert x.kind in ADDED and y.kind not in ADDED, (seed, x, y)
+                assert x.kind in ADDED | STANDBY_ONLY and y.kind not in ADDED, (seed, x, y)
+                assert new.workload.standby or x.kind not in STANDBY_ONLY, (seed, x)
                 assert (x.index, x.after_epochs, x.delay) == (y.index, y.after_epochs, y.delay)
-    assert 0.03 < replaced / steps < 0.2, (replaced, steps)
+    assert 0.03 < replaced / steps < 0.25, (replaced, steps)
     assert 0.07 < clusters / 300 < 0.2, clusters
+    assert 0.08 < standbys / 300 < 0.3, standbys  # half the managed workloads (~35%)
 
 
 def test_the_added_kinds_fit_their_workloads_and_can_be_forced() -> None:
