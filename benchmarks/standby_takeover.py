@@ -5,7 +5,7 @@ Everything is real: a ``stoker server`` (SQLite store) this script starts in a t
 folder, the drivers and standbys it starts, their JVMs and Python workers. Two jobs run side
 by side the whole time, each ``generator -> files sink`` (parquet; endless, 50 ids a second,
 at most 50 an epoch, one partition), ``local[1]``, trigger 200 ms, the default restart
-strategy (fixed-delay, 1 s):
+strategy's delay (fixed-delay, 1 s; 100 attempts, so that every kill is restarted):
 
 * ``warm``: submitted with ``"standby": true``;
 * ``cold``: the same without (what every job did before: a new driver process, JVM and
@@ -56,6 +56,8 @@ pipeline = (
 )
 """
 CONF = {"stoker.master": "local[1]", "stoker.trigger": "200ms"}
+# The default strategy's delay (1 s), with room for every kill (the default gives up after 3).
+RESTARTS = {"strategy": "fixed-delay", "attempts": 100, "delay": 1}
 
 
 def note(msg: str) -> None:
@@ -146,7 +148,12 @@ class Bench:
         out = self.root / "out" / name
         app = self.root / "apps" / f"{name}.py"
         app.write_text(APP.format(name=name, out=str(out)))
-        body = {"entrypoint": str(app), "conf": CONF, "standby": standby}
+        body = {
+            "entrypoint": str(app),
+            "conf": CONF,
+            "standby": standby,
+            "restart_strategy": RESTARTS,
+        }
         r = self.http.post("/v1/jobs", json=body)
         assert r.status_code == 201, r.text
         return out
