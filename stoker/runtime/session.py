@@ -373,6 +373,14 @@ def _jvm_ignores_sigterm() -> Iterator[None]:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
         kwargs["preexec_fn"] = preexec
+        if kwargs.get("stderr") is None:
+            kwargs["stderr"] = subprocess.PIPE  # forwarded, less one line (_forward_jvm_stderr)
+            proc = real(*args, **kwargs)
+            threading.Thread(
+                target=_forward_jvm_stderr, args=(proc.stderr,), name="stoker-jvm-stderr",
+                daemon=True,
+            ).start()  # fmt: skip
+            return proc
         return real(*args, **kwargs)
 
     setattr(gateway, "Popen", popen)  # noqa: B010 - the name PySpark's launch_gateway calls
@@ -380,6 +388,25 @@ def _jvm_ignores_sigterm() -> Iterator[None]:
         yield
     finally:
         setattr(gateway, "Popen", real)  # noqa: B010
+
+
+# What the JVM prints on every start because Spark 4 adds `--add-modules jdk.incubator.vector`
+# to its options: no JVM flag silences it (issue 23 item 8: only stoker's lines on stderr).
+_JVM_NOISE = (b"WARNING: Using incubator modules: jdk.incubator.vector",)
+
+
+def _forward_jvm_stderr(pipe: Any) -> None:
+    """Copy the driver JVM's stderr to this process's, line by line, without the line every
+    JVM start prints (``_JVM_NOISE``). Ends when the JVM closes its stderr (it exited)."""
+    try:
+        for line in iter(pipe.readline, b""):
+            if line.rstrip(b"\r\n") in _JVM_NOISE:
+                continue
+            # Our stderr gone: keep draining, so that the JVM never blocks on a full pipe.
+            with contextlib.suppress(OSError):
+                os.write(2, line)
+    except (OSError, ValueError):
+        return
 
 
 def _reuse(spark: SparkSession, settings: Settings) -> SparkSession:
