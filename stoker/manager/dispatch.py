@@ -175,7 +175,7 @@ class Dispatcher:
         """Record the next attempt STARTING (its driver claims it), or None if another
         manager or the job's state got there first, or if the previous attempt's processes
         still run (killed now: the next attempt starts once they are seen gone). For a
-        ``standby`` about to be handed the attempt: owned by it, its log the standby's."""
+        ``standby`` about to be handed the attempt: its log is the standby's."""
         if self._previous_runs(job):
             return None
         if self.max_starting and standby is None:  # a handover starts no Spark
@@ -184,13 +184,16 @@ class Dispatcher:
             if self._starting >= self.max_starting:
                 return None  # queued: a later step starts it once a start has ended
         log_path = self.state_dir / "logs" / job.job_id / f"attempt-{job.current_attempt + 1}.log"
-        owner = Owner(host=this_host(), pid=0, pid_started="unknown")
         if standby is not None:
-            log_path, owner = Path(standby.log_path), standby.owner
+            # Its log; its owner stays "not launched yet" until the standby holds the attempt
+            # itself (a leader that dies before the handover leaves an attempt that is
+            # replaced after the launch grace, not one that waits out a start lease and has
+            # the standby killed as its driver).
+            log_path = Path(standby.log_path)
         try:
             made = self.store.start_attempt(
                 job.job_id,
-                owner,
+                Owner(host=this_host(), pid=0, pid_started="unknown"),
                 self.startup_ttl,
                 job.current_attempt,
                 previous_dead=True,  # only reached when the previous attempt has ended

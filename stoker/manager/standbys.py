@@ -15,10 +15,13 @@ leader, each tick:
   attempt's driver now, watched as any driver); the next tick starts a new standby;
 - stops the standby of a job that ended or no longer wants one.
 
-The handover is two writes, attempt first: the next attempt is recorded STARTING with the
-standby as its owner and the standby's log as its log, then the row becomes TAKEN with that
-attempt (only if it was READY with its lease valid). A standby that died in between leaves a
-STARTING attempt no driver holds: handed to a new driver at once (``Dispatcher``).
+The handover is two writes, attempt first: the next attempt is recorded STARTING (no driver
+yet, the standby's log as its log), then the row becomes TAKEN with that attempt (only if it
+was READY with its lease valid); the standby then holds the attempt itself, as a new driver
+does. If the row cannot be taken (the standby died or froze meanwhile), a new driver is
+started for the attempt at once (``Dispatcher``). A leader that dies between the two writes
+leaves a STARTING attempt nobody launched: the next leader replaces it after the launch grace
+without counting a failure, and hands the new one to the standby, still READY.
 """
 
 from __future__ import annotations

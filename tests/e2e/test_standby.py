@@ -89,8 +89,8 @@ def test_standbys_take_over_from_killed_and_frozen_drivers_exactly_once(
     os.killpg(first["pid"], signal.SIGKILL)
 
     def handed(n: int) -> dict[str, Any] | None:
-        att = _job(m)["attempt"]
-        return att if att and att["attempt"] > n else None
+        att = _job(m)["attempt"]  # a later attempt, held by its driver (a pid recorded)
+        return att if att and att["attempt"] > n and att["pid"] > 0 else None
 
     second = wait_for("the next attempt", lambda: handed(first["attempt"]), 60)
     assert second["pid"] == standby_pid  # no new driver: the standby is attempt 2's driver

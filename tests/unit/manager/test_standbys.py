@@ -113,16 +113,17 @@ def test_a_dead_drivers_next_attempt_goes_to_the_ready_standby_at_once(
     att = store.get_attempt(JOB, AttemptNo(2))
     assert att is not None and failed.ended_at is not None
     assert att.started_at == failed.ended_at  # the manual clock did not move: no delay
-    assert (att.state, att.owner, att.log_path) == (
+    assert (att.state, att.owner.pid, att.log_path) == (
         AttemptState.STARTING,
-        standby,
+        0,  # the standby holds it itself
         "/logs/standby.log",
     )
     sb = store.get_standby(JOB)
     assert sb is not None and (sb.state, sb.attempt) == (StandbyState.TAKEN, 2)
     assert sup.started_attempts == 0  # no driver was started: the standby took it
     assert sup.standbys.handed == 1
-    # The standby claims its attempt: the row goes, it is the job's driver now.
+    # The standby holds, then claims its attempt: the row goes, it is the job's driver now.
+    store.hold_start(JOB, AttemptNo(2), standby, 10.0)
     store.claim_attempt(JOB, AttemptNo(2), standby, 10.0)
     sup.step()
     after = store.get_standby(JOB)
@@ -221,3 +222,44 @@ def test_a_standby_is_asked_for_at_submission_on_local_masters_only(tmp_path: Pa
     finally:
         manager.close()
         store.close()
+
+
+def test_a_leader_that_died_mid_handover_leaves_the_standby_to_the_next_one(
+    tmp_path: Path, clock: ManualClock, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """The old leader recorded attempt 2 for the standby and died before marking it TAKEN:
+    the next leader replaces the attempt nobody launched after the launch grace, without
+    counting a failure, and hands attempt 3 to the standby (not killed, still READY)."""
+    store = open_store(tmp_path / "store.db", clock)
+    old = Supervisor(store, SupervisorConfig(tmp_path, store.url), LocalProcessLauncher())
+    _job(old, tmp_path, procs)
+    standby = _ready_standby(old, procs)
+    old.step()  # it leads
+    procs[0].kill()  # the driver dies; the old leader fails its attempt ...
+    procs[0].wait()
+    store.attempt_failed(JOB, AttemptNo(1), "the driver is gone", store.clock.now())
+    made = old.dispatcher._new_attempt(store.get_job(JOB), store.get_standby(JOB))
+    assert made is not None and made.attempt == 2  # ... records attempt 2, and dies
+    new = Supervisor(
+        open_store(tmp_path / "store.db", clock),
+        SupervisorConfig(tmp_path, store.url, holder="manager-new"),
+        LocalProcessLauncher(),
+    )
+    clock.advance(old.cfg.leader_ttl + 0.1)  # the old leader's lease lapses
+    store.renew_standby(JOB, standby, 10.0)  # the standby lives on, renewing its lease
+    new.step()
+    assert store.get_job(JOB).current_attempt == 2  # within the launch grace: waited for
+    clock.advance(new.cfg.launch_grace + 1)
+    store.renew_standby(JOB, standby, 10.0)
+    for _ in range(5):  # the leader lease, renewed on real time, is found lapsed once: again
+        new.step()
+        if store.get_job(JOB).current_attempt == 3:
+            break
+    job = store.get_job(JOB)
+    # Attempt 2 replaced without a failure counted (the one counted is attempt 1's).
+    assert (job.current_attempt, job.failures) == (3, 1)
+    sb = store.get_standby(JOB)
+    assert sb is not None and (sb.state, sb.attempt, sb.owner) == (StandbyState.TAKEN, 3, standby)
+    assert procs[1].poll() is None  # the standby lives: it is attempt 3's driver
+    new.store.close()
+    store.close()
