@@ -334,6 +334,16 @@ def lose_checkpoint(run: Run) -> str | None:
         # The kill came as the job ended: a start of an ended job is refused as ended (exit
         # 5) before any checkpoint is looked at; there is nothing to lose.
         return "the job had finished before the kill"
+    decided = run.read(
+        lambda st: any(
+            str(e.state) in ("DECIDED", "COMMITTED") for e in st.list_epochs(run.job, limit=5)
+        )
+    )
+    if decided is False:
+        # Killed before the store decided any epoch (run J, seed 78: epoch 0 pinned, not
+        # decided): the checkpoint holds nothing the store relies on, and a start without it
+        # is rightly a fresh start, not a refusal. Nothing is removed; the driver comes back.
+        return "killed before any epoch was decided: a lost checkpoint would lose nothing"
     before = run.committed()
     aside = run.state / "checkpoint.lost"
     os.rename(run.state / "checkpoint", aside)
