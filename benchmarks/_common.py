@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -261,3 +261,35 @@ def start_manager(
         except httpx.HTTPError:
             time.sleep(0.1)
     raise RuntimeError(f"stoker server on {url} did not start")
+
+
+class Timeout(RuntimeError):
+    """What a benchmark waited for did not come in time."""
+
+
+def wait_until(
+    what: str | Callable[[], str], check: Callable[[], Any], timeout: float, every: float = 0.1
+) -> Any:
+    """Poll ``check`` until it returns something truthy and return that; :class:`Timeout`
+    naming ``what`` (a callable is asked only then) after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            text = what() if callable(what) else what
+            raise Timeout(f"no {text} within {timeout:.0f} s")
+        time.sleep(every)
+
+
+def proc_kib(path: str, key: str) -> int:
+    """The number after ``key`` in a /proc file (``VmRSS:`` in ``status``, ``Pss:`` in
+    ``smaps_rollup``), in KiB; 0 when the process or the line is gone."""
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

@@ -222,22 +222,18 @@ def alive(p: Proc) -> bool:
     return now is not None and now.start == p.start
 
 
-def _kib(path: str, key: str) -> int:
-    try:
-        for line in Path(path).read_text().splitlines():
-            if line.startswith(key):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+def _proc_kib(path: str, key: str) -> int:
+    import _common as C
+
+    return C.proc_kib(path, key)
 
 
 def memory_of(procs: Iterable[Proc]) -> dict[str, Any]:
     """RSS and PSS (MiB) summed over ``procs``, in all and by role, and the process count."""
     out: dict[str, Any] = {"rss": 0.0, "pss": 0.0, "processes": 0, "by_role": {}, "workers": {}}
     for p in procs:
-        rss = _kib(f"/proc/{p.pid}/status", "VmRSS:") / 1024
-        pss = _kib(f"/proc/{p.pid}/smaps_rollup", "Pss:") / 1024
+        rss = _proc_kib(f"/proc/{p.pid}/status", "VmRSS:") / 1024
+        pss = _proc_kib(f"/proc/{p.pid}/smaps_rollup", "Pss:") / 1024
         if rss == 0 and not alive(p):
             continue
         out["rss"] += rss
@@ -285,20 +281,11 @@ class LoadMonitor(threading.Thread):
         return [v for t, v in self.samples if t0 <= t <= t1]
 
 
-class Timeout(RuntimeError):
-    pass
-
-
 def wait_until(what: Callable[[], str], check: Callable[[], Any], timeout: float) -> Any:
-    """Poll ``check`` until it returns something truthy; :class:`Timeout` naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise Timeout(f"no {what()} within {timeout:.0f} s")
-        time.sleep(POLL_S)
+    """:func:`_common.wait_until` at this script's poll interval (:class:`Timeout`)."""
+    import _common as C
+
+    return C.wait_until(what, check, timeout, POLL_S)
 
 
 def log_time(line: str) -> float | None:
@@ -616,7 +603,9 @@ def teardown(
         if "cancel -> every process gone" not in out and not any(alive(p) for p in procs):
             out["cancel -> every process gone"] = now - t0
         if time.monotonic() > deadline:
-            raise Timeout(f"{app}: teardown incomplete after {STOP_TIMEOUT:.0f} s: {out}")
+            import _common as C
+
+            raise C.Timeout(f"{app}: teardown incomplete after {STOP_TIMEOUT:.0f} s: {out}")
         time.sleep(POLL_S)
     out["JVMs"] = float(len(jvms))
     out["processes"] = float(len(procs))
@@ -782,7 +771,9 @@ class Plain:
             self.proc.wait()
             self.proc = None
             # pyspark's daemons lead groups of their own: they go when the JVM has gone.
-            with contextlib.suppress(Timeout):
+            import _common as C
+
+            with contextlib.suppress(C.Timeout):
                 wait_until(lambda: "exit", lambda: not any(alive(p) for p in procs), 60)
         for s in self._stores.values():
             s.close()

@@ -64,17 +64,6 @@ def note(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def wait_until(what: str, check: Any, timeout: float, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no {what} within {timeout:.0f} s")
-        time.sleep(every)
-
-
 class Loads:
     """The load average every 2 s, in the background."""
 
@@ -91,16 +80,6 @@ class Loads:
     def range(self) -> str:
         s = self.samples or [os.getloadavg()[0]]
         return f"{min(s):.1f}-{max(s):.1f}"
-
-
-def _kib(path: str, key: str) -> int:
-    try:
-        for line in Path(path).read_text().splitlines():
-            if line.startswith(key):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def tree(root: int) -> list[int]:
@@ -174,9 +153,9 @@ class Bench:
         return j
 
     def kill(self, name: str, standby: bool, rng: random.Random) -> dict[str, float]:
-        j = wait_until(f"{name} settled", lambda: self.settled(name, standby), SPARK)
+        j = C.wait_until(f"{name} settled", lambda: self.settled(name, standby), SPARK)
         time.sleep(3.0 + rng.uniform(0, 0.5))
-        j = wait_until(f"{name} settled", lambda: self.settled(name, standby), SPARK)
+        j = C.wait_until(f"{name} settled", lambda: self.settled(name, standby), SPARK)
         att = j["attempt"]
         n = int(att["attempt"])
         t0 = time.time()
@@ -190,7 +169,7 @@ class Bench:
             ]
             return min(done, key=lambda e: e.epoch) if done else None
 
-        e = wait_until(f"{name}: a commit after the kill", first, SPARK, every=0.02)
+        e = C.wait_until(f"{name}: a commit after the kill", first, SPARK, every=0.02)
         old = self.store.get_attempt(name, n)
         new = self.store.get_attempt(name, e.decided_by)
         return {
@@ -201,11 +180,11 @@ class Bench:
         }
 
     def standby_cost(self, name: str, idle: float) -> dict[str, float]:
-        j = wait_until("a READY standby", lambda: self.settled(name, True), SPARK)
+        j = C.wait_until("a READY standby", lambda: self.settled(name, True), SPARK)
         pid = int(j["standby"]["pid"])
         pids = tree(pid)
-        rss = sum(_kib(f"/proc/{p}/status", "VmRSS:") for p in pids) / 1024
-        pss = sum(_kib(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids) / 1024
+        rss = sum(C.proc_kib(f"/proc/{p}/status", "VmRSS:") for p in pids) / 1024
+        pss = sum(C.proc_kib(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids) / 1024
         hz = os.sysconf("SC_CLK_TCK")
         c0, t0 = cpu_ticks(pids), time.monotonic()
         time.sleep(idle)
@@ -224,7 +203,7 @@ class Bench:
             self.http.post(f"/v1/jobs/{n}/cancel")
         out: dict[str, Any] = {}
         for n in names:
-            wait_until(f"{n} canceled", lambda n=n: self.job(n)["state"] == "CANCELED", SPARK)
+            C.wait_until(f"{n} canceled", lambda n=n: self.job(n)["state"] == "CANCELED", SPARK)
             epochs = self.store.list_epochs(n, limit=1_000_000)
             rows = sum(e.rows_in or 0 for e in epochs)
             ids = file_sink_ids(outs[n])

@@ -22,8 +22,8 @@ from stoker.manager import processes
 from stoker.manager.cluster_keeper import CannotRun, ClusterKeeper
 from stoker.manager.launcher import DriverLauncher, this_host
 from stoker.manager.leader import LeaderLease
-from stoker.manager.standbys import StandbyKeeper, wants_standby
-from stoker.manager.submit import ASSIGNED_STATE_DIR, job_folder
+from stoker.manager.standbys import StandbyKeeper, job_driver_argv, wants_standby
+from stoker.manager.submit import ASSIGNED_STATE_DIR
 from stoker.store import AttemptRecord, JobRecord, Owner, StandbyRecord, Store
 from stoker.types import AttemptState, JobId, JobKind, SpecKind
 
@@ -107,22 +107,7 @@ class Dispatcher:
                 standby.owner.pid,
                 attempt.attempt,
             )
-        spec = job.spec
-        # The folder the job was given when it was created (its checkpoint), whichever manager
-        # launches this attempt; jobs stored without one run under this manager's folder.
-        job_dir = job_folder(job, self.state_dir)
-        argv = processes.driver_argv(
-            job.job_id,
-            attempt.attempt,
-            self.store_url,
-            Path(job_dir),
-            Path(spec["entrypoint"]),
-            list(spec.get("args", [])),
-            dict(spec.get("conf", {})),
-            self.lease_ttl,
-            from_savepoint=spec.get("from_savepoint"),
-            rewrite_output=bool(spec.get("rewrite_output_after_savepoint")),
-        )
+        argv = job_driver_argv(job, attempt.attempt, self.store_url, self.state_dir, self.lease_ttl)
         self._spawn(job, attempt, argv)
 
     def _start_application(self, app: JobRecord) -> None:

@@ -145,18 +145,7 @@ class StandbyKeeper:
     def start(self, job: JobRecord) -> StandbyRecord | None:
         """Start the job's standby and record it WARMING; None if it could not start."""
         spec = job.spec
-        argv = processes.driver_argv(
-            job.job_id,
-            None,
-            self.store_url,
-            Path(job_folder(job, self.state_dir)),
-            Path(spec["entrypoint"]),
-            list(spec.get("args", [])),
-            dict(spec.get("conf", {})),
-            self.ttl,
-            from_savepoint=spec.get("from_savepoint"),
-            rewrite_output=bool(spec.get("rewrite_output_after_savepoint")),
-        )
+        argv = job_driver_argv(job, None, self.store_url, self.state_dir, self.ttl)
         self.started += 1
         log_path = self.state_dir / "logs" / job.job_id / f"standby-{_stamp()}.log"
         try:
@@ -196,6 +185,28 @@ class StandbyKeeper:
         self._failures.pop(jid, None)
         self.handed += 1
         return taken
+
+
+def job_driver_argv(
+    job: JobRecord, attempt: int | None, store_url: str, state_dir: Path, lease_ttl: float
+) -> processes.DriverArgv:
+    """The driver command line of a job submitted alone, from its spec: for ``attempt``, or
+    (None) its warm standby. Its folder is the one the job was given when it was created (its
+    checkpoint), whichever manager launches it; jobs stored without one run under
+    ``state_dir``."""
+    spec = job.spec
+    return processes.driver_argv(
+        job.job_id,
+        attempt,
+        store_url,
+        Path(job_folder(job, state_dir)),
+        Path(spec["entrypoint"]),
+        list(spec.get("args", [])),
+        dict(spec.get("conf", {})),
+        lease_ttl,
+        from_savepoint=spec.get("from_savepoint"),
+        rewrite_output=bool(spec.get("rewrite_output_after_savepoint")),
+    )
 
 
 def _stamp() -> str:

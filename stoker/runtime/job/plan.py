@@ -155,6 +155,20 @@ def on_cluster(settings: Settings) -> bool:
     return not spark_master(settings).strip().startswith("local")
 
 
+def settings_of(opts: RunOptions, ctx: LaunchContext) -> Settings:
+    """A job's settings: ``stoker.run``'s (or ``stoker.submit``'s) options, the launcher's
+    ``-D`` pairs on top (:func:`resolve_settings`)."""
+    return resolve_settings(
+        ctx,
+        trigger=opts.trigger,
+        state_dir=opts.state_dir,
+        store=opts.store,
+        master=opts.master,
+        conf=opts.conf,
+        lease_ttl=opts.lease_ttl,
+    )
+
+
 def check_state_dir(settings: Settings) -> None:
     """On a cluster every worker reads and writes the job's folder (checkpoint, sink state):
     a relative path means another folder on every host, so it is refused."""
@@ -172,15 +186,7 @@ def plan_job(
     pipeline: Pipeline, opts: RunOptions, scope: JobScope | None, ctx: LaunchContext
 ) -> JobPlan:
     """Check a job before anything is written or started: bad input raises here."""
-    settings = resolve_settings(
-        ctx,
-        trigger=opts.trigger,
-        state_dir=opts.state_dir,
-        store=opts.store,
-        master=opts.master,
-        conf=opts.conf,
-        lease_ttl=opts.lease_ttl,
-    )
+    settings = settings_of(opts, ctx)
     in_app = scope is not None and scope.app_id is not None
     jid = _job_id((None if in_app else ctx.job_id) or opts.job_id or pipeline.name)
     restart = opts.restart or (not in_app and ctx.restart)

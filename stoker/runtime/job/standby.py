@@ -31,7 +31,7 @@ from stoker.runtime import launch
 from stoker.runtime.attempt import hold_start
 from stoker.runtime.job import opening
 from stoker.runtime.job.attempt_run import AttemptRun
-from stoker.runtime.job.plan import RunOptions, plan_job, resolve_settings
+from stoker.runtime.job.plan import RunOptions, plan_job, settings_of
 from stoker.runtime.job.result import JobResult
 from stoker.runtime.job.signals import StopSignals
 from stoker.sources.base import SourceContext
@@ -165,15 +165,7 @@ def execute_standby(
 ) -> JobResult:
     """Warm up for ``pipeline``'s job, wait for its next attempt, then run that attempt as a
     job manager's driver would (:class:`AttemptRun`), reusing the warm session and stream."""
-    settings = resolve_settings(
-        ctx,
-        trigger=opts.trigger,
-        state_dir=opts.state_dir,
-        store=opts.store,
-        master=opts.master,
-        conf=opts.conf,
-        lease_ttl=opts.lease_ttl,
-    )
+    settings = settings_of(opts, ctx)
     jid = _job_id(ctx.job_id or opts.job_id or pipeline.name)
     root = (settings.state_dir or (Path(".stoker") / jid)).resolve()
     store_url = str(settings.store or root / "store.db")
