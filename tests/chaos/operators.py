@@ -161,7 +161,8 @@ class Local:
         wait_group_gone(p.pid)
         self.exits.append(p.returncode)
         store_down = p.returncode == STORE_DOWN_EXIT and self.run.schedule.workload.pg_store
-        if p.returncode not in EXPECTED_EXITS and not store_down:
+        termed_early = p.returncode == -signal.SIGTERM and p.pid in self.run.termed
+        if p.returncode not in EXPECTED_EXITS and not store_down and not termed_early:
             self.unexpected.append(f"rc {p.returncode}: {self.run.last_line()}")
         self.proc = None
         self.run.log(f"driver ended rc {p.returncode}, job {self.run.job_state()}")

@@ -91,6 +91,9 @@ class Run:
     switches: list[Switch] = field(default_factory=list)
     from_savepoint: str | None = None  # the folder the current job starts from, if any
     problems: list[str] = field(default_factory=list)  # what the checker reports as found
+    # Drivers the nemesis sent SIGTERM: one that gets it before Python has installed its
+    # handler (just started) ends by the signal's default action, rc -15 (run J, seed 80).
+    termed: set[int] = field(default_factory=set)
     # job id -> the checkpoint batches a state repartition took (no stoker epoch has them)
     repartition_batches: dict[str, list[int]] = field(default_factory=dict)
 
@@ -255,6 +258,7 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
             return None if jvm is None else nemesis.stall(jvm.pid, step.arg, "driver JVM")
         if k == "driver_kill":
             return nemesis.kill_driver(d)
+        run.termed.add(d)
         return nemesis.term_driver(d)
     if k == "pg_down":
         assert run.pg is not None
