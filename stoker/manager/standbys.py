@@ -49,6 +49,7 @@ BACKOFF_MAX = 300.0
 # A WARMING standby's lease: it renews it from its first second, but a start on a loaded
 # host can take long before Python runs at all.
 START_TTL = 120.0
+HANDOVER_LOST = "its standby was handed the attempt and did not hold it (frozen or cut off)"
 
 
 def wants_standby(job: JobRecord) -> bool:
@@ -96,9 +97,21 @@ class StandbyKeeper:
         now = self.store.clock.now()
         if sb.state == StandbyState.TAKEN:
             att = self.store.get_attempt(job.job_id, sb.attempt) if sb.attempt else None
-            if att is None or att.state != AttemptState.STARTING:
-                # Its attempt was claimed (or ended): a driver like any other now.
-                self.store.remove_standby(job.job_id, sb.owner)
+            held = att is not None and att.owner == sb.owner  # the standby holds it itself
+            if att is not None and att.state == AttemptState.STARTING and not held:
+                if now - att.started_at > self.ttl:
+                    # Handed over, never held: the standby froze (or was cut off) right after
+                    # its last renewal. The attempt is given up now, without a failure
+                    # counted, not after the start lease (minutes); the next starts cold.
+                    self._failed(job.job_id)
+                    self.store.attempt_failed(
+                        job.job_id, att.attempt, HANDOVER_LOST, now, count=False
+                    )
+                    self._stop(sb, f"it did not hold attempt {att.attempt}", kill=True)
+                return
+            # Its attempt was claimed or ended: a driver like any other if it held it, else
+            # a process that runs nothing of the job (the attempt went on without it).
+            self._stop(sb, f"attempt {sb.attempt} went on without it", kill=not held)
             return
         why = None
         if (
@@ -112,8 +125,9 @@ class StandbyKeeper:
             self._failed(job.job_id)
             self._stop(sb, why)
 
-    def _stop(self, sb: StandbyRecord, why: str) -> None:
-        if sb.state != StandbyState.TAKEN:
+    def _stop(self, sb: StandbyRecord, why: str, kill: bool | None = None) -> None:
+        """Forget the standby; kill its process unless it runs an attempt now (TAKEN)."""
+        if kill if kill is not None else sb.state != StandbyState.TAKEN:
             log.info("job %s: standby pid %d stopped: %s", sb.job_id, sb.owner.pid, why)
             self.launcher.kill(sb.owner)
         self.store.remove_standby(sb.job_id, sb.owner)

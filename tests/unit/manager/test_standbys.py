@@ -144,6 +144,7 @@ def test_a_frozen_standby_is_stopped_and_not_handed_the_attempt(
     sup.step()
     assert store.get_standby(JOB) is None
     wait_for("the standby killed", lambda: procs[1].poll() is not None, timeout=30)
+    store.close()
     # The next one waits for the backoff: a standby that fails must not loop.
     sup.step()
     assert store.get_standby(JOB) is None
@@ -168,6 +169,7 @@ def test_the_standby_of_an_ended_job_is_stopped(
     sup.step()
     assert store.get_standby(JOB) is None
     wait_for("the standby killed", lambda: procs[1].poll() is not None, timeout=30)
+    store.close()
 
 
 def test_a_standby_is_started_once_the_attempt_has_committed(
@@ -262,4 +264,37 @@ def test_a_leader_that_died_mid_handover_leaves_the_standby_to_the_next_one(
     assert sb is not None and (sb.state, sb.attempt, sb.owner) == (StandbyState.TAKEN, 3, standby)
     assert procs[1].poll() is None  # the standby lives: it is attempt 3's driver
     new.store.close()
+    store.close()
+
+
+def test_a_standby_frozen_after_the_handover_gives_its_attempt_up_at_once(
+    tmp_path: Path, clock: ManualClock, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """Handed an attempt right after its last renewal, the standby froze (SIGSTOP) and never
+    held it: the attempt is given up after the standby's lease, without a failure counted,
+    not after the 120 s start lease; the standby is killed and the next attempt starts."""
+    from stoker.manager.standbys import HANDOVER_LOST
+
+    store = open_store(tmp_path / "store.db", clock)
+    # A lease shorter than the launch grace: the standby's lapse is what is seen first.
+    cfg = SupervisorConfig(tmp_path, store.url, lease_ttl=4.0)
+    sup = Supervisor(store, cfg, LocalProcessLauncher())
+    _job(sup, tmp_path, procs)
+    _ready_standby(sup, procs)
+    procs[0].kill()
+    procs[0].wait()
+    wait_for(
+        "attempt 2 handed over",
+        lambda: (sup.step(), store.get_job(JOB).current_attempt == 2)[1],
+        timeout=30,
+        every=0.05,
+    )
+    failures = store.get_job(JOB).failures
+    clock.advance(sup.cfg.lease_ttl + 1)  # the standby holds nothing
+    sup.step()
+    att = store.get_attempt(JOB, AttemptNo(2))
+    assert att is not None and (att.state, att.error) == (AttemptState.FAILED, HANDOVER_LOST)
+    assert store.get_job(JOB).failures == failures  # the manager's handover, not the job
+    assert store.get_standby(JOB) is None
+    wait_for("the standby killed", lambda: procs[1].poll() is not None, timeout=30)
     store.close()
