@@ -26,6 +26,7 @@ from stoker.checkpoint_layout import (
 from stoker.errors import DriverLost, InvalidInput
 from stoker.redact import is_secret_entry
 from stoker.runtime import jvmcache
+from stoker.runtime.jvmlaunch import jvm_launch
 from stoker.settings import Settings
 
 if TYPE_CHECKING:
@@ -182,7 +183,7 @@ def _get_session(settings: Settings, app_name: str) -> SparkSession:
         if k not in secret:
             builder = builder.config(k, v)
     try:
-        with _jvm_ignores_sigterm(), _worker_site(), _secret_properties(secret):
+        with jvm_launch(), _worker_site(), _secret_properties(secret):
             spark = builder.getOrCreate()
         register_sources(spark)  # the first use of the session state: bad SQL settings fail here
     except Exception as e:
@@ -339,74 +340,6 @@ def _worker_site() -> Iterator[None]:
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     with _environ_while("PYTHONPATH", os.pathsep.join([*parts, str(WORKER_SITE)])):
         yield
-
-
-@contextlib.contextmanager
-def _jvm_ignores_sigterm() -> Iterator[None]:
-    """Start the driver's JVM with SIGTERM ignored.
-
-    A host shutdown (systemd's default KillMode) or a ``kill`` of the process group sends
-    SIGTERM to every process at once. The JVM would run its shutdown hooks and stop the
-    SparkContext under the driver, which is at that moment letting the epoch in flight commit
-    (a stop signal ends a job SUSPENDED, gracefully). Ignored at exec, SIGTERM stays ignored
-    in the JVM (HotSpot installs no handler for a signal the process ignores; bash's
-    spark-submit keeps it ignored too). The JVM still ends with the driver: it exits when its
-    stdin, a pipe from the driver, closes, and the driver stops it after the graceful stop.
-    Only the child is changed (in its preexec function), never this process.
-    """
-    try:
-        import pyspark.java_gateway as gateway
-    except ImportError:  # pragma: no cover
-        yield
-        return
-    real = getattr(gateway, "Popen", None)
-    if real is None:  # another PySpark layout: leave it as it is
-        yield
-        return
-
-    def popen(*args: Any, **kwargs: Any) -> Any:
-        inner = kwargs.get("preexec_fn")
-
-        def preexec() -> None:
-            if inner is not None:
-                inner()
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-        kwargs["preexec_fn"] = preexec
-        if kwargs.get("stderr") is None:
-            kwargs["stderr"] = subprocess.PIPE  # forwarded, less one line (_forward_jvm_stderr)
-            proc = real(*args, **kwargs)
-            threading.Thread(
-                target=_forward_jvm_stderr, args=(proc.stderr,), name="stoker-jvm-stderr",
-                daemon=True,
-            ).start()  # fmt: skip
-            return proc
-        return real(*args, **kwargs)
-
-    setattr(gateway, "Popen", popen)  # noqa: B010 - the name PySpark's launch_gateway calls
-    try:
-        yield
-    finally:
-        setattr(gateway, "Popen", real)  # noqa: B010
-
-
-# What the JVM prints on every start because Spark 4 adds `--add-modules jdk.incubator.vector`
-# to its options: no JVM flag silences it (issue 23 item 8: only stoker's lines on stderr).
-_JVM_NOISE = (b"WARNING: Using incubator modules: jdk.incubator.vector",)
-
-
-def _forward_jvm_stderr(pipe: Any) -> None:
-    """Copy the driver JVM's stderr to this process's, line by line, without the line every
-    JVM start prints (``_JVM_NOISE``). Ends when the JVM closes its stderr (it exited)."""
-    try:
-        for line in iter(pipe.readline, b""):
-            if line.rstrip(b"\r\n") in _JVM_NOISE:
-                continue
-            # Our stderr gone: keep draining, so that the JVM never blocks on a full pipe.
-            with contextlib.suppress(OSError):
-                os.write(2, line)
-    except (OSError, ValueError):
-        return
 
 
 def _reuse(spark: SparkSession, settings: Settings) -> SparkSession:
