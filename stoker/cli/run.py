@@ -119,7 +119,7 @@ if TYPE_CHECKING:
     "--standby",
     is_flag=True,
     help="With --server: keep a warm standby driver beside the running one (the app imported, "
-    "Spark up); it takes over within about a second when the running driver dies. Costs a "
+    "Spark up); its first epoch commits about 1.5 s after the running driver dies. Costs a "
     "second driver's memory.",
 )
 @click.option("--quiet", is_flag=True, help="Do not print epoch progress.")
