@@ -163,7 +163,12 @@ class LocalProcessLauncher:
         return child.poll()
 
     def is_gone(self, owner: Owner) -> bool:
-        return bool(owner.pid) and processes.is_dead(owner)
+        if not owner.pid:
+            return False
+        for proc in self._children.values():
+            if proc.pid == owner.pid and proc.poll() is not None:
+                return True  # our child, exited (a zombie until collected: not dead to /proc)
+        return processes.is_dead(owner)
 
     def still_running(self, owner: Owner) -> bool:
         return bool(owner.pid) and is_this_host(owner.host) and bool(_group_of(owner))
@@ -179,6 +184,8 @@ class LocalProcessLauncher:
             code = proc.poll()
             if code is not None and not watched(*key):
                 del self._children[key]
+                if key[1] == STANDBY:
+                    continue  # a standby's exit decides nothing; its process is seen gone
                 # Kept a while: whether the job restarts may depend on it (exit 2: no).
                 self._exited[key] = code
                 while len(self._exited) > EXITED_KEPT:

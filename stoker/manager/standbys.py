@@ -114,10 +114,7 @@ class StandbyKeeper:
             self._stop(sb, f"attempt {sb.attempt} went on without it", kill=not held)
             return
         why = None
-        if (
-            self.launcher.is_gone(sb.owner)
-            or self.launcher.exit_code(job.job_id, AttemptNo(0)) is not None
-        ):
+        if self.launcher.is_gone(sb.owner):
             why = f"the standby (pid {sb.owner.pid}) is gone"
         elif sb.lease_expires_at <= now:
             why = f"the standby (pid {sb.owner.pid}) let its lease lapse (frozen or cut off)"

@@ -298,3 +298,27 @@ def test_a_standby_frozen_after_the_handover_gives_its_attempt_up_at_once(
     assert store.get_standby(JOB) is None
     wait_for("the standby killed", lambda: procs[1].poll() is not None, timeout=30)
     store.close()
+
+
+def test_a_standby_another_manager_started_is_not_judged_by_an_old_standbys_exit(
+    sup: Supervisor, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """This manager's own standby of the job exited and was collected; the standby now
+    recorded is another manager's (a failover between): it lives, and is left alone."""
+    launcher = sup.launcher
+    assert isinstance(launcher, LocalProcessLauncher)
+    _job(sup, tmp_path, procs)
+    mine = launcher.start_standby(
+        JOB, [sys.executable, "-c", "pass"], {}, tmp_path / "sb.log", tmp_path
+    )
+    wait_for(
+        "its own standby to exit and be collected",
+        lambda: (launcher.reap(lambda j, a: False), launcher.is_gone(mine))[1],
+        timeout=60,
+    )
+    other = _ready_standby(sup, procs)  # started by another manager: not a child here
+    assert not launcher.is_gone(other)
+    sup.step()
+    sb = sup.store.get_standby(JOB)
+    assert sb is not None and sb.owner == other  # not taken for the exited one
+    assert procs[1].poll() is None
