@@ -89,24 +89,28 @@ def _ready_standby(sup: Supervisor, procs: list[subprocess.Popen[bytes]]) -> Own
     return owner
 
 
+def _kill_driver_until_handed(sup: Supervisor, procs: list[subprocess.Popen[bytes]]) -> None:
+    """The running driver (the first process) dies; step the leader until attempt 2 exists."""
+    procs[0].kill()
+    procs[0].wait()
+    wait_for(
+        "attempt 2 handed over",
+        lambda: (sup.step(), sup.store.get_job(JOB).current_attempt == 2)[1],
+        timeout=30,
+        every=0.05,
+    )
+
+
 def test_a_dead_drivers_next_attempt_goes_to_the_ready_standby_at_once(
     sup: Supervisor, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
 ) -> None:
     store = sup.store
     _job(sup, tmp_path, procs)
     standby = _ready_standby(sup, procs)
-    procs[0].kill()  # the running driver dies
-    procs[0].wait()
-
     # Seen gone: attempt 1 failed, and without the strategy's 30 s delay (a standby is
     # ready) attempt 2 is handed over in the same step (or the next, while the killed
     # driver's processes are still seen).
-    wait_for(
-        "attempt 2 handed over",
-        lambda: (sup.step(), store.get_job(JOB).current_attempt == 2)[1],
-        timeout=30,
-        every=0.05,
-    )
+    _kill_driver_until_handed(sup, procs)
 
     failed = store.get_attempt(JOB, AttemptNo(1))
     assert failed is not None and failed.state == AttemptState.FAILED
@@ -281,14 +285,7 @@ def test_a_standby_frozen_after_the_handover_gives_its_attempt_up_at_once(
     sup = Supervisor(store, cfg, LocalProcessLauncher())
     _job(sup, tmp_path, procs)
     _ready_standby(sup, procs)
-    procs[0].kill()
-    procs[0].wait()
-    wait_for(
-        "attempt 2 handed over",
-        lambda: (sup.step(), store.get_job(JOB).current_attempt == 2)[1],
-        timeout=30,
-        every=0.05,
-    )
+    _kill_driver_until_handed(sup, procs)
     failures = store.get_job(JOB).failures
     clock.advance(sup.cfg.lease_ttl + 1)  # the standby holds nothing
     sup.step()
