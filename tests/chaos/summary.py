@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -63,4 +64,7 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except BrokenPipeError:  # `| head`: the reader has what it wanted; close quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
