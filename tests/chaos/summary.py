@@ -7,9 +7,9 @@ the workloads, and every failure with its seed and what the checker found.
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
-import os
 import sys
 from collections import Counter
 from pathlib import Path
