@@ -18,6 +18,7 @@ recovery, query start from the checkpoint, the same fence (``AttemptRun``).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -120,6 +121,27 @@ class StandbyWait:
 WARM_UP_TIMEOUT = 120  # s; a warm-up that takes longer is given up (the standby waits cold)
 
 
+WARM_UP_PREFIX = "stoker-warm-up-"  # then the standby's pid: its folder under the temp dir
+
+
+def _remove_orphaned_warm_ups() -> None:
+    """Remove the warm-up folders of standbys that died while warming up (killed, their
+    ``finally`` never ran): the pid in the folder's name is gone."""
+    import shutil
+    import tempfile
+
+    for old in Path(tempfile.gettempdir()).glob(WARM_UP_PREFIX + "*"):
+        pid = old.name[len(WARM_UP_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(old, ignore_errors=True)
+        except PermissionError:  # another user's live process
+            continue
+
+
 def warm_up(session: SparkSession) -> None:
     """Run a throwaway streaming query to its end in this session: a few ids from stoker's
     generator, written as Parquet, under a folder of its own that is removed after.
@@ -135,7 +157,8 @@ def warm_up(session: SparkSession) -> None:
     from stoker.sources.generator import GeneratorSource
 
     t0 = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="stoker-warm-up-"))
+    _remove_orphaned_warm_ups()
+    tmp = Path(tempfile.mkdtemp(prefix=f"{WARM_UP_PREFIX}{os.getpid()}-"))
     try:
         stream = GeneratorSource(total=64, partitions=1).open(session, "warm", tmp)
 
