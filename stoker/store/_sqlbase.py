@@ -11,8 +11,13 @@ from typing import Any
 from stoker.clock import Clock, SystemClock
 from stoker.errors import InvalidTransition, JobNotFound, StoreError
 from stoker.store import _sql
-from stoker.store.records import AttemptRecord, JobRecord
+from stoker.store.records import AttemptRecord, JobRecord, Owner
 from stoker.types import ATTEMPTS, AttemptNo, AttemptState, JobId
+
+
+def owner_params(owner: Owner) -> dict[str, Any]:
+    """A process's identity as the queries' ``:host``, ``:pid`` and ``:pid_started``."""
+    return {"host": owner.host, "pid": owner.pid, "pid_started": owner.pid_started}
 
 
 class SqlBase:

@@ -12,7 +12,7 @@ from stoker.errors import (
     NotLeader,
     StaleAttempt,
 )
-from stoker.store._sqlbase import SqlBase
+from stoker.store._sqlbase import SqlBase, owner_params
 from stoker.store.records import AttemptRecord, JobRecord, Owner
 from stoker.store.sql_control import end_controls_in
 from stoker.types import (
@@ -112,9 +112,7 @@ class AttemptsMixin(SqlBase):
                     job_id=job_id,
                     attempt=new,
                     state=str(state),
-                    host=owner.host,
-                    pid=owner.pid,
-                    pid_started=owner.pid_started,
+                    **owner_params(owner),
                     lease_expires_at=now + lease_ttl,
                     now=now,
                     log_path=log_path,
@@ -177,9 +175,7 @@ class AttemptsMixin(SqlBase):
                     "claim_attempt",
                     job_id=job_id,
                     attempt=attempt,
-                    host=owner.host,
-                    pid=owner.pid,
-                    pid_started=owner.pid_started,
+                    **owner_params(owner),
                     lease_expires_at=now + lease_ttl,
                     from_state=str(current),
                 ).rowcount
@@ -202,9 +198,7 @@ class AttemptsMixin(SqlBase):
                 "hold_start",
                 job_id=job_id,
                 attempt=attempt,
-                host=owner.host,
-                pid=owner.pid,
-                pid_started=owner.pid_started,
+                **owner_params(owner),
                 lease_expires_at=now + lease_ttl,
                 now=now,
             ).rowcount
@@ -231,9 +225,7 @@ class AttemptsMixin(SqlBase):
                 "set_attempt_owner",
                 job_id=job_id,
                 attempt=attempt,
-                host=owner.host,
-                pid=owner.pid,
-                pid_started=owner.pid_started,
+                **owner_params(owner),
             )
 
     def attempt_failed(

@@ -6,7 +6,7 @@ once that attempt runs, the standby is gone, or the job ended."""
 from __future__ import annotations
 
 from stoker.errors import InvalidTransition
-from stoker.store._sqlbase import SqlBase
+from stoker.store._sqlbase import SqlBase, owner_params
 from stoker.store.fleet_records import StandbyRecord
 from stoker.store.records import Owner
 from stoker.types import AttemptNo, JobId
@@ -24,9 +24,7 @@ class StandbysMixin(SqlBase):
                 cur,
                 "insert_standby",
                 job_id=job_id,
-                host=owner.host,
-                pid=owner.pid,
-                pid_started=owner.pid_started,
+                **owner_params(owner),
                 log_path=log_path,
                 now=now,
                 lease_expires_at=now + lease_ttl,
@@ -55,9 +53,7 @@ class StandbysMixin(SqlBase):
                 cur,
                 "renew_standby",
                 job_id=job_id,
-                host=owner.host,
-                pid=owner.pid,
-                pid_started=owner.pid_started,
+                **owner_params(owner),
                 lease_expires_at=now + lease_ttl,
                 ready=1 if ready else 0,
                 now=now,
@@ -85,8 +81,6 @@ class StandbysMixin(SqlBase):
                     cur,
                     "remove_standby_of",
                     job_id=job_id,
-                    host=owner.host,
-                    pid=owner.pid,
-                    pid_started=owner.pid_started,
+                    **owner_params(owner),
                 ).rowcount
         return bool(n)
