@@ -86,7 +86,8 @@ class StandbyKeeper:
         for jid, sb in recorded.items():
             job = jobs.get(jid)
             if job is None or not wants_standby(job):
-                self._stop(sb, "its job ended" if job is None else "its job has no standby")
+                why = "its job ended" if job is None else "its job has no standby"
+                self._stop(sb, why, kill=sb.state != StandbyState.TAKEN)
                 continue
             self._watch(job, sb)
         for job in live:
@@ -120,11 +121,11 @@ class StandbyKeeper:
             why = f"the standby (pid {sb.owner.pid}) let its lease lapse (frozen or cut off)"
         if why is not None:
             self._failed(job.job_id)
-            self._stop(sb, why)
+            self._stop(sb, why, kill=True)
 
-    def _stop(self, sb: StandbyRecord, why: str, kill: bool | None = None) -> None:
-        """Forget the standby; kill its process unless it runs an attempt now (TAKEN)."""
-        if kill if kill is not None else sb.state != StandbyState.TAKEN:
+    def _stop(self, sb: StandbyRecord, why: str, kill: bool) -> None:
+        """Forget the standby; ``kill`` its process too (not one that runs an attempt now)."""
+        if kill:
             log.info("job %s: standby pid %d stopped: %s", sb.job_id, sb.owner.pid, why)
             self.launcher.kill(sb.owner)
         self.store.remove_standby(sb.job_id, sb.owner)
