@@ -155,20 +155,6 @@ def on_cluster(settings: Settings) -> bool:
     return not spark_master(settings).strip().startswith("local")
 
 
-def settings_of(opts: RunOptions, ctx: LaunchContext) -> Settings:
-    """A job's settings: ``stoker.run``'s (or ``stoker.submit``'s) options, the launcher's
-    ``-D`` pairs on top (:func:`resolve_settings`)."""
-    return resolve_settings(
-        ctx,
-        trigger=opts.trigger,
-        state_dir=opts.state_dir,
-        store=opts.store,
-        master=opts.master,
-        conf=opts.conf,
-        lease_ttl=opts.lease_ttl,
-    )
-
-
 def check_state_dir(settings: Settings) -> None:
     """On a cluster every worker reads and writes the job's folder (checkpoint, sink state):
     a relative path means another folder on every host, so it is refused."""
@@ -182,28 +168,63 @@ def check_state_dir(settings: Settings) -> None:
         )
 
 
-def plan_job(
+@dataclass(frozen=True)
+class JobBasics:
+    """What every start of a job derives first, from its options and its launcher: its
+    settings, id, submitted config, folder and store; the pipeline checked against them."""
+
+    settings: Settings
+    jid: JobId
+    given: dict[str, Any]
+    root: Path
+    store_url: str | Path
+    config: dict[str, Any]  # the declared defaults with ``given`` on top, checked
+
+
+def job_basics(
     pipeline: Pipeline, opts: RunOptions, scope: JobScope | None, ctx: LaunchContext
-) -> JobPlan:
-    """Check a job before anything is written or started: bad input raises here."""
-    settings = settings_of(opts, ctx)
+) -> JobBasics:
+    """A job's :class:`JobBasics`; bad input (the pipeline, its config, its sources, a
+    relative folder on a cluster) raises here, before anything is written."""
+    settings = resolve_settings(
+        ctx,
+        trigger=opts.trigger,
+        state_dir=opts.state_dir,
+        store=opts.store,
+        master=opts.master,
+        conf=opts.conf,
+        lease_ttl=opts.lease_ttl,
+    )
     in_app = scope is not None and scope.app_id is not None
     jid = _job_id((None if in_app else ctx.job_id) or opts.job_id or pipeline.name)
-    restart = opts.restart or (not in_app and ctx.restart)
-    reset_checkpoint = opts.reset_checkpoint or (not in_app and ctx.reset_checkpoint)
     given = dict(opts.config) if opts.config is not None else dict(ctx.config)
     check_state_dir(settings)
-
     default_root = Path(".stoker") / jid
     if scope is not None and scope.state_root is not None:
         default_root = scope.state_root / "jobs" / jid
     root = (settings.state_dir or default_root).resolve()
-    store_url = settings.store or root / "store.db"
-    # Bad input fails here, before anything is written.
     pipeline.validate()
-    pipeline.check_config(given)  # --config: declared keys, their defaults' types
+    config = pipeline.check_config(given)  # --config: declared keys, their defaults' types
     for inp in pipeline.inputs:
         inp.source.validate()
+    return JobBasics(settings, jid, given, root, settings.store or root / "store.db", config)
+
+
+def plan_job(
+    pipeline: Pipeline, opts: RunOptions, scope: JobScope | None, ctx: LaunchContext
+) -> JobPlan:
+    """Check a job before anything is written or started: bad input raises here."""
+    basics = job_basics(pipeline, opts, scope, ctx)
+    settings, jid, given, root, store_url = (
+        basics.settings,
+        basics.jid,
+        basics.given,
+        basics.root,
+        basics.store_url,
+    )
+    in_app = scope is not None and scope.app_id is not None
+    restart = opts.restart or (not in_app and ctx.restart)
+    reset_checkpoint = opts.reset_checkpoint or (not in_app and ctx.reset_checkpoint)
     # A live job is refused before Spark starts too (a managed driver's attempt, or a job of
     # an application re-adopting its jobs, may take a live one over: not those).
     existing = existing_job(store_url, jid, refuse_live=ctx.attempt is None and not in_app)

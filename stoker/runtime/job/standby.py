@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -32,13 +34,12 @@ from stoker.runtime import launch
 from stoker.runtime.attempt import hold_start
 from stoker.runtime.job import opening
 from stoker.runtime.job.attempt_run import AttemptRun
-from stoker.runtime.job.plan import RunOptions, plan_job, settings_of
+from stoker.runtime.job.plan import RunOptions, job_basics, plan_job
 from stoker.runtime.job.result import JobResult
 from stoker.runtime.job.signals import StopSignals
 from stoker.sources.base import SourceContext
 from stoker.store import Owner, open_store
 from stoker.types import AttemptNo, JobId, StandbyState
-from stoker.types import job_id as _job_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -119,17 +120,12 @@ class StandbyWait:
 
 
 WARM_UP_TIMEOUT = 120  # s; a warm-up that takes longer is given up (the standby waits cold)
-
-
 WARM_UP_PREFIX = "stoker-warm-up-"  # then the standby's pid: its folder under the temp dir
 
 
 def _remove_orphaned_warm_ups() -> None:
     """Remove the warm-up folders of standbys that died while warming up (killed, their
     ``finally`` never ran): the pid in the folder's name is gone."""
-    import shutil
-    import tempfile
-
     for old in Path(tempfile.gettempdir()).glob(WARM_UP_PREFIX + "*"):
         pid = old.name[len(WARM_UP_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit():
@@ -151,9 +147,6 @@ def warm_up(session: SparkSession) -> None:
     the same session: ~0.1 s, SPARK_FACTS.md). A takeover should not. Nothing of the job is
     read or written: no store (the generator plans without control), another checkpoint,
     another output. A failure is logged; the standby then waits as it is."""
-    import shutil
-    import tempfile
-
     from stoker.sources.generator import GeneratorSource
 
     t0 = time.monotonic()
@@ -188,15 +181,9 @@ def execute_standby(
 ) -> JobResult:
     """Warm up for ``pipeline``'s job, wait for its next attempt, then run that attempt as a
     job manager's driver would (:class:`AttemptRun`), reusing the warm session and stream."""
-    settings = settings_of(opts, ctx)
-    jid = _job_id(ctx.job_id or opts.job_id or pipeline.name)
-    root = (settings.state_dir or (Path(".stoker") / jid)).resolve()
-    store_url = str(settings.store or root / "store.db")
-    pipeline.validate()
-    given = dict(opts.config) if opts.config is not None else dict(ctx.config)
-    config = pipeline.check_config(given)
-    for inp in pipeline.inputs:
-        inp.source.validate()
+    basics = job_basics(pipeline, opts, None, ctx)
+    settings, jid, root = basics.settings, basics.jid, basics.root
+    store_url = str(basics.store_url)
     with StopSignals() as signals:
         t0 = time.monotonic()
         session = opts.spark or opening.start_spark(settings, jid, jid)
@@ -205,7 +192,7 @@ def execute_standby(
         # The sources' stream, analyzed with the transform on top: what a takeover would do
         # first, done now. Nothing of it reads the checkpoint (a query does, once started).
         stream = opening.open_sources(session, pipeline, root, SourceContext(jid, store_url, paced))
-        opening.check_transform(stream, pipeline, jid, config)
+        opening.check_transform(stream, pipeline, jid, basics.config)
         warm_up(session)
         log.info("standby for job %s: warm in %.1f s", jid, time.monotonic() - t0)
         attempt = standby.wait(lambda: signals.received is not None)
