@@ -23,6 +23,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("stoker.checkpoint")
 
@@ -260,6 +261,58 @@ def operators(checkpoint: Path) -> dict[int, str]:
         else:
             found[op] = "unknown"
     return found
+
+
+@dataclass(frozen=True)
+class StateSchema:
+    """The schema Spark recorded for one stateful operator's state: its key's and its
+    value's columns (each a Spark type as JSON: a name, or an object for a nested type)."""
+
+    key: list[Any]
+    value: list[Any]
+
+
+def state_schemas(checkpoint: Path) -> dict[int, StateSchema | None]:
+    """Stateful operator id -> the state schema Spark wrote for it, read from the schema file
+    it keeps beside the operator's first partition (``state/<op>/0/_metadata/schema``: a
+    version line, then the key's and the value's struct as JSON), or from the newest file of
+    ``state/<op>/_stateSchema/default/``; None for an operator whose schema cannot be read."""
+    found: dict[int, StateSchema | None] = {}
+    state = checkpoint / STATE
+    for op in batch_ids(state):
+        files = [state / str(op) / "0" / "_metadata" / "schema"]
+        v3 = state / str(op) / "_stateSchema" / "default"
+        if v3.is_dir():
+            files = sorted((f for f in v3.iterdir() if not f.name.startswith(".")), reverse=True)
+            files.append(state / str(op) / "0" / "_metadata" / "schema")
+        found[op] = None
+        for f in files:
+            schema = _read_schema(f)
+            if schema is not None:
+                found[op] = schema
+                break
+    return found
+
+
+def _read_schema(path: Path) -> StateSchema | None:
+    try:
+        raw = path.read_bytes()[:1_000_000].decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    structs: list[list[Any]] = []
+    decoder = json.JSONDecoder()
+    at = raw.find('{"type":"struct"')
+    while at >= 0 and len(structs) < 2:
+        try:
+            obj, end = decoder.raw_decode(raw, at)
+        except ValueError:
+            at = raw.find('{"type":"struct"', at + 1)
+            continue
+        structs.append([f.get("type") for f in obj.get("fields") or []])
+        at = raw.find('{"type":"struct"', end)
+    if len(structs) < 2:
+        return None
+    return StateSchema(structs[0], structs[1])
 
 
 def _operator_name(path: Path) -> str | None:

@@ -199,6 +199,23 @@ class OperationNotFound(StokerError):
         self.op_id = op_id
 
 
+class UpgradeConflict(StokerError):
+    """The job cannot take this upgrade now (another one is under way): HTTP 409."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id!r}: {reason}")
+        self.job_id = job_id
+
+
+class UpgradeNotFound(StokerError):
+    """The job has no upgrade of that id."""
+
+    def __init__(self, job_id: str, upgrade_id: str) -> None:
+        super().__init__(f"job {job_id!r} has no upgrade {upgrade_id!r}")
+        self.job_id = job_id
+        self.upgrade_id = upgrade_id
+
+
 class ClusterNotFound(StokerError):
     """No cluster with that name is recorded."""
 
@@ -279,6 +296,7 @@ EXIT_CODES: dict[type[StokerError], int] = {
     StoreError: 7,
     JobFailed: 8,
     JobConflict: 9,
+    UpgradeConflict: 9,
     NotLeader: 10,
     Unauthorized: 11,
     ManagerUnavailable: 12,
@@ -289,6 +307,7 @@ EXIT_CODES: dict[type[StokerError], int] = {
     JobOwnedElsewhere: 9,
     ClusterNotFound: 3,
     OperationNotFound: 3,
+    UpgradeNotFound: 3,
     RescaleNotFound: 3,
     ClusterError: 15,
     ClusterConflict: 15,

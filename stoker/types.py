@@ -345,6 +345,27 @@ class StandbyState(enum.StrEnum):
     TAKEN = "TAKEN"  # handed the job's next attempt: it is that attempt's driver now
 
 
+class StandbyRole(enum.StrEnum):
+    """Which of a job's standby drivers a ``standbys`` row is (migration 0017)."""
+
+    STANDBY = "standby"  # the job's own, running the job's code (``"standby": true``)
+    UPGRADE = "upgrade"  # an upgrade's: the new code, warm and checked until the swap
+
+
+class UpgradeState(enum.StrEnum):
+    """Lifecycle of an upgrade to new code (``upgrades``, migration 0017; issue 24)."""
+
+    PENDING = "PENDING"  # the new code warms and is checked; the old code runs
+    SWAPPED = "SWAPPED"  # the new code runs, watched; the old code is kept warm
+    CONFIRMED = "CONFIRMED"  # the new code ran through its watch window
+    ROLLED_BACK = "ROLLED_BACK"  # the new code failed in its window: the old code runs again
+    REFUSED = "REFUSED"  # a check failed, or the new code was lost before the swap
+
+    @property
+    def live(self) -> bool:
+        return self in (UpgradeState.PENDING, UpgradeState.SWAPPED)
+
+
 OPERATIONS: StateMachine[OperationState] = StateMachine(
     "operation",
     {

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import click
 
-from stoker.cli import apps, clusters, control, jobs, run, scaling, server, state
+from stoker.cli import apps, clusters, control, jobs, run, scaling, server, state, upgrade
 from stoker.cli._common import debug_option
 from stoker.cli.terminal import protect_stdout
 
@@ -38,7 +38,13 @@ def main() -> None:
 main.add_command(run.run_cmd)
 for _cmd in (jobs.status_cmd, jobs.epochs_cmd, jobs.list_cmd, jobs.cancel_cmd, jobs.logs_cmd):
     main.add_command(_cmd)
-for _cmd in (*control.COMMANDS, *apps.COMMANDS, *clusters.COMMANDS, *scaling.COMMANDS):
+for _cmd in (
+    *control.COMMANDS,
+    *apps.COMMANDS,
+    *clusters.COMMANDS,
+    *scaling.COMMANDS,
+    *upgrade.COMMANDS,
+):
     main.add_command(_cmd)
 main.add_command(state.state_group)
 main.add_command(server.server_cmd)

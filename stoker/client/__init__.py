@@ -224,6 +224,33 @@ class Client(OperationCalls):
         """``POST /v1/jobs/{id}/cancel``: stop gracefully (the epoch in flight commits)."""
         return dict(self._call("POST", f"/v1/jobs/{job_id}/cancel").json())
 
+    # upgrades ------------------------------------------------------------------------------
+    def upgrade(
+        self,
+        job_id: str,
+        entrypoint: str,
+        config: dict[str, Any] | None = None,
+        watch_epochs: int | None = None,
+        watch_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        """``POST /v1/jobs/{id}/upgrade``: the upgrade to the new code, PENDING."""
+        body: dict[str, Any] = {"entrypoint": entrypoint, "config": dict(config or {})}
+        if watch_epochs is not None:
+            body["watch_epochs"] = watch_epochs
+        if watch_seconds is not None:
+            body["watch_seconds"] = watch_seconds
+        return dict(self._call("POST", f"/v1/jobs/{job_id}/upgrade", json=body).json())
+
+    def upgrades(self, job_id: str, limit: int = 100) -> list[dict[str, Any]]:
+        """``GET /v1/jobs/{id}/upgrades``: the job's upgrades, newest first."""
+        return list(
+            self._call("GET", f"/v1/jobs/{job_id}/upgrades", params={"limit": limit}).json()
+        )
+
+    def get_upgrade(self, job_id: str, upgrade_id: str) -> dict[str, Any]:
+        """``GET /v1/jobs/{id}/upgrades/{upgrade_id}``."""
+        return dict(self._call("GET", f"/v1/jobs/{job_id}/upgrades/{upgrade_id}").json())
+
     # scaling -------------------------------------------------------------------------------
     def rescales(self, job_id: str, limit: int = 100, since: float | None = None) -> dict[str, Any]:
         """``GET /v1/jobs/{id}/rescales``: the scaling of the job's owner (the job, or its

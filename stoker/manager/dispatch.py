@@ -22,10 +22,10 @@ from stoker.manager import processes
 from stoker.manager.cluster_keeper import CannotRun, ClusterKeeper
 from stoker.manager.launcher import DriverLauncher, this_host
 from stoker.manager.leader import LeaderLease
-from stoker.manager.standbys import StandbyKeeper, job_driver_argv, wants_standby
+from stoker.manager.standbys import StandbyKeeper, job_driver_argv
 from stoker.manager.submit import ASSIGNED_STATE_DIR
-from stoker.store import AttemptRecord, JobRecord, Owner, StandbyRecord, Store
-from stoker.types import AttemptState, JobId, JobKind, SpecKind
+from stoker.store import AttemptRecord, JobRecord, Owner, StandbyRecord, Store, UpgradeRecord
+from stoker.types import AttemptState, JobId, JobKind, SpecKind, StandbyRole, UpgradeState
 
 log = logging.getLogger("stoker.supervisor")
 
@@ -88,27 +88,68 @@ class Dispatcher:
             return  # a job run in-process by `stoker run` without a server: not ours to start
         if self.busy(job.job_id):
             return  # its cleanup still runs (a restart right after the end): wait for it
-        standby = self.standbys.ready(job.job_id) if wants_standby(job) else None
+        job, role, up = self._swap_if_due(job)
+        standby = self.standbys.ready(job.job_id, role, job.spec) if role is not None else None
         attempt = self._new_attempt(job, standby)
         if attempt is None:
             return
-        if standby is not None:
-            if self.standbys.hand(job.job_id, attempt.attempt) is not None:
+        if role == StandbyRole.UPGRADE and up is not None:
+            # The new code's first attempt (handed over below, or cold if its standby was
+            # lost just now): the one the upgrade watches from.
+            self.store.upgrade_swap_attempt(up.upgrade_id, attempt.attempt)
+        if standby is not None and role is not None:
+            if self.standbys.hand(job.job_id, attempt.attempt, role) is not None:
                 log.info(
-                    "job %s: attempt %d handed to its standby (pid %d)",
+                    "job %s: attempt %d handed to its %s standby (pid %d)",
                     job.job_id,
                     attempt.attempt,
+                    role,
                     standby.owner.pid,
                 )
                 return
             log.warning(
-                "job %s: its standby (pid %d) could not take attempt %d: a new driver starts",
+                "job %s: its %s standby (pid %d) could not take attempt %d: a new driver starts",
                 job.job_id,
+                role,
                 standby.owner.pid,
                 attempt.attempt,
             )
         argv = job_driver_argv(job, attempt.attempt, self.store_url, self.state_dir, self.lease_ttl)
         self._spawn(job, attempt, argv)
+
+    def _swap_if_due(
+        self, job: JobRecord
+    ) -> tuple[JobRecord, StandbyRole | None, UpgradeRecord | None]:
+        """The job as its next attempt runs it, which standby may take that attempt, and the
+        upgrade that decided so.
+
+        An upgrade whose old code was asked to stop, once that attempt has ended, is swapped
+        here: SWAPPED and the job's spec made the new one in one transaction, if the new
+        code's standby is READY; otherwise it is refused and the old code goes on. A SWAPPED
+        upgrade's first attempt goes to the new code's standby; any other to the job's own
+        standby (which runs the job's code, or it is not handed the attempt)."""
+        up = self.store.live_upgrade(job.job_id)
+        if (
+            up is not None
+            and up.state == UpgradeState.PENDING
+            and up.stop_attempt is not None
+            and up.stop_attempt == job.current_attempt
+        ):
+            if self.standbys.ready(job.job_id, StandbyRole.UPGRADE) is not None:
+                swapped = self.store.swap_upgrade(up.upgrade_id)
+                if swapped is not None:
+                    log.info("job %s: upgrade %s SWAPPED", job.job_id, up.upgrade_id)
+                    up, job = swapped, self.store.get_job(job.job_id)
+            else:
+                why = "the new code's standby was not ready when the old code stopped"
+                if self.store.end_upgrade(up.upgrade_id, UpgradeState.REFUSED, why):
+                    log.warning("job %s: upgrade %s REFUSED: %s", job.job_id, up.upgrade_id, why)
+                up = None
+        if up is not None and up.state == UpgradeState.SWAPPED and up.swap_attempt is None:
+            return job, StandbyRole.UPGRADE, up
+        # The job's own standby, if one is READY with the job's code: one the job asked for,
+        # or the old code's kept for an upgrade (a rollback's way back).
+        return job, StandbyRole.STANDBY, up
 
     def _start_application(self, app: JobRecord) -> None:
         """Make sure the application's cluster runs, then start its driver on it.

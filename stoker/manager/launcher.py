@@ -8,7 +8,10 @@ a process group on the manager's host, today's only kind.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -18,7 +21,7 @@ from typing import Protocol
 from stoker.manager import processes
 from stoker.procs import host_id, is_this_host, reap_adopted
 from stoker.store import Owner
-from stoker.types import AttemptNo, JobId
+from stoker.types import AttemptNo, JobId, StandbyRole
 
 log = logging.getLogger("stoker.launcher")
 # Seconds between looks for adopted zombies (a read of /proc per thread of the manager).
@@ -57,15 +60,29 @@ class DriverLauncher(Protocol):
         ...
 
     def start_standby(
-        self, job_id: JobId, argv: list[str], env: dict[str, str], log_path: Path, cwd: Path
+        self,
+        job_id: JobId,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        cwd: Path,
+        role: StandbyRole = StandbyRole.STANDBY,
     ) -> Owner:
-        """Start the job's warm standby driver (no attempt yet); who it is. ``OSError`` if it
-        cannot start."""
+        """Start the job's ``role`` warm standby driver (no attempt yet); who it is.
+        ``OSError`` if it cannot start."""
         ...
 
-    def hand_over(self, job_id: JobId, attempt: AttemptNo) -> None:
-        """The job's standby started here is ``attempt``'s driver now: watched as such
-        (``exit_code``, ``launched``). Nothing when it was started elsewhere."""
+    def hand_over(
+        self, job_id: JobId, attempt: AttemptNo, role: StandbyRole = StandbyRole.STANDBY
+    ) -> None:
+        """The job's ``role`` standby started here is ``attempt``'s driver now: watched as
+        such (``exit_code``, ``launched``). Nothing when it was started elsewhere."""
+        ...
+
+    def terminate(self, owner: Owner) -> None:
+        """Ask the driver recorded as ``owner`` to stop gracefully (SIGTERM to the driver
+        alone: its epoch in flight commits and its attempt ends SUSPENDED), if it is provably
+        the attempt's. Nothing when it cannot be reached from here."""
         ...
 
     def exit_code(self, job_id: JobId, attempt: AttemptNo) -> int | None:
@@ -112,8 +129,10 @@ def this_host() -> str:
     return host_id()
 
 
-# The key a standby driver is watched under until it is handed an attempt (attempts are >= 1).
+# The keys standby drivers are watched under until handed an attempt (attempts are >= 1).
 STANDBY = AttemptNo(0)
+UPGRADE_STANDBY = AttemptNo(-1)
+STANDBY_KEYS = {StandbyRole.STANDBY: STANDBY, StandbyRole.UPGRADE: UPGRADE_STANDBY}
 
 
 class LocalProcessLauncher:
@@ -144,17 +163,31 @@ class LocalProcessLauncher:
         return (job_id, attempt) in self._children
 
     def start_standby(
-        self, job_id: JobId, argv: list[str], env: dict[str, str], log_path: Path, cwd: Path
+        self,
+        job_id: JobId,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        cwd: Path,
+        role: StandbyRole = StandbyRole.STANDBY,
     ) -> Owner:
-        old = self._children.get((job_id, STANDBY))
+        key = STANDBY_KEYS[role]
+        old = self._children.get((job_id, key))
         if old is not None and old.poll() is None:
-            processes.kill_group(old.pid)  # never two standbys of one job started here
-        return self.start(job_id, STANDBY, argv, env, log_path, cwd)
+            processes.kill_group(old.pid)  # never two standbys of one role started here
+        return self.start(job_id, key, argv, env, log_path, cwd)
 
-    def hand_over(self, job_id: JobId, attempt: AttemptNo) -> None:
-        proc = self._children.pop((job_id, STANDBY), None)
+    def hand_over(
+        self, job_id: JobId, attempt: AttemptNo, role: StandbyRole = StandbyRole.STANDBY
+    ) -> None:
+        proc = self._children.pop((job_id, STANDBY_KEYS[role]), None)
         if proc is not None:
             self._children[(job_id, attempt)] = proc
+
+    def terminate(self, owner: Owner) -> None:
+        if owner.pid and is_this_host(owner.host) and not processes.is_dead(owner):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(owner.pid, signal.SIGTERM)
 
     def exit_code(self, job_id: JobId, attempt: AttemptNo) -> int | None:
         child = self._children.get((job_id, attempt))
@@ -184,7 +217,7 @@ class LocalProcessLauncher:
             code = proc.poll()
             if code is not None and not watched(*key):
                 del self._children[key]
-                if key[1] == STANDBY:
+                if key[1] in (STANDBY, UPGRADE_STANDBY):
                     continue  # a standby's exit decides nothing; its process is seen gone
                 # Kept a while: whether the job restarts may depend on it (exit 2: no).
                 self._exited[key] = code

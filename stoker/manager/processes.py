@@ -59,6 +59,7 @@ def driver_argv(
     lease_ttl: float,
     from_savepoint: str | None = None,
     rewrite_output: bool = False,
+    upgrade: str | None = None,
 ) -> DriverArgv:
     """argv of a driver for one attempt. A list, never a shell string: no user input is parsed.
 
@@ -66,9 +67,12 @@ def driver_argv(
     A job submitted with a savepoint gets its folder in ``STOKER_FROM_SAVEPOINT`` on every
     attempt (a job restored already resumes as it is), and ``STOKER_REWRITE_OUTPUT_AFTER_SAVEPOINT``
     when it was submitted with ``rewrite_output_after_savepoint``. ``attempt`` None: the
-    job's warm standby (``--standby``), which is handed its attempt later.
+    job's warm standby (``--standby``), which is handed its attempt later; with ``upgrade``,
+    the standby of that upgrade's new code (``--upgrade ID``: it checks the new code first).
     """
     argv = _driver_head("stoker.runtime.driver", "--job", job, attempt, store, state_dir, lease_ttl)
+    if upgrade is not None:
+        argv += ["--upgrade", upgrade]
     out = _app_argv(argv, store, entrypoint, args, conf)
     if from_savepoint:
         out.env[FROM_SAVEPOINT_ENV] = from_savepoint

@@ -20,7 +20,7 @@ from stoker.manager.state import repartition_holder
 from stoker.manager.submit import job_folder
 from stoker.restart import NEVER_LAUNCHED, parse_strategy, restart_decision
 from stoker.store import AttemptRecord, JobRecord, Owner, Store
-from stoker.types import AttemptNo, AttemptState, JobId, JobState
+from stoker.types import AttemptNo, AttemptState, JobId, JobState, UpgradeState
 
 log = logging.getLogger("stoker.supervisor")
 
@@ -140,7 +140,7 @@ class JobReconciler:
         if (
             job.state == JobState.RESTARTING
             and due
-            and self.dispatcher.standbys.ready(jid) is not None
+            and self.dispatcher.standbys.ready(jid, spec=job.spec) is not None
         ):
             self._start(job)
 
@@ -280,13 +280,15 @@ class JobReconciler:
         job owns, a setting Spark refuses): the same input fails the same way, so the job fails
         for good at once, as Flink does with a non-recoverable failure (issue 23 item 3; it was
         retried three times)."""
+        if self._roll_back(job, attempt, why):
+            return
         strategy = parse_strategy(job.spec.get("restart_strategy"))
         now = self.store.clock.now()
         decision = restart_decision(
             strategy, job.failures, attempt, lambda: self.store.list_attempts(job.job_id), now
         )
         delay = decision.delay
-        if delay and self.dispatcher.standbys.ready(job.job_id) is not None:
+        if delay and self.dispatcher.standbys.ready(job.job_id, spec=job.spec) is not None:
             # A warm standby takes over at once: the delay spares a host a loop of Spark
             # starts, and a handover starts none (a new standby warms in the background).
             delay = 0.0
@@ -312,6 +314,28 @@ class JobReconciler:
         # Nothing of a failed attempt may keep running: not when the job has ended, and not
         # beside the next attempt (a driver whose lease lapsed in a slow start is alive).
         self.launcher.kill(attempt.owner)
+
+    def _roll_back(self, job: JobRecord, attempt: AttemptRecord, why: str) -> bool:
+        """An attempt of an upgrade's new code failed in its watch window: the upgrade is
+        ROLLED_BACK and the job's spec the old one again (one transaction), the attempt
+        failed without a failure counted, and the next (at once) is the old code's, handed
+        to its standby kept warm for this. Whether it was rolled back."""
+        up = self.store.live_upgrade(job.job_id)
+        if (
+            up is None
+            or up.state != UpgradeState.SWAPPED
+            or up.swap_attempt is None
+            or attempt.attempt < up.swap_attempt
+        ):
+            return False
+        detail = f"attempt {attempt.attempt} of the new code failed: {why}"
+        if self.store.end_upgrade(up.upgrade_id, UpgradeState.ROLLED_BACK, detail) is None:
+            return False
+        now = self.store.clock.now()
+        self.store.attempt_failed(job.job_id, attempt.attempt, why, now, count=False)
+        log.warning("job %s: upgrade %s ROLLED_BACK: %s", job.job_id, up.upgrade_id, detail)
+        self.launcher.kill(attempt.owner)
+        return True
 
     def _enforce_cancel(self, job: JobRecord, attempt: AttemptRecord, now: float) -> None:
         asked = job.cancel_requested_at or now

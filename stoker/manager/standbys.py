@@ -26,17 +26,28 @@ without counting a failure, and hands the new one to the standby, still READY.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from stoker.manager import processes
 from stoker.manager.launcher import DriverLauncher
 from stoker.manager.submit import job_folder
 from stoker.store import JobRecord, Store
-from stoker.store.fleet_records import StandbyRecord
-from stoker.types import AttemptNo, AttemptState, JobId, SpecKind, StandbyState
+from stoker.store.fleet_records import StandbyRecord, UpgradeRecord
+from stoker.types import (
+    AttemptNo,
+    AttemptState,
+    JobId,
+    SpecKind,
+    StandbyRole,
+    StandbyState,
+    UpgradeState,
+)
 
 log = logging.getLogger("stoker.standby")
 
@@ -63,6 +74,13 @@ class _Failures:
     not_before: float = 0.0  # time.monotonic()
 
 
+def spec_key(spec: dict[str, Any]) -> str:
+    """A short name for the code a job's spec runs (file, arguments, settings, config): a
+    standby started for one spec is not handed an attempt of another."""
+    code = {k: spec.get(k) for k in ("entrypoint", "args", "conf", "config")}
+    return hashlib.sha256(json.dumps(code, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 class StandbyKeeper:
     """The leader's standbys: started, replaced, handed over, stopped."""
 
@@ -74,64 +92,125 @@ class StandbyKeeper:
         self.state_dir = state_dir
         self.store_url = store_url
         self.ttl = ttl  # the standbys' lease (the drivers' attempt lease)
-        self._failures: dict[JobId, _Failures] = {}
+        self._failures: dict[tuple[JobId, StandbyRole], _Failures] = {}
         self.started = 0  # standbys started by this manager
         self.handed = 0  # attempts handed to a standby by this manager
+
+    # what is wanted ------------------------------------------------------------------------
+    @staticmethod
+    def wanted(
+        job: JobRecord | None, role: StandbyRole, up: UpgradeRecord | None
+    ) -> dict[str, Any] | None:
+        """The spec the job's ``role`` standby is to run now, or None for no standby.
+
+        The job's own standby runs the job's code; while an upgrade is live it is kept (started
+        if the job has none) as the way back: the old code, also once the new one runs. An
+        upgrade's standby runs the new code until it is handed the swap's attempt."""
+        if job is None or job.spec.get("kind") != SpecKind.MANAGED:
+            return None
+        if role == StandbyRole.UPGRADE:
+            if up is None:
+                return None
+            waiting = up.state == UpgradeState.PENDING or (
+                up.state == UpgradeState.SWAPPED and up.swap_attempt is None
+            )
+            return up.new_spec if waiting else None
+        if up is not None and up.state == UpgradeState.SWAPPED:
+            return up.old_spec
+        if wants_standby(job) or up is not None:
+            return job.spec
+        return None
 
     # the leader's step ---------------------------------------------------------------------
     def tend(self, live: list[JobRecord]) -> None:
         """One step over every standby recorded and every live job that wants one."""
         jobs = {j.job_id: j for j in live}
-        recorded = {s.job_id: s for s in self.store.list_standbys()}
-        for jid, sb in recorded.items():
+        ups = {u.job_id: u for u in self.store.live_upgrades()}
+        recorded = {(s.job_id, s.role): s for s in self.store.list_standbys()}
+        for (jid, role), sb in recorded.items():
             job = jobs.get(jid)
-            if job is None or not wants_standby(job):
-                why = "its job ended" if job is None else "its job has no standby"
+            up = ups.get(jid)
+            if sb.state == StandbyState.TAKEN and job is not None:
+                self._watch_taken(job, sb)  # until its attempt is held, whatever is wanted
+                continue
+            want = self.wanted(job, role, up)
+            if want is None:
+                why = "its job ended" if job is None else f"its job wants no {role} standby now"
                 self._stop(sb, why, kill=sb.state != StandbyState.TAKEN)
                 continue
-            self._watch(job, sb)
+            assert job is not None
+            self._watch(job, sb, want, up)
         for job in live:
-            if wants_standby(job) and job.job_id not in recorded:
-                self._maybe_start(job)
+            for role in StandbyRole:
+                up = ups.get(job.job_id)
+                want = self.wanted(job, role, up)
+                if want is None or (job.job_id, role) in recorded:
+                    continue
+                if role == StandbyRole.UPGRADE and (up is None or up.state != UpgradeState.PENDING):
+                    continue  # the new code is started once, before its swap
+                self._maybe_start(job, role, want, up)
 
-    def _watch(self, job: JobRecord, sb: StandbyRecord) -> None:
+    def _watch(
+        self,
+        job: JobRecord,
+        sb: StandbyRecord,
+        want: dict[str, Any],
+        up: UpgradeRecord | None,
+    ) -> None:
         now = self.store.clock.now()
-        if sb.state == StandbyState.TAKEN:
-            att = self.store.get_attempt(job.job_id, sb.attempt) if sb.attempt else None
-            held = att is not None and att.owner == sb.owner  # the standby holds it itself
-            if att is not None and att.state == AttemptState.STARTING and not held:
-                if now - att.started_at > self.ttl:
-                    # Handed over, never held: the standby froze (or was cut off) right after
-                    # its last renewal. The attempt is given up now, without a failure
-                    # counted, not after the start lease (minutes); the next starts cold.
-                    self._failed(job.job_id)
-                    self.store.attempt_failed(
-                        job.job_id, att.attempt, HANDOVER_LOST, now, count=False
-                    )
-                    self._stop(sb, f"it did not hold attempt {att.attempt}", kill=True)
-                return
-            # Its attempt was claimed or ended: a driver like any other if it held it, else
-            # a process that runs nothing of the job (the attempt went on without it).
-            self._stop(sb, f"attempt {sb.attempt} went on without it", kill=not held)
+        if sb.spec_key and sb.spec_key != spec_key(want):
+            # It runs other code than the job's now (an upgrade was confirmed): replaced.
+            self._stop(sb, "it runs the job's code before its upgrade", kill=True)
             return
         why = None
         if self.launcher.is_gone(sb.owner):
-            why = f"the standby (pid {sb.owner.pid}) is gone"
+            why = f"the {sb.role} standby (pid {sb.owner.pid}) is gone"
         elif sb.lease_expires_at <= now:
-            why = f"the standby (pid {sb.owner.pid}) let its lease lapse (frozen or cut off)"
-        if why is not None:
-            self._failed(job.job_id)
-            self._stop(sb, why, kill=True)
+            why = (
+                f"the {sb.role} standby (pid {sb.owner.pid}) let its lease lapse "
+                "(frozen or cut off)"
+            )
+        if why is None:
+            return
+        if sb.role == StandbyRole.UPGRADE and up is not None:
+            # The new code could not be kept warm (an import that fails, a check that
+            # crashed, a kill): the upgrade is refused with what its log said last; the old
+            # code runs on. Not retried: the same code would fail the same way.
+            words = _last_words(sb.log_path)
+            if self.store.end_upgrade(up.upgrade_id, UpgradeState.REFUSED, why + words):
+                log.warning("job %s: upgrade %s refused: %s", job.job_id, up.upgrade_id, why)
+        else:
+            self._failed(job.job_id, sb.role)
+        self._stop(sb, why, kill=True)
+
+    def _watch_taken(self, job: JobRecord, sb: StandbyRecord) -> None:
+        """A standby handed an attempt: its row stays until it holds that attempt (then it is
+        the attempt's driver, watched as any), or is given up if it never does."""
+        now = self.store.clock.now()
+        att = self.store.get_attempt(job.job_id, sb.attempt) if sb.attempt else None
+        held = att is not None and att.owner == sb.owner  # the standby holds it itself
+        if att is not None and att.state == AttemptState.STARTING and not held:
+            if now - att.started_at > self.ttl:
+                # Handed over, never held: the standby froze (or was cut off) right after
+                # its last renewal. The attempt is given up now, without a failure
+                # counted, not after the start lease (minutes); the next starts cold.
+                self._failed(job.job_id, sb.role)
+                self.store.attempt_failed(job.job_id, att.attempt, HANDOVER_LOST, now, count=False)
+                self._stop(sb, f"it did not hold attempt {att.attempt}", kill=True)
+            return
+        # Its attempt was claimed or ended: a driver like any other if it held it, else
+        # a process that runs nothing of the job (the attempt went on without it).
+        self._stop(sb, f"attempt {sb.attempt} went on without it", kill=not held)
 
     def _stop(self, sb: StandbyRecord, why: str, kill: bool) -> None:
         """Forget the standby; ``kill`` its process too (not one that runs an attempt now)."""
         if kill:
-            log.info("job %s: standby pid %d stopped: %s", sb.job_id, sb.owner.pid, why)
+            log.info("job %s: %s standby pid %d stopped: %s", sb.job_id, sb.role, sb.owner.pid, why)
             self.launcher.kill(sb.owner)
-        self.store.remove_standby(sb.job_id, sb.owner)
+        self.store.remove_standby(sb.job_id, sb.owner, sb.role)
 
-    def _failed(self, jid: JobId) -> None:
-        f = self._failures.setdefault(jid, _Failures())
+    def _failed(self, jid: JobId, role: StandbyRole) -> None:
+        f = self._failures.setdefault((jid, role), _Failures())
         f.count += 1
         wait = min(BACKOFF * 2 ** (f.count - 1), BACKOFF_MAX)
         f.not_before = time.monotonic() + wait
@@ -139,8 +218,14 @@ class StandbyKeeper:
             "job %s: its standby failed (%d in a row); next one in %.0f s", jid, f.count, wait
         )
 
-    def _maybe_start(self, job: JobRecord) -> None:
-        f = self._failures.get(job.job_id)
+    def _maybe_start(
+        self,
+        job: JobRecord,
+        role: StandbyRole,
+        want: dict[str, Any],
+        up: UpgradeRecord | None,
+    ) -> None:
+        f = self._failures.get((job.job_id, role))
         if f is not None and time.monotonic() < f.not_before:
             return
         if not job.current_attempt:
@@ -152,55 +237,92 @@ class StandbyKeeper:
             last = self.store.list_epochs(job.job_id, limit=1)
             if not last or last[0].decided_by != att.attempt or last[0].committed_at is None:
                 return  # not before the attempt has committed once (SETTLE)
-        self.start(job)
+        self.start(job, role, want, up)
 
-    def start(self, job: JobRecord) -> StandbyRecord | None:
-        """Start the job's standby and record it WARMING; None if it could not start."""
-        spec = job.spec
-        argv = job_driver_argv(job, None, self.store_url, self.state_dir, self.ttl)
+    def start(
+        self,
+        job: JobRecord,
+        role: StandbyRole = StandbyRole.STANDBY,
+        want: dict[str, Any] | None = None,
+        up: UpgradeRecord | None = None,
+    ) -> StandbyRecord | None:
+        """Start the job's ``role`` standby running ``want`` (default: the job's spec) and
+        record it WARMING; None if it could not start."""
+        spec = want if want is not None else job.spec
+        upgrade = up.upgrade_id if role == StandbyRole.UPGRADE and up is not None else None
+        argv = job_driver_argv(
+            replace(job, spec=spec), None, self.store_url, self.state_dir, self.ttl, upgrade
+        )
         self.started += 1
-        log_path = self.state_dir / "logs" / job.job_id / f"standby-{_stamp()}.log"
+        name = "standby" if role == StandbyRole.STANDBY else f"upgrade-{upgrade}"
+        log_path = self.state_dir / "logs" / job.job_id / f"{name}-{_stamp()}.log"
         try:
             owner = self.launcher.start_standby(
-                job.job_id, list(argv), dict(argv.env), log_path, Path(spec["entrypoint"]).parent
+                job.job_id,
+                list(argv),
+                dict(argv.env),
+                log_path,
+                Path(spec["entrypoint"]).parent,
+                role,
             )
         except OSError as e:
-            log.warning("job %s: cannot start a standby: %s", job.job_id, e)
-            self._failed(job.job_id)
+            log.warning("job %s: cannot start a %s standby: %s", job.job_id, role, e)
+            if up is not None and role == StandbyRole.UPGRADE:
+                self.store.end_upgrade(
+                    up.upgrade_id, UpgradeState.REFUSED, f"the new code cannot start: {e}"
+                )
+            else:
+                self._failed(job.job_id, role)
             return None
         try:
-            rec = self.store.add_standby(job.job_id, owner, str(log_path), START_TTL)
+            rec = self.store.add_standby(
+                job.job_id, owner, str(log_path), START_TTL, role, spec_key(spec)
+            )
         except Exception:
             self.launcher.kill(owner)
             raise
-        log.info("job %s: standby started as pid %d", job.job_id, owner.pid)
+        log.info("job %s: %s standby started as pid %d", job.job_id, role, owner.pid)
         return rec
 
     # the handover --------------------------------------------------------------------------
-    def ready(self, jid: JobId) -> StandbyRecord | None:
-        """The job's standby if it can take an attempt now: READY, its lease valid, its
-        process not seen gone."""
-        sb = self.store.get_standby(jid)
+    def ready(
+        self,
+        jid: JobId,
+        role: StandbyRole = StandbyRole.STANDBY,
+        spec: dict[str, Any] | None = None,
+    ) -> StandbyRecord | None:
+        """The job's ``role`` standby if it can take an attempt now: READY, its lease valid,
+        its process not seen gone, and (``spec`` given) running that spec's code."""
+        sb = self.store.get_standby(jid, role)
         if sb is None or sb.state != StandbyState.READY:
             return None
         if sb.lease_expires_at <= self.store.clock.now() or self.launcher.is_gone(sb.owner):
             return None
+        if spec is not None and sb.spec_key and sb.spec_key != spec_key(spec):
+            return None
         return sb
 
-    def hand(self, jid: JobId, attempt: AttemptNo) -> StandbyRecord | None:
-        """Hand ``attempt`` (recorded STARTING, owned by the standby) to the job's standby;
-        the record, or None if it was not READY any more."""
-        taken = self.store.take_standby(jid, attempt)
+    def hand(
+        self, jid: JobId, attempt: AttemptNo, role: StandbyRole = StandbyRole.STANDBY
+    ) -> StandbyRecord | None:
+        """Hand ``attempt`` (recorded STARTING, owned by the standby) to the job's ``role``
+        standby; the record, or None if it was not READY any more."""
+        taken = self.store.take_standby(jid, attempt, role)
         if taken is None:
             return None
-        self.launcher.hand_over(jid, attempt)
-        self._failures.pop(jid, None)
+        self.launcher.hand_over(jid, attempt, role)
+        self._failures.pop((jid, role), None)
         self.handed += 1
         return taken
 
 
 def job_driver_argv(
-    job: JobRecord, attempt: int | None, store_url: str, state_dir: Path, lease_ttl: float
+    job: JobRecord,
+    attempt: int | None,
+    store_url: str,
+    state_dir: Path,
+    lease_ttl: float,
+    upgrade: str | None = None,
 ) -> processes.DriverArgv:
     """The driver command line of a job submitted alone, from its spec: for ``attempt``, or
     (None) its warm standby. Its folder is the one the job was given when it was created (its
@@ -218,7 +340,21 @@ def job_driver_argv(
         lease_ttl,
         from_savepoint=spec.get("from_savepoint"),
         rewrite_output=bool(spec.get("rewrite_output_after_savepoint")),
+        upgrade=upgrade,
     )
+
+
+def _last_words(log_path: str, max_bytes: int = 2048) -> str:
+    """The end of a standby's log (what its code said as it failed), for a refusal."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - max_bytes))
+            tail = f.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    lines = [ln for ln in tail if ln.strip()][-6:]
+    return (": " + " | ".join(lines)) if lines else ""
 
 
 def _stamp() -> str:

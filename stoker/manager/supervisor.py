@@ -39,6 +39,7 @@ from stoker.manager.leader import LeaderLease
 from stoker.manager.reconciler import JobReconciler
 from stoker.manager.retention import Retention
 from stoker.manager.standbys import StandbyKeeper
+from stoker.manager.upgrades import UpgradeKeeper
 from stoker.store import RetentionPolicy, Store
 from stoker.types import JobKind
 
@@ -106,6 +107,7 @@ class Supervisor:
             cfg.max_starting,
             self.standbys,
         )
+        self.upgrades = UpgradeKeeper(store, self.launcher, self.standbys)
         self.reconciler = JobReconciler(
             store, self.lease, self.launcher, self.dispatcher, cfg.launch_grace, cfg.cancel_timeout
         )
@@ -183,6 +185,10 @@ class Supervisor:
             self.standbys.tend(records)  # warm standby drivers (manager/standbys.py)
         except StokerError as e:
             log.warning("standbys: %s", e)
+        try:
+            self.upgrades.tend(records)  # upgrades to new code (manager/upgrades.py)
+        except StokerError as e:
+            log.warning("upgrades: %s", e)
         try:
             self.keeper.tend(apps)
         except StokerError as e:

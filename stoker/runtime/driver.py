@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     who = parser.add_mutually_exclusive_group(required=True)
     who.add_argument("--attempt", type=int)
     who.add_argument("--standby", action="store_true")
+    parser.add_argument("--upgrade", default=None)  # a standby of this upgrade's new code
     parser.add_argument("--store", required=True)
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--lease-ttl", type=float, default=None)
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             # A warm standby: its own row's lease from now on; an attempt only when handed one.
             from stoker.runtime.job.standby import StandbyWait
 
-            standby = StandbyWait(overrides["stoker.store"], ns.job, ttl)
+            standby = StandbyWait(overrides["stoker.store"], ns.job, ttl, ns.upgrade)
             release = standby.leave
         else:
             from stoker.runtime.attempt import hold_start

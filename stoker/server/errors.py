@@ -32,6 +32,8 @@ from stoker.errors import (
     StokerError,
     StoreError,
     TooManyRequests,
+    UpgradeConflict,
+    UpgradeNotFound,
 )
 from stoker.paths import not_a_python_file
 from stoker.redact import redact_answer
@@ -52,6 +54,8 @@ HTTP_STATUS: dict[type[StokerError], int] = {
     JobOwnedElsewhere: 409,
     ClusterNotFound: 404,
     OperationNotFound: 404,
+    UpgradeNotFound: 404,
+    UpgradeConflict: 409,
     ClusterConflict: 409,  # before ClusterError in every class's MRO: the state refuses it
     ClusterError: 500,  # a cluster could not be started, changed or stopped
     SinkError: 503,  # an external system failed (InvalidSink is InvalidInput first: 422)

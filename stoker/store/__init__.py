@@ -15,6 +15,7 @@ from stoker.store.fleet_records import (
     ManagerRecord,
     RescaleRecord,
     StandbyRecord,
+    UpgradeRecord,
 )
 from stoker.store.records import (
     AttemptRecord,
@@ -47,6 +48,7 @@ __all__ = [
     "SinkTxn",
     "StandbyRecord",
     "Store",
+    "UpgradeRecord",
     "open_store",
 ]
 

@@ -16,6 +16,7 @@ from stoker.store.protocols.fleet import (
     OperationStore,
     ScalingStore,
     StandbyStore,
+    UpgradeStore,
 )
 from stoker.store.protocols.jobs import ControlStore, JobStore
 from stoker.store.protocols.runs import (
@@ -40,10 +41,11 @@ class Store(
     ScalingStore,
     OperationStore,
     StandbyStore,
+    UpgradeStore,
     Protocol,
 ):
     """Durable metadata: jobs and applications, attempts, control versions, epochs, sink
-    transactions, clusters, scaling, operations, standby drivers."""
+    transactions, clusters, scaling, operations, standby drivers, upgrades."""
 
     url: str
     clock: Clock

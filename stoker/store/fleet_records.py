@@ -16,8 +16,10 @@ from stoker.types import (
     ClusterState,
     JobId,
     OperationState,
+    StandbyRole,
     StandbyState,
     StateMachine,
+    UpgradeState,
 )
 
 
@@ -323,6 +325,8 @@ class StandbyRecord:
     started_at: float
     ready_at: float | None
     lease_expires_at: float
+    role: StandbyRole = StandbyRole.STANDBY
+    spec_key: str = ""  # the code it runs (``spec_key`` of its job's spec when it started)
 
     @classmethod
     def from_row(cls, r: Any) -> StandbyRecord:
@@ -335,10 +339,13 @@ class StandbyRecord:
             started_at=float(r[7]),
             ready_at=None if r[8] is None else float(r[8]),
             lease_expires_at=float(r[9]),
+            role=StandbyRole(r[10]),
+            spec_key=str(r[11]),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "role": str(self.role),
             "state": str(self.state),
             "host": self.owner.host,
             "pid": self.owner.pid,
@@ -347,3 +354,70 @@ class StandbyRecord:
             "ready_at": self.ready_at,
             "lease_expires_at": self.lease_expires_at,
         }
+
+
+@dataclass(frozen=True)
+class UpgradeRecord:
+    """An upgrade of a running job to new code (``upgrades``; issue 24): the job's spec
+    before and after, the watch window, what the checks found, and how far it got."""
+
+    upgrade_id: str
+    job_id: JobId
+    state: UpgradeState
+    old_spec: dict[str, Any]
+    new_spec: dict[str, Any]
+    watch_epochs: int
+    watch_seconds: float
+    checks: dict[str, Any]
+    detail: str | None
+    created_at: float
+    stop_attempt: AttemptNo | None = None  # the old code's attempt asked to stop
+    stop_at: float | None = None
+    swap_attempt: AttemptNo | None = None  # the new code's first attempt
+    swapped_at: float | None = None
+    ended_at: float | None = None
+
+    @classmethod
+    def from_row(cls, r: Any) -> UpgradeRecord:
+        return cls(
+            upgrade_id=str(r[0]),
+            job_id=JobId(r[1]),
+            state=UpgradeState(r[2]),
+            old_spec=json.loads(r[3]),
+            new_spec=json.loads(r[4]),
+            watch_epochs=int(r[5]),
+            watch_seconds=float(r[6]),
+            checks=json.loads(r[7]),
+            detail=r[8],
+            created_at=float(r[9]),
+            stop_attempt=None if r[10] is None else AttemptNo(int(r[10])),
+            stop_at=None if r[11] is None else float(r[11]),
+            swap_attempt=None if r[12] is None else AttemptNo(int(r[12])),
+            swapped_at=None if r[13] is None else float(r[13]),
+            ended_at=None if r[14] is None else float(r[14]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the REST API shows it: the code before and after (entrypoint, config), not
+        the whole specs (their conf may hold redacted secrets only, but is no news here)."""
+        return {
+            "upgrade_id": self.upgrade_id,
+            "job_id": self.job_id,
+            "state": str(self.state),
+            "from": _code_of(self.old_spec),
+            "to": _code_of(self.new_spec),
+            "watch_epochs": self.watch_epochs,
+            "watch_seconds": self.watch_seconds,
+            "checks": self.checks,
+            "detail": self.detail,
+            "created_at": self.created_at,
+            "stop_attempt": self.stop_attempt,
+            "stop_at": self.stop_at,
+            "swap_attempt": self.swap_attempt,
+            "swapped_at": self.swapped_at,
+            "ended_at": self.ended_at,
+        }
+
+
+def _code_of(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"entrypoint": spec.get("entrypoint"), "config": dict(spec.get("config") or {})}

@@ -274,7 +274,7 @@ class JobsMixin(SqlBase):
             for jid in doomed:
                 for what in (
                     "txns", "epochs", "control_events", "control_versions", "rescales",
-                    "attempts", "hold", "standby", "row",
+                    "attempts", "hold", "standby", "upgrades", "row",
                 ):  # fmt: skip
                     self._x(cur, f"delete_job_{what}", job_id=jid)
         return doomed

@@ -39,7 +39,8 @@ from stoker.runtime.job.result import JobResult
 from stoker.runtime.job.signals import StopSignals
 from stoker.sources.base import SourceContext
 from stoker.store import Owner, open_store
-from stoker.types import AttemptNo, JobId, StandbyState
+from stoker.store.fleet_records import UpgradeRecord
+from stoker.types import AttemptNo, JobId, StandbyRole, StandbyState, UpgradeState, given_config
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,10 +57,13 @@ class StandbyWait:
     a standby that freezes while it warms is replaced), READY once warm, and the attempt the
     leader hands it."""
 
-    def __init__(self, store_url: str, job: str, ttl: float) -> None:
+    def __init__(self, store_url: str, job: str, ttl: float, upgrade: str | None = None) -> None:
         self.store_url = store_url
         self.job = JobId(job)
         self.ttl = ttl
+        # An upgrade's standby (the new code, checked before it is READY), or the job's own.
+        self.upgrade = upgrade
+        self.role = StandbyRole.UPGRADE if upgrade is not None else StandbyRole.STANDBY
         self.owner: Owner = this_owner()
         self.taken: AttemptNo | None = None  # the attempt handed over, once it was
         self._ready = False
@@ -73,7 +77,9 @@ class StandbyWait:
         period = max(0.2, self.ttl / 3)
         while not self._stop.wait(period):
             try:
-                rec = self._store.renew_standby(self.job, self.owner, self.ttl, ready=self._ready)
+                rec = self._store.renew_standby(
+                    self.job, self.owner, self.ttl, ready=self._ready, role=self.role
+                )
             except StoreError as e:  # a lease that lapses tells the leader
                 log.warning("standby: lease renewal failed: %s", e)
                 continue
@@ -88,7 +94,7 @@ class StandbyWait:
         ``StandbyNotWanted`` when the row went (or lapsed) first; a signal (``stopped``, or
         a KeyboardInterrupt raised by the handler) ends the wait too."""
         self._ready = True
-        rec = self._store.renew_standby(self.job, self.owner, self.ttl, ready=True)
+        rec = self._store.renew_standby(self.job, self.owner, self.ttl, ready=True, role=self.role)
         if rec is None:
             raise launch.StandbyNotWanted("this standby's record is gone before it was ready")
         log.info("standby for job %s: ready, waiting for an attempt", self.job)
@@ -105,9 +111,18 @@ class StandbyWait:
                 raise KeyboardInterrupt
             time.sleep(POLL)
             try:
-                rec = self._store.get_standby(self.job)
+                rec = self._store.get_standby(self.job, self.role)
             except StoreError as e:
                 log.warning("standby: cannot read its record: %s", e)
+
+    def upgrade_record(self) -> UpgradeRecord | None:
+        """The upgrade this standby is the new code of (None: the job's own standby)."""
+        return None if self.upgrade is None else self._store.get_upgrade(self.upgrade)
+
+    def refuse(self, why: str) -> None:
+        """End this standby's upgrade REFUSED with ``why`` (the old code runs on)."""
+        if self.upgrade is not None:
+            self._store.end_upgrade(self.upgrade, UpgradeState.REFUSED, why)
 
     def leave(self) -> None:
         """Stop renewing. The row stays: the leader removes it once it sees this process
@@ -176,6 +191,29 @@ def warm_up(session: SparkSession) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def check_upgrade(
+    standby: StandbyWait, pipeline: Pipeline, stream: DataFrame, root: Path, up: UpgradeRecord
+) -> None:
+    """The new code's checks that need Spark, before it says READY: its pipeline against the
+    one the upgrade was asked with (the file may have changed since), and the state schema of
+    every stateful operator against the checkpoint's. A difference refuses the upgrade with
+    it, and this process leaves."""
+    from stoker.runtime.job.upgrade_check import state_schema_difference
+
+    why = None
+    asked = up.checks.get("sources")
+    found = [str(s) for s in pipeline.spec().get("sources") or []]
+    if asked is not None and found != asked:
+        why = f"the new code's sources changed since the upgrade was asked: {found} vs {asked}"
+    if why is None:
+        why = state_schema_difference(root / "checkpoint", stream)
+    if why is not None:
+        log.warning("upgrade %s refused: %s", up.upgrade_id, why)
+        standby.refuse(why)
+        raise launch.StandbyNotWanted(f"upgrade {up.upgrade_id} refused: {why}")
+    log.info("upgrade %s: the new code's checks passed", up.upgrade_id)
+
+
 def execute_standby(
     pipeline: Pipeline, opts: RunOptions, ctx: launch.LaunchContext, standby: StandbyWait
 ) -> JobResult:
@@ -192,7 +230,15 @@ def execute_standby(
         # The sources' stream, analyzed with the transform on top: what a takeover would do
         # first, done now. Nothing of it reads the checkpoint (a query does, once started).
         stream = opening.open_sources(session, pipeline, root, SourceContext(jid, store_url, paced))
-        opening.check_transform(stream, pipeline, jid, basics.config)
+        config = basics.config
+        up = standby.upgrade_record()
+        if standby.upgrade is not None:
+            if up is None or up.state != UpgradeState.PENDING:
+                raise launch.StandbyNotWanted(f"upgrade {standby.upgrade} is not pending")
+            config = pipeline.check_config(given_config(up.new_spec))
+        opening.check_transform(stream, pipeline, jid, config)
+        if up is not None:
+            check_upgrade(standby, pipeline, stream, root, up)
         warm_up(session)
         log.info("standby for job %s: warm in %.1f s", jid, time.monotonic() - t0)
         attempt = standby.wait(lambda: signals.received is not None)

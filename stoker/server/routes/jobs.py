@@ -1,4 +1,5 @@
-"""``/v1/jobs``: submit, list, read a job, its attempts, their logs and its epochs; cancel."""
+"""``/v1/jobs``: submit, list, read a job, its attempts, their logs and its epochs; cancel;
+upgrade to new code."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from stoker.manager.upgrades import (
+    WATCH_EPOCHS,
+    WATCH_EPOCHS_MAX,
+    WATCH_SECONDS,
+    WATCH_SECONDS_MAX,
+)
 from stoker.redact import redact_answer, redact_text
 from stoker.server.deps import Ctx, Manager
 from stoker.server.docs import (
@@ -203,3 +210,72 @@ def epochs(
 def cancel(manager: Manager, job_id: str = job_path) -> dict[str, Any]:
     """Graceful: the current epoch completes and commits, then the driver stops."""
     return dict(redact_answer(manager.cancel(job_id).to_dict()))
+
+
+class UpgradeBody(BaseModel):
+    """``POST /v1/jobs/{job_id}/upgrade``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    entrypoint: str = Field(
+        ...,
+        min_length=1,
+        max_length=ENTRYPOINT_MAX,
+        pattern=ENTRYPOINT_PATTERN,
+        description="The new code: an application file (.py) on the manager's host, under an "
+        "--allow-dir, other than the file the job runs now (that one is what a rollback runs).",
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Pipeline config values for the new code, on top of the job's.",
+    )
+    watch_epochs: int = Field(
+        WATCH_EPOCHS,
+        ge=1,
+        le=WATCH_EPOCHS_MAX,
+        description="The upgrade is CONFIRMED once the new code has committed this many epochs.",
+    )
+    watch_seconds: float = Field(
+        WATCH_SECONDS,
+        ge=0,
+        le=WATCH_SECONDS_MAX,
+        description="... or once it has run this long after the swap without a failure (a "
+        "job given no data). A failure before: ROLLED_BACK to the old code.",
+    )
+
+
+@router.post(
+    "/v1/jobs/{job_id}/upgrade",
+    status_code=202,
+    responses=errors(*WRITES, 404, 409, 422, 429, 503),
+)
+def upgrade(body: UpgradeBody, manager: Manager, job_id: str = job_path) -> dict[str, Any]:
+    """Move a running job to new code at an epoch boundary, without a cold start: 202 with
+    the upgrade, PENDING. Checked at once: the file, its config, its sources against the
+    running job's (422 naming the difference; nothing changes). The leader then warms the new
+    code as a standby, checks its state schema against the checkpoint (REFUSED with the
+    difference), stops the running driver at an epoch boundary and hands the next attempt to
+    the new code (SWAPPED), then watches it: CONFIRMED, or ROLLED_BACK to the old code (kept
+    warm until then) if it fails. 409 while another upgrade of the job is live."""
+    return dict(redact_answer(manager.upgrade(job_id, body.model_dump())))
+
+
+@router.get("/v1/jobs/{job_id}/upgrades", responses=READS)
+def list_upgrades(
+    manager: Manager,
+    job_id: str = job_path,
+    limit: int = Query(100, ge=1, le=1000),
+) -> list[dict[str, Any]]:
+    """The job's upgrades, newest first."""
+    return [redact_answer(u) for u in manager.upgrades_of(job_id, limit)]
+
+
+@router.get("/v1/jobs/{job_id}/upgrades/{upgrade_id}", responses=READS)
+def get_upgrade(
+    manager: Manager,
+    job_id: str = job_path,
+    upgrade_id: str = Path(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$"),
+) -> dict[str, Any]:
+    """One upgrade: its state (PENDING, SWAPPED, CONFIRMED, ROLLED_BACK, REFUSED), the code
+    before and after, what was checked, and why it was refused or rolled back."""
+    return dict(redact_answer(manager.upgrade_of(job_id, upgrade_id)))

@@ -14,6 +14,7 @@ from stoker.store.fleet_records import (
     OperationRecord,
     RescaleRecord,
     StandbyRecord,
+    UpgradeRecord,
 )
 from stoker.store.records import EpochRecord, JobRecord, Owner
 from stoker.types import (
@@ -22,6 +23,8 @@ from stoker.types import (
     Epoch,
     JobId,
     OperationState,
+    StandbyRole,
+    UpgradeState,
 )
 
 
@@ -262,40 +265,120 @@ class OperationStore(Protocol):
 
 
 class StandbyStore(Protocol):
-    """Warm standby drivers (issue 24): one per job, recorded WARMING by the manager that
-    starts it, READY once warm (the standby says so), TAKEN when the leader hands it the job's
-    next attempt (``STANDBYS``). The standby renews its own lease while it warms and waits."""
+    """Warm standby drivers (issue 24): per job and role (``standby``: the job's own;
+    ``upgrade``: an upgrade's new code), recorded WARMING by the manager that starts it, READY
+    once warm (the standby says so), TAKEN when the leader hands it the job's next attempt
+    (``STANDBYS``). The standby renews its own lease while it warms and waits."""
 
     def add_standby(
-        self, job_id: JobId, owner: Owner, log_path: str, lease_ttl: float
+        self,
+        job_id: JobId,
+        owner: Owner,
+        log_path: str,
+        lease_ttl: float,
+        role: StandbyRole = StandbyRole.STANDBY,
+        spec_key: str = "",
     ) -> StandbyRecord:
-        """Record the job's standby ``owner`` WARMING, started now, its lease ``lease_ttl``
-        from now. A job with a standby recorded already: :class:`InvalidTransition` (remove
-        that one first)."""
+        """Record the job's ``role`` standby ``owner`` WARMING, started now, its lease
+        ``lease_ttl`` from now, running the code ``spec_key`` names. A job with such a standby
+        recorded already: :class:`InvalidTransition` (remove that one first)."""
         ...
 
-    def get_standby(self, job_id: JobId) -> StandbyRecord | None:
-        """The job's standby, or None."""
+    def get_standby(
+        self, job_id: JobId, role: StandbyRole = StandbyRole.STANDBY
+    ) -> StandbyRecord | None:
+        """The job's ``role`` standby, or None."""
         ...
 
     def list_standbys(self) -> list[StandbyRecord]:
-        """Every standby recorded, by job id."""
+        """Every standby recorded, by job id and role."""
         ...
 
     def renew_standby(
-        self, job_id: JobId, owner: Owner, lease_ttl: float, ready: bool = False
+        self,
+        job_id: JobId,
+        owner: Owner,
+        lease_ttl: float,
+        ready: bool = False,
+        role: StandbyRole = StandbyRole.STANDBY,
     ) -> StandbyRecord | None:
         """The standby ``owner`` renews its lease (WARMING or READY; with ``ready``, WARMING
         becomes READY); the record as it is now (TAKEN: the attempt handed to it), or None
-        when the job's standby is no longer ``owner`` (removed, replaced): it is not wanted."""
+        when the job's ``role`` standby is no longer ``owner`` (removed, replaced)."""
         ...
 
-    def take_standby(self, job_id: JobId, attempt: AttemptNo) -> StandbyRecord | None:
-        """Hand ``attempt`` to the job's standby: READY with its lease not lapsed becomes
-        TAKEN with ``attempt``; the record, or None when there is no such standby."""
+    def take_standby(
+        self, job_id: JobId, attempt: AttemptNo, role: StandbyRole = StandbyRole.STANDBY
+    ) -> StandbyRecord | None:
+        """Hand ``attempt`` to the job's ``role`` standby: READY with its lease not lapsed
+        becomes TAKEN with ``attempt``; the record, or None when there is no such standby."""
         ...
 
-    def remove_standby(self, job_id: JobId, owner: Owner | None = None) -> bool:
-        """Forget the job's standby (only if it is ``owner``, when given); whether a row
-        went."""
+    def remove_standby(
+        self,
+        job_id: JobId,
+        owner: Owner | None = None,
+        role: StandbyRole = StandbyRole.STANDBY,
+    ) -> bool:
+        """Forget the job's ``role`` standby (only if it is ``owner``, when given); whether a
+        row went."""
+        ...
+
+
+class UpgradeStore(Protocol):
+    """Upgrades of running jobs to new code (issue 24, ``upgrades``): PENDING -> SWAPPED ->
+    CONFIRMED | ROLLED_BACK, or PENDING -> REFUSED; at most one live (PENDING, SWAPPED) per
+    job. Each move is one statement's condition; the moves that change which code the job
+    runs (SWAPPED, ROLLED_BACK) set the job's spec in the same transaction."""
+
+    def add_upgrade(
+        self,
+        job_id: JobId,
+        upgrade_id: str,
+        old_spec: dict[str, Any],
+        new_spec: dict[str, Any],
+        watch_epochs: int,
+        watch_seconds: float,
+        checks: dict[str, Any],
+    ) -> UpgradeRecord:
+        """Record an upgrade PENDING. The job unknown: :class:`JobNotFound`; one live
+        already: :class:`InvalidTransition` naming it."""
+        ...
+
+    def get_upgrade(self, upgrade_id: str) -> UpgradeRecord | None:
+        """The upgrade, or None."""
+        ...
+
+    def live_upgrade(self, job_id: JobId) -> UpgradeRecord | None:
+        """The job's PENDING or SWAPPED upgrade, or None."""
+        ...
+
+    def live_upgrades(self) -> list[UpgradeRecord]:
+        """Every PENDING or SWAPPED upgrade, oldest first."""
+        ...
+
+    def list_upgrades(self, job_id: JobId, limit: int = 100) -> list[UpgradeRecord]:
+        """The job's upgrades, newest first."""
+        ...
+
+    def upgrade_stopping(self, upgrade_id: str, attempt: AttemptNo) -> UpgradeRecord | None:
+        """Record that the old code's ``attempt`` was asked to stop (PENDING, once); the
+        record, or None when it was not PENDING or was asked already."""
+        ...
+
+    def swap_upgrade(self, upgrade_id: str) -> UpgradeRecord | None:
+        """PENDING -> SWAPPED and the job's spec := the new spec, in one transaction; None
+        when it was not PENDING."""
+        ...
+
+    def upgrade_swap_attempt(self, upgrade_id: str, attempt: AttemptNo) -> bool:
+        """Record the new code's first attempt (SWAPPED, once); whether it was recorded."""
+        ...
+
+    def end_upgrade(
+        self, upgrade_id: str, state: UpgradeState, detail: str | None = None
+    ) -> UpgradeRecord | None:
+        """SWAPPED -> CONFIRMED; SWAPPED -> ROLLED_BACK (the job's spec := the old spec in
+        the same transaction); PENDING -> REFUSED. None when it is not in the state the move
+        starts from; another end: :class:`InvalidTransition`."""
         ...

@@ -678,6 +678,9 @@ DELETE FROM recovery_holds WHERE job_id = :job_id;
 -- name: delete_job_standby
 DELETE FROM standbys WHERE job_id = :job_id;
 
+-- name: delete_job_upgrades
+DELETE FROM upgrades WHERE job_id = :job_id;
+
 -- name: delete_job_row
 DELETE FROM jobs WHERE job_id = :job_id;
 
@@ -720,21 +723,21 @@ DELETE FROM operations WHERE ended_at < :before;
 
 -- Standby drivers (migration 0016) -----------------------------------------------------------
 -- name: insert_standby
-INSERT INTO standbys (job_id, state, host, pid, pid_started, attempt, log_path, started_at,
-                      ready_at, lease_expires_at)
-VALUES (:job_id, 'WARMING', :host, :pid, :pid_started, NULL, :log_path, :now, NULL,
-        :lease_expires_at)
-ON CONFLICT (job_id) DO NOTHING;
+INSERT INTO standbys (job_id, role, state, host, pid, pid_started, attempt, log_path, started_at,
+                      ready_at, lease_expires_at, spec_key)
+VALUES (:job_id, :role, 'WARMING', :host, :pid, :pid_started, NULL, :log_path, :now, NULL,
+        :lease_expires_at, :spec_key)
+ON CONFLICT (job_id, role) DO NOTHING;
 
 -- name: get_standby
 SELECT job_id, state, host, pid, pid_started, attempt, log_path, started_at, ready_at,
-       lease_expires_at
-FROM standbys WHERE job_id = :job_id;
+       lease_expires_at, role, spec_key
+FROM standbys WHERE job_id = :job_id AND role = :role;
 
 -- name: list_standbys
 SELECT job_id, state, host, pid, pid_started, attempt, log_path, started_at, ready_at,
-       lease_expires_at
-FROM standbys ORDER BY job_id;
+       lease_expires_at, role, spec_key
+FROM standbys ORDER BY job_id, role;
 
 -- name: renew_standby
 -- The standby itself, while it warms and waits (a TAKEN one holds an attempt: not renewed).
@@ -742,16 +745,60 @@ UPDATE standbys SET lease_expires_at = :lease_expires_at,
                     state = CASE WHEN :ready = 1 THEN 'READY' ELSE state END,
                     ready_at = CASE WHEN :ready = 1 AND ready_at IS NULL THEN :now
                                     ELSE ready_at END
-WHERE job_id = :job_id AND host = :host AND pid = :pid AND pid_started = :pid_started
-  AND state IN ('WARMING', 'READY');
+WHERE job_id = :job_id AND role = :role AND host = :host AND pid = :pid
+  AND pid_started = :pid_started AND state IN ('WARMING', 'READY');
 
 -- name: take_standby
 UPDATE standbys SET state = 'TAKEN', attempt = :attempt
-WHERE job_id = :job_id AND state = 'READY' AND lease_expires_at > :now;
+WHERE job_id = :job_id AND role = :role AND state = 'READY' AND lease_expires_at > :now;
 
 -- name: remove_standby
-DELETE FROM standbys WHERE job_id = :job_id;
+DELETE FROM standbys WHERE job_id = :job_id AND role = :role;
 
 -- name: remove_standby_of
 DELETE FROM standbys
-WHERE job_id = :job_id AND host = :host AND pid = :pid AND pid_started = :pid_started;
+WHERE job_id = :job_id AND role = :role AND host = :host AND pid = :pid
+  AND pid_started = :pid_started;
+
+-- Upgrades (migration 0017) -------------------------------------------------------------------
+-- name: insert_upgrade
+INSERT INTO upgrades (upgrade_id, job_id, state, old_spec, new_spec, watch_epochs,
+                      watch_seconds, checks, detail, created_at)
+VALUES (:upgrade_id, :job_id, 'PENDING', :old_spec, :new_spec, :watch_epochs, :watch_seconds,
+        :checks, NULL, :now);
+
+-- name: live_upgrade
+SELECT upgrade_id, job_id, state, old_spec, new_spec, watch_epochs, watch_seconds, checks,
+       detail, created_at, stop_attempt, stop_at, swap_attempt, swapped_at, ended_at
+FROM upgrades WHERE job_id = :job_id AND state IN ('PENDING', 'SWAPPED');
+
+-- name: live_upgrades
+SELECT upgrade_id, job_id, state, old_spec, new_spec, watch_epochs, watch_seconds, checks,
+       detail, created_at, stop_attempt, stop_at, swap_attempt, swapped_at, ended_at
+FROM upgrades WHERE state IN ('PENDING', 'SWAPPED') ORDER BY created_at;
+
+-- name: get_upgrade
+SELECT upgrade_id, job_id, state, old_spec, new_spec, watch_epochs, watch_seconds, checks,
+       detail, created_at, stop_attempt, stop_at, swap_attempt, swapped_at, ended_at
+FROM upgrades WHERE upgrade_id = :upgrade_id;
+
+-- name: list_upgrades
+SELECT upgrade_id, job_id, state, old_spec, new_spec, watch_epochs, watch_seconds, checks,
+       detail, created_at, stop_attempt, stop_at, swap_attempt, swapped_at, ended_at
+FROM upgrades WHERE job_id = :job_id ORDER BY created_at DESC, upgrade_id DESC LIMIT :limit;
+
+-- name: upgrade_stopping
+UPDATE upgrades SET stop_attempt = :attempt, stop_at = :now
+WHERE upgrade_id = :upgrade_id AND state = 'PENDING' AND stop_attempt IS NULL;
+
+-- name: upgrade_swapped
+UPDATE upgrades SET state = 'SWAPPED', swapped_at = :now
+WHERE upgrade_id = :upgrade_id AND state = 'PENDING';
+
+-- name: upgrade_swap_attempt
+UPDATE upgrades SET swap_attempt = :attempt
+WHERE upgrade_id = :upgrade_id AND state = 'SWAPPED' AND swap_attempt IS NULL;
+
+-- name: upgrade_ended
+UPDATE upgrades SET state = :state, detail = :detail, ended_at = :now
+WHERE upgrade_id = :upgrade_id AND state = :from_state;

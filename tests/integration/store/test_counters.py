@@ -103,7 +103,8 @@ def test_the_migration_seeds_the_counts_from_existing_rows(
     _raw_exec(
         store_url,
         "DROP TABLE counters",
-        "DROP TABLE standbys",  # migration 16, re-applied with 4
+        "DROP TABLE upgrades",  # migration 17, re-applied with 4
+        "DROP TABLE standbys",  # migrations 16 and 17, likewise
         "DROP TABLE operations",  # migration 15, likewise
         "ALTER TABLE jobs DROP COLUMN settled",  # migration 14, likewise
         "DROP INDEX jobs_by_created",  # migration 13, likewise
