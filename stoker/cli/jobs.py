@@ -81,6 +81,10 @@ def status_cmd(
     sb = out.get("standby")
     if sb:
         click.echo("standby    " + standby_line(sb))
+    up = out.get("upgrade")
+    if up:
+        to = (up.get("to") or {}).get("entrypoint")
+        click.echo(f"upgrade    {up['upgrade_id']} {up['state']} to {to}")
     e = out.get("last_epoch")
     if e and e.get("committed_at") is not None:
         rows = "-" if e.get("rows") is None else e["rows"]

@@ -12,6 +12,7 @@ makes ready first). A start that cannot go on after its attempt was recorded rai
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -28,6 +29,10 @@ from stoker.store import AttemptRecord, JobRecord, Owner, StandbyRecord, Store, 
 from stoker.types import AttemptState, JobId, JobKind, SpecKind, StandbyRole, UpgradeState
 
 log = logging.getLogger("stoker.supervisor")
+
+
+# How long a start waits, in its step, for the previous attempt's killed processes to go.
+KILLED_GONE_WAIT = 0.5
 
 
 class StartFailed(Exception):
@@ -253,6 +258,13 @@ class Dispatcher:
             prev.owner.pid,
         )
         self.launcher.kill(prev.owner)
+        # A group killed is gone within milliseconds, mostly: the start goes on in this step
+        # then (a handover's pause is what a user sees), else in a later one.
+        deadline = time.monotonic() + KILLED_GONE_WAIT
+        while time.monotonic() < deadline:
+            if not self.launcher.still_running(prev.owner):
+                return False
+            time.sleep(0.02)
         return True
 
     def _spawn(self, job: JobRecord, attempt: AttemptRecord, argv: processes.DriverArgv) -> None:

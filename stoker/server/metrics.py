@@ -245,7 +245,11 @@ class StokerCollector(Collector):
         """Warm standby drivers: 1 for a live job whose standby is READY, 0 for one that asked
         for a standby and has none ready now (warming, just taken over, failed); and the
         attempts this manager handed to a standby."""
-        ready = {s.job_id for s in self.manager.store.list_standbys() if s.state == "READY"}
+        ready = {
+            s.job_id
+            for s in self.manager.store.list_standbys()
+            if s.state == "READY" and s.role == "standby"
+        }
         g = GaugeMetricFamily(
             "stoker_job_standby_ready",
             "1 if the job's warm standby driver is ready to take over, 0 if it asked for one "

@@ -121,6 +121,32 @@ def resolve_table(conn: Any, table: str) -> tuple[str, str]:
     return str(schema), parts[0]
 
 
+def add_missing_columns(conn: Any, table: tuple[str, str], fields: dict[str, str]) -> list[str]:
+    """Add to the table, nullable, each of ``fields`` (name -> PostgreSQL type) it lacks, in
+    one transaction; the names added."""
+    from psycopg import sql
+
+    name = sql.Identifier(*table).as_string(conn)
+    rows = conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+        "AND NOT attisdropped",
+        (name,),
+    ).fetchall()
+    if not rows:
+        return []  # no table: check_columns says so
+    have = {str(r[0]) for r in rows}
+    missing = [c for c in fields if c not in have]
+    if missing:
+        with conn.transaction():
+            for c in missing:
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+                        sql.Identifier(*table), sql.Identifier(c), sql.SQL(fields[c])
+                    )
+                )
+    return missing
+
+
 def check_columns(conn: Any, table: tuple[str, str], fields: dict[str, str], sink: str) -> None:
     """The table exists and has a column for every field an epoch writes (``fields``: name ->
     the PostgreSQL type stoker would give it); else InvalidSink saying what to run. A missing

@@ -52,6 +52,7 @@ from stoker.sinks._pg_parts import (
 )
 from stoker.sinks._pg_server import (
     _pg_type,
+    add_missing_columns,
     check_columns,
     check_options,
     connect,
@@ -253,6 +254,14 @@ class PostgresSink:
                     )
                 )
             types = {f.name: _type_hint(f.dataType) for f in schema.fields}
+            if self.create_table:
+                # A table the sink made takes the columns new code adds (an upgrade, issue 24):
+                # nullable, so the rows written before, and older code's, hold NULL there.
+                added = add_missing_columns(
+                    conn, self._where, {f.name: _pg_type(f.dataType) for f in schema.fields}
+                )
+                if added:
+                    log.info("sink %s: added nullable column(s) %s", self.name, ", ".join(added))
             check_columns(conn, self._where, types, self.name)
             if self._staged:
                 ensure_stage(conn, self._stage(), schema)

@@ -222,7 +222,7 @@ def test_new_code_with_another_state_schema_or_other_sources_is_refused(
     other = tmp_path / "apps" / "other.py"
     other.write_text(
         STATEFUL.format(key="(F.col('id') % 3).alias('k')", out=str(out)).replace(
-            "partitions=1", "partitions=2"
+            "generator(total=None", "generator(total=10_000_000"
         )
     )
     r = m.http.post("/v1/jobs", json={"entrypoint": str(v1), "conf": CONF, "job_id": "totals"})
@@ -245,3 +245,49 @@ def test_new_code_with_another_state_schema_or_other_sources_is_refused(
     job = _job(m, "totals")
     assert job["state"] == "RUNNING" and job["attempt"]["attempt"] == attempt, job
     assert done["stop_attempt"] is None  # the old code was never asked to stop
+
+
+PG_APP = """\
+from pyspark.sql import functions as F
+from stoker import Pipeline, sinks, sources
+
+def transform(df, ctx):
+{body}
+
+pipeline = (
+    Pipeline("pgup")
+    .source(sources.generator(total=None, rows_per_second=50, max_rows_per_epoch=50, partitions=1))
+    .transform(transform)
+    .sink(sinks.postgres({dsn!r}, "out", create_table=True))
+)
+"""
+
+
+def test_a_postgres_sink_takes_the_columns_new_code_adds(
+    tmp_path: Path, manager: Manager, pg_dsn: str
+) -> None:
+    import psycopg
+
+    m = manager
+    v1 = tmp_path / "apps" / "pg1.py"
+    v1.write_text(PG_APP.format(body="    return df.select('id')", dsn=pg_dsn))
+    v2 = tmp_path / "apps" / "pg2.py"
+    v2.write_text(
+        PG_APP.format(body="    return df.select('id', F.lit('v2').alias('note'))", dsn=pg_dsn)
+    )
+    r = m.http.post("/v1/jobs", json={"entrypoint": str(v1), "conf": CONF, "job_id": "pgup"})
+    assert r.status_code == 201, r.text
+    _committed(m, "pgup")
+    r = m.http.post("/v1/jobs/pgup/upgrade", json={"entrypoint": str(v2), "watch_epochs": 2})
+    assert r.status_code == 202, r.text
+    done = _upgrade_ends(m, r.json(), "pgup")
+    assert done["state"] == "CONFIRMED", done
+    r = m.http.post("/v1/jobs/pgup/cancel")
+    assert r.status_code == 202, r.text
+    wait_for("the job to end", lambda: _job(m, "pgup")["state"] == "CANCELED", SPARK)
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute("SELECT id, note FROM out").fetchall()
+    ids = [r[0] for r in rows]
+    assert len(ids) == len(set(ids)) and set(ids) == set(range(max(ids) + 1))  # once each
+    notes = {r[1] for r in rows}
+    assert notes == {None, "v2"}  # the old rows NULL in the added column, the new ones set
