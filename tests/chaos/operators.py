@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.chaos.checker import processes_of
@@ -255,6 +256,8 @@ class Managed:
         self.unexpected: list[str] = []
         self.submitted = False
         self.level = 0  # which of MASTERS: a rescale moves it
+        self.upgrades = 0  # upgrades asked for (their files: chaos_app_u<n>.py)
+        self.upgrade_ids: list[tuple[str, str]] = []  # (job, upgrade id) of those taken
 
     def _start_manager(self, i: int) -> None:
         from tests.support.manager import Manager
@@ -409,6 +412,27 @@ class Managed:
         self.level = 1 - self.level
         self._submit(restart=True)
         return f"submitted again (restart) on {MASTERS[self.level]}"
+
+    def upgrade(self, new: Path, bad: bool) -> str | None:
+        """Ask for an upgrade of the job to ``new`` (issue 24): code that writes the same ids,
+        or (``bad``) code that fails each epoch, to be rolled back. Not waited for: the steps
+        after it land while it warms, swaps and is watched."""
+        run = self.run
+        self.upgrades += 1
+        n = self.upgrades
+        body_json = {"entrypoint": str(new), "watch_epochs": 2, "watch_seconds": 20}
+        for m in self.managers:
+            if m is None or m.proc.poll() is not None:
+                continue
+            with contextlib.suppress(Exception):
+                r = m.http.post(f"/v1/jobs/{run.job}/upgrade", json=body_json, timeout=120)
+                what = "bad" if bad else "good"
+                if r.status_code == 202:
+                    up = r.json()["upgrade_id"]
+                    self.upgrade_ids.append((run.job, up))
+                    return f"upgrade {n} ({what} code) asked: {up}"
+                return f"upgrade {n} ({what} code) not taken: {r.status_code} {r.text[:200]}"
+        return None
 
     def manager_fault(self, kind: str, seconds: float) -> str | None:
         m = self.leader()

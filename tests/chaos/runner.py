@@ -229,6 +229,10 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
     k = step.kind
     if k in ("leader_kill", "manager_stall"):
         return run.op.manager_fault(k, step.arg)
+    if k in ("upgrade", "upgrade_bad"):
+        if not isinstance(run.op, operators.Managed) or live_driver(run) is None:
+            return None
+        return run.op.upgrade(write_upgraded_app(run, bad=k == "upgrade_bad"), k == "upgrade_bad")
     if k in ("standby_kill", "standby_stall"):
         sb = run.op.standby()
         if sb is None:
@@ -427,6 +431,31 @@ def write_changed_app(run: Run, k: int) -> None:
         "p.transform(_changed)\n\n\n"
     )
     run.app.write_text(text.replace(CHANGE_AT, changed + CHANGE_AT))
+
+
+def write_upgraded_app(run: Run, bad: bool) -> Path:
+    """A new file for an upgrade (issue 24), beside the app: the current job's code with a
+    transform that keeps every id, or (``bad``) one that fails each epoch."""
+    n = len(list((run.base / "app").glob("chaos_app_u*.py"))) + 1
+    new = run.base / "app" / f"chaos_app_u{n}.py"
+    text = run.app.read_text()
+    body = (
+        '    raise RuntimeError("chaos: the new code fails its epochs")\n'
+        if bad
+        else '    return df.where(F.col("id") >= 0)\n'
+    )
+    code = (
+        f"# Upgrade {n}'s code (tests/chaos/runner.py).\n"
+        "def _upgraded(df, ctx):\n"
+        "    from pyspark.sql import functions as F\n\n"
+        "    if ctx.epoch < 0:\n"
+        "        return df\n"
+        f"{body}\n\n"
+        "p.transform(_upgraded)\n\n\n"
+    )
+    assert text.count(CHANGE_AT) == 1, f"{run.app} has no {CHANGE_AT!r} to put new code before"
+    new.write_text(text.replace(CHANGE_AT, code + CHANGE_AT))
+    return new
 
 
 def _add_column(dsn: str) -> None:
@@ -676,7 +705,24 @@ def run_schedule(
             run.injected[step.kind] = run.injected.get(step.kind, 0) + 1
             run.log(f"{fmt_step(step)}: {done}")
         finish(run)
-        if w.standby:
+        if w.upgrades:
+            # Every upgrade the managers took ends with the job (CONFIRMED, ROLLED_BACK or
+            # REFUSED): none is left PENDING or SWAPPED, none waits for ever.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                live = run.read(lambda st: [u.upgrade_id for u in st.live_upgrades()])
+                if not live:
+                    break
+                time.sleep(0.5)
+            else:
+                run.problems.append(f"upgrades left live after the job ended: {live}")
+            ended = run.read(
+                lambda st: [
+                    f"{u.upgrade_id} {u.state}" for j in run.jobs for u in st.list_upgrades(j)
+                ]
+            )
+            run.log(f"upgrades: {', '.join(ended) or 'none taken'}")
+        if w.standby or w.upgrades:
             # The leader stops an ended job's standby by itself: none may outlive the job.
             deadline = time.monotonic() + 60
             while run.op.drivers() and time.monotonic() < deadline:

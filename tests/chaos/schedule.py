@@ -50,12 +50,20 @@ WEIGHTS: dict[str, int] = {
     # (a share of the managed workloads): the draws above stay as they were.
     "standby_kill": 1,  # SIGKILL of the job's waiting standby driver (the leader replaces it)
     "standby_stall": 1,  # SIGSTOP of the waiting standby for a while, then SIGCONT
+    # Upgrades (issue 24), drawn from a fourth stream, for managed workloads of seeds from
+    # UPGRADE_FROM_SEED on (every recorded seed keeps its schedule).
+    "upgrade": 1,  # an upgrade to new code (same ids): warmed, swapped at an epoch boundary
+    "upgrade_bad": 1,  # an upgrade to code that fails its epochs: rolled back
 }
 ADDED = {"savepoint_restore", "rescale", "executor_kill", "executor_stall", "spark_worker_kill"}
 MANAGER_ONLY = {"leader_kill", "manager_stall"}
 LOCAL_ONLY = {"checkpoint_lost"}  # the managers' drivers keep their state where they choose
 CLUSTER_ONLY = {"executor_kill", "executor_stall", "spark_worker_kill"}
 STANDBY_ONLY = {"standby_kill", "standby_stall"}
+UPGRADE_ONLY = {"upgrade", "upgrade_bad"}
+UPGRADE_FROM_SEED = 150
+UPGRADE_SHARE = 0.6  # of those managed workloads: with upgrades among their faults
+UPGRADE_STEPS = 0.15  # of such a workload's steps: an upgrade
 STANDBY_SHARE = 0.5  # of the managed workloads drawn with the later kinds: with a standby
 STANDBY_STEPS = 0.2  # of a standby workload's steps: a fault of its standby
 CLUSTER_SHARE = 0.2  # of the schedules under `stoker run` (~13% of all): on a standalone cluster
@@ -76,6 +84,7 @@ class Workload:
     disk: bool  # the files sink on a small file system of its own (disk_full faults)
     managed: bool = False  # run by two job managers on one store, not by `stoker run`
     standby: bool = False  # submitted with a warm standby driver (managed only)
+    upgrades: bool = False  # upgrades to new code among its faults (managed only)
     # `stoker run` on a Spark standalone cluster the runner starts (a master and two one-core
     # workers on 127.0.0.2 and .3), not on local[N,F]
     cluster: bool = False
@@ -126,6 +135,7 @@ class Schedule:
             f"{'postgres' if w.pg_store else 'sqlite'}{', sink on a small disk' if w.disk else ''}"
             f", {'two job managers' if w.managed else 'stoker run'}"
             f"{' with a warm standby' if w.standby else ''}"
+            f"{', upgraded to new code' if w.upgrades else ''}"
             f"{' on a standalone cluster' if w.cluster else ''}"
         )
         return "\n".join([head, *(f"  {fmt_step(s)}" for s in self.steps)])
@@ -172,8 +182,20 @@ def generate(
         and third.random() < STANDBY_SHARE
         and (allow is None or bool(STANDBY_ONLY & allow))
     )
+    # A fourth stream for upgrades (issue 24), for seeds that no recorded run used.
+    fourth = random.Random(seed * 9_000_011 + 0x0B)
+    upgrade_kinds = [k for k in sorted(UPGRADE_ONLY) if allow is None or k in allow]
+    upgrades = (
+        managed
+        and added
+        and seed >= UPGRADE_FROM_SEED
+        and bool(upgrade_kinds)
+        and fourth.random() < UPGRADE_SHARE
+    )
     kinds = {
-        k: v for k, v in WEIGHTS.items() if (allow is None or k in allow) and k not in STANDBY_ONLY
+        k: v
+        for k, v in WEIGHTS.items()
+        if (allow is None or k in allow) and k not in STANDBY_ONLY | UPGRADE_ONLY
     }
     for k in LOCAL_ONLY if managed else MANAGER_ONLY:
         kinds.pop(k, None)
@@ -202,6 +224,8 @@ def generate(
         if standby and standby_kinds and third.random() < STANDBY_STEPS:
             kind = third.choice(standby_kinds)
             arg = round(third.uniform(0.5, 15.0), 1) if kind == "standby_stall" else 0.0
+        if upgrades and fourth.random() < UPGRADE_STEPS:
+            kind, arg = fourth.choice(upgrade_kinds), 0.0
         steps.append(Step(i, after_epochs, delay, kind, arg))
     # Enough epochs for every step to land before the job ends, and some after the last; an
     # added fault the job runs through (a worker down for seconds) gets the epochs it may
@@ -220,6 +244,7 @@ def generate(
         managed=managed,
         cluster=cluster,
         standby=standby,
+        upgrades=upgrades,
     )
     return Schedule(seed, w, steps)
 

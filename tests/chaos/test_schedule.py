@@ -10,6 +10,8 @@ from tests.chaos.schedule import (
     CLUSTER_ONLY,
     LOCAL_ONLY,
     STANDBY_ONLY,
+    UPGRADE_FROM_SEED,
+    UPGRADE_ONLY,
     WEIGHTS,
     generate,
     load,
@@ -49,7 +51,7 @@ def test_a_schedule_round_trips_through_json_and_drops_steps_by_index() -> None:
 
 def test_faults_fit_the_workload_and_every_kind_is_drawn_over_many_seeds() -> None:
     seen: set[str] = set()
-    for seed in range(200):
+    for seed in range(300):
         s = generate(seed)
         w = s.workload
         kinds = {st.kind for st in s.steps}
@@ -61,6 +63,8 @@ def test_faults_fit_the_workload_and_every_kind_is_drawn_over_many_seeds() -> No
         assert not (w.managed and kinds & LOCAL_ONLY)
         assert w.managed or not w.standby
         assert w.standby or not kinds & STANDBY_ONLY
+        assert w.upgrades or not kinds & UPGRADE_ONLY
+        assert w.managed or not w.upgrades
         # The generator has epochs for every step to land on, and some after the last.
         assert w.gen >= (sum(st.after_epochs for st in s.steps) + 8) * w.per_epoch
         seen |= kinds
@@ -77,8 +81,9 @@ def test_the_added_kinds_leave_the_recorded_schedules_and_old_draws_alone() -> N
         old = generate(seed, added=False).to_json()
         assert old["workload"].pop("cluster") is False
         assert old["workload"].pop("standby") is False
+        assert old["workload"].pop("upgrades") is False
         assert _digest(old) == digest, seed
-    replaced = steps = clusters = standbys = 0
+    replaced = steps = clusters = standbys = upgrades = 0
     for seed in range(300):
         new, old = generate(seed), generate(seed, added=False)
         a, b = new.to_json()["workload"], old.to_json()["workload"]
@@ -86,6 +91,8 @@ def test_the_added_kinds_leave_the_recorded_schedules_and_old_draws_alone() -> N
         b.pop("cluster")
         standbys += a.pop("standby")
         assert b.pop("standby") is False
+        upgrades += a.pop("upgrades")
+        assert b.pop("upgrades") is False
         # The workload as it was, but for the cluster and the ids an added fault's epochs need.
         changed = [x for x, y in zip(new.steps, old.steps, strict=True) if x != y]
         more, was = a.pop("gen"), b.pop("gen")
@@ -95,12 +102,16 @@ def test_the_added_kinds_leave_the_recorded_schedules_and_old_draws_alone() -> N
             steps += 1
             if x != y:  # a step changed only by becoming an added kind
                 replaced += 1
-                assert x.kind in ADDED | STANDBY_ONLY and y.kind not in ADDED, (seed, x, y)
+                assert x.kind in ADDED | STANDBY_ONLY | UPGRADE_ONLY, (seed, x, y)
+                assert y.kind not in ADDED, (seed, x, y)
+                assert new.workload.upgrades or x.kind not in UPGRADE_ONLY, (seed, x)
+                assert seed >= UPGRADE_FROM_SEED or x.kind not in UPGRADE_ONLY, (seed, x)
                 assert new.workload.standby or x.kind not in STANDBY_ONLY, (seed, x)
                 assert (x.index, x.after_epochs, x.delay) == (y.index, y.after_epochs, y.delay)
     assert 0.03 < replaced / steps < 0.25, (replaced, steps)
     assert 0.07 < clusters / 300 < 0.2, clusters
     assert 0.08 < standbys / 300 < 0.3, standbys  # half the managed workloads (~35%)
+    assert 0.05 < upgrades / 150 < 0.4, upgrades  # 60% of the managed ones from seed 150
 
 
 def test_the_added_kinds_fit_their_workloads_and_can_be_forced() -> None:
