@@ -180,7 +180,7 @@ class Bench:
 
     def savepoint_switch(self, old: str, new: str, version: int) -> dict[str, float]:
         C.wait_until(f"{old} settled", lambda: self.settled(old), SPARK)
-        folder = self.root / "savepoints" / new
+        folder = self.root / "apps" / "savepoints" / new  # under the allowed folder
         r = self.http.post(f"/v1/jobs/{old}/savepoints", json={"stop": True, "dir": str(folder)})
         assert r.status_code in (200, 201, 202), r.text
         C.wait_until(f"{old} stopped", lambda: self.job(old)["state"] == "FINISHED", SPARK)

@@ -101,7 +101,7 @@ class JobReconciler:
             # last epoch commit: resume at once. A suspension is no failure: no restart is
             # used up (Flink does not count one either). But not while its cause is known to
             # last, and not in a loop of Spark starts (_suspension_holds).
-            if not self._suspension_holds(job, now):
+            if self._swap_due(job) or not self._suspension_holds(job, now):
                 self._start(job)
             return
         attempt = (
@@ -143,6 +143,17 @@ class JobReconciler:
             and self.dispatcher.standbys.ready(jid, spec=job.spec) is not None
         ):
             self._start(job)
+
+    def _swap_due(self, job: JobRecord) -> bool:
+        """Whether the job was suspended by its upgrade's swap (its running attempt asked to
+        stop at an epoch boundary): the new code takes over at once, whatever came before
+        (a suspension asked for is no loop of Spark starts)."""
+        up = self.store.live_upgrade(job.job_id)
+        return (
+            up is not None
+            and up.state == UpgradeState.PENDING
+            and up.stop_attempt == job.current_attempt
+        )
 
     def _suspension_holds(self, job: JobRecord, now: float) -> bool:
         """Whether a SUSPENDED job waits instead of resuming now.

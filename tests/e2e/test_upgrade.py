@@ -291,3 +291,53 @@ def test_a_postgres_sink_takes_the_columns_new_code_adds(
     assert len(ids) == len(set(ids)) and set(ids) == set(range(max(ids) + 1))  # once each
     notes = {r[1] for r in rows}
     assert notes == {None, "v2"}  # the old rows NULL in the added column, the new ones set
+
+
+def test_a_manager_failover_during_an_upgrade_leaves_it_to_the_next_leader(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    """The leader is SIGKILLed while the new code warms (its standbys, the old driver and
+    the upgrade live on in their own process groups and the store): the other manager takes
+    the lease and carries the upgrade on: the swap, the watch, CONFIRMED, exactly once."""
+    from stoker.store import open_store
+    from stoker.types import StandbyRole
+    from tests.support.manager import stop_all
+
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    out = tmp_path / "out"
+    v1 = _app(tmp_path, "v1", V1, out)
+    v2 = _app(tmp_path, "v2", V2, out)
+    ms = [
+        Manager(f"m{i}", pg_dsn, tmp_path / f"m{i}", [apps], tmp_path / f"m{i}.log")
+        for i in range(2)
+    ]
+    view = open_store(pg_dsn)
+    try:
+        for x in ms:
+            x.wait_up()
+        lead = wait_for(
+            "a leader", lambda: next((x for x in ms if (x.health() or {}).get("leader")), None), 60
+        )
+        other = next(x for x in ms if x is not lead)
+        r = other.http.post("/v1/jobs", json={"entrypoint": str(v1), "conf": CONF})
+        assert r.status_code == 201, r.text
+        _committed(other)
+        r = other.http.post("/v1/jobs/up/upgrade", json={"entrypoint": str(v2)})
+        assert r.status_code == 202, r.text
+        up = r.json()
+        wait_for(
+            "the new code's standby started",
+            lambda: view.get_standby("up", StandbyRole.UPGRADE) is not None,  # type: ignore[arg-type]
+            SPARK,
+        )
+        lead.kill()
+        done = _upgrade_ends(other, up)
+        assert done["state"] == "CONFIRMED", f"{done}\n{other.log_tail()}"
+        assert (other.health() or {}).get("leader")
+        _cancel_and_count(other, out)
+        codes = _codes(out)
+        assert {2} in codes.values() and {1} in codes.values(), codes
+    finally:
+        view.close()
+        stop_all(ms)

@@ -38,7 +38,9 @@ from tests.support import wait_for
 JOB = job_id("up")
 # A stand-in driver: a process group of its own that outlives SIGTERM (a driver takes it as
 # "stop at the next epoch boundary" and ends its attempt itself, as the test does for it).
-_PATIENT = "import signal, time; signal.signal(signal.SIGTERM, lambda *a: None); time.sleep(120)"
+_PATIENT = "import signal, time; signal.signal(signal.SIGTERM, lambda *a: None)"
+# Every stand-in says when its handler is in place (argv[1]): a SIGTERM before would kill it.
+_READY = "\nimport pathlib, sys, time; pathlib.Path(sys.argv[1]).touch(); time.sleep(120)\n"
 
 
 @pytest.fixture
@@ -58,7 +60,11 @@ def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
 def _process(
     procs: list[subprocess.Popen[bytes]], code: str = _PATIENT
 ) -> tuple[Owner, subprocess.Popen[bytes]]:
-    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    import tempfile
+
+    ready = Path(tempfile.mkdtemp()) / "ready"
+    p = subprocess.Popen([sys.executable, "-c", code + _READY, str(ready)], start_new_session=True)
+    wait_for("a stand-in process ready", ready.exists, timeout=60, every=0.02)
     procs.append(p)
     return Owner(this_host(), p.pid, process_start_marker(p.pid)), p
 
@@ -83,6 +89,7 @@ class World:
         store: Store,
         procs: list[subprocess.Popen[bytes]],
         driver_code: str = _PATIENT,
+        suspended_before: int = 0,
     ):
         self.store = store
         v1, v2 = tmp_path / "v1.py", tmp_path / "v2.py"
@@ -91,7 +98,11 @@ class World:
         self.old, self.new = _spec(v1), _spec(v2)
         store.create_job(JOB, "up", self.old, {})
         self.driver, self.driver_proc = _process(procs, driver_code)
-        store.start_attempt(JOB, self.driver, 10.0, AttemptNo(0))
+        for n in range(suspended_before):  # earlier attempts stopped by signals
+            store.start_attempt(JOB, self.driver, 10.0, AttemptNo(n))
+            store.finish_attempt(JOB, AttemptNo(n + 1), AttemptState.SUSPENDED, JobState.SUSPENDED)
+        self.first = AttemptNo(suspended_before + 1)
+        store.start_attempt(JOB, self.driver, 10.0, AttemptNo(suspended_before))
         self.up = store.add_upgrade(JOB, "up-1", self.old, self.new, 3, 30.0, {"sources": []})
         self.old_sb, _ = _process(procs)
         store.add_standby(JOB, self.old_sb, "/logs/standby.log", 10.0, spec_key=spec_key(self.old))
@@ -110,7 +121,7 @@ class World:
     def old_driver_stops(self) -> None:
         """The old driver does what SIGTERM asks: its epoch commits, its attempt ends
         SUSPENDED, it exits."""
-        self.store.finish_attempt(JOB, AttemptNo(1), AttemptState.SUSPENDED, JobState.SUSPENDED)
+        self.store.finish_attempt(JOB, self.first, AttemptState.SUSPENDED, JobState.SUSPENDED)
         self.driver_proc.kill()
         self.driver_proc.wait()
 
@@ -288,14 +299,37 @@ def test_the_old_driver_is_sent_sigterm_not_killed(
     store = open_store(tmp_path / "store.db", clock)
     received = tmp_path / "sigterm"
     code = (
-        "import signal, time\n"
-        f"signal.signal(signal.SIGTERM, lambda *a: open({str(received)!r}, 'w').write('TERM'))\n"
-        "time.sleep(120)\n"
+        "import signal\n"
+        f"signal.signal(signal.SIGTERM, lambda *a: open({str(received)!r}, 'w').write('TERM'))"
     )
     world = World(tmp_path, store, procs, code)
     sup = _sup(store, tmp_path)
     _step_until(sup, world, "SIGTERM received", received.exists)
     assert received.read_text() == "TERM" and world.driver_proc.poll() is None
+    store.close()
+
+
+def test_the_swap_is_not_held_back_by_earlier_suspensions(
+    tmp_path: Path, clock: ManualClock, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """A job suspended twice before (two signals, two upgrades) resumes after a backoff; the
+    suspension a swap asked for is taken over at once (the clock does not move here)."""
+    store = open_store(tmp_path / "store.db", clock)
+    world = World(tmp_path, store, procs, suspended_before=2)
+    sup = _sup(store, tmp_path)
+    _step_until(
+        sup,
+        world,
+        "the old driver asked to stop",
+        lambda: store.get_upgrade("up-1").stop_attempt == 3,  # type: ignore[union-attr]
+    )
+    world.old_driver_stops()
+    _step_until(
+        sup,
+        world,
+        "attempt 4 handed to the new code at once",
+        lambda: (sb := store.get_standby(JOB, StandbyRole.UPGRADE)) is not None and sb.attempt == 4,
+    )
     store.close()
 
 
