@@ -128,6 +128,7 @@ class JobReconciler:
             if self._exit_pending(attempt, now):
                 return  # its exit code says whether a restart can help: judged next tick
             self.fail(job, attempt, attempt.error or "the driver failed")
+            self._take_over(job.job_id)
         else:
             self._repair(job, attempt)
 

@@ -43,6 +43,7 @@ from stoker.types import (
     AttemptNo,
     AttemptState,
     JobId,
+    JobState,
     SpecKind,
     StandbyRole,
     StandbyState,
@@ -118,6 +119,10 @@ class StandbyKeeper:
         if up is not None and up.state == UpgradeState.SWAPPED:
             return up.old_spec
         if wants_standby(job) or up is not None:
+            return job.spec
+        if job.state in (JobState.RESTARTING, JobState.SUSPENDED):
+            # Between attempts: one left from an upgrade (rolled back just now) is the next
+            # attempt's; it goes once that attempt runs.
             return job.spec
         return None
 

@@ -237,6 +237,34 @@ def test_new_code_that_fails_in_its_window_is_rolled_back_to_the_old_codes_stand
     store.close()
 
 
+def test_new_code_that_records_its_own_failure_is_rolled_back_to_the_warm_old_code(
+    tmp_path: Path, clock: ManualClock, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """The new code's driver ends its attempt FAILED itself (an exception in its epoch) and
+    exits: the next attempt goes to the old code's standby in the step that rolls back (the
+    standby kept for it is not stopped first)."""
+    store = open_store(tmp_path / "store.db", clock)
+    world = World(tmp_path, store, procs)
+    sup = _sup(store, tmp_path)
+    _swapped(sup, world)
+    store.hold_start(JOB, AttemptNo(2), world.new_sb, 10.0)
+    store.claim_attempt(JOB, AttemptNo(2), world.new_sb, 10.0)
+    store.finish_attempt(JOB, AttemptNo(2), AttemptState.FAILED, None, "RuntimeError: v2 breaks")
+    world.new_proc.kill()
+    world.new_proc.wait()
+    _step_until(
+        sup,
+        world,
+        "attempt 3 handed to the old code's standby",
+        lambda: (sb := store.get_standby(JOB)) is not None and sb.attempt == 3,
+    )
+    up = store.get_upgrade("up-1")
+    assert up is not None and up.state == UpgradeState.ROLLED_BACK
+    assert "v2 breaks" in (up.detail or "")
+    assert store.get_job(JOB).spec == world.old and sup.started_attempts == 0
+    store.close()
+
+
 def test_a_new_code_standby_that_dies_refuses_the_upgrade_and_the_old_code_runs_on(
     tmp_path: Path, clock: ManualClock, procs: list[subprocess.Popen[bytes]]
 ) -> None:
