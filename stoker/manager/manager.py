@@ -10,7 +10,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import UpgradeNotFound
 from stoker.manager import app_stop, appsubmit, control, jobs, logs, rescales, upgrades
 from stoker.manager import applications as apps
 from stoker.manager.appinspect import PipelineDescriptions
@@ -164,24 +163,13 @@ class JobManager:
 
     # upgrades (upgrades.py does the work) ---------------------------------------------------
     def upgrade(self, jid: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Ask for the job's upgrade to new code (:func:`upgrades.plan_upgrade`): checked,
-        recorded PENDING; the leader carries it out."""
-        self._job(jid)
-        rec = upgrades.plan_upgrade(self.store, jid, dict(body), self.allowed_dirs)
-        return upgrades.upgrade_view(rec)
+        return upgrades.ask(self.store, self._job(jid), dict(body), self.allowed_dirs)
 
     def upgrades_of(self, jid: str, limit: int = 100) -> list[dict[str, Any]]:
-        """The job's upgrades, newest first."""
-        job = self._job(jid)
-        return [upgrades.upgrade_view(u) for u in self.store.list_upgrades(job.job_id, limit)]
+        return upgrades.history(self.store, self._job(jid), limit)
 
     def upgrade_of(self, jid: str, upgrade_id: str) -> dict[str, Any]:
-        """One upgrade of the job (404 when it has none of that id)."""
-        job = self._job(jid)
-        rec = self.store.get_upgrade(upgrade_id)
-        if rec is None or rec.job_id != job.job_id:
-            raise UpgradeNotFound(jid, upgrade_id)
-        return upgrades.upgrade_view(rec)
+        return upgrades.one(self.store, self._job(jid), upgrade_id)
 
     # scaling (rescales.py does the work) -----------------------------------------------------
     def _scalable(self, jid: str) -> JobRecord:

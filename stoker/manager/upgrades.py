@@ -45,6 +45,7 @@ from stoker.errors import (
     StokerError,
     TooManyRequests,
     UpgradeConflict,
+    UpgradeNotFound,
 )
 from stoker.manager.appinspect import inspect_app
 from stoker.manager.launcher import DriverLauncher
@@ -316,4 +317,22 @@ class UpgradeKeeper:
 
 def upgrade_view(up: UpgradeRecord) -> dict[str, Any]:
     """An upgrade as the REST API answers it."""
-    return json.loads(json.dumps(up.to_dict(), default=str))
+    return dict(json.loads(json.dumps(up.to_dict(), default=str)))
+
+
+def ask(store: Store, job: JobRecord, body: dict[str, Any], allowed: list[Path]) -> dict[str, Any]:
+    """``POST /v1/jobs/{id}/upgrade``: :func:`plan_upgrade`, as the API answers it."""
+    return upgrade_view(plan_upgrade(store, job.job_id, body, allowed))
+
+
+def history(store: Store, job: JobRecord, limit: int) -> list[dict[str, Any]]:
+    """The job's upgrades, newest first."""
+    return [upgrade_view(u) for u in store.list_upgrades(job.job_id, limit)]
+
+
+def one(store: Store, job: JobRecord, upgrade_id: str) -> dict[str, Any]:
+    """One upgrade of the job; :class:`UpgradeNotFound` when it has none of that id."""
+    rec = store.get_upgrade(upgrade_id)
+    if rec is None or rec.job_id != job.job_id:
+        raise UpgradeNotFound(job.job_id, upgrade_id)
+    return upgrade_view(rec)
