@@ -78,6 +78,7 @@ class Run:
     t0: float = field(default_factory=time.monotonic)
     history: list[Event] = field(default_factory=list)
     injected: dict[str, int] = field(default_factory=dict)
+    upgrades: dict[str, int] = field(default_factory=dict)  # ended upgrades by their end
     op: Any = None  # operators.Local or operators.Managed
     paused: bool = False
     files_put: int = 0
@@ -615,6 +616,7 @@ class Result:
     seconds: float
     starts: int
     stalls: int = 0  # attempts the progress watchdog failed (stoker kept its promise)
+    upgrades: dict[str, int] = field(default_factory=dict)  # how the upgrades ended, counted
 
     @property
     def ok(self) -> bool:
@@ -654,6 +656,7 @@ class Result:
             "violations": [] if self.verdict is None else self.verdict.violations,
             "steps": len(self.schedule.steps),
             "workload": self.schedule.to_json()["workload"],
+            **({"upgrades": self.upgrades} if self.upgrades else {}),
         }
 
 
@@ -716,12 +719,11 @@ def run_schedule(
                 time.sleep(0.5)
             else:
                 run.problems.append(f"upgrades left live after the job ended: {live}")
-            ended = run.read(
-                lambda st: [
-                    f"{u.upgrade_id} {u.state}" for j in run.jobs for u in st.list_upgrades(j)
-                ]
-            )
-            run.log(f"upgrades: {', '.join(ended) or 'none taken'}")
+            ended = run.read(lambda st: [u for j in run.jobs for u in st.list_upgrades(j)])
+            for u in ended:
+                run.upgrades[str(u.state)] = run.upgrades.get(str(u.state), 0) + 1
+            shown = [f"{u.upgrade_id} {u.state}: {u.detail}" for u in ended]
+            run.log(f"upgrades: {'; '.join(shown) or 'none taken'}")
         if w.standby or w.upgrades:
             # The leader stops an ended job's standby by itself: none may outlive the job.
             deadline = time.monotonic() + 60
@@ -767,6 +769,7 @@ def run_schedule(
         time.monotonic() - run.t0,
         0 if run.op is None else run.op.starts,
         n_stalls,
+        run.upgrades,
     )
 
 
