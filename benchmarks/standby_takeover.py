@@ -213,17 +213,21 @@ class Bench:
         return out
 
     def close(self) -> None:
-        from stoker.procs import all_stats
-
         self.store.close()
-        with_store = str(self.root / "store.db")
-        for s in all_stats():
-            from stoker.procs import cmdline
+        stop_bench(self.root, self.proc.pid)
 
-            argv = cmdline(s.pid) or []
-            if any(with_store in a for a in argv) and s.pgid == s.pid:
-                kill_group(s.pgid)
-        kill_group(self.proc.pid)
+
+def stop_bench(root: Path, manager_pid: int) -> None:
+    """Kill every process group led by a process of the bench's store (drivers, standbys),
+    then the manager's."""
+    from stoker.procs import all_stats, cmdline
+
+    with_store = str(root / "store.db")
+    for s in all_stats():
+        argv = cmdline(s.pid) or []
+        if any(with_store in a for a in argv) and s.pgid == s.pid:
+            kill_group(s.pgid)
+    kill_group(manager_pid)
 
 
 def kill_group(pgid: int) -> None:

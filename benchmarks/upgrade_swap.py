@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
-from standby_takeover import Loads, kill_group, note
+from standby_takeover import Loads, note, stop_bench
 
 SPARK = 600.0
 APP = """\
@@ -223,15 +223,8 @@ class Bench:
         return out
 
     def close(self) -> None:
-        from stoker.procs import all_stats, cmdline
-
         self.store.close()
-        with_store = str(self.root / "store.db")
-        for s in all_stats():
-            argv = cmdline(s.pid) or []
-            if any(with_store in a for a in argv) and s.pgid == s.pid:
-                kill_group(s.pgid)
-        kill_group(self.proc.pid)
+        stop_bench(self.root, self.proc.pid)
 
 
 def main() -> None:

@@ -121,20 +121,26 @@ def resolve_table(conn: Any, table: str) -> tuple[str, str]:
     return str(schema), parts[0]
 
 
+def _table_columns(conn: Any, table: tuple[str, str]) -> set[str]:
+    """The table's columns (none: no such table)."""
+    from psycopg import sql
+
+    rows = conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+        "AND NOT attisdropped",
+        (sql.Identifier(*table).as_string(conn),),
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
 def add_missing_columns(conn: Any, table: tuple[str, str], fields: dict[str, str]) -> list[str]:
     """Add to the table, nullable, each of ``fields`` (name -> PostgreSQL type) it lacks, in
     one transaction; the names added."""
     from psycopg import sql
 
-    name = sql.Identifier(*table).as_string(conn)
-    rows = conn.execute(
-        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
-        "AND NOT attisdropped",
-        (name,),
-    ).fetchall()
-    if not rows:
+    have = _table_columns(conn, table)
+    if not have:
         return []  # no table: check_columns says so
-    have = {str(r[0]) for r in rows}
     missing = [c for c in fields if c not in have]
     if missing:
         with conn.transaction():
@@ -155,18 +161,13 @@ def check_columns(conn: Any, table: tuple[str, str], fields: dict[str, str], sin
     from psycopg import sql
 
     name = sql.Identifier(*table).as_string(conn)
-    rows = conn.execute(
-        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
-        "AND NOT attisdropped",
-        (name,),
-    ).fetchall()
-    if not rows:
+    have = _table_columns(conn, table)
+    if not have:
         raise InvalidSink(
             "postgres.table",
             f"table {name} of sink {sink!r} does not exist: create it, or pass "
             "create_table=True to have the sink create it",
         )
-    have = {str(r[0]) for r in rows}
     missing = [c for c in fields if c not in have]
     if missing:
         adds = ", ".join(

@@ -141,23 +141,34 @@ def _step_until(sup: Supervisor, world: World, what: str, cond: Any) -> None:
     wait_for(what, stepped, timeout=30, every=0.05)
 
 
-def _swapped(sup: Supervisor, world: World) -> None:
-    """Step until the old driver is asked to stop, stop it, and step until the swap's
-    attempt is handed to the new code's standby."""
+def _stop_asked(sup: Supervisor, world: World, attempt: int = 1) -> None:
+    """Step until the leader has asked the old code's ``attempt`` to stop."""
     store = world.store
     _step_until(
         sup,
         world,
-        "the old driver asked to stop",
-        lambda: store.get_upgrade("up-1").stop_attempt == 1,  # type: ignore[union-attr]
+        f"attempt {attempt} asked to stop",
+        lambda: store.get_upgrade("up-1").stop_attempt == attempt,  # type: ignore[union-attr]
     )
-    world.old_driver_stops()
+
+
+def _handed(sup: Supervisor, world: World, attempt: int, role: StandbyRole) -> None:
+    """Step until the job's ``role`` standby was handed ``attempt``."""
+    store = world.store
     _step_until(
         sup,
         world,
-        "the new code's standby handed attempt 2",
-        lambda: (store.get_standby(JOB, StandbyRole.UPGRADE) or world).__dict__.get("attempt") == 2,
+        f"attempt {attempt} handed to the {role} standby",
+        lambda: (sb := store.get_standby(JOB, role)) is not None and sb.attempt == attempt,
     )
+
+
+def _swapped(sup: Supervisor, world: World) -> None:
+    """Step until the old driver is asked to stop, stop it, and step until the swap's
+    attempt is handed to the new code's standby."""
+    _stop_asked(sup, world)
+    world.old_driver_stops()
+    _handed(sup, world, 2, StandbyRole.UPGRADE)
 
 
 def test_both_codes_warm_then_the_old_stops_and_the_new_takes_the_next_attempt(
@@ -220,12 +231,7 @@ def test_new_code_that_fails_in_its_window_is_rolled_back_to_the_old_codes_stand
     store.claim_attempt(JOB, AttemptNo(2), world.new_sb, 10.0)
     world.new_proc.kill()  # the new code's driver dies in its window
     world.new_proc.wait()
-    _step_until(
-        sup,
-        world,
-        "attempt 3 handed to the old code's standby",
-        lambda: (sb := store.get_standby(JOB)) is not None and sb.attempt == 3,
-    )
+    _handed(sup, world, 3, StandbyRole.STANDBY)
     up = store.get_upgrade("up-1")
     assert up is not None and up.state == UpgradeState.ROLLED_BACK
     assert "attempt 2 of the new code failed" in (up.detail or "")
@@ -252,12 +258,7 @@ def test_new_code_that_records_its_own_failure_is_rolled_back_to_the_warm_old_co
     store.finish_attempt(JOB, AttemptNo(2), AttemptState.FAILED, None, "RuntimeError: v2 breaks")
     world.new_proc.kill()
     world.new_proc.wait()
-    _step_until(
-        sup,
-        world,
-        "attempt 3 handed to the old code's standby",
-        lambda: (sb := store.get_standby(JOB)) is not None and sb.attempt == 3,
-    )
+    _handed(sup, world, 3, StandbyRole.STANDBY)
     up = store.get_upgrade("up-1")
     assert up is not None and up.state == UpgradeState.ROLLED_BACK
     assert "v2 breaks" in (up.detail or "")
@@ -296,22 +297,12 @@ def test_a_leader_that_dies_after_asking_the_old_driver_to_stop_leaves_the_swap_
     store = open_store(tmp_path / "store.db", clock)
     world = World(tmp_path, store, procs)
     old = _sup(store, tmp_path)
-    _step_until(
-        old,
-        world,
-        "the old driver asked to stop",
-        lambda: store.get_upgrade("up-1").stop_attempt == 1,  # type: ignore[union-attr]
-    )
+    _stop_asked(old, world, 1)
     # The leader dies here (no resign); the old driver ends its attempt as asked.
     world.old_driver_stops()
     new = _sup(open_store(tmp_path / "store.db", clock), tmp_path, holder="manager-b")
     clock.advance(old.cfg.leader_ttl + 0.1)
-    _step_until(
-        new,
-        world,
-        "the next leader hands attempt 2 to the new code",
-        lambda: (sb := store.get_standby(JOB, StandbyRole.UPGRADE)) is not None and sb.attempt == 2,
-    )
+    _handed(new, world, 2, StandbyRole.UPGRADE)
     up = store.get_upgrade("up-1")
     assert up is not None and (up.state, up.swap_attempt) == (UpgradeState.SWAPPED, 2)
     assert store.get_job(JOB).current_attempt == 2  # once: one attempt after the stop
@@ -345,19 +336,9 @@ def test_the_swap_is_not_held_back_by_earlier_suspensions(
     store = open_store(tmp_path / "store.db", clock)
     world = World(tmp_path, store, procs, suspended_before=2)
     sup = _sup(store, tmp_path)
-    _step_until(
-        sup,
-        world,
-        "the old driver asked to stop",
-        lambda: store.get_upgrade("up-1").stop_attempt == 3,  # type: ignore[union-attr]
-    )
+    _stop_asked(sup, world, 3)
     world.old_driver_stops()
-    _step_until(
-        sup,
-        world,
-        "attempt 4 handed to the new code at once",
-        lambda: (sb := store.get_standby(JOB, StandbyRole.UPGRADE)) is not None and sb.attempt == 4,
-    )
+    _handed(sup, world, 4, StandbyRole.UPGRADE)
     store.close()
 
 
