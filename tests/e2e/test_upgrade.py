@@ -143,6 +143,10 @@ def test_an_upgrade_swaps_at_an_epoch_boundary_and_is_confirmed_exactly_once(
     # One live upgrade per job.
     again = m.http.post("/v1/jobs/up/upgrade", json={"entrypoint": str(v2)})
     assert again.status_code == 409, again.text
+    # Shown while under way: the job's view and its page.
+    assert (_job(m).get("upgrade") or {}).get("upgrade_id") == up["upgrade_id"]
+    page = m.http.get("/ui/f/jobs/up/summary")
+    assert page.status_code == 200 and 'id="job-upgrade"' in page.text, page.text[-2000:]
 
     done = _upgrade_ends(m, up)
     assert done["state"] == "CONFIRMED", done
