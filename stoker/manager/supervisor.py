@@ -39,7 +39,7 @@ from stoker.manager.leader import LeaderLease
 from stoker.manager.reconciler import JobReconciler
 from stoker.manager.retention import Retention
 from stoker.manager.standbys import StandbyKeeper
-from stoker.manager.upgrades import UpgradeKeeper
+from stoker.manager.upgrades import SWAP_TICK, UpgradeKeeper
 from stoker.store import RetentionPolicy, Store
 from stoker.types import JobKind
 
@@ -148,7 +148,9 @@ class Supervisor:
         return self.keeper.wait(timeout)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.cfg.tick):
+        while not self._stop.wait(
+            min(self.cfg.tick, SWAP_TICK) if self.upgrades.swapping else self.cfg.tick
+        ):
             try:
                 self.step()
             except Exception:  # the loop must survive a bad job or a store hiccup

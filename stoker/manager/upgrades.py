@@ -68,6 +68,7 @@ WATCH_SECONDS_MAX = 86_400.0
 STOP_TIMEOUT = 60.0
 # The new code's standby must be READY (and checked) within this after the upgrade was asked.
 READY_TIMEOUT = 600.0
+SWAP_TICK = 0.05  # s between the leader's steps while a swap is under way
 INSPECTING_MAX = 2  # upgrade requests reading a new file at once (child processes)
 _inspecting = threading.BoundedSemaphore(INSPECTING_MAX)
 
@@ -214,14 +215,24 @@ class UpgradeKeeper:
         self.store = store
         self.launcher = launcher
         self.standbys = standbys
+        # A swap under way (the old code asked to stop, the new one not handed its attempt
+        # yet): the leader steps more often until it is done (SWAP_TICK).
+        self.swapping = False
 
     def tend(self, live: list[JobRecord]) -> None:
         jobs = {j.job_id: j for j in live}
+        swapping = False
         for up in self.store.live_upgrades():
             try:
                 self._tend(up, jobs.get(up.job_id))
             except StokerError as e:
                 log.warning("upgrade %s: %s", up.upgrade_id, e)
+            swapping = (
+                swapping
+                or (up.state == UpgradeState.PENDING and up.stop_attempt is not None)
+                or (up.state == UpgradeState.SWAPPED and up.swap_attempt is None)
+            )
+        self.swapping = swapping
 
     def _tend(self, up: UpgradeRecord, job: JobRecord | None) -> None:
         now = self.store.clock.now()
