@@ -117,6 +117,7 @@ def test_every_sh_block_is_one_the_test_knows() -> None:
         "control",
         "driver",
         "scaling",
+        "upgrade",
     } <= set(kinds)
 
 
@@ -141,6 +142,8 @@ def _kind(line: str) -> str | None:
         return "driver"
     if re.match(r"stoker (rescales|resources|state [a-z-]+)\b", line):
         return "scaling"
+    if re.match(r"stoker upgrades? \S+", line):
+        return "upgrade"
     return None
 
 
@@ -184,6 +187,18 @@ def test_scaling_block_commands_and_options_exist(work: Path) -> None:
         words = shlex.split(line)
         sub = words[1:3] if words[1] == "state" else words[1:2]
         cmd = "stoker " + " ".join(sub) + " --help"
+        helptext = _check(sh(cmd, work))
+        for opt in re.findall(r"\s(--?[a-z][a-z-]*)\b", line):
+            assert opt in helptext, f"{opt} of `{line}` not in `{cmd}`"
+
+
+def test_upgrade_block_commands_and_options_exist(work: Path) -> None:
+    """The "Zero-downtime upgrade" block: every command and option it shows is one the CLI
+    takes (what an upgrade does is tested on real jobs in test_upgrade)."""
+    lines = [ln for b in BLOCKS for ln in b if _kind(ln) == "upgrade"]
+    assert len(lines) >= 2, lines
+    for line in lines:
+        cmd = "stoker " + shlex.split(line)[1] + " --help"
         helptext = _check(sh(cmd, work))
         for opt in re.findall(r"\s(--?[a-z][a-z-]*)\b", line):
             assert opt in helptext, f"{opt} of `{line}` not in `{cmd}`"
