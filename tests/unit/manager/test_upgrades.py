@@ -62,9 +62,11 @@ def _process(
 ) -> tuple[Owner, subprocess.Popen[bytes]]:
     import tempfile
 
-    ready = Path(tempfile.mkdtemp()) / "ready"
-    p = subprocess.Popen([sys.executable, "-c", code + _READY, str(ready)], start_new_session=True)
-    wait_for("a stand-in process ready", ready.exists, timeout=60, every=0.02)
+    with tempfile.TemporaryDirectory() as folder:  # gone once the process said it is ready
+        ready = Path(folder) / "ready"
+        argv = [sys.executable, "-c", code + _READY, str(ready)]
+        p = subprocess.Popen(argv, start_new_session=True)
+        wait_for("a stand-in process ready", ready.exists, timeout=60, every=0.02)
     procs.append(p)
     return Owner(this_host(), p.pid, process_start_marker(p.pid)), p
 
