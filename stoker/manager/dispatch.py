@@ -134,12 +134,7 @@ class Dispatcher:
         upgrade's first attempt goes to the new code's standby; any other to the job's own
         standby (which runs the job's code, or it is not handed the attempt)."""
         up = self.store.live_upgrade(job.job_id)
-        if (
-            up is not None
-            and up.state == UpgradeState.PENDING
-            and up.stop_attempt is not None
-            and up.stop_attempt == job.current_attempt
-        ):
+        if up is not None and up.swap_due(job.current_attempt):
             if self.standbys.ready(job.job_id, StandbyRole.UPGRADE) is not None:
                 swapped = self.store.swap_upgrade(up.upgrade_id)
                 if swapped is not None:
@@ -150,7 +145,7 @@ class Dispatcher:
                 if self.store.end_upgrade(up.upgrade_id, UpgradeState.REFUSED, why):
                     log.warning("job %s: upgrade %s REFUSED: %s", job.job_id, up.upgrade_id, why)
                 up = None
-        if up is not None and up.state == UpgradeState.SWAPPED and up.swap_attempt is None:
+        if up is not None and up.handover_due:
             return job, StandbyRole.UPGRADE, up
         # The job's own standby, if one is READY with the job's code: one the job asked for,
         # or the old code's kept for an upgrade (a rollback's way back).

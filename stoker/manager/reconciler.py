@@ -150,11 +150,7 @@ class JobReconciler:
         stop at an epoch boundary): the new code takes over at once, whatever came before
         (a suspension asked for is no loop of Spark starts)."""
         up = self.store.live_upgrade(job.job_id)
-        return (
-            up is not None
-            and up.state == UpgradeState.PENDING
-            and up.stop_attempt == job.current_attempt
-        )
+        return up is not None and up.swap_due(job.current_attempt)
 
     def _suspension_holds(self, job: JobRecord, now: float) -> bool:
         """Whether a SUSPENDED job waits instead of resuming now.

@@ -112,9 +112,7 @@ class StandbyKeeper:
         if role == StandbyRole.UPGRADE:
             if up is None:
                 return None
-            waiting = up.state == UpgradeState.PENDING or (
-                up.state == UpgradeState.SWAPPED and up.swap_attempt is None
-            )
+            waiting = up.state == UpgradeState.PENDING or up.handover_due
             return up.new_spec if waiting else None
         if up is not None and up.state == UpgradeState.SWAPPED:
             return up.old_spec
@@ -127,10 +125,11 @@ class StandbyKeeper:
         return None
 
     # the leader's step ---------------------------------------------------------------------
-    def tend(self, live: list[JobRecord]) -> None:
-        """One step over every standby recorded and every live job that wants one."""
+    def tend(self, live: list[JobRecord], upgrades: list[UpgradeRecord]) -> None:
+        """One step over every standby recorded and every live job that wants one
+        (``upgrades``: the live ones, read once for the leader's step)."""
         jobs = {j.job_id: j for j in live}
-        ups = {u.job_id: u for u in self.store.live_upgrades()}
+        ups = {u.job_id: u for u in upgrades}
         recorded = {(s.job_id, s.role): s for s in self.store.list_standbys()}
         for (jid, role), sb in recorded.items():
             job = jobs.get(jid)

@@ -184,13 +184,17 @@ class Supervisor:
         if not self.reconciler.tend_all(records, apps, now):
             return
         try:
-            self.standbys.tend(records)  # warm standby drivers (manager/standbys.py)
-        except StokerError as e:
-            log.warning("standbys: %s", e)
-        try:
-            self.upgrades.tend(records)  # upgrades to new code (manager/upgrades.py)
+            upgrades = self.store.live_upgrades()  # read once for both keepers below
         except StokerError as e:
             log.warning("upgrades: %s", e)
+            upgrades = None
+        if upgrades is not None:
+            # Warm standby drivers (manager/standbys.py), upgrades to new code (upgrades.py).
+            for name, keeper in (("standbys", self.standbys), ("upgrades", self.upgrades)):
+                try:
+                    keeper.tend(records, upgrades)
+                except StokerError as e:
+                    log.warning("%s: %s", name, e)
         try:
             self.keeper.tend(apps)
         except StokerError as e:

@@ -49,7 +49,7 @@ from stoker.errors import (
 )
 from stoker.manager.appinspect import inspect_app
 from stoker.manager.launcher import DriverLauncher
-from stoker.manager.standbys import StandbyKeeper, spec_key
+from stoker.manager.standbys import StandbyKeeper
 from stoker.manager.submissions import check_standby_master
 from stoker.manager.submit import check_allowed
 from stoker.paths import check_app_path
@@ -219,20 +219,16 @@ class UpgradeKeeper:
         # yet): the leader steps more often until it is done (SWAP_TICK).
         self.swapping = False
 
-    def tend(self, live: list[JobRecord]) -> None:
+    def tend(self, live: list[JobRecord], upgrades: list[UpgradeRecord]) -> None:
+        """One step over the live ``upgrades`` (read once for the leader's step: each move
+        below is conditional in the store, so one ended meanwhile moves no further)."""
         jobs = {j.job_id: j for j in live}
-        swapping = False
-        for up in self.store.live_upgrades():
+        for up in upgrades:
             try:
                 self._tend(up, jobs.get(up.job_id))
             except StokerError as e:
                 log.warning("upgrade %s: %s", up.upgrade_id, e)
-            swapping = (
-                swapping
-                or (up.state == UpgradeState.PENDING and up.stop_attempt is not None)
-                or (up.state == UpgradeState.SWAPPED and up.swap_attempt is None)
-            )
-        self.swapping = swapping
+        self.swapping = any(up.swapping for up in upgrades)
 
     def _tend(self, up: UpgradeRecord, job: JobRecord | None) -> None:
         now = self.store.clock.now()
@@ -255,15 +251,7 @@ class UpgradeKeeper:
         if up.stop_attempt is not None:
             # Asked to stop: the dispatcher swaps once the attempt has ended. One that hangs
             # is killed (the epoch in flight is then recovered by the new code, exactly once).
-            live = (
-                att is not None
-                and att.attempt == up.stop_attempt
-                and att.state
-                in (
-                    AttemptState.STARTING,
-                    AttemptState.RUNNING,
-                )
-            )
+            live = att is not None and att.attempt == up.stop_attempt and not att.state.ended
             if live and att is not None and now - (up.stop_at or now) > STOP_TIMEOUT:
                 log.warning(
                     "job %s: attempt %d did not stop in %.0f s for upgrade %s: killed",
@@ -280,8 +268,8 @@ class UpgradeKeeper:
             )
             return
         new = self.standbys.ready(job.job_id, StandbyRole.UPGRADE)
-        old = self.standbys.ready(job.job_id, StandbyRole.STANDBY)
-        if new is None or old is None or old.spec_key not in ("", spec_key(job.spec)):
+        old = self.standbys.ready(job.job_id, StandbyRole.STANDBY, job.spec)
+        if new is None or old is None:
             return  # both codes warm first: the new one to swap to, the old one to go back to
         if att is None or att.state != AttemptState.RUNNING or job.state != JobState.RUNNING:
             return  # between attempts: the swap waits for a running one to stop

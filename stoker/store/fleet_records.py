@@ -377,6 +377,23 @@ class UpgradeRecord:
     swapped_at: float | None = None
     ended_at: float | None = None
 
+    def swap_due(self, current: AttemptNo) -> bool:
+        """Whether the old code's ``current`` attempt was asked to stop for this upgrade (its
+        end is the swap's moment)."""
+        return self.state == UpgradeState.PENDING and self.stop_attempt == current
+
+    @property
+    def handover_due(self) -> bool:
+        """Swapped, and the new code's first attempt not recorded yet."""
+        return self.state == UpgradeState.SWAPPED and self.swap_attempt is None
+
+    @property
+    def swapping(self) -> bool:
+        """The old code asked to stop and the new code not yet handed its attempt."""
+        return (self.state == UpgradeState.PENDING and self.stop_attempt is not None) or (
+            self.handover_due
+        )
+
     @classmethod
     def from_row(cls, r: Any) -> UpgradeRecord:
         return cls(
