@@ -325,7 +325,8 @@ def test_the_old_driver_is_sent_sigterm_not_killed(
     )
     world = World(tmp_path, store, procs, code)
     sup = _sup(store, tmp_path)
-    _step_until(sup, world, "SIGTERM received", received.exists)
+    # The handler creates the file, then writes it: wait for what it writes.
+    _step_until(sup, world, "SIGTERM received", lambda: received.exists() and received.read_text())
     assert received.read_text() == "TERM" and world.driver_proc.poll() is None
     store.close()
 
