@@ -50,6 +50,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -94,6 +95,7 @@ class _Signals:
     def __init__(self) -> None:
         self.received: int | None = None
         self.app: application.Application | None = None
+        self.taken: AttemptNo | None = None  # a standby's attempt, once it was handed one
         self.concluding = False
 
     def install(self) -> None:
@@ -144,32 +146,26 @@ class _Driver:
         self._watching = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="stoker-app-watch", daemon=True)
 
-    def run(self, entrypoint: str, args: list[str]) -> int:
-        """Run the program on this (the main) thread; the attempt's end as an exit code."""
+    def begin(self) -> None:
+        """The attempt is this process's: its lease renewed, the application's record
+        watched (before the program runs, or, in a standby, once it was handed the attempt)."""
         self.lease.start()
         self._watching.set()
         self._watcher.start()
-        error: BaseException | None = None
-        try:
-            from stoker.runtime.appfile import check_app_path, run_program
 
-            entry = check_app_path(entrypoint, "entrypoint")
-            run_program(entry, args, lambda: self.app.submitted, self.app.app_id, self.ctx)
-            self.signals.rearm()
-            if self.app.ending() is None:
-                # main has started all it will: an earlier main's jobs it did not take back
-                # would otherwise stay RUNNING for ever under a dead driver.
-                self.app.end_orphans()
-        except launch.AppEnding as e:
-            log.info("application %s: main stopped: %s", self.app.app_id, e)
-        except KeyboardInterrupt:
-            self.app.stop()  # a signal (its handler stopped the application already)
-        except SystemExit as e:
-            if e.code not in (None, 0):
-                error = e
-        except BaseException as e:
-            error = e
+    def run(self, entrypoint: str, args: list[str]) -> int:
+        """Run the program on this (the main) thread; the attempt's end as an exit code."""
+        self.begin()
+        error = _run_program(entrypoint, args, lambda: self, self.app.app_id, self.ctx)
         return self.conclude(error)
+
+    def program_ended(self) -> None:
+        """main returned: the earlier main's jobs it did not take back are ended."""
+        self.signals.rearm()
+        if self.app.ending() is None:
+            # main has started all it will: an earlier main's jobs it did not take back
+            # would otherwise stay RUNNING for ever under a dead driver.
+            self.app.end_orphans()
 
     # how the attempt ends -------------------------------------------------------------------
     def conclude(self, error: BaseException | None) -> int:
@@ -303,6 +299,46 @@ class _Driver:
             return exit_code(e)
 
 
+def _run_program(
+    entrypoint: str,
+    args: list[str],
+    driver: Callable[[], _Driver | None],
+    name: str,
+    ctx: launch.LaunchContext,
+) -> BaseException | None:
+    """Run the program on this (the main) thread; its error, if the attempt is to end with
+    it. ``driver``: the attempt's driver (None in a standby not handed an attempt yet: then
+    every way out of the program is raised, as nothing of the application was touched)."""
+    from stoker.runtime.appfile import check_app_path, run_program
+
+    def submitted() -> int:
+        d = driver()
+        return 0 if d is None else d.app.submitted
+
+    try:
+        entry = check_app_path(entrypoint, "entrypoint")
+        run_program(entry, args, submitted, name, ctx)
+        d = driver()
+        if d is None:
+            raise launch.StandbyNotWanted(
+                "the program returned without submitting a job: nothing to keep warm"
+            )
+        d.program_ended()
+    except BaseException as e:
+        d = driver()
+        if d is None:
+            raise
+        if isinstance(e, launch.AppEnding):
+            log.info("application %s: main stopped: %s", d.app.app_id, e)
+        elif isinstance(e, KeyboardInterrupt):
+            d.app.stop()  # a signal (its handler stopped the application already)
+        elif isinstance(e, SystemExit):
+            return e if e.code not in (None, 0) else None
+        else:
+            return e
+    return None
+
+
 def _failures(app: application.Application) -> list[str]:
     """The "job X failed: ..." lines of every job of the driver that ended FAILED or in an error."""
     out = []
@@ -339,7 +375,9 @@ def _exit(code: int) -> None:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="stoker-appdriver")
     parser.add_argument("--app", required=True)
-    parser.add_argument("--attempt", required=True, type=int)
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument("--attempt", type=int)
+    who.add_argument("--standby", action="store_true")  # warm, until handed an attempt
     parser.add_argument("--store", required=True)
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--lease-ttl", type=float, default=None)
@@ -374,9 +412,16 @@ def main(argv: list[str] | None = None) -> int:
     except StokerError as e:
         print(redact_text(f"stoker appdriver: {type(e).__name__}: {e}"), file=sys.stderr)
         return exit_code(e)
+    except launch.StandbyNotWanted as e:
+        print(f"stoker appdriver: standby: {e}; exiting", file=sys.stderr, flush=True)
+        return 0
     except KeyboardInterrupt:
+        attempt = ns.attempt if not ns.standby else signals.taken
+        if attempt is None:  # a standby that was handed nothing: nothing to record
+            print("stoker appdriver: standby stopped by a signal", file=sys.stderr)
+            return 0
         print("stoker appdriver: stopped by a signal before the program ran", file=sys.stderr)
-        _suspend_unclaimed(store_url, ns.app, ns.attempt)
+        _suspend_unclaimed(store_url, ns.app, attempt)
         return EXIT_SUSPENDED
 
 
@@ -386,6 +431,8 @@ def _main(ns: argparse.Namespace, store_url: str, signals: _Signals) -> int:
     # The program's stoker.submit and stoker.run calls read it (any thread of the process).
     ctx = launch.LaunchContext(overrides=_launch_settings(ns.defines, store_url, ttl))
     launch.install(ctx)
+    if ns.standby:
+        return _standby_main(ns, app_id, store_url, ttl, signals, ctx)
     store = open_store(store_url)
     try:
         try:
@@ -408,6 +455,103 @@ def _main(ns: argparse.Namespace, store_url: str, signals: _Signals) -> int:
     finally:
         application.leave()
         store.close()
+
+
+class _Standby:
+    """This process as an application's warm standby (issue 24): its row in the store's
+    ``standbys`` table (``runtime/job/standby.py``'s :class:`StandbyWait`), and the attempt's
+    driver once the leader hands it one.
+
+    The program runs from the start, as ``__main__``, and stops at its first job submission
+    (``application.through_gate``): its imports and its own set-up are done warm. There the
+    standby starts the application's SparkSession with the application's settings, runs a
+    throwaway query in it (the first query of a JVM pays for the streaming engine, the Python
+    worker daemon, the foreachBatch callback), says READY and waits. Handed attempt N, it
+    claims N, enters the application and lets the submission go on: main continues under the
+    same job ids as any application attempt's ``main`` and re-adopts the jobs (each job's
+    query starts from its checkpoint). Nothing of the running attempt is read or written
+    before the handover: no lease, no job record, no checkpoint."""
+
+    def __init__(
+        self,
+        app_id: JobId,
+        store_url: str,
+        ttl: float,
+        state_dir: Path,
+        signals: _Signals,
+        ctx: launch.LaunchContext,
+    ) -> None:
+        from stoker.runtime.job.standby import StandbyWait
+
+        self.app_id = app_id
+        self.store_url = store_url
+        self.ttl = ttl
+        self.state_dir = state_dir
+        self.signals = signals
+        self.ctx = ctx
+        self.wait = StandbyWait(store_url, app_id, ttl)
+        self.driver: _Driver | None = None
+        self.store: Store | None = None
+
+    def gate(self) -> None:
+        """Warm up, wait for the attempt, claim it and start the attempt's driver."""
+        from stoker.runtime.job.plan import resolve_settings
+        from stoker.runtime.job.standby import warm_up
+        from stoker.runtime.session import get_session
+
+        t0 = time.monotonic()
+        session = get_session(resolve_settings(self.ctx), f"stoker:{self.app_id}")
+        self.signals.rearm()  # PySpark's gateway took SIGINT
+        warm_up(session)
+        log.info("standby for application %s: warm in %.1f s", self.app_id, time.monotonic() - t0)
+        attempt = self.wait.wait(lambda: self.signals.received is not None)
+        self.signals.taken = attempt
+        t_taken = time.monotonic()
+        log.info("standby for application %s: handed attempt %d", self.app_id, attempt)
+        self.store = store = open_store(self.store_url)
+        rec = store.claim_attempt(self.app_id, attempt, this_owner(), self.ttl)
+        app = application.Application(self.app_id, rec.attempt, self.state_dir, store)
+        app.rearm = self.signals.rearm
+        lease = LeaseKeeper(store, rec, self.ttl, on_fenced=app.fence)
+        self.signals.app = app
+        application.enter(app)
+        self.driver = _Driver(store, app, lease, self.signals, self.ctx)
+        self.driver.begin()
+        log.info(
+            "application %s: attempt %d claimed by its standby (pid %d) in %.2f s",
+            self.app_id,
+            rec.attempt,
+            os.getpid(),
+            time.monotonic() - t_taken,
+        )
+
+
+def _standby_main(
+    ns: argparse.Namespace,
+    app_id: JobId,
+    store_url: str,
+    ttl: float,
+    signals: _Signals,
+    ctx: launch.LaunchContext,
+) -> int:
+    """An application's warm standby: the program runs up to its first job, waits there for
+    an attempt, then goes on as that attempt's driver (:class:`_Standby`)."""
+    sb = _Standby(app_id, store_url, ttl, Path(ns.state_dir).resolve(), signals, ctx)
+    application.set_gate(sb.gate)
+    try:
+        args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
+        error = _run_program(ns.entrypoint, args, lambda: sb.driver, app_id, ctx)
+        assert sb.driver is not None  # else _run_program raised
+        code = sb.driver.conclude(error)
+        if sb.driver.app.running():
+            _exit(code)  # jobs still run (the program failed, or they were fenced)
+        return code
+    finally:
+        sb.wait.leave()
+        application.set_gate(None)
+        application.leave()
+        if sb.store is not None:
+            sb.store.close()
 
 
 if __name__ == "__main__":

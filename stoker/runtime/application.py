@@ -279,10 +279,41 @@ class Application:
 
 
 _app: Application | None = None
+# An application's warm standby (``appdriver --standby``): called by the program's first
+# stoker.submit or stoker.run, it waits for the attempt the leader hands the standby and
+# enters the application (see :func:`through_gate`).
+_gate: Callable[[], None] | None = None
+_gate_lock = threading.Lock()
 
 
 def current_app() -> Application | None:
     """The application this process's driver runs; None outside one."""
+    return _app
+
+
+def set_gate(gate: Callable[[], None] | None) -> None:
+    """Make the program's first job submission wait in ``gate`` (an application standby)."""
+    global _gate
+    _gate = gate
+
+
+def through_gate() -> Application | None:
+    """The application this process runs, as :func:`current_app`; in an application's warm
+    standby, the first caller (the program's first ``stoker.submit`` or ``stoker.run``) first
+    waits in the gate until the standby is handed an attempt and the application entered.
+    Everything the program did before its first job (its imports, its own set-up) was done
+    warm; the gate's error (the standby not wanted, a signal) ends the program there."""
+    global _gate
+    if _gate is None:
+        return _app
+    with _gate_lock:  # one caller waits in the gate; a second thread's submission after it
+        gate, _gate = _gate, None
+        if gate is not None:
+            try:
+                gate()
+            except BaseException:
+                _gate = gate  # not passed: a later submission (none, mostly) waits again
+                raise
     return _app
 
 

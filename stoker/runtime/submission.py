@@ -18,7 +18,7 @@ from stoker.errors import (
 )
 from stoker.restart import RestartStrategy, parse_strategy, restart_decision
 from stoker.runtime import launch
-from stoker.runtime.application import Application, JobHandle, current_app, local_stopped
+from stoker.runtime.application import Application, JobHandle, local_stopped, through_gate
 from stoker.runtime.job.plan import FailureHook, JobScope, RunOptions, plan_job
 from stoker.runtime.session import jvm_gone
 from stoker.store import JobRecord, Store
@@ -96,7 +96,7 @@ def submit_options(
     optional: bool = False,
 ) -> JobHandle:
     """:func:`submit` with ``stoker.run``'s options as one value (``run`` in an application)."""
-    app = current_app()
+    app = through_gate()  # an application standby waits here for its attempt
     if app is None:
         return _submit_local(pipeline, opts, restart_strategy, ctx)
     return _submit_in_app(app, pipeline, opts, restart_strategy, ctx, optional)

@@ -88,7 +88,7 @@ def run(
         rewrite_output_after_savepoint=rewrite_output_after_savepoint,
         reset_checkpoint=reset_checkpoint,
     )
-    if application.current_app() is not None:
+    if application.through_gate() is not None:  # an application standby waits there
         return submission.submit_options(pipeline, opts, None, ctx).wait()
     wanted = ctx.wanted_pipeline
     if wanted is not None and wanted != pipeline.name:
