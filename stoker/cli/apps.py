@@ -31,6 +31,7 @@ from stoker.cli.display import (
     render_view,
     submitted,
 )
+from stoker.cli.jobs import standby_line
 from stoker.errors import InvalidInput
 from stoker.types import JobState
 from stoker.types import job_id as _job_id
@@ -58,6 +59,7 @@ def submit_and_follow_application(
     as_json: bool = False,
     poll: float = 0.5,
     scaling: str | None = None,
+    standby: bool = False,
 ) -> int:
     """Submit the program; unless ``detached``, print the state changes of the application
     and of each of its jobs (on stderr; none with ``quiet``) until the application ends
@@ -76,6 +78,7 @@ def submit_and_follow_application(
             driver_cores=driver_cores,
             restart=restart,
             scaling=scaling,
+            standby=standby,
         )
         aid = sub.app_id
         what = submitted(sub.outcome, sub.app["state"], f", cluster {sub.app['cluster']['spec']}")
@@ -204,6 +207,9 @@ def print_status(view: dict[str, Any]) -> None:
     shown = scaling_line(view)
     if shown:
         click.echo(f"scaling     {shown}")
+    sb = view.get("standby")
+    if sb:
+        click.echo("standby     " + standby_line(sb))
     click.echo(f"jobs        {len(view['jobs'])}")
     for j in view["jobs"]:
         epoch = "-" if j["last_epoch"] is None else j["last_epoch"]

@@ -120,7 +120,8 @@ if TYPE_CHECKING:
     is_flag=True,
     help="With --server: keep a warm standby driver beside the running one (the app imported, "
     "Spark up); its first epoch commits about 1.5 s after the running driver dies. Costs a "
-    "second driver's memory.",
+    "second driver's memory. With --driver: the application's (cluster local), which runs "
+    "main up to its first job and goes on from there when it takes over.",
 )
 @click.option("--quiet", is_flag=True, help="Do not print epoch progress.")
 @click.option(
@@ -220,6 +221,7 @@ def run_cmd(
                 quiet,
                 as_json,
                 scaling=scaling,
+                standby=standby,
             )
         )
     if rewrite_output and from_savepoint is None:
@@ -353,11 +355,9 @@ MODE_OPTIONS: dict[str, tuple[frozenset[str], str]] = {
         "is the job manager's (its scaler decides, its clusters grow): add --server URL, "
         "or --driver --server URL for a program",
     ),
-    # Applications re-run their main on a takeover: not warm yet (docs/architecture.md).
     "--standby": (
-        frozenset({SERVER}),
-        "is a job manager's, for a job submitted alone (--server URL); an application's "
-        "driver has no warm standby yet",
+        frozenset({SERVER, DRIVER}),
+        "is a job manager's: add --server URL (or --driver --server URL for a program)",
     ),
 }
 

@@ -408,18 +408,22 @@ class Client(OperationCalls):
         driver_cores: int | None = None,
         restart: bool = False,
         scaling: str | Mapping[str, Any] | None = None,
+        standby: bool = False,
     ) -> SubmittedApplication:
         """``POST /v1/applications``: hand the program ``entrypoint`` (a path on the manager's
         host) to the job manager, which runs its driver on ``cluster`` (``local``,
         ``standalone:workers=2,cores=1,memory=1g``, ``spark://host:port`` or a session
         cluster's name) under supervision. ``app_id`` defaults to the file's name.
-        ``scaling`` (as for :meth:`submit`) is the application's: its jobs share it."""
+        ``scaling`` (as for :meth:`submit`) is the application's: its jobs share it.
+        ``standby``: keep a warm standby driver for the application (``local`` only)."""
         body: dict[str, Any] = {
             "entrypoint": entrypoint,
             "args": list(args),
             "conf": dict(conf or {}),
             "restart": restart,
         }
+        if standby:  # absent when not asked for: servers from before it take the body
+            body["standby"] = True
         optional = {
             "app_id": app_id,
             "cluster": cluster,

@@ -18,6 +18,7 @@ from typing import Any
 from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
 from stoker.manager import clusters, control, rescales
 from stoker.manager.cluster_records import app_cluster_name
+from stoker.manager.jobs import standby_view
 from stoker.manager.pages import read_page
 from stoker.store import AttemptRecord, JobRecord, Store
 from stoker.store.fleet_records import ClusterRecord
@@ -88,6 +89,7 @@ def application_view(
         "attempts": [attempt_view(a) for a in attempts],
         "driver": driver_of(attempts, app.current_attempt),
         "cluster": cluster_of(app, find_cluster),
+        "standby": standby_view(store, app),  # a warm standby driver, when asked for
         "jobs": [_app_job(store, j) for j in jobs],
         **rescales.scaling_fields(store, app, app),
         "error": app.last_error,

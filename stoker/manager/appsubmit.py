@@ -14,7 +14,7 @@ from typing import Any
 
 from stoker.errors import ClusterNotFound, InvalidInput
 from stoker.manager import clusters
-from stoker.manager.submissions import SubmitResult, settle
+from stoker.manager.submissions import SubmitResult, check_standby_master, settle
 from stoker.manager.submit import (
     ASSIGNED_STATE_DIR,
     check_scaling,
@@ -43,6 +43,7 @@ class ApplicationSubmission:
     conf: dict[str, str] = field(default_factory=dict)
     restart_strategy: dict[str, Any] | None = None
     scaling: ScalingSpec | None = None  # the executors of all its jobs; None: fixed
+    standby: bool = False  # a warm standby driver kept beside the running one (issue 24)
 
     def spec(self) -> dict[str, Any]:
         """The application's spec as stored; two submissions are one application iff their
@@ -58,6 +59,8 @@ class ApplicationSubmission:
         scaling = scaling_spec_entry(self.scaling)
         if scaling is not None:
             out["scaling"] = scaling
+        if self.standby:  # absent when not asked for: older specs stay equal
+            out["standby"] = True
         return out
 
 
@@ -74,13 +77,15 @@ def validate_application(
     session_cluster: Callable[[str], ClusterRecord],
     scaling: Any = None,
     allowed_conf: Sequence[str] = (),
+    standby: bool = False,
 ) -> ApplicationSubmission:
     """Check every field; :class:`InvalidInput` names the first bad one. Nothing is written.
 
     ``app_id`` defaults to the entrypoint's file name without ``.py``. ``session_cluster``
     looks a session cluster up by name (:class:`ClusterNotFound` if there is none): a
     submission to one must find it RUNNING. ``scaling``: the application's scaling spec
-    (:func:`stoker.scalespec.parse_scaling`; None: fixed).
+    (:func:`stoker.scalespec.parse_scaling`; None: fixed). ``standby``: a warm standby
+    driver, for an application on ``local`` only (:func:`check_app_standby`).
     """
     if app_id is not None:
         app = _app_id(app_id)
@@ -107,6 +112,8 @@ def validate_application(
     merged = dict(sub.conf)
     _check_master_keys(merged, spec)
     _driver_resources(merged, driver_memory, driver_cores)
+    if standby:
+        check_app_standby(spec, merged)
     return ApplicationSubmission(
         app,
         sub.entrypoint,
@@ -115,7 +122,22 @@ def validate_application(
         merged,
         restart_strategy,
         scaling=check_scaling(scaling),
+        standby=bool(standby),
     )
+
+
+def check_app_standby(spec: clusters.ClusterSpec, conf: dict[str, str]) -> None:
+    """An application's warm standby is a second driver with its own Spark: for
+    applications on ``local`` (as for a job, ``check_standby_master``). On a cluster it
+    would register a second Spark application holding executors the running one needs."""
+    if spec.kind != "local":
+        raise InvalidInput(
+            "standby",
+            f"is for applications on cluster local; this one runs on {spec.text()!r}, where "
+            "a standby would be a second Spark application holding executors the running "
+            "one may need",
+        )
+    check_standby_master(conf)
 
 
 def _app_id(value: str) -> JobId:
@@ -216,6 +238,7 @@ def submit_application(
     restart: bool = False,
     scaling: Any = None,
     allowed_conf: Sequence[str] = (),
+    standby: bool = False,
 ) -> SubmitResult:
     """Create the application, or return the live one, as a job's submission does
     (:func:`~stoker.manager.submissions.settle`): the same spec again is a duplicate, another
@@ -235,6 +258,7 @@ def submit_application(
         store.get_cluster,
         scaling,
         allowed_conf,
+        standby,
     )
     spec = sub.spec()
     # The application's folder (its jobs' checkpoints under jobs/<job id>), chosen once

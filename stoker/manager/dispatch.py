@@ -15,16 +15,13 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from stoker import procs
 from stoker.errors import DuplicateJob, JobTerminal
 from stoker.manager import processes
 from stoker.manager.cluster_keeper import CannotRun, ClusterKeeper
 from stoker.manager.launcher import DriverLauncher, this_host
 from stoker.manager.leader import LeaderLease
-from stoker.manager.standbys import StandbyKeeper, job_driver_argv
-from stoker.manager.submit import ASSIGNED_STATE_DIR
+from stoker.manager.standbys import StandbyKeeper, app_driver_argv, job_driver_argv
 from stoker.store import AttemptRecord, JobRecord, Owner, StandbyRecord, Store, UpgradeRecord
 from stoker.types import AttemptState, JobId, JobKind, SpecKind, StandbyRole, UpgradeState
 
@@ -170,28 +167,35 @@ class Dispatcher:
             return
         if not ready:
             return
-        attempt = self._new_attempt(app)
+        # A warm standby takes the attempt (applications on ``local`` only, see submission).
+        standby = self.standbys.ready(app.job_id, spec=spec) if master is None else None
+        attempt = self._new_attempt(app, standby)
         if attempt is None:
             return
-        # The cluster's needs (executors as large as its workers, decommissioning) under the
-        # application's own settings, which win.
-        conf = {**cluster_conf, **spec.get("conf", {})}
-        if master is not None:
-            conf["spark.master"] = master
-            if _loopback(master):
-                # Executors on the loopback "hosts" reach the driver there, whatever this
-                # host's name resolves to.
-                conf.setdefault("spark.driver.host", "127.0.0.1")
-        app_dir = spec.get(ASSIGNED_STATE_DIR) or self.state_dir / "apps" / app.job_id
-        argv = processes.appdriver_argv(
-            app.job_id,
+        if standby is not None:
+            if self.standbys.hand(app.job_id, attempt.attempt) is not None:
+                log.info(
+                    "application %s: attempt %d handed to its standby (pid %d)",
+                    app.job_id,
+                    attempt.attempt,
+                    standby.owner.pid,
+                )
+                return
+            log.warning(
+                "application %s: its standby (pid %d) could not take attempt %d: a new driver "
+                "starts",
+                app.job_id,
+                standby.owner.pid,
+                attempt.attempt,
+            )
+        argv = app_driver_argv(
+            app,
             attempt.attempt,
             self.store_url,
-            Path(app_dir),
-            Path(spec["entrypoint"]),
-            list(spec.get("args", [])),
-            conf,
+            self.state_dir,
             self.lease_ttl,
+            master,
+            cluster_conf,
         )
         self._spawn(app, attempt, argv)
 
@@ -294,8 +298,3 @@ class Dispatcher:
 
 def _what(job: JobRecord) -> str:
     return "application" if job.kind == JobKind.APPLICATION else "job"
-
-
-def _loopback(master_url: str) -> bool:
-    """Whether a ``spark://`` master listens on a loopback address."""
-    return procs.is_loopback(urlsplit(master_url).hostname or "")

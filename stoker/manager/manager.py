@@ -310,6 +310,7 @@ class JobManager:
         driver_cores: int | None = None,
         restart: bool = False,
         scaling: Any = None,
+        standby: bool = False,
     ) -> SubmitResult:
         """Create the application, or return the live one, as :meth:`submit` does for a job
         (:func:`appsubmit.submit_application`); its driver is the leader's to start."""
@@ -328,6 +329,7 @@ class JobManager:
             restart,
             scaling,
             allowed_conf=self.allowed_conf,
+            standby=standby,
         )
 
     def applications(self, state: JobState | None = None) -> list[dict[str, Any]]:

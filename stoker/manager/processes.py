@@ -83,7 +83,7 @@ def driver_argv(
 
 def appdriver_argv(
     app: str,
-    attempt: int,
+    attempt: int | None,
     store: str,
     state_dir: Path,
     entrypoint: Path,
@@ -94,7 +94,8 @@ def appdriver_argv(
     """argv of an application's driver for one attempt (``stoker.runtime.appdriver``): the
     same shape and the same secrecy as :func:`driver_argv`, with ``--app``. ``state_dir`` is
     the application's folder (its jobs' folders are ``state_dir/jobs/<job id>``); ``conf``
-    carries ``spark.master`` when the application runs on a cluster."""
+    carries ``spark.master`` when the application runs on a cluster. ``attempt`` None: the
+    application's warm standby (``--standby``), handed its attempt later."""
     argv = _driver_head(
         "stoker.runtime.appdriver", "--app", app, attempt, store, state_dir, lease_ttl
     )

@@ -33,16 +33,19 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from stoker import procs
 from stoker.manager import processes
 from stoker.manager.launcher import DriverLauncher
-from stoker.manager.submit import job_folder
+from stoker.manager.submit import ASSIGNED_STATE_DIR, job_folder
 from stoker.store import JobRecord, Store
 from stoker.store.fleet_records import StandbyRecord, UpgradeRecord
 from stoker.types import (
     AttemptNo,
     AttemptState,
     JobId,
+    JobKind,
     JobState,
     SpecKind,
     StandbyRole,
@@ -65,8 +68,10 @@ HANDOVER_LOST = "its standby was handed the attempt and did not hold it (frozen 
 
 
 def wants_standby(job: JobRecord) -> bool:
-    """Whether the job was submitted with a warm standby (a job submitted alone)."""
-    return job.spec.get("kind") == SpecKind.MANAGED and bool(job.spec.get("standby"))
+    """Whether the job (submitted alone) or the application was submitted with a warm
+    standby."""
+    kind = job.spec.get("kind")
+    return kind in (SpecKind.MANAGED, SpecKind.APPLICATION) and bool(job.spec.get("standby"))
 
 
 @dataclass
@@ -107,6 +112,9 @@ class StandbyKeeper:
         The job's own standby runs the job's code; while an upgrade is live it is kept (started
         if the job has none) as the way back: the old code, also once the new one runs. An
         upgrade's standby runs the new code until it is handed the swap's attempt."""
+        if job is not None and job.spec.get("kind") == SpecKind.APPLICATION:
+            # An application's own standby only (applications have no upgrade).
+            return job.spec if role == StandbyRole.STANDBY and wants_standby(job) else None
         if job is None or job.spec.get("kind") != SpecKind.MANAGED:
             return None
         if role == StandbyRole.UPGRADE:
@@ -237,11 +245,31 @@ class StandbyKeeper:
         att = self.store.get_attempt(job.job_id, job.current_attempt)
         if att is None or att.state != AttemptState.RUNNING:
             return  # the running driver first: not two Spark starts at once
-        if self.store.clock.now() - att.started_at < SETTLE:
-            last = self.store.list_epochs(job.job_id, limit=1)
-            if not last or last[0].decided_by != att.attempt or last[0].committed_at is None:
-                return  # not before the attempt has committed once (SETTLE)
+        if self.store.clock.now() - att.started_at < SETTLE and not self._settled(job):
+            return  # not before the attempt has committed once (SETTLE)
         self.start(job, role, want, up)
+
+    def _settled(self, job: JobRecord) -> bool:
+        """Whether the job's running attempt has committed an epoch; for an application,
+        every live job of it under that job's current attempt (its driver's Spark start and
+        each job's first epochs are done)."""
+        if job.kind == JobKind.APPLICATION:
+            jobs = [
+                j
+                for j in self.store.list_jobs(kind=JobKind.JOB, app_id=job.job_id)
+                if not j.state.terminal
+            ]
+            return bool(jobs) and all(self._committed(j) for j in jobs)
+        return self._committed(job)
+
+    def _committed(self, job: JobRecord) -> bool:
+        last = self.store.list_epochs(job.job_id, limit=1)
+        return bool(
+            last
+            and job.current_attempt
+            and last[0].decided_by == job.current_attempt
+            and last[0].committed_at is not None
+        )
 
     def start(
         self,
@@ -254,9 +282,12 @@ class StandbyKeeper:
         record it WARMING; None if it could not start."""
         spec = want if want is not None else job.spec
         upgrade = up.upgrade_id if role == StandbyRole.UPGRADE and up is not None else None
-        argv = job_driver_argv(
-            replace(job, spec=spec), None, self.store_url, self.state_dir, self.ttl, upgrade
-        )
+        if spec.get("kind") == SpecKind.APPLICATION:
+            argv = app_driver_argv(job, None, self.store_url, self.state_dir, self.ttl)
+        else:
+            argv = job_driver_argv(
+                replace(job, spec=spec), None, self.store_url, self.state_dir, self.ttl, upgrade
+            )
         self.started += 1
         name = "standby" if role == StandbyRole.STANDBY else f"upgrade-{upgrade}"
         log_path = self.state_dir / "logs" / job.job_id / f"{name}-{_stamp()}.log"
@@ -345,6 +376,40 @@ def job_driver_argv(
         from_savepoint=spec.get("from_savepoint"),
         rewrite_output=bool(spec.get("rewrite_output_after_savepoint")),
         upgrade=upgrade,
+    )
+
+
+def app_driver_argv(
+    app: JobRecord,
+    attempt: int | None,
+    store_url: str,
+    state_dir: Path,
+    lease_ttl: float,
+    master: str | None = None,
+    cluster_conf: dict[str, str] | None = None,
+) -> processes.DriverArgv:
+    """The driver command line of an application, from its spec: for ``attempt``, or (None)
+    its warm standby (on ``local`` only: ``master`` None). ``master``: the ``spark://`` URL
+    of the cluster it runs on; ``cluster_conf``: that cluster's needs, under the
+    application's own settings, which win."""
+    spec = app.spec
+    conf = {**(cluster_conf or {}), **spec.get("conf", {})}
+    if master is not None:
+        conf["spark.master"] = master
+        if procs.is_loopback(urlsplit(master).hostname or ""):
+            # Executors on the loopback "hosts" reach the driver there, whatever this
+            # host's name resolves to.
+            conf.setdefault("spark.driver.host", "127.0.0.1")
+    app_dir = spec.get(ASSIGNED_STATE_DIR) or state_dir / "apps" / app.job_id
+    return processes.appdriver_argv(
+        app.job_id,
+        attempt,
+        store_url,
+        Path(app_dir),
+        Path(spec["entrypoint"]),
+        list(spec.get("args", [])),
+        conf,
+        lease_ttl,
     )
 
 

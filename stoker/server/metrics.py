@@ -28,7 +28,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from stoker.types import JobState
+from stoker.types import JobKind, JobState
 
 if TYPE_CHECKING:
     from stoker.manager import JobManager, Supervisor
@@ -260,6 +260,16 @@ class StokerCollector(Collector):
             if j.spec.get("standby") and not j.state.terminal:
                 g.add_metric([str(j.job_id)], 1.0 if j.job_id in ready else 0.0)
         yield g
+        a = GaugeMetricFamily(
+            "stoker_application_standby_ready",
+            "1 if the application's warm standby driver is ready to take over, 0 if it asked "
+            "for one and none is ready now.",
+            labels=["app_id"],
+        )
+        for app in self.manager.store.list_jobs(kind=JobKind.APPLICATION):
+            if app.spec.get("standby") and not app.state.terminal:
+                a.add_metric([str(app.job_id)], 1.0 if app.job_id in ready else 0.0)
+        yield a
         handed = self.supervisor.standbys.handed if self.supervisor is not None else 0
         yield CounterMetricFamily(
             "stoker_standby_takeovers_total",

@@ -80,6 +80,13 @@ class ApplicationBody(BaseModel):
     )
     driver_cores: int | None = Field(None, ge=1, le=1024, description="spark.driver.cores.")
     restart: bool = Field(False, description="Run an ended application again.")
+    standby: bool = Field(
+        False,
+        description="Keep a warm standby driver (the program run up to its first job, Spark "
+        "up and warmed, holding nothing) that takes the application's next attempt when the "
+        "running driver dies and runs main on under the same job ids; cluster `local` only. "
+        "Shown as `standby` in the application's status.",
+    )
     scaling: Any = scaling_field(
         SCALING_HELP + " The application's jobs share its executors and scaling."
     )
@@ -118,6 +125,7 @@ async def submit_application(body: ApplicationBody, manager: Manager) -> JSONRes
         body.driver_cores,
         body.restart,
         body.scaling,
+        body.standby,
     )
     out = await run_in_threadpool(manager.application, res.job.job_id)
     out["duplicate"] = res.outcome == "duplicate"

@@ -175,6 +175,18 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "set by the application's cluster",
     ),
     ("unknown setting", {"conf": {"nope.x": "1"}}, "conf.nope.x", "unknown setting"),
+    (
+        "a standby on a cluster",
+        {"cluster": "standalone:workers=1", "standby": True},
+        "standby",
+        "a second Spark application",
+    ),
+    (
+        "a standby on an external master",
+        {"cluster": "spark://127.0.0.1:7077", "standby": True},
+        "standby",
+        "cluster local",
+    ),
     ("bad id", {"app_id": "no/slash"}, "app_id", "not a valid application id"),
     (
         "bad strategy",
@@ -401,3 +413,15 @@ def test_a_log_path_a_driver_recorded_elsewhere_is_not_served(tmp_path: Path) ->
     (tmp_path / "linked" / "logs").symlink_to(real)
     with pytest.raises(InvalidInput):
         served_log(str(tmp_path / "linked" / "logs" / "job-1" / "attempt-2.log"), "job-1", 2)
+
+
+def test_a_standby_is_part_of_the_applications_spec(world: World) -> None:
+    res = world.submit(standby=True, conf={"spark.master": "local[2]"})
+    assert res.job.spec["standby"] is True
+    # Without it the spec has no key at all: applications stored before it stay the same.
+    other = world.submit(app_id="plain")
+    assert "standby" not in other.job.spec
+    # The same submission again is the same application; without standby, another spec.
+    assert world.submit(standby=True, conf={"spark.master": "local[2]"}).outcome == "duplicate"
+    with pytest.raises(JobConflict):
+        world.submit(conf={"spark.master": "local[2]"})

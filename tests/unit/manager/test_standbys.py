@@ -23,6 +23,8 @@ from stoker.types import (
     AttemptState,
     ControlVersion,
     Epoch,
+    JobId,
+    JobKind,
     JobState,
     StandbyState,
     job_id,
@@ -319,3 +321,95 @@ def test_a_standby_another_manager_started_is_not_judged_by_an_old_standbys_exit
     sb = sup.store.get_standby(JOB)
     assert sb is not None and sb.owner == other  # not taken for the exited one
     assert procs[1].poll() is None
+
+
+# Applications (their standby runs the program up to its first job: runtime/appdriver.py) ------
+APP = job_id("etl")
+APP_JOBS = (job_id("etl.orders"), job_id("etl.users"))
+
+
+def _application(sup: Supervisor, tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> Owner:
+    """An application submitted with a standby, its attempt 1 RUNNING as a live process, and
+    two jobs of it, each with attempt 1 RUNNING under it; the driver's owner."""
+    app = tmp_path / "etl.py"
+    app.write_text("")
+    spec = {
+        "kind": "application",
+        "entrypoint": str(app),
+        "args": [],
+        "conf": {},
+        "cluster": "local",
+        "standby": True,
+        "restart_strategy": {"strategy": "fixed-delay", "attempts": 3, "delay": 30},
+    }
+    sup.store.create_job(APP, "etl", spec, {}, kind=JobKind.APPLICATION)
+    driver = _process(procs)
+    sup.store.start_attempt(APP, driver, 10.0, AttemptNo(0))
+    for jid in APP_JOBS:
+        sup.store.create_job(jid, jid, {"kind": "in_app"}, {}, app_id=APP)
+        sup.store.start_attempt(jid, driver, 10.0, AttemptNo(0), app_attempt=AttemptNo(1))
+    return driver
+
+
+def _commit_first_epoch(sup: Supervisor, jid: JobId) -> None:
+    sup.store.pin_epoch(jid, Epoch(0), AttemptNo(1), ControlVersion(0))
+    sup.store.decide_epoch(jid, Epoch(0), AttemptNo(1), rows_in=1, final=False)
+    sup.store.mark_epoch_committed(jid, Epoch(0))
+
+
+def test_an_applications_standby_starts_once_every_job_committed_and_runs_the_appdriver(
+    sup: Supervisor, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    store = sup.store
+    _application(sup, tmp_path, procs)
+    _commit_first_epoch(sup, APP_JOBS[0])
+    sup.step()
+    assert store.get_standby(APP) is None  # one job has not committed yet
+    _commit_first_epoch(sup, APP_JOBS[1])
+    sup.step()
+    sb = store.get_standby(APP)
+    assert sb is not None and sb.state == StandbyState.WARMING
+    argv = Path(f"/proc/{sb.owner.pid}/cmdline").read_bytes().split(b"\0")
+    assert b"stoker.runtime.appdriver" in argv and b"--standby" in argv, argv
+    assert b"--attempt" not in argv
+    # Its program (an empty file) submits no job: nothing to keep warm, the standby exits;
+    # seen gone, it is replaced after the backoff, not at once.
+    wait_for(
+        "the standby of a program with no job forgotten",
+        lambda: (sup.step(), store.get_standby(APP) is None)[1],
+        timeout=120,
+    )
+    sup.step()
+    assert store.get_standby(APP) is None
+
+
+def test_a_dead_application_drivers_next_attempt_goes_to_its_ready_standby(
+    sup: Supervisor, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    store = sup.store
+    _application(sup, tmp_path, procs)
+    standby = _process(procs)
+    store.add_standby(APP, standby, "/logs/standby.log", 10.0)
+    store.renew_standby(APP, standby, 10.0, ready=True)
+    procs[0].kill()  # the application's driver
+    procs[0].wait()
+    wait_for(
+        "application attempt 2 handed over",
+        lambda: (sup.step(), store.get_job(APP).current_attempt == 2)[1],
+        timeout=30,
+        every=0.05,
+    )
+    failed = store.get_attempt(APP, AttemptNo(1))
+    att = store.get_attempt(APP, AttemptNo(2))
+    assert failed is not None and failed.state == AttemptState.FAILED
+    assert att is not None and att.started_at == failed.ended_at  # no restart delay
+    assert (att.state, att.log_path) == (AttemptState.STARTING, "/logs/standby.log")
+    sb = store.get_standby(APP)
+    assert sb is not None and (sb.state, sb.attempt) == (StandbyState.TAKEN, 2)
+    assert sup.started_attempts == 0 and sup.standbys.handed == 1
+    # The standby claims it (as runtime/appdriver.py's gate does): it is the driver now.
+    store.claim_attempt(APP, AttemptNo(2), standby, 10.0)
+    sup.step()
+    after = store.get_standby(APP)
+    assert after is None or after.owner != standby
+    assert procs[1].poll() is None  # the driver it became is not killed
