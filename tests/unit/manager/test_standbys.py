@@ -103,6 +103,13 @@ def _kill_driver_until_handed(sup: Supervisor, procs: list[subprocess.Popen[byte
     )
 
 
+def _commit_first_epoch(sup: Supervisor, jid: JobId) -> None:
+    """Epoch 0 of ``jid`` decided by its attempt 1 and committed."""
+    sup.store.pin_epoch(jid, Epoch(0), AttemptNo(1), ControlVersion(0))
+    sup.store.decide_epoch(jid, Epoch(0), AttemptNo(1), rows_in=1, final=False)
+    sup.store.mark_epoch_committed(jid, Epoch(0))
+
+
 def test_a_dead_drivers_next_attempt_goes_to_the_ready_standby_at_once(
     sup: Supervisor, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
 ) -> None:
@@ -185,9 +192,7 @@ def test_a_standby_is_started_once_the_attempt_has_committed(
     _job(sup, tmp_path, procs)
     sup.step()
     assert store.get_standby(JOB) is None  # not beside an attempt that committed nothing
-    store.pin_epoch(JOB, Epoch(0), AttemptNo(1), ControlVersion(0))
-    store.decide_epoch(JOB, Epoch(0), AttemptNo(1), rows_in=1, final=False)
-    store.mark_epoch_committed(JOB, Epoch(0))
+    _commit_first_epoch(sup, JOB)
     sup.step()
     sb = store.get_standby(JOB)
     assert sb is not None and sb.state == StandbyState.WARMING
@@ -349,12 +354,6 @@ def _application(sup: Supervisor, tmp_path: Path, procs: list[subprocess.Popen[b
         sup.store.create_job(jid, jid, {"kind": "in_app"}, {}, app_id=APP)
         sup.store.start_attempt(jid, driver, 10.0, AttemptNo(0), app_attempt=AttemptNo(1))
     return driver
-
-
-def _commit_first_epoch(sup: Supervisor, jid: JobId) -> None:
-    sup.store.pin_epoch(jid, Epoch(0), AttemptNo(1), ControlVersion(0))
-    sup.store.decide_epoch(jid, Epoch(0), AttemptNo(1), rows_in=1, final=False)
-    sup.store.mark_epoch_committed(jid, Epoch(0))
 
 
 def test_an_applications_standby_starts_once_every_job_committed_and_runs_the_appdriver(
