@@ -68,7 +68,7 @@ from stoker.redact import redact_logs, redact_text
 from stoker.runtime import application, launch
 from stoker.runtime.attempt import LeaseKeeper, this_owner
 from stoker.runtime.driver import _secrets_from_env, _suspend_unclaimed
-from stoker.runtime.session import jvm_gone
+from stoker.runtime.session import jvm_gone, want_source_zygote
 from stoker.settings import Settings, parse_pairs
 from stoker.store import Store, open_store
 from stoker.types import AttemptNo, AttemptState, JobId, JobState, job_id
@@ -406,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     redact_logs()
     signals = _Signals()
     signals.install()
+    want_source_zygote()  # warm source runners for its queries (runtime/zygote.py)
     store_url = os.environ.pop("STOKER_STORE_URL", "") or ns.store
     try:
         return _main(ns, store_url, signals)

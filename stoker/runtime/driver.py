@@ -33,6 +33,7 @@ from stoker import logformat
 from stoker.errors import InvalidInput, InvalidTransition, JobSuspended, StokerError, exit_code
 from stoker.redact import redact_logs, redact_text
 from stoker.runtime import launch
+from stoker.runtime.session import want_source_zygote
 from stoker.settings import Settings, parse_pairs
 from stoker.types import AttemptNo, AttemptState, JobState, job_id
 
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     logformat.bind(ns.job, ns.attempt or 0, process=True)  # one job per driver process
     redact_logs()
     signal.signal(signal.SIGTERM, _sigterm)
+    want_source_zygote()  # warm source runners for its queries (runtime/zygote.py)
     overrides: dict[str, str] = {}
     standby: Any = None
     try:

@@ -25,7 +25,7 @@ from stoker.checkpoint_layout import (
 )
 from stoker.errors import DriverLost, InvalidInput
 from stoker.redact import is_secret_entry
-from stoker.runtime import jvmcache
+from stoker.runtime import jvmcache, zygote
 from stoker.runtime.jvmlaunch import jvm_launch
 from stoker.settings import Settings
 
@@ -261,9 +261,37 @@ def _pin_worker_python(settings: Settings) -> None:
     worker. The JVM inherits this process's environment, so setting it here, before the JVM
     starts, reaches every worker it starts (issue 23 item 1). A user's own
     ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` is left alone."""
-    if "PYSPARK_PYTHON" in os.environ or "spark.pyspark.python" in settings.spark_conf:
+    if "spark.pyspark.python" in settings.spark_conf:
         return
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    given = os.environ.get("PYSPARK_PYTHON")
+    if given is not None and not _this_python(given):
+        return
+    script = None
+    if _zygote_wanted and settings.master.startswith("local") and zygote.enabled():
+        script = zygote.python_for_spark()  # warm source runners (runtime/zygote.py)
+    os.environ["PYSPARK_PYTHON"] = script or sys.executable
+
+
+def _this_python(path: str) -> bool:
+    """Whether ``path`` is this interpreter (a ``PYSPARK_PYTHON`` inherited from a stoker
+    process before), or the zygote script of one: not a user's own choice."""
+    if os.path.basename(os.path.dirname(path)).startswith(zygote.PREFIX):
+        return True
+    try:
+        return os.path.realpath(path) == os.path.realpath(sys.executable)
+    except OSError:
+        return False
+
+
+_zygote_wanted = False
+
+
+def want_source_zygote() -> None:
+    """This process is a job manager's driver (or standby): its Spark's source runners come
+    from a warm zygote (``runtime/zygote.py``), its query starts being what a takeover and an
+    upgrade wait for."""
+    global _zygote_wanted
+    _zygote_wanted = True
 
 
 _PROPERTY_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}

@@ -380,6 +380,8 @@ def test_an_applications_standby_starts_once_every_job_committed_and_runs_the_ap
     )
     sup.step()
     assert store.get_standby(APP) is None
+    (log,) = (tmp_path / "logs" / APP).glob("standby-*.log")
+    assert "without submitting a job: nothing to keep warm" in log.read_text()
 
 
 def test_a_dead_application_drivers_next_attempt_goes_to_its_ready_standby(

@@ -1,0 +1,130 @@
+"""The source runners' zygote (``stoker/runtime/zygote.py``) without Spark: a real zygote
+process, its client as Spark's Python would run it, a module standing in for a source runner.
+What Spark does with it (a query's source runner forked warm) is in
+tests/e2e/test_zygote_runner.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stoker.runtime import zygote
+from tests.support import wait_for
+
+CLIENT = Path(zygote.__file__).resolve().parent / "zygote_client.py"
+RUNNER = """\
+import os, sys, time
+print("pid", os.getpid(), "ppid", os.getppid(), "cwd", os.getcwd(), flush=True)
+print("var", os.environ.get("ZYGOTE_TEST_VAR"), "args", sys.argv[1:], flush=True)
+if sys.argv[1:] == ["sleep"]:
+    time.sleep(60)
+sys.exit(3)
+"""
+
+
+@pytest.fixture
+def zyg(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    folder = tmp_path / "z"
+    folder.mkdir()
+    sock = folder / zygote.SOCKET
+    zyg = [sys.executable, "-m", "stoker.runtime.zygote", str(sock), str(os.getpid())]
+    proc = subprocess.Popen(zyg)
+    wait_for("the zygote warm", lambda: sock.exists() or proc.poll() is not None, 120)
+    assert proc.poll() is None
+    yield proc, sock
+    proc.kill()
+    proc.wait()
+
+
+def _client(sock: Path, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    (tmp_path / "fake_runner.py").write_text(RUNNER)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "ZYGOTE_TEST_VAR": "given"}
+    cwd = tmp_path / "work"
+    cwd.mkdir(exist_ok=True)
+    cmd = [sys.executable, "-S", "-E", str(CLIENT), str(sock), sys.executable]
+    return subprocess.Popen(
+        [*cmd, "-m", "fake_runner", *args], env=env, cwd=cwd, stdout=subprocess.PIPE, text=True
+    )
+
+
+def _said(out: str) -> dict[str, str]:
+    words = out.split()
+    return {words[i]: words[i + 1] for i in range(0, len(words) - 1, 2) if words[i] != "args"}
+
+
+def test_the_module_runs_forked_from_the_zygote_with_the_clients_streams_env_and_folder(
+    zyg: tuple[subprocess.Popen[bytes], Path], tmp_path: Path
+) -> None:
+    proc, sock = zyg
+    c = _client(sock, tmp_path, "a", "b")
+    out, _ = c.communicate(timeout=60)
+    assert c.returncode == 3, out  # the module's own exit code
+    said = _said(out)
+    assert said["ppid"] == str(proc.pid), out  # forked by the zygote, not a new interpreter
+    assert said["var"] == "given" and said["cwd"] == str(tmp_path / "work"), out
+    assert "args ['a', 'b']" in out, out
+
+
+def test_a_signal_to_the_client_reaches_the_forked_runner(
+    zyg: tuple[subprocess.Popen[bytes], Path], tmp_path: Path
+) -> None:
+    _proc, sock = zyg
+    c = _client(sock, tmp_path, "sleep")
+    assert c.stdout is not None
+    first = c.stdout.readline()
+    runner = int(_said(first)["pid"])
+    c.send_signal(signal.SIGTERM)  # as Spark destroys a worker
+    assert c.wait(timeout=60) == 143
+    wait_for("the runner gone", lambda: not Path(f"/proc/{runner}").exists(), 30)
+
+
+def test_without_the_zygote_the_client_runs_the_real_interpreter(
+    zyg: tuple[subprocess.Popen[bytes], Path], tmp_path: Path
+) -> None:
+    proc, sock = zyg
+    proc.kill()
+    proc.wait()
+    c = _client(sock, tmp_path)
+    out, _ = c.communicate(timeout=60)
+    assert c.returncode == 3, out
+    assert _said(out)["pid"] == str(c.pid)  # the client exec'ed the module itself
+
+
+def test_the_script_sends_only_source_runners_and_planners_to_the_zygote(tmp_path: Path) -> None:
+    text = zygote._script("/usr/bin/python3", "/x/zygote_client.py", "/tmp/z dir/z.sock")
+    assert "pyspark.sql.streaming.python_streaming_source_runner|pyspark.sql.worker.*)" in text
+    assert "'/tmp/z dir/z.sock'" in text  # quoted
+    script = tmp_path / "python"
+    script.write_text(zygote._script(sys.executable, str(CLIENT), str(tmp_path / "none.sock")))
+    script.chmod(0o700)
+    # Any other module (the worker daemon), and a runner when no zygote listens: the real one.
+    out = subprocess.run(
+        [str(script), "-c", "import sys; print(sys.executable)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == sys.executable
+
+
+def test_the_zygote_leaves_with_its_parent(tmp_path: Path) -> None:
+    sock = tmp_path / zygote.SOCKET
+    code = (
+        "import subprocess, sys, time;"
+        "import os;"
+        "z = [sys.executable, '-m', 'stoker.runtime.zygote', "
+        f"{str(sock)!r}, str(os.getpid())];"
+        "p = subprocess.Popen(z, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL);"
+        "print(p.pid, flush=True)"
+    )
+    parent = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    pid = int(parent.stdout.strip())
+    # The parent is gone at once: the zygote sees it within a second of being warm.
+    wait_for("the orphaned zygote gone", lambda: not Path(f"/proc/{pid}").exists(), 120)
+    assert not sock.exists()
