@@ -24,8 +24,16 @@ tree (Python, JVM, Python workers), and its CPU over ``--idle`` seconds (default
 waiting. At the end both jobs are canceled and each files sink must hold every id the store
 says was read, once.
 
-Run: ``python benchmarks/standby_takeover.py [--kills 5] [--idle 30] [--seed N]
-[--json out.json]``. ``BENCH_KEEP=1`` keeps the work folder.
+``--application``: the same for two applications of three jobs each
+(``tests/apps/app_driver_trio.py``: streams ``a``, ``b``, ``c``, each as the jobs above),
+``warm`` submitted to ``POST /v1/applications`` with ``"standby": true``, ``cold`` without,
+both on cluster ``local`` (``local[1]``, the three jobs share the driver's one core, FAIR).
+The kill is SIGKILL of the application driver's process group; the figure is from the kill to
+the commit of the first epoch decided by a later attempt of *every* job of the application
+(and of the first of them), the next application attempt's driver running ``main`` on.
+
+Run: ``python benchmarks/standby_takeover.py [--application] [--kills 5] [--idle 30]
+[--seed N] [--json out.json]``. ``BENCH_KEEP=1`` keeps the work folder.
 """
 
 from __future__ import annotations
@@ -217,6 +225,107 @@ class Bench:
         stop_bench(self.root, self.proc.pid)
 
 
+TRIO = HERE.parent / "tests" / "apps" / "app_driver_trio.py"
+STREAMS = ("a", "b", "c")
+
+
+class AppBench(Bench):
+    """The same turns for applications of three jobs (``--application``)."""
+
+    def submit(self, name: str, standby: bool) -> Path:
+        out = self.root / "out" / name
+        app = self.root / "apps" / f"{name}.py"
+        shutil.copy(TRIO, app)
+        args = [f"out={out}", "backfill=0", f"streams={','.join(STREAMS)}", "rate=50"]
+        args += ["per_epoch=50", "trigger=200ms"]
+        body = {
+            "app_id": name,
+            "entrypoint": str(app),
+            "args": args,
+            "conf": {"spark.master": "local[1]"},
+            "standby": standby,
+            "restart_strategy": RESTARTS,
+        }
+        r = self.http.post("/v1/applications", json=body)
+        assert r.status_code == 201, r.text
+        return out
+
+    def app(self, name: str) -> dict[str, Any]:
+        return dict(self.http.get(f"/v1/applications/{name}").json())
+
+    def settled(self, name: str, standby: bool) -> dict[str, Any] | None:
+        """The application if every job of it has committed under the job attempt its
+        current driver made (and its standby is READY), with ``job_attempts``."""
+        view = self.app(name)
+        att = next((a for a in view["attempts"] if a["attempt"] == view["attempt"]), None)
+        if att is None or att["state"] != "RUNNING":
+            return None
+        if standby and (view.get("standby") or {}).get("state") != "READY":
+            return None
+        jobs = {}
+        for s in STREAMS:
+            j = self.job(f"{name}.{s}")
+            ja, last = j.get("attempt") or {}, j.get("last_epoch") or {}
+            if ja.get("app_attempt") != att["attempt"] or ja.get("state") != "RUNNING":
+                return None
+            if not last.get("committed_at") or last.get("decided_by") != ja.get("attempt"):
+                return None
+            jobs[s] = int(ja["attempt"])
+        return {**view, "driver": att, "job_attempts": jobs}
+
+    def kill(self, name: str, standby: bool, rng: random.Random) -> dict[str, float]:
+        C.wait_until(f"{name} settled", lambda: self.settled(name, standby), SPARK)
+        time.sleep(3.0 + rng.uniform(0, 0.5))
+        v = C.wait_until(f"{name} settled", lambda: self.settled(name, standby), SPARK)
+        n = int(v["driver"]["attempt"])
+        t0 = time.time()
+        os.killpg(int(v["driver"]["pid"]), signal.SIGKILL)
+
+        def first(jid: str, before: int) -> Any:
+            done = [
+                e
+                for e in self.store.list_epochs(jid, limit=20)
+                if e.decided_by is not None and e.decided_by > before and e.committed_at
+            ]
+            return min(done, key=lambda e: e.epoch) if done else None
+
+        commits = []
+        for s, before in v["job_attempts"].items():
+            jid = f"{name}.{s}"
+            e = C.wait_until(
+                f"{jid}: a commit after the kill",
+                lambda jid=jid, before=before: first(jid, before),
+                SPARK,
+            )
+            commits.append(e.committed_at - t0)
+        old = self.store.get_attempt(name, n)
+        new = C.wait_until("the next attempt", lambda: self.store.get_attempt(name, n + 1), SPARK)
+        return {
+            "noticed": (old.ended_at or t0) - t0,
+            "next_attempt": new.started_at - t0,
+            "first_job": min(commits),
+            "committed": max(commits),
+            "handed": float(new.owner.pid == (v.get("standby") or {}).get("pid")),
+        }
+
+    def finish(self, names: list[str], outs: dict[str, Path]) -> dict[str, Any]:
+        from tests.support.sinks import file_sink_ids
+
+        for n in names:
+            self.http.post(f"/v1/applications/{n}/cancel")
+        out: dict[str, Any] = {}
+        for n in names:
+            C.wait_until(f"{n} canceled", lambda n=n: self.app(n)["state"] == "CANCELED", SPARK)
+            for s in STREAMS:
+                epochs = self.store.list_epochs(f"{n}.{s}", limit=1_000_000)
+                rows = sum(e.rows_in or 0 for e in epochs)
+                ids = file_sink_ids(outs[n] / s)
+                twice = sum(1 for v in ids.values() if v > 1)
+                missing = len(set(range(rows)) - set(ids))
+                out[f"{n}.{s}"] = {"rows": rows, "twice": twice, "missing": missing}
+        return out
+
+
 def stop_bench(root: Path, manager_pid: int) -> None:
     """Kill every process group led by a process of the bench's store (drivers, standbys),
     then the manager's."""
@@ -240,6 +349,9 @@ def main() -> None:
     p.add_argument("--kills", type=int, default=5)
     p.add_argument("--idle", type=float, default=30.0)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--application", action="store_true", help="applications of three jobs, not lone jobs"
+    )
     a = p.parse_args()
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -248,7 +360,8 @@ def main() -> None:
     print(f"seed {seed}")
     root = Path(tempfile.mkdtemp(prefix="stoker-standby-bench-"))
     loads = Loads()
-    bench = Bench(root)
+    bench = AppBench(root) if a.application else Bench(root)
+    print("applications of three jobs" if a.application else "jobs submitted alone")
     results: dict[str, list[dict[str, float]]] = {"warm": [], "cold": []}
     try:
         outs = {"warm": bench.submit("warm", True), "cold": bench.submit("cold", False)}
@@ -272,7 +385,8 @@ def main() -> None:
         else:
             print(f"kept {root}")
     rows = []
-    for step in ("noticed", "next_attempt", "committed"):
+    steps = ("noticed", "next_attempt", "first_job", "committed") if a.application else None
+    for step in steps or ("noticed", "next_attempt", "committed"):
         w = [r[step] for r in results["warm"]]
         c = [r[step] for r in results["cold"]]
         rows.append(
