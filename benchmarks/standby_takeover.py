@@ -24,16 +24,21 @@ tree (Python, JVM, Python workers), and its CPU over ``--idle`` seconds (default
 waiting. At the end both jobs are canceled and each files sink must hold every id the store
 says was read, once.
 
-``--application``: the same for two applications of three jobs each
-(``tests/apps/app_driver_trio.py``: streams ``a``, ``b``, ``c``, each as the jobs above),
+``--application [--rate N] [--trigger T]``: the same for two applications of three jobs each
+(``tests/apps/app_driver_trio.py``: streams ``a``, ``b``, ``c``, each ``--rate`` ids a second
+(default 50) at most as many an epoch, every ``--trigger`` (default 200ms), one partition),
 ``warm`` submitted to ``POST /v1/applications`` with ``"standby": true``, ``cold`` without,
 both on cluster ``local`` (``local[1]``, the three jobs share the driver's one core, FAIR).
 The kill is SIGKILL of the application driver's process group; the figure is from the kill to
 the commit of the first epoch decided by a later attempt of *every* job of the application
 (and of the first of them), the next application attempt's driver running ``main`` on.
 
-Run: ``python benchmarks/standby_takeover.py [--application] [--kills 5] [--idle 30]
-[--seed N] [--json out.json]``. ``BENCH_KEEP=1`` keeps the work folder.
+``--one-side-at-a-time``: the warm side's kills, then (its job canceled) the cold side's, so
+that no side's restarts load the machine during the other's takeovers.
+
+Run: ``python benchmarks/standby_takeover.py [--application [--rate N] [--trigger T]]
+[--one-side-at-a-time] [--kills 5] [--idle 30] [--seed N] [--json out.json]``.
+``BENCH_KEEP=1`` keeps the work folder.
 """
 
 from __future__ import annotations
@@ -103,15 +108,16 @@ def tree(root: int) -> list[int]:
     return out
 
 
-def cpu_ticks(pids: list[int]) -> int:
-    total = 0
+def cpu_ticks(pids: list[int]) -> dict[int, int]:
+    """CPU ticks (user + system) of each of ``pids`` still running."""
+    out = {}
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
+            out[pid] = int(fields[11]) + int(fields[12])  # utime, stime
         except (OSError, IndexError, ValueError):
             pass
-    return total
+    return out
 
 
 class Bench:
@@ -197,11 +203,14 @@ class Bench:
         c0, t0 = cpu_ticks(pids), time.monotonic()
         time.sleep(idle)
         c1, t1 = cpu_ticks(tree(pid)), time.monotonic()
+        # Processes there at both reads (one that ended meanwhile takes its ticks with it);
+        # one that started meanwhile counts from 0.
+        used = sum(c1[p] - c0.get(p, 0) for p in c1)
         return {
             "processes": len(pids),
             "rss_mib": rss,
             "pss_mib": pss,
-            "idle_cpu_percent": 100.0 * (c1 - c0) / hz / (t1 - t0),
+            "idle_cpu_percent": 100.0 * used / hz / (t1 - t0),
         }
 
     def finish(self, names: list[str], outs: dict[str, Path]) -> dict[str, Any]:
@@ -230,14 +239,19 @@ STREAMS = ("a", "b", "c")
 
 
 class AppBench(Bench):
-    """The same turns for applications of three jobs (``--application``)."""
+    """The same turns for applications of three jobs (``--application``): each job
+    ``rate`` ids a second at most ``rate`` an epoch, every ``trigger``."""
+
+    def __init__(self, root: Path, rate: int, trigger: str) -> None:
+        super().__init__(root)
+        self.rate, self.trigger = rate, trigger
 
     def submit(self, name: str, standby: bool) -> Path:
         out = self.root / "out" / name
         app = self.root / "apps" / f"{name}.py"
         shutil.copy(TRIO, app)
-        args = [f"out={out}", "backfill=0", f"streams={','.join(STREAMS)}", "rate=50"]
-        args += ["per_epoch=50", "trigger=200ms"]
+        args = [f"out={out}", "backfill=0", f"streams={','.join(STREAMS)}"]
+        args += [f"rate={self.rate}", f"per_epoch={self.rate}", f"trigger={self.trigger}"]
         body = {
             "app_id": name,
             "entrypoint": str(app),
@@ -352,6 +366,14 @@ def main() -> None:
     p.add_argument(
         "--application", action="store_true", help="applications of three jobs, not lone jobs"
     )
+    p.add_argument("--rate", type=int, default=50, help="--application: ids a second per job")
+    p.add_argument("--trigger", default="200ms", help="--application: every job's trigger")
+    p.add_argument(
+        "--one-side-at-a-time",
+        dest="side_by_side",
+        action="store_false",
+        help="the warm side's kills, then the cold side's, each alone on the machine",
+    )
     a = p.parse_args()
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -360,23 +382,44 @@ def main() -> None:
     print(f"seed {seed}")
     root = Path(tempfile.mkdtemp(prefix="stoker-standby-bench-"))
     loads = Loads()
-    bench = AppBench(root) if a.application else Bench(root)
-    print("applications of three jobs" if a.application else "jobs submitted alone")
+    bench = AppBench(root, a.rate, a.trigger) if a.application else Bench(root)
+    print(
+        f"applications of three jobs ({a.rate} ids/s each, trigger {a.trigger})"
+        if a.application
+        else "jobs submitted alone"
+    )
     results: dict[str, list[dict[str, float]]] = {"warm": [], "cold": []}
+
+    def turn(name: str, k: int) -> None:
+        r = bench.kill(name, name == "warm", rng)
+        results[name].append(r)
+        note(
+            f"{name} kill {k + 1}: noticed {r['noticed']:.2f} s, next attempt "
+            f"{r['next_attempt']:.2f} s, committed {r['committed']:.2f} s"
+            + (" (standby)" if r["handed"] else "")
+        )
+
     try:
-        outs = {"warm": bench.submit("warm", True), "cold": bench.submit("cold", False)}
-        for k in range(a.kills):
-            for name in ("warm", "cold") if k % 2 == 0 else ("cold", "warm"):
-                r = bench.kill(name, name == "warm", rng)
-                results[name].append(r)
-                note(
-                    f"{name} kill {k + 1}: noticed {r['noticed']:.2f} s, next attempt "
-                    f"{r['next_attempt']:.2f} s, committed {r['committed']:.2f} s"
-                    + (" (standby)" if r["handed"] else "")
-                )
-        cost = bench.standby_cost("warm", a.idle)
+        if a.side_by_side:
+            outs = {"warm": bench.submit("warm", True), "cold": bench.submit("cold", False)}
+            for k in range(a.kills):
+                for name in ("warm", "cold") if k % 2 == 0 else ("cold", "warm"):
+                    turn(name, k)
+            cost = bench.standby_cost("warm", a.idle)
+            ends = bench.finish(["warm", "cold"], outs)
+        else:
+            # One side after the other: the machine carries one driver (and a standby) at
+            # a time, not the other side's restarts beside each takeover.
+            outs = {"warm": bench.submit("warm", True)}
+            for k in range(a.kills):
+                turn("warm", k)
+            cost = bench.standby_cost("warm", a.idle)
+            ends = bench.finish(["warm"], outs)
+            outs["cold"] = bench.submit("cold", False)
+            for k in range(a.kills):
+                turn("cold", k)
+            ends.update(bench.finish(["cold"], outs))
         note(f"standby: {cost}")
-        ends = bench.finish(["warm", "cold"], outs)
         note(f"ends: {ends}")
     finally:
         bench.close()
