@@ -299,37 +299,20 @@ class JobManager:
 
     # applications: appsubmit.py submits, applications.py shows and cancels ---------------
     def submit_application(
-        self,
-        app_id: str | None,
-        entrypoint: str,
-        args: list[str] | None = None,
-        conf: dict[str, str] | None = None,
-        cluster: str | None = None,
-        restart_strategy: dict[str, Any] | None = None,
-        driver_memory: str | None = None,
-        driver_cores: int | None = None,
-        restart: bool = False,
-        scaling: Any = None,
-        standby: bool = False,
+        self, app_id: str | None, entrypoint: str, **fields: Any
     ) -> SubmitResult:
         """Create the application, or return the live one, as :meth:`submit` does for a job
-        (:func:`appsubmit.submit_application`); its driver is the leader's to start."""
+        (:func:`appsubmit.submit_application`, whose keywords ``fields`` are: args, conf,
+        cluster, restart_strategy, driver_memory, driver_cores, restart, scaling, standby);
+        its driver is the leader's to start."""
         return appsubmit.submit_application(
             self.store,
             self.allowed_dirs,
             self.apps_dir,
             app_id,
             entrypoint,
-            args,
-            conf,
-            cluster,
-            restart_strategy,
-            driver_memory,
-            driver_cores,
-            restart,
-            scaling,
             allowed_conf=self.allowed_conf,
-            standby=standby,
+            **fields,
         )
 
     def applications(self, state: JobState | None = None) -> list[dict[str, Any]]:
@@ -383,12 +366,13 @@ class JobManager:
         return self.submit_application(
             app_id,
             str(spec["entrypoint"]),
-            list(spec.get("args") or []),
-            dict(spec.get("conf") or {}),
-            spec.get("cluster"),
-            spec.get("restart_strategy"),
+            args=list(spec.get("args") or []),
+            conf=dict(spec.get("conf") or {}),
+            cluster=spec.get("cluster"),
+            restart_strategy=spec.get("restart_strategy"),
             restart=True,
             scaling=spec.get("scaling"),
+            standby=bool(spec.get("standby")),  # the spec as recorded: the same application
         )
 
     def cancel_application(self, app_id: str) -> dict[str, Any]:

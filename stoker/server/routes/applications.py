@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -114,18 +115,20 @@ async def submit_application(body: ApplicationBody, manager: Manager) -> JSONRes
     spec, live or ended (``duplicate``: retry-safe, nothing starts), or ``restarted``; 409
     for another spec (an ended one without ``restart`` too), or an id taken by a job."""
     res = await run_in_threadpool(
-        manager.submit_application,
-        body.app_id,
-        body.entrypoint,
-        body.args,
-        body.conf,
-        body.cluster,
-        body.restart_strategy,
-        body.driver_memory,
-        body.driver_cores,
-        body.restart,
-        body.scaling,
-        body.standby,
+        functools.partial(
+            manager.submit_application,
+            body.app_id,
+            body.entrypoint,
+            args=body.args,
+            conf=body.conf,
+            cluster=body.cluster,
+            restart_strategy=body.restart_strategy,
+            driver_memory=body.driver_memory,
+            driver_cores=body.driver_cores,
+            restart=body.restart,
+            scaling=body.scaling,
+            standby=body.standby,
+        )
     )
     out = await run_in_threadpool(manager.application, res.job.job_id)
     out["duplicate"] = res.outcome == "duplicate"

@@ -425,3 +425,13 @@ def test_a_standby_is_part_of_the_applications_spec(world: World) -> None:
     assert world.submit(standby=True, conf={"spark.master": "local[2]"}).outcome == "duplicate"
     with pytest.raises(JobConflict):
         world.submit(conf={"spark.master": "local[2]"})
+
+
+def test_resuming_an_ended_application_keeps_its_spec_standby_included(world: World) -> None:
+    first = world.submit(standby=True, conf={"spark.master": "local[2]"})
+    app = first.job.job_id
+    world.store.set_job_state(app, JobState.CANCELED)
+    res = world.manager.resume_application(app)
+    assert res.outcome == "restarted", res
+    assert res.job.spec == first.job.spec  # the same application, its standby with it
+    assert res.job.spec["standby"] is True
