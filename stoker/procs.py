@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from stoker.store import Owner
 
@@ -245,6 +248,21 @@ def owner_is_dead(owner: Owner) -> bool:
     return marker != UNKNOWN and owner.pid_started != UNKNOWN and marker != owner.pid_started
 
 
+def remove_orphaned_folders(prefix: str) -> None:
+    """Remove the temp dir's folders named ``<prefix><pid>-...`` whose process is gone (it
+    was killed before its ``finally`` removed them); another user's live process's stay."""
+    for old in Path(tempfile.gettempdir()).glob(prefix + "*"):
+        pid = old.name[len(prefix) :].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(old, ignore_errors=True)
+        except PermissionError:  # another user's live process
+            continue
+
+
 __all__ = [
     "UNKNOWN",
     "ProcStat",
@@ -258,6 +276,7 @@ __all__ = [
     "pids",
     "process_start_marker",
     "reap_adopted",
+    "remove_orphaned_folders",
     "stat",
     "this_owner",
 ]

@@ -42,6 +42,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from stoker.procs import remove_orphaned_folders
+
 log = logging.getLogger("stoker.zygote")
 
 PREFIX = "stoker-zygote-"  # then the driver's pid: its folder under the temp dir
@@ -78,7 +80,7 @@ def python_for_spark() -> str | None:
     with _lock:
         if "python" in _started:
             return _started["python"]
-        _remove_orphans()
+        remove_orphaned_folders(PREFIX)  # of drivers killed before removing theirs
         folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
         sock = folder / SOCKET
         script = folder / "python"
@@ -111,20 +113,6 @@ def _script(python: str, client: str, sock: str) -> str:
         "fi\n"
         f'exec {py} "$@"\n'
     )
-
-
-def _remove_orphans() -> None:
-    """Remove the folders of drivers that died before removing their zygote's."""
-    for old in Path(tempfile.gettempdir()).glob(PREFIX + "*"):
-        pid = old.name[len(PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(old, ignore_errors=True)
-        except PermissionError:
-            continue
 
 
 # The zygote process -----------------------------------------------------------------------

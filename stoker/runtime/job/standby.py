@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stoker.errors import StoreError
-from stoker.procs import this_owner
+from stoker.procs import remove_orphaned_folders, this_owner
 from stoker.runtime import launch
 from stoker.runtime.attempt import hold_start
 from stoker.runtime.job import opening
@@ -138,21 +138,6 @@ WARM_UP_TIMEOUT = 120  # s; a warm-up that takes longer is given up (the standby
 WARM_UP_PREFIX = "stoker-warm-up-"  # then the standby's pid: its folder under the temp dir
 
 
-def _remove_orphaned_warm_ups() -> None:
-    """Remove the warm-up folders of standbys that died while warming up (killed, their
-    ``finally`` never ran): the pid in the folder's name is gone."""
-    for old in Path(tempfile.gettempdir()).glob(WARM_UP_PREFIX + "*"):
-        pid = old.name[len(WARM_UP_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(old, ignore_errors=True)
-        except PermissionError:  # another user's live process
-            continue
-
-
 def warm_up(session: SparkSession) -> None:
     """Run a throwaway streaming query to its end in this session: a few ids from stoker's
     generator, written as Parquet, under a folder of its own that is removed after.
@@ -165,7 +150,7 @@ def warm_up(session: SparkSession) -> None:
     from stoker.sources.generator import GeneratorSource
 
     t0 = time.monotonic()
-    _remove_orphaned_warm_ups()
+    remove_orphaned_folders(WARM_UP_PREFIX)  # of standbys killed while warming up
     tmp = Path(tempfile.mkdtemp(prefix=f"{WARM_UP_PREFIX}{os.getpid()}-"))
     try:
         stream = GeneratorSource(total=64, partitions=1).open(session, "warm", tmp)

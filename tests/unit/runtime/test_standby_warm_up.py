@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from stoker import procs
 from stoker.runtime.job import standby
 
 
@@ -25,6 +26,6 @@ def test_the_warm_up_folders_of_dead_standbys_are_removed(
     other = tmp_path / "stoker-warm-up-notapid"
     for d in (dead, live, other):
         (d / "checkpoint").mkdir(parents=True)
-    standby._remove_orphaned_warm_ups()
+    procs.remove_orphaned_folders(standby.WARM_UP_PREFIX)
     assert not dead.exists()
     assert live.exists() and other.exists()
