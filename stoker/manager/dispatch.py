@@ -99,23 +99,8 @@ class Dispatcher:
             # The new code's first attempt (handed over below, or cold if its standby was
             # lost just now): the one the upgrade watches from.
             self.store.upgrade_swap_attempt(up.upgrade_id, attempt.attempt)
-        if standby is not None and role is not None:
-            if self.standbys.hand(job.job_id, attempt.attempt, role) is not None:
-                log.info(
-                    "job %s: attempt %d handed to its %s standby (pid %d)",
-                    job.job_id,
-                    attempt.attempt,
-                    role,
-                    standby.owner.pid,
-                )
-                return
-            log.warning(
-                "job %s: its %s standby (pid %d) could not take attempt %d: a new driver starts",
-                job.job_id,
-                role,
-                standby.owner.pid,
-                attempt.attempt,
-            )
+        if standby is not None and role is not None and self._hand(job, attempt, standby, role):
+            return
         argv = job_driver_argv(job, attempt.attempt, self.store_url, self.state_dir, self.lease_ttl)
         self._spawn(job, attempt, argv)
 
@@ -172,22 +157,8 @@ class Dispatcher:
         attempt = self._new_attempt(app, standby)
         if attempt is None:
             return
-        if standby is not None:
-            if self.standbys.hand(app.job_id, attempt.attempt) is not None:
-                log.info(
-                    "application %s: attempt %d handed to its standby (pid %d)",
-                    app.job_id,
-                    attempt.attempt,
-                    standby.owner.pid,
-                )
-                return
-            log.warning(
-                "application %s: its standby (pid %d) could not take attempt %d: a new driver "
-                "starts",
-                app.job_id,
-                standby.owner.pid,
-                attempt.attempt,
-            )
+        if standby is not None and self._hand(app, attempt, standby, StandbyRole.STANDBY):
+            return
         argv = app_driver_argv(
             app,
             attempt.attempt,
@@ -198,6 +169,31 @@ class Dispatcher:
             cluster_conf,
         )
         self._spawn(app, attempt, argv)
+
+    def _hand(
+        self, job: JobRecord, attempt: AttemptRecord, standby: StandbyRecord, role: StandbyRole
+    ) -> bool:
+        """Hand ``attempt`` to the job's (or application's) READY ``role`` standby; False when
+        it could not take it any more (a new driver starts then)."""
+        if self.standbys.hand(job.job_id, attempt.attempt, role) is not None:
+            log.info(
+                "%s %s: attempt %d handed to its %s standby (pid %d)",
+                _what(job),
+                job.job_id,
+                attempt.attempt,
+                role,
+                standby.owner.pid,
+            )
+            return True
+        log.warning(
+            "%s %s: its %s standby (pid %d) could not take attempt %d: a new driver starts",
+            _what(job),
+            job.job_id,
+            role,
+            standby.owner.pid,
+            attempt.attempt,
+        )
+        return False
 
     def _new_attempt(
         self, job: JobRecord, standby: StandbyRecord | None = None

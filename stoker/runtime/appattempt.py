@@ -14,6 +14,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 from stoker.errors import (
@@ -29,7 +30,7 @@ from stoker.redact import redact_text
 from stoker.runtime import application, launch
 from stoker.runtime.attempt import LeaseKeeper
 from stoker.runtime.session import jvm_gone
-from stoker.store import Store
+from stoker.store import AttemptRecord, Store
 from stoker.types import AttemptNo, AttemptState, JobState
 
 log = logging.getLogger("stoker.appdriver")
@@ -104,6 +105,32 @@ class AttemptDriver:
         self._code: int | None = None
         self._watching = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="stoker-app-watch", daemon=True)
+
+    @classmethod
+    def entered(
+        cls,
+        store: Store,
+        rec: AttemptRecord,
+        state_dir: Path,
+        ttl: float,
+        signals: AppSignals,
+        ctx: launch.LaunchContext,
+    ) -> AttemptDriver:
+        """The application attempt ``rec``, claimed by this process, made the process's
+        application (its jobs fenced by it, signals stopping it) and its driver."""
+        app = application.Application(rec.job_id, rec.attempt, state_dir, store)
+        app.rearm = signals.rearm
+        lease = LeaseKeeper(store, rec, ttl, on_fenced=app.fence)
+        signals.app = app
+        application.enter(app)
+        return cls(store, app, lease, signals, ctx)
+
+    def exit_with(self, code: int) -> int:
+        """The process's exit code; jobs that still run (the program failed, or they were
+        fenced) are left at once (:func:`exit_now`)."""
+        if self.app.running():
+            exit_now(code)
+        return code
 
     def begin(self) -> None:
         """The attempt is this process's: its lease renewed, the application's record

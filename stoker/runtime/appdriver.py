@@ -62,10 +62,9 @@ from stoker.runtime.appattempt import (
     EXIT_SUSPENDED,
     AppSignals,
     AttemptDriver,
-    exit_now,
     run_app_program,
 )
-from stoker.runtime.attempt import LeaseKeeper, this_owner
+from stoker.runtime.attempt import this_owner
 from stoker.runtime.driver import _secrets_from_env, _suspend_unclaimed
 from stoker.runtime.session import want_source_zygote
 from stoker.settings import Settings, parse_pairs
@@ -135,8 +134,9 @@ def _main(ns: argparse.Namespace, store_url: str, signals: AppSignals) -> int:
     # The program's stoker.submit and stoker.run calls read it (any thread of the process).
     ctx = launch.LaunchContext(overrides=_launch_settings(ns.defines, store_url, ttl))
     launch.install(ctx)
+    args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
     if ns.standby:
-        return _standby_main(ns, app_id, store_url, ttl, signals, ctx)
+        return _standby_main(ns, args, app_id, store_url, ttl, signals, ctx)
     store = open_store(store_url)
     try:
         try:
@@ -145,17 +145,9 @@ def _main(ns: argparse.Namespace, store_url: str, signals: AppSignals) -> int:
             print(redact_text(f"stoker appdriver: {e}"), file=sys.stderr)
             return EXIT_FENCED
         log.info("application %s: attempt %d claimed (pid %d)", app_id, rec.attempt, os.getpid())
-        app = application.Application(app_id, rec.attempt, Path(ns.state_dir).resolve(), store)
-        app.rearm = signals.rearm
-        lease = LeaseKeeper(store, rec, ttl, on_fenced=app.fence)
-        signals.app = app
-        application.enter(app)
-        args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-        driver = AttemptDriver(store, app, lease, signals, ctx)
-        code = driver.run(ns.entrypoint, args)
-        if app.running():
-            exit_now(code)  # jobs still run (the program failed, or they were fenced)
-        return code
+        state_dir = Path(ns.state_dir).resolve()
+        driver = AttemptDriver.entered(store, rec, state_dir, ttl, signals, ctx)
+        return driver.exit_with(driver.run(ns.entrypoint, args))
     finally:
         application.leave()
         store.close()
@@ -214,12 +206,9 @@ class _Standby:
         log.info("standby for application %s: handed attempt %d", self.app_id, attempt)
         self.store = store = open_store(self.store_url)
         rec = store.claim_attempt(self.app_id, attempt, this_owner(), self.ttl)
-        app = application.Application(self.app_id, rec.attempt, self.state_dir, store)
-        app.rearm = self.signals.rearm
-        lease = LeaseKeeper(store, rec, self.ttl, on_fenced=app.fence)
-        self.signals.app = app
-        application.enter(app)
-        self.driver = AttemptDriver(store, app, lease, self.signals, self.ctx)
+        self.driver = AttemptDriver.entered(
+            store, rec, self.state_dir, self.ttl, self.signals, self.ctx
+        )
         self.driver.begin()
         log.info(
             "application %s: attempt %d claimed by its standby (pid %d) in %.2f s",
@@ -232,6 +221,7 @@ class _Standby:
 
 def _standby_main(
     ns: argparse.Namespace,
+    args: list[str],
     app_id: JobId,
     store_url: str,
     ttl: float,
@@ -243,13 +233,9 @@ def _standby_main(
     sb = _Standby(app_id, store_url, ttl, Path(ns.state_dir).resolve(), signals, ctx)
     application.set_gate(sb.gate)
     try:
-        args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
         error = run_app_program(ns.entrypoint, args, lambda: sb.driver, app_id, ctx)
         assert sb.driver is not None  # else run_app_program raised
-        code = sb.driver.conclude(error)
-        if sb.driver.app.running():
-            exit_now(code)  # jobs still run (the program failed, or they were fenced)
-        return code
+        return sb.driver.exit_with(sb.driver.conclude(error))
     finally:
         sb.wait.leave()
         application.set_gate(None)

@@ -189,17 +189,17 @@ class StokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         jobs = self.manager.list_jobs()
-        yield from self._overall(jobs)
+        apps = self.manager.store.list_jobs(kind=JobKind.APPLICATION)
+        yield from self._overall(jobs, apps)
         with self._lock:
             totals = self._fold(jobs)
             yield from self._per_job(jobs, totals)
 
     # the manager's totals, as before -------------------------------------------------------
-    def _overall(self, jobs: Sequence[JobRecord]) -> Iterator[Metric]:
+    def _overall(self, jobs: Sequence[JobRecord], apps: Sequence[JobRecord]) -> Iterator[Metric]:
         yield _by_state("stoker_jobs", "Jobs by state.", (str(j.state) for j in jobs))
-        apps = self.manager.applications()
         yield _by_state(
-            "stoker_applications", "Applications by state.", (str(a["state"]) for a in apps)
+            "stoker_applications", "Applications by state.", (str(a.state) for a in apps)
         )
         counts = self.manager.store.counts()
         yield CounterMetricFamily(
@@ -239,9 +239,9 @@ class StokerCollector(Collector):
         for kind, value in sorted(self.manager.rescale_totals(self.rescale_tally).items()):
             rescales.add_metric([kind], value)
         yield rescales
-        yield from self._standbys(jobs)
+        yield from self._standbys(jobs, apps)
 
-    def _standbys(self, jobs: Sequence[JobRecord]) -> Iterator[Metric]:
+    def _standbys(self, jobs: Sequence[JobRecord], apps: Sequence[JobRecord]) -> Iterator[Metric]:
         """Warm standby drivers: 1 for a live job whose standby is READY, 0 for one that asked
         for a standby and has none ready now (warming, just taken over, failed); and the
         attempts this manager handed to a standby."""
@@ -266,7 +266,7 @@ class StokerCollector(Collector):
             "for one and none is ready now.",
             labels=["app_id"],
         )
-        for app in self.manager.store.list_jobs(kind=JobKind.APPLICATION):
+        for app in apps:
             if app.spec.get("standby") and not app.state.terminal:
                 a.add_metric([str(app.job_id)], 1.0 if app.job_id in ready else 0.0)
         yield a
