@@ -24,11 +24,12 @@ tree (Python, JVM, Python workers), and its CPU over ``--idle`` seconds (default
 waiting. At the end both jobs are canceled and each files sink must hold every id the store
 says was read, once.
 
-``--application [--rate N] [--trigger T]``: the same for two applications of three jobs each
+``--application [--rate N] [--trigger T] [--master M]``: the same for two applications of three jobs each
 (``tests/apps/app_driver_trio.py``: streams ``a``, ``b``, ``c``, each ``--rate`` ids a second
 (default 50) at most as many an epoch, every ``--trigger`` (default 200ms), one partition),
 ``warm`` submitted to ``POST /v1/applications`` with ``"standby": true``, ``cold`` without,
-both on cluster ``local`` (``local[1]``, the three jobs share the driver's one core, FAIR).
+both on cluster ``local`` with ``--master`` (default ``local[1]``: the three jobs share the
+driver's one task slot, FAIR; ``local[3]``: a slot each).
 The kill is SIGKILL of the application driver's process group; the figure is from the kill to
 the commit of the first epoch decided by a later attempt of *every* job of the application
 (and of the first of them), the next application attempt's driver running ``main`` on.
@@ -242,9 +243,9 @@ class AppBench(Bench):
     """The same turns for applications of three jobs (``--application``): each job
     ``rate`` ids a second at most ``rate`` an epoch, every ``trigger``."""
 
-    def __init__(self, root: Path, rate: int, trigger: str) -> None:
+    def __init__(self, root: Path, rate: int, trigger: str, master: str) -> None:
         super().__init__(root)
-        self.rate, self.trigger = rate, trigger
+        self.rate, self.trigger, self.master = rate, trigger, master
 
     def submit(self, name: str, standby: bool) -> Path:
         out = self.root / "out" / name
@@ -256,7 +257,7 @@ class AppBench(Bench):
             "app_id": name,
             "entrypoint": str(app),
             "args": args,
-            "conf": {"spark.master": "local[1]"},
+            "conf": {"spark.master": self.master},
             "standby": standby,
             "restart_strategy": RESTARTS,
         }
@@ -369,6 +370,11 @@ def main() -> None:
     p.add_argument("--rate", type=int, default=50, help="--application: ids a second per job")
     p.add_argument("--trigger", default="200ms", help="--application: every job's trigger")
     p.add_argument(
+        "--master",
+        default="local[1]",
+        help="--application: the driver's Spark master (local[N]: N task slots for the 3 jobs)",
+    )
+    p.add_argument(
         "--one-side-at-a-time",
         dest="side_by_side",
         action="store_false",
@@ -382,9 +388,9 @@ def main() -> None:
     print(f"seed {seed}")
     root = Path(tempfile.mkdtemp(prefix="stoker-standby-bench-"))
     loads = Loads()
-    bench = AppBench(root, a.rate, a.trigger) if a.application else Bench(root)
+    bench = AppBench(root, a.rate, a.trigger, a.master) if a.application else Bench(root)
     print(
-        f"applications of three jobs ({a.rate} ids/s each, trigger {a.trigger})"
+        f"applications of three jobs ({a.rate} ids/s each, trigger {a.trigger}, {a.master})"
         if a.application
         else "jobs submitted alone"
     )
