@@ -11,10 +11,12 @@ and waits on a Unix socket. Spark's Python (``PYSPARK_PYTHON``) becomes a small 
 for the source runner and Spark's data source planners (``pyspark.sql.worker.*``) it runs
 ``zygote_client.py``, which hands its standard streams, environment, folder and arguments to
 the zygote; the zygote forks, and the child runs the module as ``__main__`` with all of that,
-already warm. Any other Python Spark starts (the worker daemon) is the real interpreter, as
-is everything when the zygote is not there (not started yet, gone): the client then runs the
-real interpreter itself. Only for a ``local`` master (the script's path exists on this host
-alone) and a ``PYSPARK_PYTHON`` stoker chose; ``STOKER_SOURCE_ZYGOTE=0`` turns it off.
+already warm; the same for Spark's worker daemons (``pyspark.daemon``, one per kind of work,
+whose forked workers are then warm too). Any other Python Spark starts is the real
+interpreter, as is everything when the zygote is not there (not started yet, gone): the
+client then runs the real interpreter itself. Only for a ``local`` master (the script's path
+exists on this host alone) and a ``PYSPARK_PYTHON`` stoker chose; ``STOKER_SOURCE_ZYGOTE=0``
+turns it off.
 
 The zygote is single-threaded when it forks (BLAS pools held to one thread), leaves when its
 parent (the driver) is gone, and removes its folder; a child it forked ends with its runner
@@ -48,12 +50,22 @@ log = logging.getLogger("stoker.zygote")
 
 PREFIX = "stoker-zygote-"  # then the driver's pid: its folder under the temp dir
 SOCKET = "z.sock"
-# The modules the zygote runs; anything else Spark starts runs the real interpreter.
-WARM_MODULES = ("pyspark.sql.streaming.python_streaming_source_runner",)
+# The modules the zygote runs; anything else Spark starts runs the real interpreter. Spark
+# 4.x starts a worker daemon per kind of work (``-m pyspark.daemon pyspark.worker`` for tasks,
+# ``-m pyspark.daemon pyspark.sql.worker.plan_data_source_read`` and two more for the data
+# source planners), each a new interpreter importing PySpark: four per driver start, on the
+# query's start path. The daemon puts itself in a process group of its own and leaves when
+# the JVM closes its stdin, forked or not.
+WARM_MODULES = ("pyspark.sql.streaming.python_streaming_source_runner", "pyspark.daemon")
 WARM_PACKAGES = ("pyspark.sql.worker.",)
-# Imported once by the zygote: what those modules and stoker's sources import.
+# Imported once by the zygote: what those modules, the daemons' forked workers and stoker's
+# sources import.
 PRELOAD = (
     "pyspark.sql.streaming.python_streaming_source_runner",
+    "pyspark.daemon",
+    "pyspark.worker",
+    "pyspark.sql.worker.lookup_data_sources",
+    "pyspark.sql.worker.create_data_source",
     "pyspark.sql.worker.plan_data_source_read",
     "stoker.sources.generator",
     "stoker.sources.files",

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from stoker import procs
 from stoker.runtime import zygote
 from tests.support import wait_for
+from tests.support.procs import processes
 
 CLIENT = Path(zygote.__file__).resolve().parent / "zygote_client.py"
 RUNNER = """\
@@ -96,14 +100,17 @@ def test_without_the_zygote_the_client_runs_the_real_interpreter(
     assert _said(out)["pid"] == str(c.pid)  # the client exec'ed the module itself
 
 
-def test_the_script_sends_only_source_runners_and_planners_to_the_zygote(tmp_path: Path) -> None:
+def test_the_script_sends_only_runners_daemons_and_planners_to_the_zygote(tmp_path: Path) -> None:
     text = zygote._script("/usr/bin/python3", "/x/zygote_client.py", "/tmp/z dir/z.sock")
-    assert "pyspark.sql.streaming.python_streaming_source_runner|pyspark.sql.worker.*)" in text
+    warm = (
+        "pyspark.sql.streaming.python_streaming_source_runner|pyspark.daemon|pyspark.sql.worker.*)"
+    )
+    assert warm in text
     assert "'/tmp/z dir/z.sock'" in text  # quoted
     script = tmp_path / "python"
     script.write_text(zygote._script(sys.executable, str(CLIENT), str(tmp_path / "none.sock")))
     script.chmod(0o700)
-    # Any other module (the worker daemon), and a runner when no zygote listens: the real one.
+    # Anything else, and any module when no zygote listens: the real interpreter.
     out = subprocess.run(
         [str(script), "-c", "import sys; print(sys.executable)"],
         capture_output=True,
@@ -111,6 +118,35 @@ def test_the_script_sends_only_source_runners_and_planners_to_the_zygote(tmp_pat
         check=True,
     )
     assert out.stdout.strip() == sys.executable
+
+
+def test_sparks_worker_daemon_runs_forked_and_forks_its_workers_until_stdin_closes(
+    zyg: tuple[subprocess.Popen[bytes], Path],
+) -> None:
+    """Spark's worker daemon as Spark starts it (``-m pyspark.daemon pyspark.worker``), through
+    the client: it says its port on stdout, forks a worker per connection (the worker says its
+    pid first), and leaves when the JVM closes its stdin, the client with it."""
+    proc, sock = zyg
+    cmd = [sys.executable, "-S", "-E", str(CLIENT), str(sock), sys.executable]
+    env = {**os.environ, "PYTHON_WORKER_FACTORY_SECRET": "s3cret"}
+    c = subprocess.Popen(
+        [*cmd, "-m", "pyspark.daemon", "pyspark.worker"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert c.stdin is not None and c.stdout is not None
+    (port,) = struct.unpack("!i", c.stdout.read(4))
+    [daemon] = [p.pid for p in processes() if p.ppid == proc.pid]  # the zygote's one child
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        (worker,) = struct.unpack("!i", conn.recv(4, socket.MSG_WAITALL))
+        assert worker not in (daemon, c.pid)
+        st = procs.stat(worker)
+        assert st is None or st.ppid == daemon  # forked by the daemon (or gone already)
+    c.stdin.close()  # as the JVM does when it stops the daemon
+    # The daemon's own exit code: 1 (its `finally` shuts down again after the clean exit).
+    assert c.wait(timeout=60) == 1
+    wait_for("the daemon gone", lambda: procs.stat(daemon) is None, 30)
 
 
 def test_the_zygote_leaves_with_its_parent(tmp_path: Path) -> None:
