@@ -1,8 +1,9 @@
 """What Spark's Python processes cost a driver, with and without stoker's worker site
 (stoker/runtime/workersite: they import the installed PySpark instead of compiling its zip
-copy), in one run.
+copy), in one run; with ``--compare zygote``, with and without the zygote that forks them
+warm (stoker/runtime/zygote.py: the worker daemons and the source runner).
 
-    python benchmarks/worker_site.py [--runs 5] [--json out.json]
+    python benchmarks/worker_site.py [--compare site|zygote] [--runs 5] [--json out.json]
 
 Each run is a whole ``stoker run`` of a two-epoch bounded job (a generator of 2,000 rows into
 a files sink, local[2], a fresh state folder). The process tree's CPU time is read from
@@ -64,17 +65,20 @@ def _cpu(pid: int) -> tuple[float, str] | None:
 def _kind(cmd: str) -> str:
     if "java" in cmd.split(" ")[0]:
         return "jvm"
-    if "pyspark" in cmd:
+    if "pyspark" in cmd or "zygote" in cmd:  # the zygote and what it forks: Spark's Python
         return "spark_python"
     return "driver_python"
 
 
-def one(work: Path, n: int, site: bool) -> dict[str, float]:
-    root = work / f"run-{n}-{'site' if site else 'plain'}"
+SWITCH = {"site": "STOKER_WORKER_SITE", "zygote": "STOKER_SOURCE_ZYGOTE"}
+
+
+def one(work: Path, n: int, on: bool, compare: str) -> dict[str, float]:
+    root = work / f"run-{n}-{compare if on else 'plain'}"
     root.mkdir()
     app = root / "app.py"
     app.write_text(APP.format(out=str(root / "out")))
-    env = {**os.environ, "STOKER_WORKER_SITE": "1" if site else "0"}
+    env = {**os.environ, SWITCH[compare]: "1" if on else "0"}
     argv = [sys.executable, "-m", "stoker.cli", "run", str(app), "-D", "stoker.master=local[2]"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(
@@ -109,19 +113,21 @@ def one(work: Path, n: int, site: bool) -> dict[str, float]:
 def main() -> None:
     ap = arg_parser(__doc__ or "")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--compare", choices=sorted(SWITCH), default="site")
     args = ap.parse_args()
+    on = args.compare
     info = machine()
     print_machine(info)
-    runs: dict[str, list[dict[str, float]]] = {"plain": [], "site": []}
+    runs: dict[str, list[dict[str, float]]] = {"plain": [], on: []}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        one(work, -1, True)  # warm the page cache and the JVM class archive, not counted
+        one(work, -1, True, on)  # warm the page cache and the JVM class archive, not counted
         for n in range(args.runs):
-            for kind in ("plain", "site"):
-                runs[kind].append(one(work, n, kind == "site"))
-            p, s = runs["plain"][-1], runs["site"][-1]
+            for kind in ("plain", on):
+                runs[kind].append(one(work, n, kind == on, on))
+            p, s = runs["plain"][-1], runs[on][-1]
             print(
-                f"run {n}: CPU plain {p['total']:.1f} s, site {s['total']:.1f} s; "
+                f"run {n}: CPU plain {p['total']:.1f} s, {on} {s['total']:.1f} s; "
                 f"load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
@@ -129,10 +135,10 @@ def main() -> None:
     ratios = {}
     for key in ("spark_python", "jvm", "driver_python", "total", "wall", "first_epoch_ms"):
         p = [r[key] for r in runs["plain"]]
-        s = [r[key] for r in runs["site"]]
+        s = [r[key] for r in runs[on]]
         ratios[key] = median(s) / median(p)
         print(
-            f"  {key:14} plain {median(p):8.2f} ({spread(p, 2)})  site {median(s):8.2f} "
+            f"  {key:14} plain {median(p):8.2f} ({spread(p, 2)})  {on} {median(s):8.2f} "
             f"({spread(s, 2)})  ratio {ratios[key]:.2f}x"
         )
     print(f"  load at the end {os.getloadavg()[0]:.1f}")

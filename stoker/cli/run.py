@@ -258,6 +258,7 @@ def run_cmd(
     from stoker.runtime import launch
     from stoker.runtime.appfile import run_app
     from stoker.runtime.job.result import describe
+    from stoker.runtime.session import want_source_zygote
 
     ctx = launch.LaunchContext(
         overrides=local_overrides(overrides, os.environ),
@@ -269,6 +270,7 @@ def run_cmd(
         reset_checkpoint=reset_checkpoint,
     )
     _setup_logging(quiet, log_format)
+    want_source_zygote()  # Spark's Python processes forked warm (runtime/zygote.py)
 
     # SIGTERM before the job runs (while the app is imported) stops this process the way
     # Ctrl-C does; while it runs, stoker.run's own handlers stop it gracefully.
