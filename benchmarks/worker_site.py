@@ -65,7 +65,8 @@ def _cpu(pid: int) -> tuple[float, str] | None:
 def _kind(cmd: str) -> str:
     if "java" in cmd.split(" ")[0]:
         return "jvm"
-    if "pyspark" in cmd or "zygote" in cmd:  # the zygote and what it forks: Spark's Python
+    # The zygote and what it forks (their command line is the zygote's): Spark's Python.
+    if "pyspark" in cmd or "-m stoker.runtime.zygote" in cmd or "zygote_client.py" in cmd:
         return "spark_python"
     return "driver_python"
 
