@@ -240,10 +240,10 @@ def test_schemathesis_finds_no_contract_failure(
 ) -> None:
     """Issue 23 item 12: every route but the two that start JVMs, 60 examples each (the run
     that found a schema-valid cursor refused, a resources body of nulls refused and a float
-    partition count refused; 20 in the fast lane), and the event stream in a run of its own
+    partition count refused; 10 in the fast lane), and the event stream in a run of its own
     (its events did not match their declared schema)."""
     skipped = [arg for name in (*STARTS_JVMS, *NEVER_ENDS) for arg in ("--exclude-name", name)]
-    examples = rounds(60, 20)  # per operation; the fast lane's run covers every route too
+    examples = rounds(60, 10)  # per operation; the fast lane's run covers every route too
     out = _contract_run(manager, tmp_path, "--max-examples", str(examples), *skipped)
     assert re.search(r"Tested: 36\b", out), out[-3000:]
     (stream,) = NEVER_ENDS
