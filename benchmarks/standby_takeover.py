@@ -24,12 +24,12 @@ tree (Python, JVM, Python workers), and its CPU over ``--idle`` seconds (default
 waiting. At the end both jobs are canceled and each files sink must hold every id the store
 says was read, once.
 
-``--application [--rate N] [--trigger T] [--master M]``: the same for two applications of three jobs each
-(``tests/apps/app_driver_trio.py``: streams ``a``, ``b``, ``c``, each ``--rate`` ids a second
-(default 50) at most as many an epoch, every ``--trigger`` (default 200ms), one partition),
-``warm`` submitted to ``POST /v1/applications`` with ``"standby": true``, ``cold`` without,
-both on cluster ``local`` with ``--master`` (default ``local[1]``: the three jobs share the
-driver's one task slot, FAIR; ``local[3]``: a slot each).
+``--application [--rate N] [--trigger T] [--master M]``: the same for two applications of
+three jobs each (``tests/apps/app_driver_trio.py``: streams ``a``, ``b``, ``c``, each
+``--rate`` ids a second (default 50) at most as many an epoch, every ``--trigger`` (default
+200ms), one partition), ``warm`` submitted to ``POST /v1/applications`` with ``"standby":
+true``, ``cold`` without, both on cluster ``local`` with ``--master`` (default ``local[1]``:
+the three jobs share the driver's one task slot, FAIR; ``local[3]``: a slot each).
 The kill is SIGKILL of the application driver's process group; the figure is from the kill to
 the commit of the first epoch decided by a later attempt of *every* job of the application
 (and of the first of them), the next application attempt's driver running ``main`` on.
