@@ -18,6 +18,7 @@ from pathlib import Path
 from stoker.store import ClusterProcess
 from tests.pg import ThrowawayPostgres
 from tests.support.procs import Proc, process_tree, processes
+from tests.support.procs import python_workers as spark_python_workers
 
 
 def _group(driver: int) -> set[Proc]:
@@ -31,10 +32,9 @@ def jvm_of(driver: int) -> Proc | None:
 
 
 def python_workers(driver: int) -> list[Proc]:
-    """The Python task workers: the children that pyspark.daemon forks (same command line)."""
-    group = _group(driver)
-    daemons = {p.pid for p in group if "pyspark.daemon" in p.argv}
-    return [p for p in group if p.ppid in daemons and "pyspark.daemon" in p.argv]
+    """The Python task workers: the children of Spark's worker daemons (started by the JVM,
+    or forked by the driver's zygote)."""
+    return spark_python_workers(_group(driver))
 
 
 def kill_worker(driver: int, rng: random.Random, cluster: SparkCluster | None = None) -> str | None:
@@ -210,9 +210,7 @@ class SparkCluster:
 
     def python_workers(self) -> list[Proc]:
         """The executors' Python task workers (children of their ``pyspark.daemon``)."""
-        members = self._members()
-        daemons = {p.pid for p in members if "pyspark.daemon" in p.argv}
-        return [p for p in members if p.ppid in daemons and "pyspark.daemon" in p.argv]
+        return spark_python_workers(self._members())
 
     def _executor(self, rng: random.Random) -> Proc | None:
         deadline = time.monotonic() + 30.0  # after a start or a kill, a new one comes

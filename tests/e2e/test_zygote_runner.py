@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import JVM_OPTS, exactly_once, file_sink_ids, wait_for
-from tests.support.procs import Proc, process_tree, still_alive
+from tests.support.procs import process_tree, still_alive, zygote_children
 
 pytestmark = [pytest.mark.timeout(600)]
 
@@ -39,11 +39,6 @@ stoker.run(p, master="local[1]", trigger="200ms", state_dir=sys.argv[3],
 """
 
 
-def _zygote_children(tree: set[Proc]) -> list[Proc]:
-    zygotes = {p.pid for p in tree if p.argv[1:3] == ("-m", "stoker.runtime.zygote")}
-    return [p for p in tree if p.ppid in zygotes]
-
-
 def test_a_drivers_source_runner_is_forked_from_its_zygote(tmp_path: Path) -> None:
     app = tmp_path / "driver.py"
     app.write_text(DRIVER)
@@ -62,7 +57,7 @@ def test_a_drivers_source_runner_is_forked_from_its_zygote(tmp_path: Path) -> No
         forked = wait_for(
             lambda: f"runner and daemons forked from the zygote:\n{log.read_text()[-3000:]}",
             lambda: (
-                len(_zygote_children(process_tree(pgid=proc.pid))) >= 3 or proc.poll() is not None
+                len(zygote_children(process_tree(pgid=proc.pid))) >= 3 or proc.poll() is not None
             ),
             SPARK,
         )

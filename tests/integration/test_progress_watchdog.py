@@ -34,7 +34,7 @@ from tests.support import (
     wait_for,
     wait_group_gone,
 )
-from tests.support.procs import process_tree
+from tests.support.procs import process_tree, source_runners
 
 pytestmark = [pytest.mark.timeout(600)]
 
@@ -42,7 +42,6 @@ JOB = job_id("stalls")
 TOTAL = 3000
 PER_EPOCH = 100
 STARTUP = 240.0  # Spark's start on a busy 2-core machine
-RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 
 
 def _tail(log: Path, n: int = 30) -> str:
@@ -107,7 +106,9 @@ def _start(state: Path, out: Path, log: Path, *extra: str) -> subprocess.Popen[b
 
 
 def _reader_runners(driver: int) -> list[int]:
-    return sorted(p.pid for p in process_tree(pgid=driver, root=driver) if RUNNER in p.argv)
+    """The query's source runner: started by the JVM, or forked by the driver's zygote (a
+    local run has one: stopping its client would freeze nothing)."""
+    return sorted(p.pid for p in source_runners(process_tree(pgid=driver, root=driver)))
 
 
 def test_a_frozen_source_reader_fails_the_attempt_and_a_restart_writes_every_id_once(

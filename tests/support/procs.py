@@ -59,6 +59,52 @@ def process_tree(pgid: int | None = None, root: int | None = None) -> set[Proc]:
         found |= more
 
 
+# Spark's Python processes of a driver -----------------------------------------------------------
+# Started by the JVM they carry their module on the command line; forked by the driver's zygote
+# (stoker/runtime/zygote.py: local masters) they carry the zygote's, and the JVM's child is the
+# zygote's client (``zygote_client.py ... -m MODULE``), which only relays.
+SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+def _zygotes(procs: Iterable[Proc]) -> dict[int, Proc]:
+    return {p.pid: p for p in procs if p.argv[1:3] == ("-m", "stoker.runtime.zygote")}
+
+
+def zygote_children(procs: Iterable[Proc]) -> list[Proc]:
+    """The processes a zygote among ``procs`` forked (runners, daemons: not their workers)."""
+    procs = list(procs)
+    zygotes = _zygotes(procs)
+    return [p for p in procs if p.ppid in zygotes]
+
+
+def _started(p: Proc, module: str) -> bool:
+    """``p`` runs ``module`` as the JVM started it, not the zygote's client for it."""
+    return module in p.argv and not any(a.endswith("zygote_client.py") for a in p.argv)
+
+
+def worker_daemons(procs: Iterable[Proc]) -> set[int]:
+    """The pids of Spark's worker daemons (``pyspark.daemon``): started by the JVM, or forked
+    by a zygote (a daemon makes a process group of its own; a runner stays in the zygote's)."""
+    procs = list(procs)
+    started = {p.pid for p in procs if _started(p, "pyspark.daemon")}
+    return started | {p.pid for p in zygote_children(procs) if p.pgid == p.pid}
+
+
+def python_workers(procs: Iterable[Proc]) -> list[Proc]:
+    """Spark's Python task workers: what its worker daemons forked."""
+    procs = list(procs)
+    daemons = worker_daemons(procs)
+    return [p for p in procs if p.ppid in daemons]
+
+
+def source_runners(procs: Iterable[Proc]) -> list[Proc]:
+    """The queries' source runners: started by the JVM, or forked by a zygote (in its group)."""
+    procs = list(procs)
+    zygotes = _zygotes(procs)
+    forked = [p for p in zygote_children(procs) if p.pgid == zygotes[p.ppid].pgid]
+    return [p for p in procs if _started(p, SOURCE_RUNNER)] + forked
+
+
 def alive(p: Proc) -> bool:
     """Whether this very process (not a later one with its pid) still runs."""
     now = _read(p.pid)
