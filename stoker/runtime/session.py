@@ -290,9 +290,9 @@ def want_source_zygote() -> None:
     """This process is a driver stoker started (a job manager's driver or standby, or the
     CLI's local run): its Spark's worker daemons and source runners come from a warm zygote
     (``runtime/zygote.py``). A manager's query starts are what a takeover and an upgrade wait
-    for; a local run starts sooner and spends 2-4 CPU seconds less (docs/benchmarks.md 19). A
-    program that calls ``stoker.run`` from its own Python process does not get one: that
-    process is the user's, not stoker's."""
+    for; a local run starts sooner and spends about a tenth less CPU (docs/benchmarks.md
+    16.1). A program that calls ``stoker.run`` from its own Python process does not get one:
+    that process is the user's, not stoker's."""
     global _zygote_wanted
     _zygote_wanted = True
 
