@@ -28,6 +28,9 @@ os.environ.setdefault(
 )
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", LIGHT_JVM)
 os.environ.setdefault("SPARK_LAUNCHER_OPTS", LIGHT_JVM)
+# A standby warms up with one epoch: more cost each standby test seconds and save mostly C2's
+# compilations, which these JVMs leave out (runtime/job/standby.py).
+os.environ.setdefault("STOKER_STANDBY_WARM_EPOCHS", "1")
 
 # Ctrl-C as a terminal delivers it -----------------------------------------------------------
 # A suite started in the background of a non-interactive shell (`bash -c 'pytest &'`, nohup,

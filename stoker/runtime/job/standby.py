@@ -44,6 +44,7 @@ from stoker.types import AttemptNo, JobId, StandbyRole, StandbyState, UpgradeSta
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
     from stoker.pipeline import Pipeline
 
@@ -136,44 +137,90 @@ class StandbyWait:
 
 WARM_UP_TIMEOUT = 120  # s; a warm-up that takes longer is given up (the standby waits cold)
 WARM_UP_PREFIX = "stoker-warm-up-"  # then the standby's pid: its folder under the temp dir
+# Epochs of the warm-up query: ``STOKER_STANDBY_WARM_EPOCHS`` (1..50, default 20). One epoch
+# loads the streaming engine's classes; the JIT compiles what an epoch runs only once it has
+# run many times, and a takeover that starts three queries at once otherwise pays for that
+# compilation then (benchmarks.md 17.1, run 5: 20 epochs, the takeover's compiler threads 1.8
+# -> 1.3 CPU s, every job committing 3.46 -> 2.85 s; the warm-up ~55 s instead of ~18 s of
+# one core, before READY). The tests' JVMs compile with C1 only and use 1.
+WARM_UP_EPOCHS = "STOKER_STANDBY_WARM_EPOCHS"
+WARM_UP_ROWS = 64  # per epoch
+
+
+def warm_up_epochs() -> int:
+    """The warm-up's epochs from ``STOKER_STANDBY_WARM_EPOCHS``; a value that is not a whole
+    number in 1..50 is said in the log and the default used (a standby is not refused for it)."""
+    raw = os.environ.get(WARM_UP_EPOCHS, "").strip()
+    if not raw:
+        return 20
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 50:
+        log.warning("standby: %s=%r is not a whole number in 1..50; 20 used", WARM_UP_EPOCHS, raw)
+        return 20
+    return n
 
 
 def warm_up(session: SparkSession) -> None:
-    """Run a throwaway streaming query to its end in this session: a few ids from stoker's
-    generator, written as Parquet, under a folder of its own that is removed after.
+    """Run a throwaway streaming query of :func:`warm_up_epochs` epochs in this session: ids
+    from stoker's generator, written as Parquet, under a folder of its own removed after.
 
     The first query of a JVM pays for loading and compiling the streaming engine, starting the
     Python worker daemon and the ``foreachBatch`` callback (seconds; a query started again in
-    the same session: ~0.1 s, SPARK_FACTS.md). A takeover should not. Nothing of the job is
-    read or written: no store (the generator plans without control), another checkpoint,
-    another output. A failure is logged; the standby then waits as it is."""
+    the same session: ~0.1 s, SPARK_FACTS.md); its later epochs get the JIT to compile what
+    every epoch runs. A takeover should pay for neither. Nothing of the job is read or
+    written: no store (the generator plans without control), another checkpoint, another
+    output. A failure is logged; the standby then waits as it is."""
     from stoker.sources.generator import GeneratorSource
 
     t0 = time.monotonic()
     remove_orphaned_folders(WARM_UP_PREFIX)  # of standbys killed while warming up
     tmp = Path(tempfile.mkdtemp(prefix=f"{WARM_UP_PREFIX}{os.getpid()}-"))
+    epochs = warm_up_epochs()
     try:
-        stream = GeneratorSource(total=64, partitions=1).open(session, "warm", tmp)
+        source = GeneratorSource(
+            total=WARM_UP_ROWS * epochs, partitions=1, max_rows_per_epoch=WARM_UP_ROWS
+        )
+        stream = source.open(session, "warm", tmp)
 
         def batch(df: DataFrame, epoch: int) -> None:
             df.count()
             df.write.mode("overwrite").parquet(str(tmp / "out"))
 
+        # Not availableNow: Spark reads a Python source's whole backlog in one epoch then.
         query = (
             stream.writeStream.foreachBatch(batch)
             .option("checkpointLocation", str(tmp / "checkpoint"))
-            .trigger(availableNow=True)
             .start()
         )
-        if not query.awaitTermination(WARM_UP_TIMEOUT):
+        try:
+            deadline = time.monotonic() + WARM_UP_TIMEOUT
+            while _epochs_run(query) < epochs:
+                if not query.isActive:
+                    raise RuntimeError(f"the warm-up query ended: {query.exception()}")
+                if time.monotonic() > deadline:
+                    log.warning("standby: the warm-up did not end in %.0f s", WARM_UP_TIMEOUT)
+                    break
+                time.sleep(0.1)
+        finally:
             query.stop()
-            log.warning("standby: the warm-up query did not end in %.0f s", WARM_UP_TIMEOUT)
-            return
-        log.info("standby: warm-up query ran in %.1f s", time.monotonic() - t0)
+        log.info(
+            "standby: warm-up query ran in %.1f s (%d epochs)",
+            time.monotonic() - t0,
+            _epochs_run(query),
+        )
     except Exception as e:
         log.warning("standby: the warm-up query failed (the standby waits cold): %s", e)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _epochs_run(query: StreamingQuery) -> int:
+    # Epochs that read ids (idle ones report too); recentProgress keeps the last 100
+    # (spark.sql.streaming.numRecentProgressUpdates): more than the warm-up runs.
+    return sum(1 for p in query.recentProgress if int(p["numInputRows"]) > 0)
 
 
 def check_upgrade(

@@ -29,3 +29,17 @@ def test_the_warm_up_folders_of_dead_standbys_are_removed(
     procs.remove_orphaned_folders(standby.WARM_UP_PREFIX)
     assert not dead.exists()
     assert live.exists() and other.exists()
+
+
+@pytest.mark.parametrize(
+    ("raw", "epochs"),
+    [(None, 20), ("", 20), ("1", 1), (" 7 ", 7), ("50", 50), ("0", 20), ("51", 20), ("x", 20)],
+)
+def test_the_warm_up_epochs_come_from_the_environment_within_bounds(
+    raw: str | None, epochs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if raw is None:
+        monkeypatch.delenv(standby.WARM_UP_EPOCHS, raising=False)
+    else:
+        monkeypatch.setenv(standby.WARM_UP_EPOCHS, raw)
+    assert standby.warm_up_epochs() == epochs
