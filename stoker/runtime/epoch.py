@@ -116,6 +116,18 @@ class Stopping(Exception):
     """Raised in foreachBatch to end the query without running the epoch."""
 
 
+def _not_a_stop(record: logging.LogRecord) -> bool:
+    """py4j logs, with its traceback, every exception a Python callback raises to the JVM. A
+    :class:`Stopping` is how a job ends its own query (cancel, stop, suspend), not an error:
+    a cancel left one traceback per job in the driver's log."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not isinstance(exc, Stopping)
+
+
+for _name in ("py4j.clientserver", "py4j.java_gateway"):
+    logging.getLogger(_name).addFilter(_not_a_stop)  # once: a filter already there is kept
+
+
 TIMINGS_KEPT = 256
 
 

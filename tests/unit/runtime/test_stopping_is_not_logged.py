@@ -1,0 +1,27 @@
+"""py4j logs every exception a Python callback raises back to the JVM, traceback and all. A
+job ends its own query by raising :class:`~stoker.runtime.epoch.Stopping` in ``foreachBatch``
+(a cancel, a stop, a suspend): that is not an error and stays out of the log; anything else a
+callback raises is still logged."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from stoker.runtime.epoch import Stopping
+
+
+@pytest.mark.parametrize("name", ["py4j.clientserver", "py4j.java_gateway"])
+def test_py4j_logs_a_callbacks_error_but_not_a_jobs_own_stop(
+    name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    logger = logging.getLogger(name)
+    with caplog.at_level(logging.ERROR, logger=name):
+        for exc in (Stopping("epoch 7 not started: the job is stopping"), ValueError("bad row")):
+            try:
+                raise exc
+            except Exception:
+                logger.exception("There was an exception while executing the Python Proxy")
+    logged = [r.exc_info[1] for r in caplog.records if r.exc_info]
+    assert [type(e) for e in logged] == [ValueError]
