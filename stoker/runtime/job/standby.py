@@ -44,7 +44,6 @@ from stoker.types import AttemptNo, JobId, StandbyRole, StandbyState, UpgradeSta
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
     from stoker.pipeline import Pipeline
 
@@ -140,10 +139,12 @@ WARM_UP_PREFIX = "stoker-warm-up-"  # then the standby's pid: its folder under t
 # Epochs of the warm-up query: ``STOKER_STANDBY_WARM_EPOCHS`` (1..50, default 20). One epoch
 # loads the streaming engine's classes; the JIT compiles what an epoch runs only once it has
 # run many times, and a takeover that starts three queries at once otherwise pays for that
-# compilation then (benchmarks.md 17.1, run 5: 20 epochs, the takeover's compiler threads 1.8
-# -> 1.3 CPU s, every job committing 3.46 -> 2.85 s; the warm-up ~55 s instead of ~18 s of
+# compilation then (benchmarks.md 17.1, run 5, medians: the takeover's compiler threads 1.77
+# -> 1.36 CPU s, every job committing 3.45 -> 3.00 s; the warm-up ~55 s instead of ~18 s of
 # one core, before READY). The tests' JVMs compile with C1 only and use 1.
 WARM_UP_EPOCHS = "STOKER_STANDBY_WARM_EPOCHS"
+WARM_UP_EPOCHS_DEFAULT = 20
+WARM_UP_EPOCHS_MAX = 50
 WARM_UP_ROWS = 64  # per epoch
 
 
@@ -152,14 +153,20 @@ def warm_up_epochs() -> int:
     number in 1..50 is said in the log and the default used (a standby is not refused for it)."""
     raw = os.environ.get(WARM_UP_EPOCHS, "").strip()
     if not raw:
-        return 20
+        return WARM_UP_EPOCHS_DEFAULT
     try:
         n = int(raw)
     except ValueError:
         n = 0
-    if not 1 <= n <= 50:
-        log.warning("standby: %s=%r is not a whole number in 1..50; 20 used", WARM_UP_EPOCHS, raw)
-        return 20
+    if not 1 <= n <= WARM_UP_EPOCHS_MAX:
+        log.warning(
+            "standby: %s=%r is not a whole number in 1..%d; %d used",
+            WARM_UP_EPOCHS,
+            raw,
+            WARM_UP_EPOCHS_MAX,
+            WARM_UP_EPOCHS_DEFAULT,
+        )
+        return WARM_UP_EPOCHS_DEFAULT
     return n
 
 
@@ -179,6 +186,8 @@ def warm_up(session: SparkSession) -> None:
     remove_orphaned_folders(WARM_UP_PREFIX)  # of standbys killed while warming up
     tmp = Path(tempfile.mkdtemp(prefix=f"{WARM_UP_PREFIX}{os.getpid()}-"))
     epochs = warm_up_epochs()
+    ran: list[int] = []  # the epochs that read ids, counted by the callback itself
+    enough = threading.Event()
     try:
         source = GeneratorSource(
             total=WARM_UP_ROWS * epochs, partitions=1, max_rows_per_epoch=WARM_UP_ROWS
@@ -186,8 +195,12 @@ def warm_up(session: SparkSession) -> None:
         stream = source.open(session, "warm", tmp)
 
         def batch(df: DataFrame, epoch: int) -> None:
-            df.count()
+            rows = df.count()
             df.write.mode("overwrite").parquet(str(tmp / "out"))
+            if rows:  # not the epoch that only marks the generator finished
+                ran.append(epoch)
+                if len(ran) >= epochs:
+                    enough.set()
 
         # Not availableNow: Spark reads a Python source's whole backlog in one epoch then.
         query = (
@@ -197,30 +210,23 @@ def warm_up(session: SparkSession) -> None:
         )
         try:
             deadline = time.monotonic() + WARM_UP_TIMEOUT
-            while _epochs_run(query) < epochs:
+            while not enough.wait(0.1):
                 if not query.isActive:
                     raise RuntimeError(f"the warm-up query ended: {query.exception()}")
                 if time.monotonic() > deadline:
                     log.warning("standby: the warm-up did not end in %.0f s", WARM_UP_TIMEOUT)
                     break
-                time.sleep(0.1)
         finally:
             query.stop()
         log.info(
             "standby: warm-up query ran in %.1f s (%d epochs)",
             time.monotonic() - t0,
-            _epochs_run(query),
+            len(ran),
         )
     except Exception as e:
         log.warning("standby: the warm-up query failed (the standby waits cold): %s", e)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _epochs_run(query: StreamingQuery) -> int:
-    # Epochs that read ids (idle ones report too); recentProgress keeps the last 100
-    # (spark.sql.streaming.numRecentProgressUpdates): more than the warm-up runs.
-    return sum(1 for p in query.recentProgress if int(p["numInputRows"]) > 0)
 
 
 def check_upgrade(
