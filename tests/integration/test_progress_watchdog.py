@@ -140,7 +140,14 @@ def test_a_frozen_source_reader_fails_the_attempt_and_a_restart_writes_every_id_
         text = log1.read_text(errors="replace")
         assert rc == 8, f"rc {rc}\n{_tail(log1)}"
         assert "no progress for" in text and "stoker.progress_timeout" in text, _tail(log1)
-        assert "the query is planning its next epoch" in text, _tail(log1)
+        # Where the query hangs depends on when the reader froze: asked for the next epoch's
+        # offsets (planning), or reading the rows of an epoch begun (its task never ends; seen
+        # in CI on a slow machine: "epoch 3 is running and no task of it completed").
+        assert re.search(
+            r"the query is planning its next epoch|epoch \d+ is running and no task of it "
+            r"completed in that time",
+            text,
+        ), _tail(log1)
         assert "Listener PythonStreamingQueryListenerWrapper threw" not in text, text[-3000:]
         assert _committed(state) < TOTAL // PER_EPOCH, "the job ended anyway?"
         st = open_store(state / "store.db")
