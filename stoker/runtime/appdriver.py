@@ -55,6 +55,7 @@ from stoker.errors import (
     StokerError,
     exit_code,
 )
+from stoker.procs import forget_interrupt
 from stoker.redact import redact_logs, redact_text
 from stoker.runtime import application, launch
 from stoker.runtime.appattempt import (
@@ -245,4 +246,6 @@ def _standby_main(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _code = main()
+    forget_interrupt()  # a signal handled above: exit with _code, not by SIGINT
+    sys.exit(_code)

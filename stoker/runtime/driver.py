@@ -31,6 +31,7 @@ from typing import Any
 
 from stoker import logformat
 from stoker.errors import InvalidInput, InvalidTransition, JobSuspended, StokerError, exit_code
+from stoker.procs import forget_interrupt
 from stoker.redact import redact_logs, redact_text
 from stoker.runtime import launch
 from stoker.runtime.session import want_source_zygote
@@ -191,4 +192,6 @@ def _note_late_error(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _code = main()
+    forget_interrupt()  # a signal handled above: exit with _code, not by SIGINT
+    sys.exit(_code)
