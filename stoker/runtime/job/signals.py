@@ -13,6 +13,17 @@ from typing import Any
 log = logging.getLogger("stoker.runner")
 
 
+def _not_our_interrupt(record: logging.LogRecord) -> bool:
+    """py4j logs on the root logger, with a traceback, a KeyboardInterrupt that broke off one
+    of its calls; a stop signal before the query runs raises one there on purpose, and the
+    warning above already said what it does."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (isinstance(exc, KeyboardInterrupt) and "while sending command" in str(record.msg))
+
+
+logging.getLogger().addFilter(_not_our_interrupt)
+
+
 class StopNow(KeyboardInterrupt):
     """A second stop signal came while the graceful stop waited for the epoch in flight.
 

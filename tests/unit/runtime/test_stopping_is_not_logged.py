@@ -25,3 +25,28 @@ def test_py4j_logs_a_callbacks_error_but_not_a_jobs_own_stop(
                 logger.exception("There was an exception while executing the Python Proxy")
     logged = [r.exc_info[1] for r in caplog.records if r.exc_info]
     assert [type(e) for e in logged] == [ValueError]
+
+
+def test_py4j_breaking_off_a_call_for_a_stop_signal_is_not_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A SIGTERM while Spark starts raises KeyboardInterrupt inside a py4j call; py4j logged
+    it on the root logger with its traceback, after stoker's own line saying it stops."""
+    import stoker.runtime.job.signals  # noqa: F401 - installs the filter
+
+    root = logging.getLogger()
+    with caplog.at_level(logging.ERROR):
+        for exc in (KeyboardInterrupt(), ValueError("bad answer")):
+            try:
+                raise exc
+            except BaseException:
+                root.exception("KeyboardInterrupt while sending command.")
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            root.exception("something else")
+    logged = [(r.getMessage(), type(r.exc_info[1])) for r in caplog.records if r.exc_info]
+    assert logged == [
+        ("KeyboardInterrupt while sending command.", ValueError),
+        ("something else", KeyboardInterrupt),
+    ]
