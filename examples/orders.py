@@ -78,6 +78,8 @@ def main() -> None:
     # lives beside the data.
     backfill = make_backfill(WORK / "data/backfill")
     result = stoker.run(pipeline, trigger="500ms", state_dir=WORK / "state")
+    if result.state != stoker.JobState.FINISHED:
+        return  # stopped by a signal (SUSPENDED): stoker says how to go on; nothing to sum up yet
 
     import pyarrow.dataset as ds
 

@@ -42,6 +42,8 @@ def build() -> Pipeline:
 
 def main() -> None:
     result = stoker.run(build(), trigger="500ms", state_dir=WORK / "state")
+    if result.state != stoker.JobState.FINISHED:
+        return  # stopped by a signal (SUSPENDED): stoker says how to go on; nothing to sum up yet
 
     import pyarrow.dataset as ds
 
