@@ -39,7 +39,9 @@ pipeline = (
 
 @pytest.fixture
 def manager(tmp_path: Path) -> Iterator[Manager]:
-    with one_manager(tmp_path, "standby") as m:
+    # Leases of 10 s, not 5: on a loaded CI host a renewal (a store write every third of it)
+    # can wait seconds, and a lapsed lease is a takeover this test did not make.
+    with one_manager(tmp_path, "standby", lease_ttl=10.0) as m:
         yield m
 
 
@@ -93,17 +95,18 @@ def test_standbys_take_over_from_killed_and_frozen_drivers_exactly_once(
         return att if att and att["attempt"] > n and att["pid"] > 0 else None
 
     second = wait_for("the next attempt", lambda: handed(first["attempt"]), 60)
-    assert second["pid"] == standby_pid  # no new driver: the standby is attempt 2's driver
+    # No new driver: the standby is attempt 2's driver.
+    assert second["pid"] == standby_pid, f"{second} {_job(m)}\n{m.log_tail()}"
     _committed_by(m, second["attempt"])
 
     # 2. The new driver is frozen: its lease lapses, the manager kills it (SIGKILL reaches a
     # stopped process) and the next standby, once ready, takes the attempt after it.
     job = _ready_standby(m)
-    assert job["attempt"]["pid"] == standby_pid
+    assert job["attempt"]["pid"] == standby_pid, f"{job}\n{m.log_tail()}"
     frozen = process_tree(pgid=standby_pid, root=standby_pid)
     os.killpg(standby_pid, signal.SIGSTOP)
     third = wait_for("a takeover from the frozen driver", lambda: handed(second["attempt"]), 120)
-    assert third["pid"] == job["standby"]["pid"]
+    assert third["pid"] == job["standby"]["pid"], f"{third} {job}\n{m.log_tail()}"
     # Killed, not left stopped: once gone, a SIGCONT wakes nothing that could write.
     wait_for(lambda: describe(still_alive(frozen)), lambda: not still_alive(frozen), 60)
     with contextlib.suppress(ProcessLookupError):
@@ -121,8 +124,8 @@ def test_standbys_take_over_from_killed_and_frozen_drivers_exactly_once(
     wait_for("a new standby", replaced, 120)
     _ready_standby(m)
     metrics = m.http.get("/metrics").text
-    assert 'stoker_job_standby_ready{job_id="warm"} 1.0' in metrics
-    assert "stoker_standby_takeovers_total 2.0" in metrics
+    assert 'stoker_job_standby_ready{job_id="warm"} 1.0' in metrics, m.log_tail()
+    assert "stoker_standby_takeovers_total 2.0" in metrics, m.log_tail()
 
     # The end: canceled, every id read written once, no driver or standby left.
     r = m.http.post("/v1/jobs/warm/cancel")
@@ -139,4 +142,4 @@ def test_standbys_take_over_from_killed_and_frozen_drivers_exactly_once(
     assert total > 0
     exactly_once(file_sink_ids(out), total)
     atts = m.http.get("/v1/jobs/warm/attempts").json()
-    assert [a["state"] for a in atts] == ["FAILED", "FAILED", "CANCELED"], atts
+    assert [a["state"] for a in atts] == ["FAILED", "FAILED", "CANCELED"], f"{atts}\n{m.log_tail()}"
