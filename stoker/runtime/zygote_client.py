@@ -42,6 +42,24 @@ def _read(conn: socket.socket, tag: bytes) -> int | None:
 
 def main() -> None:
     sock_path, python, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+    # The signals are taken before the child exists: the child may run (and Spark, having read
+    # its first words, destroy this process) before the zygote's pid message is read here. A
+    # signal until then waits for the child's pid; without one it ends this process as the
+    # signal's default would have. (Taken after, a SIGTERM in that window ended this process
+    # and left the forked child running: CI, test_zygote.)
+    child = 0
+    pending: list[int] = []
+
+    def relay(signum: int, _frame: object) -> None:
+        if child > 1:
+            with contextlib.suppress(OSError):
+                os.kill(child, signum)
+        else:
+            pending.append(signum)
+
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    for sig in signals:
+        signal.signal(sig, relay)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(sock_path)
@@ -49,20 +67,21 @@ def main() -> None:
         fds = array.array("i", [0, 1, 2])
         conn.sendmsg([struct.pack("!I", len(body))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         conn.sendall(body)
-        child = _read(conn, b"P")  # the child's pid, once it runs
+        pid = _read(conn, b"P")  # the child's pid, once it runs
     except OSError:
-        child = None
-    if child is None or child <= 1:  # no zygote (gone, not warm yet): the real interpreter
+        pid = None
+    if pid is None or pid <= 1:  # no zygote (gone, not warm yet): the real interpreter
         conn.close()
+        for sig in signals:
+            signal.signal(sig, signal.SIG_DFL)
+        if pending:
+            os.kill(os.getpid(), pending[0])  # ends here, as it would have
         _exec_real(python, argv)
         return
-
-    def relay(signum: int, _frame: object) -> None:
+    child = pid
+    for signum in pending:
         with contextlib.suppress(OSError):
             os.kill(child, signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, relay)
     code = _read(conn, b"X")
     sys.exit(143 if code is None else code & 0xFF)
 

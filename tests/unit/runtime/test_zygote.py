@@ -88,6 +88,57 @@ def test_a_signal_to_the_client_reaches_the_forked_runner(
     wait_for("the runner gone", lambda: not Path(f"/proc/{runner}").exists(), 30)
 
 
+def _signal_pending(pid: int) -> bool:
+    """Whether a signal sent to ``pid`` waits for delivery (ShdPnd: the process's pending set)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("ShdPnd:"):
+            return int(line.split()[1], 16) != 0
+    return False
+
+
+def test_a_signal_before_the_childs_pid_is_read_still_reaches_the_child(tmp_path: Path) -> None:
+    """The child runs (and Spark may destroy the client) before the client has read the
+    zygote's pid message. The client held SIGTERM's default until then: it died, and the child
+    it stood for ran on (CI: the test above saw the client's -15 once). Here a zygote of the
+    test's own answers only after the signal has reached the client."""
+    sock = tmp_path / "z.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(sock))
+    srv.listen(1)
+    client = subprocess.Popen(
+        [sys.executable, "-S", "-E", str(CLIENT), str(sock), sys.executable, "-m", "x"]
+    )
+    child = None
+    try:
+        conn, _ = srv.accept()
+        head, fds, _flags, _addr = socket.recv_fds(conn, 4, 3)
+        for fd in fds:
+            os.close(fd)
+        size, body = struct.unpack("!I", head)[0], b""
+        while len(body) < size:
+            body += conn.recv(size - len(body))
+        child = subprocess.Popen(["sleep", "60"])  # what the zygote would have forked
+        client.send_signal(signal.SIGTERM)
+        wait_for(
+            "the signal delivered",
+            lambda: client.poll() is not None or not _signal_pending(client.pid),
+            30,
+            0.01,
+        )
+        assert client.poll() is None, f"the client died of it: rc {client.returncode}"
+        conn.sendall(b"P" + struct.pack("!i", child.pid))
+        assert child.wait(timeout=30) == -signal.SIGTERM  # relayed once the pid was known
+        conn.sendall(b"X" + struct.pack("!i", 143))
+        assert client.wait(timeout=30) == 143
+        conn.close()
+    finally:
+        srv.close()
+        for p in (client, child):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def test_without_the_zygote_the_client_runs_the_real_interpreter(
     zyg: tuple[subprocess.Popen[bytes], Path], tmp_path: Path
 ) -> None:
