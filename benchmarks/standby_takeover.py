@@ -122,10 +122,11 @@ def cpu_ticks(pids: list[int]) -> dict[int, int]:
 
 
 class Bench:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, conf: dict[str, str] | None = None) -> None:
         import httpx
 
         self.root = root
+        self.conf = conf or CONF
         (root / "apps").mkdir(parents=True)
         self.proc, self.url = C.start_manager(
             f"sqlite:///{root / 'store.db'}",
@@ -144,7 +145,7 @@ class Bench:
         app.write_text(APP.format(name=name, out=str(out)))
         body = {
             "entrypoint": str(app),
-            "conf": CONF,
+            "conf": self.conf,
             "standby": standby,
             "restart_strategy": RESTARTS,
         }
@@ -341,6 +342,39 @@ class AppBench(Bench):
         return out
 
 
+def start_cluster(folder: Path, workers: int) -> Any:
+    """A standalone master and ``workers`` one-core workers (1 GiB each) on loopback hosts,
+    started by stoker's own cluster code."""
+    from stoker.manager.clusters import ClusterSpec, start_standalone
+
+    spec = ClusterSpec("standalone", workers=workers, cores=1, memory="1g")
+    started = start_standalone("bench", spec, folder, 300.0)
+    note(f"cluster {started.master_url}: {workers} workers")
+    return started
+
+
+def cluster_conf(master: str) -> dict[str, str]:
+    """A job on the cluster: one core (its standby another), a small executor."""
+    return {
+        "stoker.master": master,
+        "spark.cores.max": "1",
+        "spark.executor.memory": "512m",
+        "spark.driver.host": "127.0.0.1",  # the workers are on loopback addresses
+    }
+
+
+def executors() -> dict[str, float]:
+    """The executor JVMs of the machine now: how many, and their RSS (MiB, median)."""
+    from stoker.procs import all_stats, cmdline
+
+    rss = [
+        C.proc_kib(f"/proc/{s.pid}/status", "VmRSS:") / 1024
+        for s in all_stats()
+        if any("CoarseGrainedExecutorBackend" in a for a in (cmdline(s.pid) or []))
+    ]
+    return {"count": len(rss), "rss_mib_median": C.median(rss) if rss else 0.0}
+
+
 def stop_bench(root: Path, manager_pid: int) -> None:
     """Kill every process group led by a process of the bench's store (drivers, standbys),
     then the manager's."""
@@ -375,6 +409,12 @@ def main() -> None:
         help="--application: the driver's Spark master (local[N]: N task slots for the 3 jobs)",
     )
     p.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        help="lone jobs on a standalone cluster of N one-core workers (spark.cores.max 1 each)",
+    )
+    p.add_argument(
         "--one-side-at-a-time",
         dest="side_by_side",
         action="store_false",
@@ -388,11 +428,18 @@ def main() -> None:
     print(f"seed {seed}")
     root = Path(tempfile.mkdtemp(prefix="stoker-standby-bench-"))
     loads = Loads()
-    bench = AppBench(root, a.rate, a.trigger, a.master) if a.application else Bench(root)
+    cluster = start_cluster(root / "cluster", a.cluster) if a.cluster else None
+    if a.application:
+        bench: Bench = AppBench(root, a.rate, a.trigger, a.master)
+    elif cluster is not None:
+        bench = Bench(root, {**CONF, **cluster_conf(cluster.master_url)})
+    else:
+        bench = Bench(root)
     print(
         f"applications of three jobs ({a.rate} ids/s each, trigger {a.trigger}, {a.master})"
         if a.application
         else "jobs submitted alone"
+        + (f", on a standalone cluster of {a.cluster} one-core workers" if cluster else "")
     )
     results: dict[str, list[dict[str, float]]] = {"warm": [], "cold": []}
 
@@ -412,6 +459,8 @@ def main() -> None:
                 for name in ("warm", "cold") if k % 2 == 0 else ("cold", "warm"):
                     turn(name, k)
             cost = bench.standby_cost("warm", a.idle)
+            if cluster is not None:  # the running drivers' and the standby's, both jobs'
+                note(f"executors with the standby READY: {executors()}")
             ends = bench.finish(["warm", "cold"], outs)
         else:
             # One side after the other: the machine carries one driver (and a standby) at
@@ -420,6 +469,8 @@ def main() -> None:
             for k in range(a.kills):
                 turn("warm", k)
             cost = bench.standby_cost("warm", a.idle)
+            if cluster is not None:  # the running driver's and the standby's
+                note(f"executors with the standby READY: {executors()}")
             ends = bench.finish(["warm"], outs)
             outs["cold"] = bench.submit("cold", False)
             for k in range(a.kills):
@@ -429,6 +480,10 @@ def main() -> None:
         note(f"ends: {ends}")
     finally:
         bench.close()
+        if cluster is not None:
+            from stoker.manager.clusters import stop_processes
+
+            stop_processes(list(cluster.processes))
         if os.environ.get("BENCH_KEEP") != "1":
             shutil.rmtree(root, ignore_errors=True)
         else:

@@ -176,7 +176,7 @@ class JobSubmissions:
             sub = replace(sub, rewrite_output_after_savepoint=True)
             sub.check_rewrite()
         if standby:
-            check_standby_master(sub.conf)
+            check_standby_master(sub.conf, standalone=True)
             sub = replace(sub, standby=True)
         start: dict[str, Any] = {}
         if jid is None or config:
@@ -250,14 +250,29 @@ def _with_scaling(
     return store.set_scaling(job.job_id, scaling)
 
 
-def check_standby_master(conf: dict[str, str]) -> None:
-    """A warm standby is a second driver with its own Spark: on a cluster master it would
-    register a second application and take executors (all free cores, without a cap) that the
-    running job may need. Standbys are for ``local`` masters (the default) for now."""
-    master = conf.get("spark.master") or conf.get("stoker.master") or "local[*]"
-    if not master.strip().startswith("local"):
+def check_standby_master(conf: dict[str, str], standalone: bool = False) -> None:
+    """A warm standby is a second driver with its own Spark. On a ``local`` master (the
+    default) it is a process of this host. On a standalone master (``spark://``; a lone job's
+    standby, ``standalone``) it registers a second Spark application, which takes executors of
+    its own: the job must cap them with ``spark.cores.max`` (without a cap the standby would
+    take every free core the running job may need). Any other master is refused (an upgrade's
+    new code and an application's standby: local masters only, not built for clusters)."""
+    master = (conf.get("spark.master") or conf.get("stoker.master") or "local[*]").strip()
+    if master.startswith("local"):
+        return
+    if not (standalone and master.startswith("spark://")):
+        where = "a local or standalone (spark://) master" if standalone else "a local master"
         raise InvalidInput(
             "standby",
-            f"is for jobs on a local master; this job runs on {master!r}, where a standby "
-            "would be a second Spark application holding executors the job may need",
+            f"is for jobs on {where}; this job runs on {master!r}, where a standby would be a "
+            "second Spark application holding executors the job may need",
+        )
+    cap = (conf.get("spark.cores.max") or "").strip()
+    if not (cap.isdigit() and int(cap) > 0):
+        raise InvalidInput(
+            "standby",
+            f"on a standalone master ({master}) needs spark.cores.max (a whole number of cores "
+            "above 0): the standby is a second Spark application with executors of its own, "
+            f"and without a cap it would take every free core the job may need (given: "
+            f"{cap or 'none'})",
         )

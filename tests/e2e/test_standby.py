@@ -127,7 +127,12 @@ def test_standbys_take_over_from_killed_and_frozen_drivers_exactly_once(
     assert 'stoker_job_standby_ready{job_id="warm"} 1.0' in metrics, m.log_tail()
     assert "stoker_standby_takeovers_total 2.0" in metrics, m.log_tail()
 
-    # The end: canceled, every id read written once, no driver or standby left.
+    cancel_and_check(m, out, ["FAILED", "FAILED", "CANCELED"])
+
+
+def cancel_and_check(m: Manager, out: Path, attempts: list[str]) -> None:
+    """The end: the job canceled, every epoch committed, every id it read written once, its
+    standby gone, its attempts ended as ``attempts`` say."""
     r = m.http.post("/v1/jobs/warm/cancel")
     assert r.status_code == 202, r.text
     wait_for("the job canceled", lambda: _job(m)["state"] == "CANCELED", SPARK)
@@ -142,4 +147,4 @@ def test_standbys_take_over_from_killed_and_frozen_drivers_exactly_once(
     assert total > 0
     exactly_once(file_sink_ids(out), total)
     atts = m.http.get("/v1/jobs/warm/attempts").json()
-    assert [a["state"] for a in atts] == ["FAILED", "FAILED", "CANCELED"], f"{atts}\n{m.log_tail()}"
+    assert [a["state"] for a in atts] == attempts, f"{atts}\n{m.log_tail()}"

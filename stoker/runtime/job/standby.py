@@ -172,7 +172,8 @@ def warm_up_epochs() -> int:
 
 def warm_up(session: SparkSession) -> None:
     """Run a throwaway streaming query of :func:`warm_up_epochs` epochs in this session: ids
-    from stoker's generator, written as Parquet, under a folder of its own removed after.
+    from stoker's generator, written as Parquet under a folder of its own removed after (to
+    Spark's noop output on a cluster master).
 
     The first query of a JVM pays for loading and compiling the streaming engine, starting the
     Python worker daemon and the ``foreachBatch`` callback (seconds; a query started again in
@@ -194,9 +195,17 @@ def warm_up(session: SparkSession) -> None:
         )
         stream = source.open(session, "warm", tmp)
 
+        # On a local master the epochs write Parquet, as a files sink does; on a cluster
+        # master through Spark's "noop" output: the executors may be on other hosts, whose
+        # disks this process would never clean.
+        local = str(session.sparkContext.master).startswith("local")
+
         def batch(df: DataFrame, epoch: int) -> None:
             rows = df.count()
-            df.write.mode("overwrite").parquet(str(tmp / "out"))
+            if local:
+                df.write.mode("overwrite").parquet(str(tmp / "out"))
+            else:
+                df.write.format("noop").mode("overwrite").save()
             if rows:  # not the epoch that only marks the generator finished
                 ran.append(epoch)
                 if len(ran) >= epochs:

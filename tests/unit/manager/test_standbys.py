@@ -209,8 +209,10 @@ def test_a_standby_is_started_once_the_attempt_has_committed(
     assert store.get_standby(JOB) is None
 
 
-def test_a_standby_is_asked_for_at_submission_on_local_masters_only(tmp_path: Path) -> None:
-    from stoker.errors import InvalidInput
+def test_a_standby_is_asked_for_on_local_masters_or_standalone_ones_with_a_core_cap(
+    tmp_path: Path,
+) -> None:
+    from stoker.errors import InvalidInput, JobNotFound
     from stoker.manager import JobManager
 
     app = tmp_path / "apps" / "app.py"
@@ -218,20 +220,28 @@ def test_a_standby_is_asked_for_at_submission_on_local_masters_only(tmp_path: Pa
     app.write_text("")
     store = open_store(tmp_path / "store.db")
     manager = JobManager(store, tmp_path, [app.parent])
+    master = "spark://127.0.0.1:7077"
     try:
         made = manager.submit("warm", str(app), conf={"stoker.master": "local[2]"}, standby=True)
         assert made.job.spec["standby"] is True
         plain = manager.submit("plain", str(app))
         assert "standby" not in plain.job.spec  # older specs stay equal
-        with pytest.raises(InvalidInput) as err:
-            manager.submit(
-                "on-cluster",
-                str(app),
-                conf={"spark.master": "spark://127.0.0.1:7077"},
-                standby=True,
-            )
-        assert err.value.field == "standby"
-        assert "second Spark application" in err.value.message
+        # A standalone master: the standby is a second Spark application, its cores capped.
+        capped = {"spark.master": master, "spark.cores.max": "1"}
+        made = manager.submit("on-cluster", str(app), conf=capped, standby=True)
+        assert made.job.spec["standby"] is True
+        for jid, conf, said in (
+            ("uncapped", {"spark.master": master}, "needs spark.cores.max"),
+            ("zero", {"spark.master": master, "spark.cores.max": "0"}, "(given: 0)"),
+            ("junk", {"spark.master": master, "spark.cores.max": "all"}, "(given: all)"),
+            ("yarn", {"spark.master": "yarn"}, "local or standalone (spark://) master"),
+        ):
+            with pytest.raises(InvalidInput) as err:
+                manager.submit(jid, str(app), conf=conf, standby=True)
+            assert err.value.field == "standby", jid
+            assert said in err.value.message and "second Spark application" in err.value.message
+            with pytest.raises(JobNotFound):  # refused: nothing made
+                store.get_job(jid)  # type: ignore[arg-type]
     finally:
         manager.close()
         store.close()
