@@ -120,7 +120,8 @@ if TYPE_CHECKING:
     is_flag=True,
     help="With --server: keep a warm standby driver beside the running one (the app imported, "
     "Spark up); its first epoch commits about 1.5 s after the running driver dies. Costs a "
-    "second driver's memory. With --driver: the application's (cluster local), which runs "
+    "second driver's memory (on a spark:// master, with -D spark.cores.max, executors of its "
+    "own up to that cap). With --driver: the application's (cluster local), which runs "
     "main up to its first job and goes on from there when it takes over.",
 )
 @click.option("--quiet", is_flag=True, help="Do not print epoch progress.")

@@ -91,7 +91,8 @@ class SubmitBody(BaseModel):
         False,
         description="Keep a warm standby driver (the app imported, Spark up, the plan "
         "analyzed, holding nothing) that takes the job's next attempt when the running driver "
-        "dies; shown as `standby` in the job's status.",
+        "dies; shown as `standby` in the job's status. On a standalone master (`spark://`) the "
+        "job must set `spark.cores.max`: the standby keeps executors of its own up to it.",
     )
 
 
