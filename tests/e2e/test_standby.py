@@ -45,6 +45,14 @@ def manager(tmp_path: Path) -> Iterator[Manager]:
         yield m
 
 
+def write_app(tmp_path: Path) -> tuple[Path, Path]:
+    """The job's file in the manager's allowed folder, and its files sink's folder."""
+    out = tmp_path / "out"
+    app = tmp_path / "apps" / "warm.py"
+    app.write_text(APP.format(out=str(out)))
+    return app, out
+
+
 def _job(m: Manager) -> dict[str, Any]:
     r = m.http.get("/v1/jobs/warm")
     assert r.status_code == 200, r.text
@@ -72,9 +80,7 @@ def test_standbys_take_over_from_killed_and_frozen_drivers_exactly_once(
     tmp_path: Path, manager: Manager
 ) -> None:
     m = manager
-    out = tmp_path / "out"
-    app = tmp_path / "apps" / "warm.py"
-    app.write_text(APP.format(out=str(out)))
+    app, out = write_app(tmp_path)
     conf = {
         "stoker.master": "local[1]",
         "stoker.trigger": "200ms",

@@ -23,12 +23,12 @@ import pytest
 from stoker.manager.clusters import master_status
 from tests.cluster import StandaloneCluster
 from tests.e2e.test_standby import (
-    APP,
     SPARK,
     _committed_by,
     _job,
     _ready_standby,
     cancel_and_check,
+    write_app,
 )
 from tests.support import JVM_OPTS, wait_for
 from tests.support.manager import Manager, one_manager
@@ -61,9 +61,7 @@ def test_a_standby_on_a_standalone_master_holds_its_own_executor_and_takes_over(
     tmp_path: Path, cluster: StandaloneCluster, manager: Manager
 ) -> None:
     m = manager
-    out = tmp_path / "out"
-    app = tmp_path / "apps" / "warm.py"
-    app.write_text(APP.format(out=str(out)))
+    app, out = write_app(tmp_path)
     conf = {
         "spark.master": cluster.url,
         "spark.driver.host": "127.0.0.1",  # the workers are on loopback addresses
