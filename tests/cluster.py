@@ -63,6 +63,12 @@ class StandaloneCluster:
         assert self.started is not None, "the cluster is not started"
         return list(master_status(self.started.web_url).get("workers", []))
 
+    def apps(self) -> list[dict[str, Any]]:
+        """The master's running applications (its /json/ page's ``activeapps``: id, name,
+        cores, state, ...)."""
+        assert self.started is not None, "the cluster is not started"
+        return list(master_status(self.started.web_url).get("activeapps", []))
+
     def executor_logs(self) -> str:
         """Everything the executors wrote to stderr (their Python workers' included)."""
         return "\n".join(

@@ -253,10 +253,10 @@ def _with_scaling(
 def check_standby_master(conf: dict[str, str], standalone: bool = False) -> None:
     """A warm standby is a second driver with its own Spark. On a ``local`` master (the
     default) it is a process of this host. On a standalone master (``spark://``; a lone job's
-    standby, ``standalone``) it registers a second Spark application, which takes executors of
-    its own: the job must cap them with ``spark.cores.max`` (without a cap the standby would
-    take every free core the running job may need). Any other master is refused (an upgrade's
-    new code and an application's standby: local masters only, not built for clusters)."""
+    standby or an upgrade's new code, ``standalone``) it registers a second Spark application,
+    which takes executors of its own: the job must cap them with ``spark.cores.max`` (without a
+    cap the standby would take every free core the running job may need). Any other master is
+    refused (an application's standby: local masters only, not built for clusters)."""
     master = (conf.get("spark.master") or conf.get("stoker.master") or "local[*]").strip()
     if master.startswith("local"):
         return

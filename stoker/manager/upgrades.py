@@ -4,8 +4,9 @@ with no cold start, and back to its old code if the new one fails while it is wa
 An upgrade (``upgrades``, PENDING -> SWAPPED -> CONFIRMED | ROLLED_BACK, or REFUSED):
 
 1. **Asked** (``POST /v1/jobs/{id}/upgrade``, ``stoker upgrade``): checked at once where no
-   Spark is needed (:func:`plan_upgrade`): the job is a running lone job on a local master,
-   the new file is allowed and is not the file the job runs now (that file is what a rollback
+   Spark is needed (:func:`plan_upgrade`): the job is a running lone job on a local master
+   (or a standalone one with ``spark.cores.max``: the new code's standby has executors of its
+   own), the new file is allowed and is not the file the job runs now (that file is what a rollback
    runs), its config is valid, and its sources are the running job's (read in a child process,
    as a submission's are): 422 naming the difference, nothing recorded. Recorded PENDING.
 2. **Warmed and checked**: the leader starts the new code as a standby of role ``upgrade``
@@ -92,7 +93,8 @@ def plan_upgrade(
             "changes with its application; a job run by `stoker run` without --server has no "
             "manager to swap it)",
         )
-    check_standby_master(dict(job.spec.get("conf") or {}))
+    # The new code warms as a standby: on a standalone master, executors of its own (a cap).
+    check_standby_master(dict(job.spec.get("conf") or {}), standalone=True)
     live = store.live_upgrade(job.job_id)
     if live is not None:  # before the new file is read (a child process)
         raise UpgradeConflict(job.job_id, f"upgrade {live.upgrade_id} is under way ({live.state})")
