@@ -11,7 +11,7 @@ from pathlib import Path
 from stoker.errors import DuplicateJob, JobNotFound, StaleAttempt, StoreError
 from stoker.procs import is_this_host, owner_is_dead, process_start_marker, this_owner
 from stoker.store import AttemptRecord, JobRecord, Owner, Store, open_store
-from stoker.types import AttemptNo, AttemptState, EpochState, JobId
+from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobState
 
 log = logging.getLogger("stoker.attempt")
 
@@ -35,13 +35,37 @@ def start_attempt(
     A previous attempt still holding a live lease is taken over only when its process is seen
     dead on this host; otherwise :class:`~stoker.errors.DuplicateJob` is raised.
     """
-    current = store.get_job(job).current_attempt
+    rec = store.get_job(job)
+    current = rec.current_attempt
     dead = False
     if current:
         prev = store.get_attempt(job, current)
         dead = prev is not None and prev.state == AttemptState.RUNNING and owner_is_dead(prev.owner)
+        if rec.state == JobState.CANCELING and prev is not None:
+            _end_orphaned_cancel(store, job, prev, dead)
     return store.start_attempt(
         job, owner or this_owner(), lease_ttl, current, previous_dead=dead, restart=restart
+    )
+
+
+def _end_orphaned_cancel(store: Store, job: JobId, prev: AttemptRecord, dead: bool) -> None:
+    """A cancel asked for while no driver of a job run without a manager lives (it died, or
+    froze past its lease, before or while the cancel came): nobody else carries it out, and
+    the job stayed CANCELING for good, each start refused as "being canceled" (chaos, seed
+    172). This start carries it out: the dead attempt ends FAILED and the job CANCELED (what a
+    job manager's leader does); the start is then refused as that of an ended job, and
+    ``--restart`` runs it again from its checkpoint. A live holder is left to cancel it."""
+    live = prev.state in (AttemptState.RUNNING, AttemptState.STARTING)
+    if not live or not (dead or prev.lease_expires_at <= store.clock.now()):
+        return
+    after = store.attempt_failed(
+        job, prev.attempt, "its driver was gone while the job was being canceled", None
+    )
+    log.warning(
+        "job %s: canceled while attempt %d's driver was gone; the job is now %s",
+        job,
+        prev.attempt,
+        after.state,
     )
 
 
