@@ -263,11 +263,25 @@ def remove_orphaned_folders(prefix: str) -> None:
             continue
 
 
+def forget_interrupt() -> None:
+    """Let this process end with the exit code it chose after a signal stopped it.
+
+    CPython (3.11 here) notes a KeyboardInterrupt that leaves code it runs from a string
+    (``exec``/``eval``: dataclasses and namedtuples build their methods so, while a module is
+    imported) and, in a process started as ``python -m``, ends by SIGINT at exit whatever code
+    it asked for. A driver whose SIGTERM landed while the app was imported exited -2, not 13
+    (suspended), and the chaos checker could not explain it (CI, seed 9002). Running a string
+    that ends normally clears the note; called once the process has handled every signal.
+    """
+    exec("pass")  # a constant string: the only way to clear the note from Python
+
+
 __all__ = [
     "UNKNOWN",
     "ProcStat",
     "all_stats",
     "cmdline",
+    "forget_interrupt",
     "group_pids",
     "host_id",
     "is_this_host",
@@ -280,16 +294,3 @@ __all__ = [
     "stat",
     "this_owner",
 ]
-
-
-def forget_interrupt() -> None:
-    """Let this process end with the exit code it chose after a signal stopped it.
-
-    CPython (3.11 here) notes a KeyboardInterrupt that leaves code it runs from a string
-    (``exec``/``eval``: dataclasses and namedtuples build their methods so, while a module is
-    imported) and, in a process started as ``python -m``, ends by SIGINT at exit whatever code
-    it asked for. A driver whose SIGTERM landed while the app was imported exited -2, not 13
-    (suspended), and the chaos checker could not explain it (CI, seed 9002). Running a string
-    that ends normally clears the note; called once the process has handled every signal.
-    """
-    exec("pass")  # a constant string: the only way to clear the note from Python
