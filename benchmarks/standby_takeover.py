@@ -342,17 +342,6 @@ class AppBench(Bench):
         return out
 
 
-def start_cluster(folder: Path, workers: int) -> Any:
-    """A standalone master and ``workers`` one-core workers (1 GiB each) on loopback hosts,
-    started by stoker's own cluster code."""
-    from stoker.manager.clusters import ClusterSpec, start_standalone
-
-    spec = ClusterSpec("standalone", workers=workers, cores=1, memory="1g")
-    started = start_standalone("bench", spec, folder, 300.0)
-    note(f"cluster {started.master_url}: {workers} workers")
-    return started
-
-
 def cluster_conf(master: str) -> dict[str, str]:
     """A job on the cluster: one core (its standby another), a small executor."""
     return {
@@ -428,11 +417,17 @@ def main() -> None:
     print(f"seed {seed}")
     root = Path(tempfile.mkdtemp(prefix="stoker-standby-bench-"))
     loads = Loads()
-    cluster = start_cluster(root / "cluster", a.cluster) if a.cluster else None
+    cluster = None
+    if a.cluster:  # stoker's own cluster code, as the tests start one
+        from tests.cluster import StandaloneCluster
+
+        cluster = StandaloneCluster(root / "cluster", size=a.cluster)
+        cluster.start(timeout=300.0)
+        note(f"cluster {cluster.url}: {a.cluster} one-core workers")
     if a.application:
         bench: Bench = AppBench(root, a.rate, a.trigger, a.master)
     elif cluster is not None:
-        bench = Bench(root, {**CONF, **cluster_conf(cluster.master_url)})
+        bench = Bench(root, {**CONF, **cluster_conf(cluster.url)})
     else:
         bench = Bench(root)
     print(
@@ -481,9 +476,7 @@ def main() -> None:
     finally:
         bench.close()
         if cluster is not None:
-            from stoker.manager.clusters import stop_processes
-
-            stop_processes(list(cluster.processes))
+            cluster.stop()
         if os.environ.get("BENCH_KEEP") != "1":
             shutil.rmtree(root, ignore_errors=True)
         else:
