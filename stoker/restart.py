@@ -15,22 +15,63 @@ Streaming jobs run for months, so a budget that never forgets ends every job som
 counting strategies forgive. ``fixed-delay`` and ``exponential-delay`` start counting afresh
 when the failed attempt had run for ``reset_after`` seconds (a period of healthy running);
 ``failure-rate`` counts only the failures of the last ``interval`` seconds.
+
+The default (:data:`DEFAULT_STRATEGY`, what Flink 1.19+ uses for a checkpointed job) never
+gives up: exponential delays 1 s, 1.5 s, 2.25 s ... up to a minute, each multiplied by a factor
+drawn from [0.9, 1.1]. What every job shares (a sink's server, the store) has outages of
+minutes; a budget counted in restarts a second apart failed every job for good, all at once,
+on one PostgreSQL restart, and their restarts without jitter came in lockstep. The factor is
+drawn from a generator seeded with the job id and the failed attempt's number: the same
+failure gets the same delay (reproducible), two jobs failing together get different ones.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import random as _random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from stoker.errors import InvalidInput
 from stoker.types import AttemptState
 
-# A failed attempt that had run this long was healthy: its failure starts the count afresh.
+log = logging.getLogger("stoker.restart")
+
+# A failed attempt that had run this long was healthy: its failure starts the count afresh
+# (for the explicit strategies that leave ``reset_after`` out; the default's is an hour).
 DEFAULT_RESET_AFTER = 600.0
 # The error of an attempt replaced because its manager died before starting its driver: the
 # manager's failure, not the job's, so no restart strategy counts it.
 NEVER_LAUNCHED = "its manager died before starting the driver"
+# The error of an attempt handed to a standby that did not hold it (frozen or cut off): the
+# handover's failure, not the job's. The text stoker.manager.standbys writes (a test holds
+# the two equal; this leaf module imports no manager code).
+HANDOVER_LOST = "its standby was handed the attempt and did not hold it (frozen or cut off)"
+
+
+class FailureCause(StrEnum):
+    """Whose failure ended an attempt FAILED, as a restart budget sees it: the job's own
+    failures use restarts up, the manager's do not (the store did not count them either)."""
+
+    JOB = "job"  # the job's code or what it talks to (a sink, a source, the store)
+    NEVER_LAUNCHED = "never-launched"  # its manager died before starting the driver
+    HANDOVER_LOST = "handover-lost"  # a standby was handed the attempt and did not hold it
+
+    @property
+    def counted(self) -> bool:
+        """Whether a failure of this cause uses up the job's restart budget."""
+        return self is FailureCause.JOB
+
+
+# The attempt records keep an error text, not a cause: the manager's failures are told apart
+# by the exact texts their writers use (the constants above), in this one place.
+_MANAGER_FAILURES = {
+    NEVER_LAUNCHED: FailureCause.NEVER_LAUNCHED,
+    HANDOVER_LOST: FailureCause.HANDOVER_LOST,
+}
 
 
 @dataclass(frozen=True)
@@ -41,15 +82,23 @@ class Failure:
     ran_for: float  # seconds the failed attempt ran
     now: float  # when the failure was seen (store clock)
     earlier: tuple[float, ...] = ()  # when the job's earlier counted failures happened
+    seed: str = ""  # what a jitter is drawn from: the job id and the failed attempt's number
 
 
 @dataclass(frozen=True)
 class Decision:
     """Restart after ``delay`` seconds, or give up (``delay`` None). ``reset``: this failure
-    counts as the first one (the budget forgave the earlier ones)."""
+    counts as the first one (the budget forgave the earlier ones). ``jitter``: the factor the
+    strategy's backoff was multiplied by to give ``delay`` (1.0: none)."""
 
     delay: float | None
     reset: bool = False
+    jitter: float = 1.0
+
+    @property
+    def backoff(self) -> float | None:
+        """The delay before its jitter."""
+        return None if self.delay is None else self.delay / self.jitter
 
 
 class RestartStrategy(Protocol):
@@ -103,29 +152,58 @@ class FixedDelay:
         }
 
 
+def seeded_random(seed: str) -> float:
+    """A number in [0, 1) that only depends on ``seed`` (string seeds hash the same in every
+    process, whatever ``PYTHONHASHSEED``)."""
+    return _random.Random(seed).random()
+
+
 @dataclass(frozen=True)
 class ExponentialDelay:
     """Delays growing by ``multiplier`` from ``initial`` up to ``max_delay``; at most
-    ``attempts`` restarts in a row. An attempt that ran ``reset_after`` seconds (Flink's
-    ``reset-backoff-threshold``) starts the count, and so the delay, afresh."""
+    ``attempts`` restarts in a row (None: no limit). An attempt that ran ``reset_after``
+    seconds (Flink's ``reset-backoff-threshold``) starts the count, and so the delay, afresh.
+
+    ``jitter`` (Flink's ``jitter-factor``): each delay is multiplied by a factor in
+    [1 - jitter, 1 + jitter], drawn by ``random`` from the failure's seed (the job id and the
+    failed attempt), so that jobs failing together do not restart together.
+    """
 
     initial: float = 1.0
     max_delay: float = 60.0
     multiplier: float = 2.0
-    attempts: int = 10
+    attempts: int | None = 10
     reset_after: float | None = DEFAULT_RESET_AFTER
+    jitter: float = 0.0
+    random: Callable[[str], float] = field(default=seeded_random, compare=False, repr=False)
 
     def delay(self, failures: int) -> float | None:
-        if failures > self.attempts:
+        """The backoff before restart number ``failures`` (1-based), before its jitter; None
+        past the budget."""
+        if self.attempts is not None and failures > self.attempts:
             return None
-        return float(min(self.max_delay, self.initial * self.multiplier ** (failures - 1)))
+        try:
+            grown = self.initial * self.multiplier ** (failures - 1)
+        except OverflowError:  # no limit: the count may grow past what a float holds
+            grown = math.inf
+        return float(min(self.max_delay, grown))
+
+    def jitter_factor(self, seed: str) -> float:
+        """The factor in [1 - jitter, 1 + jitter] the backoff of this failure is multiplied by."""
+        if not self.jitter:
+            return 1.0
+        return 1.0 + self.jitter * (2.0 * self.random(seed) - 1.0)
 
     def decide(self, failure: Failure) -> Decision:
         reset = _healthy(failure, self.reset_after)
-        return Decision(self.delay(1 if reset else failure.failures + 1), reset)
+        backoff = self.delay(1 if reset else failure.failures + 1)
+        if backoff is None:
+            return Decision(None, reset)
+        factor = self.jitter_factor(failure.seed)
+        return Decision(backoff * factor, reset, factor)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "strategy": "exponential-delay",
             "initial": self.initial,
             "max": self.max_delay,
@@ -133,6 +211,25 @@ class ExponentialDelay:
             "attempts": self.attempts,
             "reset_after": self.reset_after,
         }
+        if self.jitter:  # absent when none: the specs stored before jitter existed stay equal
+            out["jitter"] = self.jitter
+        return out
+
+
+# What a job without a restart strategy of its own gets: Flink's exponential-delay default
+# for a checkpointed job (1.19+). It never gives up: a job fails for good only on bad input
+# (which no restart fixes), on an explicit strategy's budget, or when canceled.
+DEFAULT_STRATEGY = ExponentialDelay(
+    initial=1.0,
+    max_delay=60.0,
+    multiplier=1.5,
+    attempts=None,
+    reset_after=3600.0,
+    jitter=0.1,
+)
+# The default until the above replaced it; ask for it explicitly to keep its behavior:
+# ``{"strategy": "fixed-delay", "attempts": 3, "delay": 1}``.
+FORMER_DEFAULT = FixedDelay(attempts=3, delay_s=1.0, reset_after=DEFAULT_RESET_AFTER)
 
 
 @dataclass(frozen=True)
@@ -166,6 +263,9 @@ class PastAttempt(Protocol):
     """What the decision reads of an attempt record (:class:`stoker.store.AttemptRecord`)."""
 
     @property
+    def job_id(self) -> str: ...
+
+    @property
     def attempt(self) -> int: ...
 
     @property
@@ -181,11 +281,20 @@ class PastAttempt(Protocol):
     def error(self) -> str | None: ...
 
 
+def cause_of(attempt: PastAttempt) -> FailureCause | None:
+    """Whose failure ended the attempt (None: it did not fail)."""
+    if attempt.state != AttemptState.FAILED:
+        return None
+    return _MANAGER_FAILURES.get(attempt.error or "", FailureCause.JOB)
+
+
 def counted(attempt: PastAttempt) -> bool:
-    """Whether the attempt ended as a failure of the job: FAILED, and launched (an attempt
-    whose manager died before starting its driver failed for the manager, not for the job's
-    code; the store did not count it either)."""
-    return attempt.state == AttemptState.FAILED and attempt.error != NEVER_LAUNCHED
+    """Whether the attempt ended as a failure of the job: FAILED, and for the job's own cause
+    (an attempt whose manager died before starting its driver, or that a standby was handed
+    and did not hold, failed for the manager, not for the job's code; the store did not count
+    it either)."""
+    cause = cause_of(attempt)
+    return cause is not None and cause.counted
 
 
 def failure_of(
@@ -213,7 +322,8 @@ def failure_of(
         ]
         earlier = sorted(ended)[-failures:]
     ran_for = 0.0 if failed is None else (failed.ended_at or now) - failed.started_at
-    return Failure(failures, max(0.0, ran_for), now, tuple(earlier))
+    seed = "" if failed is None else f"{failed.job_id}/{failed.attempt}"
+    return Failure(failures, max(0.0, ran_for), now, tuple(earlier), seed)
 
 
 def restart_decision(
@@ -224,8 +334,25 @@ def restart_decision(
     now: float,
 ) -> Decision:
     """Whether (and after how long) a job restarts after attempt ``failed`` failed: the one
-    decision of the job manager's supervisor and of an application's driver."""
-    return strategy.decide(failure_of(failures, failed, attempts, now))
+    decision of the job manager's supervisor and of an application's driver. Logged with
+    its backoff and jitter (the caller records the restart's due time)."""
+    failure = failure_of(failures, failed, attempts, now)
+    decision = strategy.decide(failure)
+    who = "a job" if failed is None else f"job {failed.job_id} attempt {failed.attempt}"
+    in_a_row = 1 if decision.reset else failures + 1
+    if decision.delay is None:
+        log.info("%s failed: the restart strategy gives up (failure %d in a row)", who, in_a_row)
+    else:
+        log.info(
+            "%s failed: the restart strategy restarts it in %.3f s (backoff %.3f s x jitter "
+            "%.3f; failure %d in a row)",
+            who,
+            decision.delay,
+            decision.backoff,
+            decision.jitter,
+            in_a_row,
+        )
+    return decision
 
 
 def _num(spec: dict[str, Any], key: str, default: float, minimum: float) -> float:
@@ -263,7 +390,7 @@ def _reset_after(spec: dict[str, Any]) -> float | None:
 _ALLOWED = {
     "none": set(),
     "fixed-delay": {"attempts", "delay", "reset_after"},
-    "exponential-delay": {"initial", "max", "multiplier", "attempts", "reset_after"},
+    "exponential-delay": {"initial", "max", "multiplier", "attempts", "reset_after", "jitter"},
     "failure-rate": {"max_failures", "interval", "delay"},
 }
 
@@ -271,11 +398,13 @@ _ALLOWED = {
 def parse_strategy(spec: dict[str, Any] | None) -> RestartStrategy:
     """A strategy from its JSON form; :class:`InvalidInput` names the bad field.
 
-    E.g. ``{"strategy": "fixed-delay", "attempts": 3, "delay": 2}``; default: fixed-delay,
-    3 restarts in a row, 1 s apart, forgiven after 600 s of healthy running.
+    E.g. ``{"strategy": "fixed-delay", "attempts": 3, "delay": 2}``; none given:
+    :data:`DEFAULT_STRATEGY`. A key an explicit strategy leaves out has the default it always
+    had (``exponential-delay``: multiplier 2, 10 attempts, reset after 600 s, no jitter), so a
+    strategy once given means the same after the default changed.
     """
     if not spec:
-        return FixedDelay()
+        return DEFAULT_STRATEGY
     if not isinstance(spec, dict):
         raise InvalidInput("restart_strategy", f"must be a JSON object, got {spec!r}")
     kind = spec.get("strategy")
@@ -305,10 +434,15 @@ def parse_strategy(spec: dict[str, Any] | None) -> RestartStrategy:
             interval=interval,
             delay_s=_num(spec, "delay", 1.0, 0),
         )
+    jitter = _num(spec, "jitter", 0.0, 0)
+    if jitter > 1:
+        raise InvalidInput("restart_strategy.jitter", f"must be a number in [0, 1], got {jitter}")
+    no_limit = "attempts" in spec and spec["attempts"] is None
     return ExponentialDelay(
         initial=_num(spec, "initial", 1.0, 0),
         max_delay=_num(spec, "max", 60.0, 0),
         multiplier=_num(spec, "multiplier", 2.0, 1),
-        attempts=_count(spec, "attempts", 10, 0),
+        attempts=None if no_limit else _count(spec, "attempts", 10, 0),
         reset_after=_reset_after(spec),
+        jitter=jitter,
     )

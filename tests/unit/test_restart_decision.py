@@ -9,12 +9,16 @@ from dataclasses import dataclass
 import pytest
 
 from stoker.restart import (
+    DEFAULT_STRATEGY,
+    HANDOVER_LOST,
     NEVER_LAUNCHED,
     Failure,
+    FailureCause,
     FailureRate,
     FixedDelay,
     NoRestart,
     PastAttempt,
+    cause_of,
     counted,
     failure_of,
     restart_decision,
@@ -29,6 +33,7 @@ class Att:
     started_at: float
     ended_at: float | None = None
     error: str | None = None
+    job_id: str = "job"
 
 
 def _failed(n: int, start: float, end: float, error: str = "boom") -> Att:
@@ -44,6 +49,25 @@ def test_an_attempt_never_launched_is_no_failure_of_the_job() -> None:
     assert not counted(_failed(1, 0.0, 5.0, NEVER_LAUNCHED))
     assert not counted(Att(1, AttemptState.FINISHED, 0.0, 5.0))
     assert not counted(Att(1, AttemptState.RUNNING, 0.0))
+
+
+def test_the_cause_of_a_failure_says_whose_it_was() -> None:
+    """The manager's failures (the store counted none of them) use up no restart; a standby's
+    lost handover is one of them too (it was counted among the earlier failures)."""
+    assert cause_of(_failed(1, 0.0, 5.0, "boom")) is FailureCause.JOB
+    assert cause_of(_failed(1, 0.0, 5.0, None)) is FailureCause.JOB
+    assert cause_of(_failed(1, 0.0, 5.0, NEVER_LAUNCHED)) is FailureCause.NEVER_LAUNCHED
+    assert cause_of(_failed(1, 0.0, 5.0, HANDOVER_LOST)) is FailureCause.HANDOVER_LOST
+    assert cause_of(Att(1, AttemptState.FINISHED, 0.0, 5.0)) is None
+    assert [c for c in FailureCause if c.counted] == [FailureCause.JOB]
+    assert not counted(_failed(1, 0.0, 5.0, HANDOVER_LOST))
+
+
+def test_the_manager_writes_the_texts_the_causes_are_told_by() -> None:
+    from stoker.manager import reconciler, standbys
+
+    assert standbys.HANDOVER_LOST == HANDOVER_LOST
+    assert reconciler.NEVER_LAUNCHED is NEVER_LAUNCHED
 
 
 def test_earlier_failures_skip_attempts_never_launched() -> None:
@@ -108,3 +132,41 @@ def test_the_strategy_decides(failures: int, ran_for: float, delay: float, reset
     decision = restart_decision(strategy, failures, history[1], lambda: history, now)
     assert (decision.delay, decision.reset) == (delay, reset)
     assert restart_decision(NoRestart(), failures, history[1], lambda: history, now).delay is None
+
+
+def test_the_jitter_is_seeded_with_the_job_and_its_failed_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two jobs failing at the same moment (an outage of a server both use) restart at
+    different times; the same failure decided again (by a second manager that briefly also
+    leads) gets the same delay. The log says the delay and how it was made."""
+    now = 500.0
+
+    def decide(job: str, attempt: int) -> float | None:
+        history = [Att(attempt, AttemptState.RUNNING, now - 2.0, job_id=job)]
+        return restart_decision(DEFAULT_STRATEGY, 3, history[0], lambda: [], now).delay
+
+    failure = failure_of(0, Att(7, AttemptState.RUNNING, 1.0, job_id="orders"), _never_read, now)
+    assert failure.seed == "orders/7"
+    assert failure_of(0, None, _never_read, now).seed == ""
+    with caplog.at_level("INFO", logger="stoker.restart"):
+        delays = {job: decide(job, 4) for job in ("orders", "clicks", "users")}
+    assert len(set(delays.values())) == 3
+    assert all(d is not None and 3.375 * 0.9 <= d <= 3.375 * 1.1 for d in delays.values())
+    assert decide("orders", 4) == delays["orders"]
+    assert decide("orders", 5) != delays["orders"]
+    line = next(r.getMessage() for r in caplog.records if "job orders attempt 4" in r.message)
+    jitter = (delays["orders"] or 0.0) / 3.375
+    assert line == (
+        f"job orders attempt 4 failed: the restart strategy restarts it in "
+        f"{delays['orders']:.3f} s (backoff 3.375 s x jitter {jitter:.3f}; failure 4 in a row)"
+    )
+
+
+def test_a_strategy_that_gives_up_says_so_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    att = Att(2, AttemptState.RUNNING, 0.0, job_id="lone")
+    with caplog.at_level("INFO", logger="stoker.restart"):
+        assert restart_decision(NoRestart(), 0, att, _never_read, 1.0).delay is None
+    assert caplog.messages == [
+        "job lone attempt 2 failed: the restart strategy gives up (failure 1 in a row)"
+    ]
