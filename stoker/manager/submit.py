@@ -11,7 +11,7 @@ from typing import Any
 from stoker.errors import InvalidInput
 from stoker.manager.state import max_parallelism_of
 from stoker.paths import check_app_path
-from stoker.restart import parse_strategy
+from stoker.restart import DEFAULT_STRATEGY, FORMER_DEFAULT, parse_strategy
 from stoker.scalespec import ScalingSpec, parse_scaling
 from stoker.settings import Settings
 from stoker.types import SpecKind
@@ -266,11 +266,23 @@ def spec_difference(old: dict[str, Any], new: dict[str, Any], was: str = "live")
     nor is the maximum parallelism, which the job keeps from its creation.
     """
     keys = sorted((set(old) | set(new)) - {ASSIGNED_STATE_DIR, MAX_PARALLELISM})
-    diff = [k for k in keys if old.get(k) != new.get(k)]
+    diff = [k for k in keys if old.get(k) != new.get(k) and not _both_defaults(k, old, new)]
     if not diff:
         return None
     parts = [f"{k}: {_shown(old.get(k))} ({was}) vs {_shown(new.get(k))} (submitted)" for k in diff]
     return "; ".join(parts)
+
+
+def _both_defaults(key: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """A job stored before the default restart strategy changed holds the former default
+    (specs store the strategy resolved): a submission that gives none asks for the default as
+    well, so a client retrying its submission after an upgrade of stoker gets the job, not a
+    conflict. The job keeps the strategy it was created with."""
+    return (
+        key == "restart_strategy"
+        and old.get(key) == FORMER_DEFAULT.to_dict()
+        and new.get(key) == DEFAULT_STRATEGY.to_dict()
+    )
 
 
 def _shown(value: Any) -> str:

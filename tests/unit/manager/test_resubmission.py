@@ -73,3 +73,29 @@ def test_a_difference_reads_as_a_person_would_write_it() -> None:
     assert spec_difference({"conf": {"a.b": "1"}}, {"conf": {}}) == (
         "conf: a.b=1 (live) vs none (submitted)"
     )
+
+
+def test_a_job_with_the_former_default_strategy_is_the_same_job_submitted_without_one(
+    manager: tuple[JobManager, Path],
+) -> None:
+    """Specs store the strategy resolved: a job created before the default became
+    exponential-delay holds fixed-delay 3 x 1 s (what this explicit strategy stores too). A
+    retry of its submission, which gives no strategy, finds it rather than a conflict, and the
+    job keeps its strategy; any other difference of strategy is still one."""
+    from stoker.restart import DEFAULT_STRATEGY, FORMER_DEFAULT
+
+    m, app = manager
+    former = {"strategy": "fixed-delay", "attempts": 3, "delay": 1}
+    old = m.submit("old", str(app), restart_strategy=former)
+    assert old.job.spec["restart_strategy"] == FORMER_DEFAULT.to_dict()
+    again = m.submit("old", str(app))
+    assert again.outcome == "duplicate"
+    assert again.job.spec["restart_strategy"] == FORMER_DEFAULT.to_dict()
+
+    new = m.submit("new", str(app))
+    assert new.job.spec["restart_strategy"] == DEFAULT_STRATEGY.to_dict()
+    with pytest.raises(JobConflict) as other:
+        m.submit("new", str(app), restart_strategy=former)
+    assert other.value.difference.startswith("restart_strategy: ")
+    with pytest.raises(JobConflict):
+        m.submit("old", str(app), restart_strategy={"strategy": "fixed-delay", "attempts": 4})
