@@ -17,20 +17,31 @@ if TYPE_CHECKING:
 
 
 def read_file(
-    path: str, fmt: str, schema: StructType, header: bool = True
+    path: str, fmt: str, schema: StructType, header: bool = True, time_zone: str = "UTC"
 ) -> Iterator[pa.RecordBatch]:
-    """Read one file into record batches of exactly ``schema`` (missing columns are null)."""
+    """Read one file into record batches of exactly ``schema`` (missing columns are null).
+
+    Dates and times are read as Spark's own file sources read them, text in the session's
+    time zone ``time_zone`` (:mod:`._files_time`); they leave as the Arrow types pyspark's
+    Python data sources hand to the JVM (a ``timestamp`` as an instant in UTC)."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    target = to_arrow_schema(schema)
+    from stoker.sources._files_time import cast_typed, from_text, is_temporal
+
+    # The time zone is the one pyspark checks a data source's batches against.
+    target = to_arrow_schema(schema, timezone="UTC")
+    # Text formats read a date or time column as its text, which Spark's rules then read.
+    as_text = {f.name for f in target if is_temporal(f.type)} if fmt != "parquet" else set()
+    read_types = {f.name: pa.string() if f.name in as_text else f.type for f in target}
     if fmt == "json":
         import pyarrow.json as pj
 
         table = pj.read_json(
             path,
             parse_options=pj.ParseOptions(
-                explicit_schema=target, unexpected_field_behavior="ignore"
+                explicit_schema=pa.schema([(n, t) for n, t in read_types.items()]),
+                unexpected_field_behavior="ignore",
             ),
         )
     elif fmt == "csv":
@@ -43,7 +54,7 @@ def read_file(
                 column_names=None if header else names, autogenerate_column_names=False
             ),
             convert_options=pc.ConvertOptions(
-                column_types={f.name: f.type for f in target},
+                column_types=read_types,
                 include_columns=names,
                 include_missing_columns=True,
             ),
@@ -55,10 +66,14 @@ def read_file(
         table = pq.read_table(path, columns=[f.name for f in target if f.name in present])
     columns = []
     for f in target:
-        if f.name in table.column_names:
-            columns.append(table.column(f.name).cast(f.type))
-        else:
+        if f.name not in table.column_names:
             columns.append(pa.nulls(table.num_rows, f.type))
+        elif f.name in as_text:
+            columns.append(from_text(table.column(f.name), f.type, time_zone))
+        elif is_temporal(f.type):
+            columns.append(cast_typed(table.column(f.name), f.type))
+        else:
+            columns.append(table.column(f.name).cast(f.type))
     yield from pa.Table.from_arrays(columns, schema=target).to_batches()
 
 

@@ -51,6 +51,7 @@ class _FilesReader(DataSourceStreamReader):
         self.suffix = options.get("suffix") or None
         self.header = options.get("header", "true") == "true"
         self.schema_json = schema.json()
+        self.time_zone = options.get("time_zone") or "UTC"
         age = options.get("max_file_age_s") or ""
         self.log = FileLog(
             Path(options["log_path"]),
@@ -201,7 +202,9 @@ class _FilesReader(DataSourceStreamReader):
         assert isinstance(partition, _Files)
         schema = StructType.fromJson(__import__("json").loads(self.schema_json))
         for path in partition.paths:
-            yield from read_file(path, self.fmt, schema, header=self.header)
+            yield from read_file(
+                path, self.fmt, schema, header=self.header, time_zone=self.time_zone
+            )
 
     def stop(self) -> None:
         hush_if_spark_hung_up()

@@ -183,6 +183,9 @@ class FilesSource:
             "clean_source": self.clean_source or "",
             "archive_dir": str(Path(self.archive_dir).resolve()) if self.archive_dir else "",
             "partitions": "" if self.partitions is None else str(self.partitions),
+            # A date or time written without a zone is local to the session's zone, as in
+            # Spark's own file sources; the reader runs where the session's conf is not.
+            "time_zone": _session_zone(spark, self.struct()),
         }
         if context is not None:
             # The reader checks at each append that this driver still owns the job. Spark
@@ -195,3 +198,21 @@ class FilesSource:
         if self.max_files_per_epoch:
             opts["max_files_per_epoch"] = str(self.max_files_per_epoch)
         return spark.readStream.format(FORMAT).schema(self.struct()).options(**opts).load()
+
+
+def _session_zone(spark: SparkSession, schema: StructType) -> str:
+    """The session's time zone (``spark.sql.session.timeZone``), refused when the schema has
+    a ``timestamp`` column and the reader could not apply the zone to it."""
+    from pyspark.sql.types import TimestampType
+
+    from stoker.sources._files_time import zone
+
+    name = str(spark.conf.get("spark.sql.session.timeZone") or "UTC")
+    instants = any(isinstance(f.dataType, TimestampType) for f in schema.fields)
+    if instants and zone(name) is None:
+        raise InvalidSource(
+            "files.schema",
+            f"spark.sql.session.timeZone {name!r} is not a zone the file source can read "
+            "times in: use a region (e.g. 'Europe/Paris'), 'UTC' or an offset like '+02:00'",
+        )
+    return name
