@@ -86,16 +86,29 @@ def check_mode(mode: str, key: tuple[str, ...] | None, table: str) -> None:
         )
 
 
-def ensure_stage(conn: Any, stage: tuple[str, ...], schema: StructType) -> None:
+def ensure_stage(conn: Any, stage: tuple[str, ...], schema: StructType) -> list[str]:
     """Create the stage if it is missing: its own columns, then the epoch's, all nullable
-    (a head row holds no values)."""
+    (a head row holds no values). A stage that exists takes the epoch's columns it lacks,
+    nullable, as the table does (new code adding an output column, issue 41): a part COPYs
+    every output column into it. The columns added to an existing stage."""
     from psycopg import errors, sql
 
     from stoker.sinks._pg_server import _pg_type
 
     name = sql.Identifier(*stage)
     if conn.execute("SELECT to_regclass(%s)", (name.as_string(conn),)).fetchone()[0] is not None:
-        return
+        have = set(_columns(conn, stage))
+        missing = [f for f in schema.fields if f.name not in have]
+        if missing:
+            # Only when one is missing: the ALTER waits for any transaction holding the stage.
+            with conn.transaction():
+                for f in missing:
+                    conn.execute(
+                        sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+                            name, sql.Identifier(f.name), sql.SQL(_pg_type(f.dataType))
+                        )
+                    )
+        return [f.name for f in missing]
     cols = sql.SQL(", ").join(
         sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(_pg_type(f.dataType)))
         for f in schema.fields
@@ -116,6 +129,7 @@ def ensure_stage(conn: Any, stage: tuple[str, ...], schema: StructType) -> None:
                 sql.Identifier(f"{stage[-1]}_uid_epoch"), name
             )
         )
+    return []
 
 
 def copy_staged(copy: Any, uid: str, epoch: int, part: int, rows: Any, width: int) -> int:

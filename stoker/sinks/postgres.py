@@ -264,7 +264,10 @@ class PostgresSink:
                     log.info("sink %s: added nullable column(s) %s", self.name, ", ".join(added))
             check_columns(conn, self._where, types, self.name)
             if self._staged:
-                ensure_stage(conn, self._stage(), schema)
+                # The stage too: parts COPY every output column into it.
+                added = ensure_stage(conn, self._stage(), schema)
+                if added:
+                    log.info("sink %s: stage took column(s) %s", self.name, ", ".join(added))
         self._checked = schema
 
     def writers(self) -> int:

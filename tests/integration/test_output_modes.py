@@ -5,6 +5,7 @@ table and swapping the files sink's current snapshot."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,8 @@ import pytest
 
 import stoker
 from stoker import JobState, Pipeline, sinks, sources
-from tests.support import APPS, pg_prepared, start_driver, wait_group_gone
+from tests.support import APPS, pg_prepared, start_driver, wait_for, wait_group_gone
+from tests.support.background import BackgroundRun
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -193,3 +195,81 @@ def test_a_table_without_an_output_column_is_bad_input_with_the_alter_to_run(
     result = stoker.run(p, state_dir=tmp_path / "state", trigger=TRIGGER, spark=spark)
     assert result.state == JobState.FINISHED
     assert _table(pg_dsn) == FINAL
+
+
+# Issue 41 item 2: new code adds an output column; a staged sink (a replace, an upsert) takes
+# it into its stage as the table takes it, not only into the table.
+def _grow_pipeline(indir: Path, dsn: str, mode: str, extra: bool) -> Pipeline:
+    def stream(df: DataFrame) -> DataFrame:
+        out = df.groupBy((df.id % 10).alias("k")).count()
+        return out.withColumn("twice", out["count"] * 2) if extra else out
+
+    src = sources.files(str(indir), "json", "id long")
+    p = Pipeline("grow", output_mode=mode).source(src).stream(stream)
+    return p.sink(sinks.postgres(dsn, "grow", key=["k"] if mode == "update" else None))
+
+
+def _put_ids(folder: Path, name: str, ids: range) -> None:
+    tmp = folder / f".{name}"
+    tmp.write_text("".join(f'{{"id": {i}}}\n' for i in ids))
+    tmp.rename(folder / name)
+
+
+def _grown(dsn: str, columns: str) -> list[tuple[int, ...]]:
+    with psycopg.connect(dsn) as conn:
+        try:
+            return conn.execute(f"SELECT {columns} FROM grow ORDER BY k").fetchall()
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn):
+            return []
+
+
+def _run_until(
+    run: BackgroundRun, spark: SparkSession, what: str, cond: Callable[[], bool]
+) -> None:
+    """Wait for ``cond`` while the job runs (its end before it fails the wait at once), then
+    stop the job's query as a user's stop would, and check that the run ended cleanly."""
+
+    def done() -> bool:
+        if run.ended():
+            raise AssertionError(f"the job ended before {what}: {run.error or run.result}")
+        return cond()
+
+    try:
+        wait_for(what, done, 180, every=0.2)
+    finally:
+        for q in spark.streams.active:
+            if q.name == "stoker_grow":
+                q.stop()
+        run.wait()
+    assert run.error is None, run.error
+
+
+@pytest.mark.parametrize("mode", ["complete", "update"])
+def test_a_column_new_code_adds_is_written_through_the_stage(
+    spark: SparkSession, tmp_path: Path, pg_dsn: str, mode: str
+) -> None:
+    """A job in complete (or update) mode is stopped; run again with a pipeline that adds a
+    column (same job, same table), its epochs write, and the new column is in the table with
+    its values (the table and its stage both got it)."""
+    indir, state = tmp_path / "in", tmp_path / "state"
+    indir.mkdir()
+    _put_ids(indir, "f0.json", range(20))
+    first = _grow_pipeline(indir, pg_dsn, mode, extra=False)
+    run = BackgroundRun(pipeline=first, state_dir=state, trigger=TRIGGER, spark=spark)
+    want = [(k, 2) for k in range(10)]
+    _run_until(run, spark, "the first counts", lambda: _grown(pg_dsn, 'k, "count"') == want)
+
+    _put_ids(indir, "f1.json", range(20, 40))
+    second = _grow_pipeline(indir, pg_dsn, mode, extra=True)
+    run = BackgroundRun(
+        pipeline=second, state_dir=state, trigger=TRIGGER, spark=spark, restart=True
+    )
+    want2 = [(k, 4, 8) for k in range(10)]
+    _run_until(
+        run,
+        spark,
+        "the counts with the new column",
+        lambda: _grown(pg_dsn, 'k, "count", twice') == want2,
+    )
+    assert _stage_left(pg_dsn) == 0
+    assert pg_prepared(pg_dsn) == []

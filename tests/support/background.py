@@ -23,6 +23,10 @@ class BackgroundRun:
         except BaseException as e:  # handed to the test
             self.error = e
 
+    def ended(self) -> bool:
+        """Whether ``stoker.run`` has returned (or raised) already."""
+        return not self._thread.is_alive()
+
     def wait(self, timeout: float = 240.0) -> None:
         """Until ``stoker.run`` returns (or raises); the test reads ``result`` and ``error``."""
         self._thread.join(timeout)
