@@ -7,7 +7,7 @@ import enum
 import logging
 from dataclasses import dataclass
 
-from stoker.errors import InvalidTransition, JobFailed, StaleAttempt, StokerError
+from stoker.errors import InvalidInput, InvalidTransition, JobFailed, StaleAttempt, StokerError
 from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.job.plan import JobScope
 from stoker.runtime.job.query import brief
@@ -82,15 +82,20 @@ def fail(
     *,
     managed: bool = False,
 ) -> None:
-    """End the attempt FAILED with the error that ended it, and raise that error."""
+    """End the attempt FAILED with the error that ended it, and raise that error.
+
+    A job with a restart strategy of its own (a job of an application) has it decide, unless
+    the error is bad input (exit 2): the same input fails the same way, so the job fails for
+    good at once, as a job manager fails its jobs (the default strategy never gives up)."""
     err = proc.error if isinstance(proc.error, StokerError) else e
-    if scope is not None and scope.on_failure is not None:
+    if scope is not None and scope.on_failure is not None and not isinstance(err, InvalidInput):
         # The job's own restart strategy decides, in the transaction that ends the attempt.
         scope.on_failure(store, jid, AttemptNo(attempt), brief(err))
     else:
-        end_attempt(
-            store, jid, attempt, AttemptState.FAILED, JobState.FAILED, brief(err), managed=managed
-        )
+        why = brief(err)
+        if scope is not None and scope.on_failure is not None:
+            why = f"{why}; bad input: a restart cannot fix it (fix it, then restart the job)"
+        end_attempt(store, jid, attempt, AttemptState.FAILED, JobState.FAILED, why, managed=managed)
     if isinstance(err, StokerError):
         if err is e:
             raise e

@@ -116,6 +116,44 @@ def test_an_error_of_a_job_its_strategy_restarts_fails_nothing(
     assert app.failing is None
 
 
+def test_bad_input_fails_a_job_of_an_application_for_good_without_its_strategy(
+    store: Store,
+) -> None:
+    """As a job manager does with exit 2: the same input fails the same way, and the default
+    strategy, which never gives up, would start the job again every minute for ever. Any other
+    error goes to the job's strategy."""
+    from stoker.errors import InvalidSink
+    from stoker.runtime.job.ending import fail
+    from stoker.runtime.job.plan import JobScope
+
+    asked: list[str] = []
+
+    def strategy(st: Store, jid: JobId, attempt: AttemptNo, error: str) -> JobState:
+        asked.append(error)
+        st.attempt_failed(jid, attempt, error, st.clock.now() + 1.0)
+        return JobState.RESTARTING
+
+    scope = JobScope(app_id=APP, app_attempt=AttemptNo(1), on_failure=strategy)
+    proc = SimpleNamespace(error=None)
+    bad = _running(store, "bad")
+    mistake = InvalidSink("files.path", "is another job's output")
+    with pytest.raises(InvalidSink):
+        fail(store, bad, 1, proc, mistake, scope)
+    assert asked == []
+    job, att = store.get_job(bad), store.get_attempt(bad, AttemptNo(1))
+    assert job.state == JobState.FAILED and att is not None
+    assert att.state == AttemptState.FAILED
+    assert att.error is not None and att.error.endswith(
+        "bad input: a restart cannot fix it (fix it, then restart the job)"
+    )
+
+    flaky = _running(store, "flaky")
+    with pytest.raises(JobFailed):
+        fail(store, flaky, 1, proc, RuntimeError("the server went away"), scope)
+    assert asked == ["the server went away"]
+    assert store.get_job(flaky).state == JobState.RESTARTING
+
+
 def test_a_job_ended_by_a_cancel_of_the_application_fails_nothing(
     store: Store, tmp_path: Path
 ) -> None:
