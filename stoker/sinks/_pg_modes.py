@@ -27,6 +27,7 @@ staged (a replace then does nothing: no head is left), so applying is idempotent
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -164,13 +165,21 @@ def table_exists(conn: Any, table: tuple[str, str]) -> bool:
     return conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is not None
 
 
+def _shown(name: str) -> str:
+    """An identifier as SQL to run takes it: bare when plain, else in double quotes (a name
+    Spark generates, ``CAST(session.start AS BIGINT)``)."""
+    if re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
 def check_unique_key(conn: Any, table: tuple[str, str], key: Sequence[str]) -> None:
     """An existing table to upsert into has a unique constraint on the key: refuse it
     otherwise, saying how to add one (nothing is changed)."""
     if not table_exists(conn, table) or has_unique_key(conn, table, key):
         return
-    cols = ", ".join(key)
-    name = ".".join(table)
+    cols = ", ".join(map(_shown, key))
+    name = ".".join(map(_shown, table))
     raise InvalidSink(
         "postgres.key",
         f"table {name} has no primary key or unique index on ({cols}), which the upsert "

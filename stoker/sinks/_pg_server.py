@@ -1,12 +1,14 @@
 """What a PostgreSQL sink asks of its server before it writes: a connection (the DSN checked),
 room for its prepared transactions (``max_prepared_transactions`` against the writers), a
-plain table name and the schema it resolves to, a column type for each Spark type, and the
+plain table name and the schema it resolves to, output column names it can take as they are
+(at most 63 bytes), a column type for each Spark type, and the
 marker table its parts commit their rows in (:data:`~stoker.sinks._pg_parts.MARKERS`)."""
 
 from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidSink, SinkError
@@ -178,6 +180,68 @@ def check_columns(conn: Any, table: tuple[str, str], fields: dict[str, str], sin
             f"table {name} of sink {sink!r} has no column {', '.join(missing)} that the "
             f"pipeline writes: add it (ALTER TABLE {name} {adds}) or leave it out of the "
             "output",
+        )
+
+
+# PostgreSQL's NAMEDATALEN - 1: a longer identifier is cut to this many bytes, silently.
+NAME_MAX = 63
+
+
+def _cut(name: str) -> str:
+    """``name`` as PostgreSQL keeps it: its first 63 bytes, on a character boundary."""
+    return name.encode()[:NAME_MAX].decode(errors="ignore")
+
+
+def check_output_columns(
+    columns: Sequence[str], key: Sequence[str] | None, reserved: Sequence[str], sink: str
+) -> None:
+    """Refuse an output whose columns the sink cannot write as they are named, before
+    anything is written: a name PostgreSQL would cut to 63 bytes (it would write another
+    column, or two names into one), the same name twice, an empty one, one the sink's stage
+    uses itself (``reserved``), a ``key`` column the output lacks. Any other name (Spark's
+    ``CAST(session.start AS BIGINT)`` among them) is written as it is, always quoted."""
+    fix = (
+        "alias it in the pipeline, e.g. F.col('session.start').cast('long').alias('start'), "
+        "or df.withColumnRenamed(name, 'start')"
+    )
+    long = [c for c in columns if len(c.encode()) > NAME_MAX]
+    if long:
+        by_cut: dict[str, list[str]] = {}
+        for c in columns:
+            by_cut.setdefault(_cut(c), []).append(c)
+        clashes = "".join(
+            f"; {' and '.join(map(repr, v))} would all be the column {k!r}"
+            for k, v in by_cut.items()
+            if len(v) > 1
+        )
+        raise InvalidSink(
+            "postgres.columns",
+            f"output column(s) {', '.join(map(repr, long))} of sink {sink!r} are longer than "
+            f"the 63 bytes PostgreSQL keeps of a name (it would cut them){clashes}: {fix} "
+            "to a name of at most 63 bytes",
+        )
+    seen: set[str] = set()
+    for c in columns:
+        why = (
+            "is there twice"
+            if c in seen
+            else "is a column of the sink's stage table"
+            if c in reserved
+            else "is not a name PostgreSQL takes"
+            if not c or "\x00" in c
+            else None
+        )
+        if why is not None:
+            raise InvalidSink(
+                "postgres.columns", f"output column {c!r} of sink {sink!r} {why}: {fix}"
+            )
+        seen.add(c)
+    missing = [k for k in key or () if k not in seen]
+    if missing:
+        raise InvalidSink(
+            "postgres.key",
+            f"key column(s) {missing} of sink {sink!r} are not in the output's columns "
+            f"{list(columns)}",
         )
 
 

@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,9 @@ from stoker.testing import kill_task_worker, task_fault, task_note
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    WriteFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 # How long a zombie task's detached process waits for the epoch's commit before giving up.
 _ZOMBIE_WAIT = 300.0
@@ -53,6 +56,20 @@ class _Task:
 
 
 _RESULT = "part int, task long, task_attempt int, rows long, gid string"
+
+
+def write_plan(df: DataFrame, writers: int, write: WriteFn | None) -> DataFrame:
+    """An epoch's frame through its writer tasks (``write``; None: a plan only analysed,
+    never run). The columns are renamed by position first: pyspark's ``mapInArrow`` refers
+    to each column by its name, and a name Spark generates (``CAST(session.start AS
+    BIGINT)``) reads as a path there (UNRESOLVED_COLUMN). The tasks write by position, into
+    the columns their ``_Task`` names."""
+    plain = df.toDF(*(f"_{i}" for i in range(len(df.columns))))
+    return plain.coalesce(writers).mapInArrow(write or _never, _RESULT)
+
+
+def _never(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    raise AssertionError("a plan only analysed ran")
 
 
 def _copy_and_mark(conn: Any, t: _Task, gid: str, part: int, batches: Any) -> int:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidSink, SinkError
 from stoker.sinks._pg_modes import (
+    STAGE_COLUMNS,
     apply_stage,
     check_key,
     check_mode,
@@ -39,7 +40,14 @@ from stoker.sinks._pg_modes import (
     stage_name,
     staged,
 )
-from stoker.sinks._pg_owner import check_still_owner, claim, qualified, read_owner, refusal
+from stoker.sinks._pg_owner import (
+    check_still_owner,
+    claim,
+    hand_over,
+    qualified,
+    read_owner,
+    refusal,
+)
 from stoker.sinks._pg_parts import (
     ParsedGid,
     Scope,
@@ -55,6 +63,7 @@ from stoker.sinks._pg_server import (
     add_missing_columns,
     check_columns,
     check_options,
+    check_output_columns,
     connect,
     default_writers,
     ensure_markers,
@@ -63,7 +72,7 @@ from stoker.sinks._pg_server import (
     resolve_table,
     server_key,
 )
-from stoker.sinks._pg_task import _RESULT, _Task, _write_partition
+from stoker.sinks._pg_task import _Task, _write_partition, write_plan
 from stoker.sinks.base import (
     Decision,
     PartitionId,
@@ -220,6 +229,13 @@ class PostgresSink:
             if fresh:
                 self._roll_back_released(conn)
 
+    def hand_over(self, previous: SinkOwner, to: SinkOwner) -> bool:
+        """A restore from ``previous``'s savepoint: the table's rows for ``previous``'s job id
+        go on as ``to``'s (the same uid, another id); that job id is refused from now on.
+        Whether a row was marked now (False: nothing of ``previous`` here, or done before)."""
+        with self._connect() as conn:
+            return hand_over(conn, self._resolve(conn), previous, to)
+
     def _roll_back_released(self, conn: Any) -> None:
         """Roll back the parts another uid of this job id left prepared in this table: the
         table had no owner row, so that uid released it (the user, see :func:`refusal`)
@@ -270,6 +286,16 @@ class PostgresSink:
                     log.info("sink %s: stage took column(s) %s", self.name, ", ".join(added))
         self._checked = schema
 
+    def _check_columns(self, columns: list[str]) -> None:
+        check_output_columns(columns, self.key, STAGE_COLUMNS if self._staged else (), self.name)
+
+    def check_output(self, df: DataFrame) -> None:
+        """Refuse, before the job is recorded, an output this sink could not write (called
+        with the transform's output on an empty batch): its column names, then the plan an
+        epoch writes through, analysed (nothing runs)."""
+        self._check_columns(df.columns)
+        write_plan(df, 1, None).schema  # noqa: B018 (analysis is asked for)
+
     def writers(self) -> int:
         """How many partitions (so prepared transactions) an epoch is written through."""
         if self._writers is None:
@@ -281,13 +307,7 @@ class PostgresSink:
     def prepare(self, df: DataFrame, epoch: Epoch, attempt: AttemptNo) -> Prepared:
         if self._job is None:
             raise SinkError("postgres", f"sink {self.name!r} prepared before open()")
-        missing = [k for k in self.key or () if k not in df.columns]
-        if missing:
-            raise InvalidSink(
-                "postgres.key",
-                f"key column(s) {missing} of sink {self.name!r} are not in epoch {epoch}'s "
-                f"columns {df.columns}",
-            )
+        self._check_columns(df.columns)  # before the table is made
         self._ensure_table(df.schema)
         assert self._where is not None
         t = _Task(
@@ -305,7 +325,7 @@ class PostgresSink:
         def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             return _write_partition(t, batches)
 
-        out = df.coalesce(self.writers()).mapInArrow(write, _RESULT)
+        out = write_plan(df, self.writers(), write)
         n = out.rdd.getNumPartitions()
         results = out.collect()
         # The kept results: one per partition, from the task attempt whose result Spark kept.

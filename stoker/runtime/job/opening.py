@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stoker.errors import InvalidPipeline, JobFailed, JobNotFound, JobTerminal
+from stoker.errors import InvalidPipeline, InvalidSink, JobFailed, JobNotFound, JobTerminal
 from stoker.runtime import savepoint
 from stoker.runtime.job.plan import JobScope, spark_master
 from stoker.runtime.job.query import Savepointer, check_output_mode, first_line
@@ -265,6 +265,7 @@ def check_transform(
     except Exception:
         log.debug("the transform failed on an empty batch; left to the epochs", exc_info=True)
         return
+    check_sinks(pipeline, out)
     try:
         plan = str(out._jdf.queryExecution().analyzed().toString())
     except Exception:
@@ -280,3 +281,23 @@ def check_transform(
             "deduplicates" if found == ["Deduplicate"] else "aggregates",
             ", ".join(found),
         )
+
+
+def check_sinks(pipeline: Pipeline, out: DataFrame) -> None:
+    """Each sink's optional ``check_output(df)`` on the transform's output of the check run:
+    an output a sink cannot write (a column name PostgreSQL would cut; a plan Spark cannot
+    analyse for the sink) is bad input before the job is recorded (issue 41 item 3), not a
+    failure of its first epoch."""
+    from pyspark.errors import AnalysisException
+
+    for i, sink in enumerate(pipeline.sinks):
+        check = getattr(sink, "check_output", None)
+        if not callable(check):
+            continue
+        try:
+            check(out)
+        except AnalysisException as e:
+            raise InvalidSink(
+                f"sinks[{i}]",
+                f"sink {sink.name!r} cannot write the pipeline's output: {first_line(e)[:400]}",
+            ) from e
