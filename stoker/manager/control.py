@@ -255,6 +255,9 @@ class _Monotonic:
     def now(self) -> float:
         return time.monotonic()
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
 
 class ControlRateLimiter:
     """Control events per job, in memory: a token bucket of ``rate`` events per second with a

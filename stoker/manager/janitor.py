@@ -141,8 +141,10 @@ class Janitor:
             return True
         if now >= job.updated_at + self.config.settle:
             return True  # resolved_at lands past the grace: settled by the store's rule
-        if job.resolved_at is None and all(a.lease_expires_at <= now for a in attempts):
-            return False  # owed now; a process we cannot see may still run: again later
+        if job.resolved_at is None and all(a.state.ended for a in attempts):
+            # Owed now; a process we cannot see may still run: again later. An ended attempt
+            # renews nothing (the store refuses it): no clock is compared (stoker.leases).
+            return False
         return None
 
     # processes -----------------------------------------------------------------------------

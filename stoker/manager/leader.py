@@ -1,10 +1,14 @@
 """The leader lease of the job managers, and each manager's heartbeat.
 
 Every manager runs a supervisor; only the one holding the lease acts. The lease is a record of
-the store with a holder, an expiry and a fencing token that grows on every takeover: each store
-write the leader makes as the leader (starting an attempt) carries the token, so a leader that
-was replaced without noticing cannot act any more. A dead leader is replaced within about
-``ttl`` seconds: the holder renews every third of it.
+the store with a holder, a renewal counter and a fencing token that grows on every takeover:
+each store write the leader makes as the leader (starting an attempt) carries the token, so a
+leader that was replaced without noticing cannot act any more. A dead leader is replaced within
+about ``ttl`` seconds: the holder renews every third of it.
+
+No wall clock decides who leads (stoker.leases): a standby takes the lease once it has seen the
+row unrenewed for a whole TTL on its own monotonic clock, and the holder keeps leading while its
+renewals go through. A clock step or a skew between the managers' hosts changes nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import logging
 import time
 
 from stoker.errors import StokerError
+from stoker.leases import LeaseWatch
 from stoker.store import Store
 
 log = logging.getLogger("stoker.supervisor")
@@ -29,6 +34,8 @@ class LeaderLease:
         self.token: int | None = None  # the fencing token while this manager leads
         self._renewed = 0.0  # time.monotonic() of the last acquire or renewal
         self._beat = float("-inf")  # time.monotonic() of the last heartbeat recorded
+        # What this manager saw of another's lease, and since when (the store's monotonic clock).
+        self._watch = LeaseWatch(store.clock.monotonic)
 
     @property
     def held(self) -> bool:
@@ -72,9 +79,26 @@ class LeaderLease:
             log.warning("%s lost the leader lease (token %d)", self.holder, self.token)
             self.token = None
             return False
-        lease = self.store.acquire_leadership(self.holder, self.address, self.ttl)
+        current = self.store.get_leader()
+        lapsed = None
+        if current is not None and not current.resigned and current.holder != self.holder:
+            # Another's lease: taken only once seen unrenewed for a whole TTL (the longer of
+            # its holder's and ours) by this manager's monotonic clock.
+            ttl = max(self.ttl, current.ttl or self.ttl)
+            if not self._watch.lapsed("leader", current.seen, ttl):
+                return False
+            lapsed = current.seen
+            log.warning(
+                "%s: the leader lease of %s (token %d) was not renewed for %.1fs: taking it",
+                self.holder,
+                current.holder,
+                current.token,
+                self._watch.unseen_for("leader"),
+            )
+        lease = self.store.acquire_leadership(self.holder, self.address, self.ttl, lapsed)
         if lease is None:
             return False
+        self._watch.clear()
         self.token = lease.token
         self._renewed = now
         log.info("%s leads with token %d", self.holder, lease.token)

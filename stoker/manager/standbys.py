@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from stoker import procs
+from stoker.leases import LeaseWatch
 from stoker.manager import processes
 from stoker.manager.launcher import DriverLauncher
 from stoker.manager.submit import ASSIGNED_STATE_DIR, job_folder
@@ -98,6 +99,10 @@ class StandbyKeeper:
         self.state_dir = state_dir
         self.store_url = store_url
         self.ttl = ttl  # the standbys' lease (the drivers' attempt lease)
+        # Their leases as this manager saw them: each renewal writes a new expiry, so a value
+        # that stays the same for a whole TTL on this manager's monotonic clock is a lapsed
+        # lease, whatever the wall clocks say (stoker.leases).
+        self._leases = LeaseWatch(store.clock.monotonic)
         self._failures: dict[tuple[JobId, StandbyRole], _Failures] = {}
         self.started = 0  # standbys started by this manager
         self.handed = 0  # attempts handed to a standby by this manager
@@ -169,7 +174,6 @@ class StandbyKeeper:
         want: dict[str, Any],
         up: UpgradeRecord | None,
     ) -> None:
-        now = self.store.clock.now()
         if sb.spec_key and sb.spec_key != spec_key(want):
             # It runs other code than the job's now (an upgrade was confirmed): replaced.
             self._stop(sb, "it runs the job's code before its upgrade", kill=True)
@@ -177,7 +181,7 @@ class StandbyKeeper:
         why = None
         if self.launcher.is_gone(sb.owner):
             why = f"the {sb.role} standby (pid {sb.owner.pid}) is gone"
-        elif sb.lease_expires_at <= now:
+        elif self._lapsed(sb):
             why = (
                 f"the {sb.role} standby (pid {sb.owner.pid}) let its lease lapse "
                 "(frozen or cut off)"
@@ -319,6 +323,10 @@ class StandbyKeeper:
         log.info("job %s: %s standby started as pid %d", job.job_id, role, owner.pid)
         return rec
 
+    def _lapsed(self, sb: StandbyRecord) -> bool:
+        key = (sb.job_id, str(sb.role), sb.owner.pid, sb.owner.pid_started)
+        return self._leases.lapsed(key, sb.lease_expires_at, self.ttl)
+
     # the handover --------------------------------------------------------------------------
     def ready(
         self,
@@ -331,7 +339,7 @@ class StandbyKeeper:
         sb = self.store.get_standby(jid, role)
         if sb is None or sb.state != StandbyState.READY:
             return None
-        if sb.lease_expires_at <= self.store.clock.now() or self.launcher.is_gone(sb.owner):
+        if self._lapsed(sb) or self.launcher.is_gone(sb.owner):
             return None
         if spec is not None and sb.spec_key and sb.spec_key != spec_key(spec):
             return None

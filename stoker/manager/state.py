@@ -265,7 +265,7 @@ def _refuse_if_live(store: Store, jid: JobId, now: float) -> None:
                 f"{att.owner.host}); {stop_hint}",
             )
         leader = store.get_leader()
-        if leader is not None and leader.expires_at > now and rec.state == JobState.RUNNING:
+        if leader is not None and not leader.resigned and rec.state == JobState.RUNNING:
             # Its driver died; the leading job manager restarts it soon.
             raise InvalidInput(
                 "job",

@@ -9,11 +9,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stoker.errors import DuplicateJob, JobNotFound, StaleAttempt, StoreError
+from stoker.leases import wait_for_lapse
 from stoker.procs import is_this_host, owner_is_dead, process_start_marker, this_owner
 from stoker.store import AttemptRecord, JobRecord, Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobState
 
 log = logging.getLogger("stoker.attempt")
+
+_LIVE = (AttemptState.STARTING, AttemptState.RUNNING)
+# The TTL of a lease whose row does not say it (a driver of an older release): the default.
+FALLBACK_TTL = 30.0
 
 # Process identity lives in stoker.procs (the manager needs it without Spark); re-exported.
 __all__ = [
@@ -32,31 +37,79 @@ def start_attempt(
 ) -> AttemptRecord:
     """Become the job's owner: a new attempt, numbered one above the last.
 
-    A previous attempt still holding a live lease is taken over only when its process is seen
-    dead on this host; otherwise :class:`~stoker.errors.DuplicateJob` is raised.
+    A previous attempt still live is taken over when its process is seen dead on this host, or
+    once its lease is seen unrenewed for a whole TTL on this process's monotonic clock (up to a
+    TTL of waiting, see :func:`lease_lapsed`); otherwise :class:`~stoker.errors.DuplicateJob`
+    is raised.
     """
     rec = store.get_job(job)
     current = rec.current_attempt
     dead = False
+    lapsed = None
     if current:
         prev = store.get_attempt(job, current)
         dead = prev is not None and prev.state == AttemptState.RUNNING and owner_is_dead(prev.owner)
+        if prev is not None and not dead and prev.state in _LIVE:
+            try:
+                lapsed = lease_lapsed(store, prev)
+            except DuplicateJob:
+                if rec.state != JobState.CANCELING:
+                    raise
+                # Its live driver carries the cancel out: the store says so below.
         if rec.state == JobState.CANCELING and prev is not None:
-            _end_orphaned_cancel(store, job, prev, dead)
+            _end_orphaned_cancel(store, job, prev, dead or lapsed is not None)
     return store.start_attempt(
-        job, owner or this_owner(), lease_ttl, current, previous_dead=dead, restart=restart
+        job,
+        owner or this_owner(),
+        lease_ttl,
+        current,
+        previous_dead=dead,
+        restart=restart,
+        lapsed=lapsed,
     )
 
 
-def _end_orphaned_cancel(store: Store, job: JobId, prev: AttemptRecord, dead: bool) -> None:
+def lease_lapsed(store: Store, prev: AttemptRecord) -> tuple[int, float] | None:
+    """The live attempt ``prev``'s lease value (``lease_seen``) once seen unrenewed for its
+    whole TTL by this process's monotonic clock, or None as soon as it is seen renewed or ended
+    (its holder lives, or let go). A holder alive on this host whose lease its own wall clock
+    still calls valid is refused at once (:class:`DuplicateJob`, as before): refusing is always
+    safe, and only taking over must not trust a wall clock (stoker.leases)."""
+    if is_this_host(prev.owner.host) and not owner_is_dead(prev.owner):
+        left = prev.lease_expires_at - store.clock.now()
+        if left > 0:
+            raise DuplicateJob(
+                prev.job_id,
+                f"attempt {prev.attempt} runs as pid {prev.owner.pid} on {prev.owner.host}, "
+                f"lease valid for {left:.1f}s",
+            )
+    ttl = prev.lease_ttl if prev.lease_ttl is not None else FALLBACK_TTL
+    log.info(
+        "job %s: attempt %d (pid %d on %s) may still run: watching its lease for up to %.0fs",
+        prev.job_id,
+        prev.attempt,
+        prev.owner.pid,
+        prev.owner.host,
+        ttl,
+    )
+
+    def look() -> tuple[int, float] | None:
+        att = store.get_attempt(prev.job_id, prev.attempt)
+        if att is None or att.state not in _LIVE:
+            return None
+        return att.lease_seen
+
+    return wait_for_lapse(look, ttl)
+
+
+def _end_orphaned_cancel(store: Store, job: JobId, prev: AttemptRecord, gone: bool) -> None:
     """A cancel asked for while no driver of a job run without a manager lives (it died, or
-    froze past its lease, before or while the cancel came): nobody else carries it out, and
-    the job stayed CANCELING for good, each start refused as "being canceled" (chaos, seed
+    froze past its lease, before or while the cancel came: ``gone``): nobody else carries it out,
+    and the job stayed CANCELING for good, each start refused as "being canceled" (chaos, seed
     172). This start carries it out: the dead attempt ends FAILED and the job CANCELED (what a
     job manager's leader does); the start is then refused as that of an ended job, and
     ``--restart`` runs it again from its checkpoint. A live holder is left to cancel it."""
-    live = prev.state in (AttemptState.RUNNING, AttemptState.STARTING)
-    if not live or not (dead or prev.lease_expires_at <= store.clock.now()):
+    if prev.state not in _LIVE or not gone:
         return
     after = store.attempt_failed(
         job, prev.attempt, "its driver was gone while the job was being canceled", None

@@ -13,8 +13,6 @@ process. The check runs under the log's lock, so no append can slip between it a
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 
 from stoker.errors import StaleAttempt
 from stoker.store import Store, open_store
@@ -39,12 +37,10 @@ class AttemptFence:
         store_url: str,
         job_id: str,
         owner: Owner,
-        now: Callable[[], float] = time.time,
     ) -> None:
         self.store_url = store_url
         self.job_id = JobId(job_id)
         self.owner = owner
-        self._now = now
         self._store: Store | None = None
 
     def check(self) -> None:
@@ -58,10 +54,12 @@ class AttemptFence:
                 f"job {self.job_id!r}: attempt {job.current_attempt} is not run by {who}; "
                 "a stale driver may not append to the file log"
             )
-        if att.state != AttemptState.RUNNING or att.lease_expires_at <= self._now():
+        # The attempt number is the fence; its lease is judged by its driver on its own
+        # monotonic clock, never here by a wall clock (stoker.leases).
+        if att.state != AttemptState.RUNNING:
             raise StaleAttempt(
-                f"job {self.job_id!r}: attempt {att.attempt} of {who} is {att.state} with its "
-                "lease expired or ended; it may not append to the file log"
+                f"job {self.job_id!r}: attempt {att.attempt} of {who} is {att.state}; "
+                "it may not append to the file log"
             )
 
     def close(self) -> None:

@@ -136,11 +136,30 @@ class LeaderLease:
     holder: str
     address: str
     token: int
-    expires_at: float
+    expires_at: float  # by the holder's wall clock: shown, never compared (stoker.leases)
+    renewals: int = 0  # -1: resigned, free at once
+    ttl: float | None = None  # the holder's TTL; None: a row of older code
+
+    @property
+    def resigned(self) -> bool:
+        return self.renewals < 0
+
+    @property
+    def seen(self) -> tuple[str, int, int, float]:
+        """What changes on every renewal or takeover (older managers renew the expiry
+        alone): a standby that saw the same value for a whole TTL may take the lease."""
+        return (self.holder, self.token, self.renewals, self.expires_at)
 
     @classmethod
     def from_row(cls, r: Any) -> LeaderLease:
-        return cls(holder=r[1], address=r[2], token=int(r[3]), expires_at=float(r[4]))
+        return cls(
+            holder=r[1],
+            address=r[2],
+            token=int(r[3]),
+            expires_at=float(r[4]),
+            renewals=int(r[5]) if len(r) > 5 and r[5] is not None else 0,
+            ttl=float(r[6]) if len(r) > 6 and r[6] is not None else None,
+        )
 
 
 @dataclass(frozen=True)

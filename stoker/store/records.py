@@ -148,6 +148,16 @@ class AttemptRecord:
     # The application attempt whose driver made this attempt (None: the job's own driver).
     # It holds the job only while that is still the application's current attempt.
     app_attempt: AttemptNo | None = None
+    # How often the lease was renewed (claim and hold count), and the holder's TTL: what an
+    # observer times on its own monotonic clock (stoker.leases). None: a row of older code.
+    renewals: int = 0
+    lease_ttl: float | None = None
+
+    @property
+    def lease_seen(self) -> tuple[int, float]:
+        """What changes on every renewal: the counter, and the expiry that older code
+        renews alone. An observer that saw the same value for a whole TTL may take over."""
+        return (self.renewals, self.lease_expires_at)
 
     @classmethod
     def from_row(cls, r: Any) -> AttemptRecord:
@@ -162,6 +172,8 @@ class AttemptRecord:
             error=r[9],
             log_path=r[10],
             app_attempt=None if r[11] is None else AttemptNo(int(r[11])),
+            renewals=int(r[12]) if len(r) > 12 and r[12] is not None else 0,
+            lease_ttl=float(r[13]) if len(r) > 13 and r[13] is not None else None,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -41,15 +41,14 @@ class AttemptsMixin(SqlBase):
         log_path: str | None = None,
         leader: tuple[str, int] | None = None,
         app_attempt: AttemptNo | None = None,
+        lapsed: tuple[int, float] | None = None,
     ) -> AttemptRecord:
         ATTEMPTS.check(None, state)  # STARTING or RUNNING; before anything is written
         now = self.clock.now()
         with self._tx() as cur:
             if (
                 leader is not None
-                and not self._x(
-                    cur, "check_leader", holder=leader[0], token=leader[1], now=now
-                ).fetchone()
+                and not self._x(cur, "check_leader", holder=leader[0], token=leader[1]).fetchone()
             ):
                 raise NotLeader(f"leader lease {leader[1]} of {leader[0]} is no longer held")
             job = self._locked_job(cur, job_id)
@@ -72,12 +71,16 @@ class AttemptsMixin(SqlBase):
                 adopted = app_attempt is not None and (
                     prev.app_attempt is None or prev.app_attempt < app_attempt
                 )
-                if running and prev.lease_expires_at > now and not (previous_dead or adopted):
+                # Its lease lapsed only by the caller's own monotonic clock: it saw the row's
+                # renewals stand still for a whole TTL (stoker.leases), and they still do. No
+                # wall clock is compared: a step or a skew would kill a healthy holder.
+                gone = lapsed is not None and prev.lease_seen == tuple(lapsed)
+                if running and not (previous_dead or adopted or gone):
                     raise DuplicateJob(
                         job_id,
                         f"attempt {prev.attempt} runs as pid {prev.owner.pid} on "
-                        f"{prev.owner.host}, lease valid for "
-                        f"{prev.lease_expires_at - now:.1f}s",
+                        f"{prev.owner.host}, its lease renewed "
+                        + ("meanwhile" if lapsed is not None else "(not seen lapse)"),
                     )
                 if running:
                     # Whatever that process still does, it can no longer decide an epoch.
@@ -114,6 +117,7 @@ class AttemptsMixin(SqlBase):
                     state=str(state),
                     **owner_params(owner),
                     lease_expires_at=now + lease_ttl,
+                    lease_ttl=lease_ttl,
                     now=now,
                     log_path=log_path,
                     app_attempt=app_attempt,
@@ -177,6 +181,7 @@ class AttemptsMixin(SqlBase):
                     attempt=attempt,
                     **owner_params(owner),
                     lease_expires_at=now + lease_ttl,
+                    lease_ttl=lease_ttl,
                     from_state=str(current),
                 ).rowcount
             row = self._x(cur, "get_attempt", job_id=job_id, attempt=attempt).fetchone()
@@ -200,16 +205,12 @@ class AttemptsMixin(SqlBase):
                 attempt=attempt,
                 **owner_params(owner),
                 lease_expires_at=now + lease_ttl,
-                now=now,
+                lease_ttl=lease_ttl,
             ).rowcount
             row = self._x(cur, "get_attempt", job_id=job_id, attempt=attempt).fetchone()
         if n != 1 or row is None:
             rec = None if row is None else AttemptRecord.from_row(row)
-            why = (
-                "missing"
-                if rec is None
-                else f"{rec.state}, its lease lapsed or it is no longer the current attempt"
-            )
+            why = "missing" if rec is None else f"{rec.state} or no longer the current attempt"
             raise StaleAttempt(f"attempt {attempt} of job {job_id!r} cannot be held: it is {why}")
         return AttemptRecord.from_row(row)
 
@@ -338,7 +339,7 @@ class AttemptsMixin(SqlBase):
                 job_id=job_id,
                 attempt=attempt,
                 lease_expires_at=now + lease_ttl,
-                now=now,
+                lease_ttl=lease_ttl,
             ).rowcount
         return bool(n == 1)
 

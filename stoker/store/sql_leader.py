@@ -17,28 +17,42 @@ MANAGERS_FORGOTTEN_AFTER = 3600.0
 class LeaderMixin(SqlBase):
     """Implements :class:`stoker.store.protocols.fleet.LeaderStore`."""
 
-    def acquire_leadership(self, holder: str, address: str, ttl: float) -> LeaderLease | None:
-        """Take (or keep) the leader lease if it is free or ours; None if another holds it."""
+    def acquire_leadership(
+        self,
+        holder: str,
+        address: str,
+        ttl: float,
+        lapsed: tuple[str, int, int, float] | None = None,
+    ) -> LeaderLease | None:
+        """Take (or keep) the leader lease; None if another holds it.
+
+        It is taken when free (never held, or resigned), already ``holder``'s, or lapsed:
+        ``lapsed`` is the lease's :attr:`~stoker.store.LeaderLease.seen` that the caller saw
+        unchanged for a whole TTL on its own monotonic clock (stoker.leases), and the row, read
+        locked in this transaction, still shows it. No wall clock is compared: a clock step
+        or a skew between the managers' hosts hands nothing over."""
         now = self.clock.now()
         with self._tx() as cur:
-            self._x(cur, "insert_leader", holder=holder, address=address, expires_at=now + ttl)
             self._x(
-                cur,
-                "take_leader",
-                holder=holder,
-                address=address,
-                expires_at=now + ttl,
-                now=now,
+                cur, "insert_leader", holder=holder, address=address, expires_at=now + ttl, ttl=ttl
+            )
+            row = self._x(cur, "lock_leader").fetchone()
+            current = LeaderLease.from_row(row)
+            free = current.resigned or current.holder == holder
+            if not free and (lapsed is None or current.seen != tuple(lapsed)):
+                return None
+            self._x(
+                cur, "take_leader", holder=holder, address=address, expires_at=now + ttl, ttl=ttl
             )
             row = self._x(cur, "get_leader").fetchone()
         lease = LeaderLease.from_row(row)
-        return lease if lease.holder == holder and lease.expires_at > now else None
+        return lease if lease.holder == holder else None
 
     def renew_leadership(self, holder: str, token: int, ttl: float) -> bool:
         now = self.clock.now()
         with self._tx() as cur:
             n = self._x(
-                cur, "renew_leader", holder=holder, token=token, expires_at=now + ttl, now=now
+                cur, "renew_leader", holder=holder, token=token, expires_at=now + ttl, ttl=ttl
             ).rowcount
         return bool(n == 1)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from stoker.sources._fence import AttemptFence, owner_from_json, owner_to_json
 from stoker.sources._filelog import Entry, FileLog, FolderScan, list_folder
 from stoker.store import open_store
 from stoker.store.records import Owner
-from stoker.types import AttemptNo, JobId
+from stoker.types import AttemptNo, AttemptState, JobId
 
 S = 1_000 * 10**9  # 1000 s in ns
 
@@ -282,14 +281,22 @@ def test_two_appenders_race_and_the_stale_attempt_is_refused(tmp_path: Path) -> 
     assert log.repaired == [] and log.next_seq == 3 * n
 
 
-def test_the_fence_refuses_an_ended_attempt_or_a_lapsed_lease(tmp_path: Path) -> None:
+def test_the_fence_is_the_attempt_not_a_wall_clock(tmp_path: Path) -> None:
+    """The attempt number is the fence: an ended attempt's appends are refused. Its lease is
+    its driver's to judge on a monotonic clock; the fence once compared it with this process's
+    wall clock, and a clock step refused a healthy driver's appends."""
     db = tmp_path / "store.db"
     _old, new = _store_with_two_attempts(db)
-    AttemptFence(str(db), "j", new).check()  # current, RUNNING, leased
-    later = AttemptFence(str(db), "j", new, now=lambda: time.time() + 3600)
-    with pytest.raises(StaleAttempt, match="lease"):
-        later.check()
-    later.close()
+    fence = AttemptFence(str(db), "j", new)
+    fence.check()  # current, RUNNING
+    st = open_store(str(db))
+    try:
+        st.end_attempt(JobId("j"), AttemptNo(2), AttemptState.FAILED, "ended")
+    finally:
+        st.close()
+    with pytest.raises(StaleAttempt, match="FAILED"):
+        fence.check()
+    fence.close()
 
 
 # the look-back window -------------------------------------------------------------------------

@@ -27,7 +27,17 @@ PACKAGE = REPO / "stoker"
 
 # Shared leaf modules every layer may use.
 LEAVES = frozenset(
-    {"errors", "types", "clock", "settings", "redact", "restart", "scalespec", "logformat"}
+    {
+        "errors",
+        "types",
+        "clock",
+        "settings",
+        "redact",
+        "restart",
+        "scalespec",
+        "logformat",
+        "leases",
+    }
 )
 
 # Component -> the components it may import (besides itself and the leaves).
@@ -35,6 +45,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "types": frozenset(),
     "clock": frozenset(),
+    # Whether a lease lapsed, on an observer's monotonic clock: manager and runtime alike.
+    "leases": frozenset(),
     "settings": frozenset(),
     "paths": frozenset(),
     "redact": frozenset(),

@@ -179,7 +179,17 @@ class LeaderStore(Protocol):
     """Leadership among job managers: one lease with a growing token; and who the candidates
     are (a heartbeat per manager, shown to people, never deciding anything)."""
 
-    def acquire_leadership(self, holder: str, address: str, ttl: float) -> LeaderLease | None: ...
+    def acquire_leadership(
+        self,
+        holder: str,
+        address: str,
+        ttl: float,
+        lapsed: tuple[str, int, int, float] | None = None,
+    ) -> LeaderLease | None:
+        """Take or keep the lease: when free (never held, resigned), ours, or ``lapsed`` (the
+        lease's ``seen`` value, unchanged for a TTL by the caller's monotonic clock, and still
+        what the row shows). None if another holds it."""
+        ...
 
     def renew_leadership(self, holder: str, token: int, ttl: float) -> bool: ...
 

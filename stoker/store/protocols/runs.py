@@ -40,12 +40,16 @@ class AttemptStore(Protocol):
         log_path: str | None = None,
         leader: tuple[str, int] | None = None,
         app_attempt: AttemptNo | None = None,
+        lapsed: tuple[int, float] | None = None,
     ) -> AttemptRecord:
         """Make a new attempt the owner of the job.
 
         Succeeds only if the job's current attempt is still ``expected_current`` (compare and
-        swap) and that attempt has ended, its lease has expired, or the caller has seen its
-        process gone (``previous_dead``). The new attempt number is one higher.
+        swap) and that attempt has ended, the caller has seen its process gone
+        (``previous_dead``), or its lease lapsed: ``lapsed`` is the attempt's
+        :attr:`~stoker.store.AttemptRecord.lease_seen` that the caller saw unchanged for a whole
+        TTL on its own monotonic clock (:mod:`stoker.leases`), and the row still shows it. No
+        wall clock is compared. The new attempt number is one higher.
         Raises :class:`~stoker.errors.DuplicateJob` otherwise, and
         :class:`~stoker.errors.JobTerminal` for an ended job unless ``restart``.
         A job manager makes the attempt ``STARTING`` (its driver claims it) and passes its
@@ -73,7 +77,7 @@ class AttemptStore(Protocol):
         """A driver takes its STARTING attempt before its app is imported and Spark starts: it
         becomes the owner and renews the lease from then on; the attempt stays STARTING until
         :meth:`claim_attempt`. :class:`StaleAttempt` if the attempt is not the current one, not
-        STARTING, or its lease lapsed."""
+        STARTING (a job manager gave it up: it ends the attempt)."""
         ...
 
     def count_starting(self) -> int:
@@ -121,8 +125,10 @@ class AttemptStore(Protocol):
     def list_attempts(self, job_id: JobId) -> list[AttemptRecord]: ...
 
     def renew_lease(self, job_id: JobId, attempt: AttemptNo, lease_ttl: float) -> bool:
-        """Extend the lease; False when the attempt no longer owns the job or its lease lapsed,
-        or (an attempt with ``app_attempt``) its application attempt is no longer current."""
+        """Extend the lease (one more renewal counted); False when the attempt no longer owns
+        the job (ended, superseded), or (an attempt with ``app_attempt``) its application
+        attempt is no longer current. The holder judges its own lease on its monotonic clock
+        (:class:`~stoker.runtime.attempt.LeaseKeeper`); no wall clock is compared here."""
         ...
 
     def end_attempt(

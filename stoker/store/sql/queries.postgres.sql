@@ -23,7 +23,7 @@ WHERE job_id = :job_id AND epoch = :epoch AND state = :from_state
   AND EXISTS (
       SELECT 1 FROM jobs j JOIN attempts a ON a.job_id = j.job_id AND a.attempt = j.current_attempt
       WHERE j.job_id = :job_id AND j.current_attempt = :attempt
-        AND a.state = 'RUNNING' AND a.lease_expires_at > :now
+        AND a.state = 'RUNNING'
         AND (a.app_attempt IS NULL
              OR EXISTS (SELECT 1 FROM jobs p
                         WHERE p.job_id = j.app_id AND p.current_attempt = a.app_attempt))
@@ -32,7 +32,7 @@ WHERE job_id = :job_id AND epoch = :epoch AND state = :from_state
 -- name: lock_attempt
 -- Row lock: the attempt's state is read, checked against ATTEMPT_TRANSITIONS, then changed.
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
-       log_path, app_attempt
+       log_path, app_attempt, renewals, lease_ttl
 FROM attempts WHERE job_id = :job_id AND attempt = :attempt FOR UPDATE;
 
 -- name: lock_control_event
@@ -60,3 +60,8 @@ FROM clusters WHERE name = :name FOR UPDATE;
 SELECT rescale_id, job_id, at, kind, policy, mode, signals, from_executors, to_executors,
        workers, reason, status, in_use_at, error, sender
 FROM rescales WHERE rescale_id = :rescale_id FOR UPDATE;
+
+-- name: lock_leader
+-- Row lock: whether the lease may be taken is decided on the row as locked, then it is taken.
+SELECT name, holder, address, token, expires_at, renewals, ttl FROM leader_lease
+WHERE name = 'leader' FOR UPDATE;

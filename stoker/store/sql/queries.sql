@@ -110,27 +110,29 @@ WHERE job_id = :job_id AND current_attempt = :expected;
 
 -- name: insert_attempt
 INSERT INTO attempts (job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at,
-                      log_path, app_attempt)
+                      log_path, app_attempt, lease_ttl)
 VALUES (:job_id, :attempt, :state, :host, :pid, :pid_started, :lease_expires_at, :now, :log_path,
-        :app_attempt);
+        :app_attempt, :lease_ttl);
 
 -- name: get_attempt
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
-       log_path, app_attempt
+       log_path, app_attempt, renewals, lease_ttl
 FROM attempts WHERE job_id = :job_id AND attempt = :attempt;
 
 -- name: list_attempts
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
-       log_path, app_attempt
+       log_path, app_attempt, renewals, lease_ttl
 FROM attempts WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: renew_lease
 -- An attempt made by an application's driver renews only while that driver's attempt is still
 -- the application's current one: one statement, and no extra read for a job's own driver.
 -- A STARTING attempt renews too: its driver holds it while Spark comes up (hold_start).
-UPDATE attempts SET lease_expires_at = :lease_expires_at
+-- No wall-clock test: the attempt number is the fence, and whether a lease lapsed is judged by
+-- its observers on their own monotonic clocks from the renewals they see (migration 0018).
+UPDATE attempts SET lease_expires_at = :lease_expires_at, lease_ttl = :lease_ttl,
+                    renewals = renewals + 1
 WHERE job_id = :job_id AND attempt = :attempt AND state IN ('STARTING', 'RUNNING')
-  AND lease_expires_at > :now
   AND attempt = (SELECT current_attempt FROM jobs WHERE job_id = :job_id)
   AND (app_attempt IS NULL
        OR app_attempt = (SELECT p.current_attempt FROM jobs j JOIN jobs p ON p.job_id = j.app_id
@@ -138,7 +140,7 @@ WHERE job_id = :job_id AND attempt = :attempt AND state IN ('STARTING', 'RUNNING
 
 -- name: lock_attempt
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
-       log_path, app_attempt
+       log_path, app_attempt, renewals, lease_ttl
 FROM attempts WHERE job_id = :job_id AND attempt = :attempt;
 
 -- name: end_attempt
@@ -212,7 +214,7 @@ WHERE job_id = :job_id AND epoch = :epoch AND state = :from_state
   AND EXISTS (
       SELECT 1 FROM jobs j JOIN attempts a ON a.job_id = j.job_id AND a.attempt = j.current_attempt
       WHERE j.job_id = :job_id AND j.current_attempt = :attempt
-        AND a.state = 'RUNNING' AND a.lease_expires_at > :now
+        AND a.state = 'RUNNING'
         AND (a.app_attempt IS NULL
              OR EXISTS (SELECT 1 FROM jobs p
                         WHERE p.job_id = j.app_id AND p.current_attempt = a.app_attempt)));
@@ -238,7 +240,8 @@ FROM sink_txns WHERE job_id = :job_id AND state = :state ORDER BY epoch, sink, a
 -- name: claim_attempt
 -- A driver adopts the attempt the manager made for it: only while it is the current one.
 UPDATE attempts SET state = 'RUNNING', host = :host, pid = :pid, pid_started = :pid_started,
-                    lease_expires_at = :lease_expires_at
+                    lease_expires_at = :lease_expires_at, lease_ttl = :lease_ttl,
+                    renewals = renewals + 1
 WHERE job_id = :job_id AND attempt = :attempt AND state = :from_state
   AND attempt = (SELECT current_attempt FROM jobs WHERE job_id = :job_id);
 
@@ -247,8 +250,9 @@ WHERE job_id = :job_id AND attempt = :attempt AND state = :from_state
 -- Spark starts: its process is the owner, and it renews the lease from now on (it claims the
 -- attempt, -> RUNNING, once Spark is up). Only the current attempt, only while its lease holds.
 UPDATE attempts SET host = :host, pid = :pid, pid_started = :pid_started,
-                    lease_expires_at = :lease_expires_at
-WHERE job_id = :job_id AND attempt = :attempt AND state = 'STARTING' AND lease_expires_at > :now
+                    lease_expires_at = :lease_expires_at, lease_ttl = :lease_ttl,
+                    renewals = renewals + 1
+WHERE job_id = :job_id AND attempt = :attempt AND state = 'STARTING'
   AND attempt = (SELECT current_attempt FROM jobs WHERE job_id = :job_id);
 
 -- name: count_starting
@@ -271,31 +275,40 @@ UPDATE jobs SET failures = :failures, next_attempt_at = :next_attempt_at, update
 WHERE job_id = :job_id;
 
 -- name: get_leader
-SELECT name, holder, address, token, expires_at FROM leader_lease WHERE name = 'leader';
+SELECT name, holder, address, token, expires_at, renewals, ttl FROM leader_lease
+WHERE name = 'leader';
+
+-- name: lock_leader
+SELECT name, holder, address, token, expires_at, renewals, ttl FROM leader_lease
+WHERE name = 'leader';
 
 -- name: insert_leader
-INSERT INTO leader_lease (name, holder, address, token, expires_at)
-VALUES ('leader', :holder, :address, 1, :expires_at)
+INSERT INTO leader_lease (name, holder, address, token, expires_at, renewals, ttl)
+VALUES ('leader', :holder, :address, 1, :expires_at, 0, :ttl)
 ON CONFLICT (name) DO NOTHING;
 
 -- name: take_leader
--- Taken only when free (expired) or already ours; a new holder gets a higher token.
+-- Whether the lease may be taken (free, ours, or seen unrenewed for a whole TTL by the taker's
+-- own monotonic clock) is decided by the caller on the row it locked; a new holder gets a
+-- higher token.
 UPDATE leader_lease
 SET token = CASE WHEN holder = :holder THEN token ELSE token + 1 END,
-    holder = :holder, address = :address, expires_at = :expires_at
-WHERE name = 'leader' AND (expires_at <= :now OR holder = :holder);
+    holder = :holder, address = :address, expires_at = :expires_at, ttl = :ttl,
+    renewals = CASE WHEN holder = :holder AND renewals >= 0 THEN renewals + 1 ELSE 0 END
+WHERE name = 'leader';
 
 -- name: renew_leader
-UPDATE leader_lease SET expires_at = :expires_at
-WHERE name = 'leader' AND holder = :holder AND token = :token AND expires_at > :now;
+-- The token is the fence; no wall-clock test (migration 0018).
+UPDATE leader_lease SET expires_at = :expires_at, ttl = :ttl, renewals = renewals + 1
+WHERE name = 'leader' AND holder = :holder AND token = :token AND renewals >= 0;
 
 -- name: resign_leader
-UPDATE leader_lease SET expires_at = :now
+UPDATE leader_lease SET expires_at = :now, renewals = -1
 WHERE name = 'leader' AND holder = :holder AND token = :token;
 
 -- name: check_leader
 SELECT 1 FROM leader_lease
-WHERE name = 'leader' AND holder = :holder AND token = :token AND expires_at > :now;
+WHERE name = 'leader' AND holder = :holder AND token = :token AND renewals >= 0;
 
 -- name: heartbeat_manager
 -- Made on a manager's first heartbeat; started_at stays, seen_at moves on every one.
@@ -750,7 +763,7 @@ WHERE job_id = :job_id AND role = :role AND host = :host AND pid = :pid
 
 -- name: take_standby
 UPDATE standbys SET state = 'TAKEN', attempt = :attempt
-WHERE job_id = :job_id AND role = :role AND state = 'READY' AND lease_expires_at > :now;
+WHERE job_id = :job_id AND role = :role AND state = 'READY';
 
 -- name: remove_standby
 DELETE FROM standbys WHERE job_id = :job_id AND role = :role;

@@ -239,7 +239,7 @@ def test_a_job_attempt_under_an_old_application_attempt_is_refused(
     running_app(store)
     app_job(store)
     clock.advance(TTL)  # the driver's lease lapsed: the leader starts a new driver
-    store.start_attempt(APP, OWNER_B, TTL, expected_current=AttemptNo(1))
+    store.start_attempt(APP, OWNER_B, TTL, expected_current=AttemptNo(1), lapsed=_seen(store))
 
     with pytest.raises(StaleAttempt) as info:
         store.start_attempt(APP_JOB, OWNER, TTL, AttemptNo(0), app_attempt=AttemptNo(1))
@@ -301,7 +301,7 @@ def test_a_newer_application_attempt_supersedes_the_older_ones_job_attempt(
     app_job(store)
     old = store.start_attempt(APP_JOB, OWNER, LONG, AttemptNo(0), app_attempt=AttemptNo(1))
     clock.advance(TTL)
-    store.start_attempt(APP, OWNER_B, TTL, expected_current=AttemptNo(1))
+    store.start_attempt(APP, OWNER_B, TTL, expected_current=AttemptNo(1), lapsed=_seen(store))
 
     # The old job attempt's lease is still live: only the newer driver's claim ends it.
     new = store.start_attempt(APP_JOB, OWNER_B, TTL, AttemptNo(1), app_attempt=AttemptNo(2))
@@ -319,6 +319,7 @@ def test_a_newer_application_attempt_supersedes_the_older_ones_job_attempt(
         ended_at=now,
         error="superseded by a newer attempt",
         app_attempt=AttemptNo(1),
+        lease_ttl=LONG,
     )
     assert old.lease_expires_at > now
     assert store.get_job(APP_JOB).current_attempt == 2
@@ -355,7 +356,7 @@ def test_compare_and_swap_still_applies_under_an_application_attempt(
     app_job(store)
     store.start_attempt(APP_JOB, OWNER, LONG, AttemptNo(0), app_attempt=AttemptNo(1))
     clock.advance(TTL)
-    store.start_attempt(APP, OWNER_B, TTL, expected_current=AttemptNo(1))
+    store.start_attempt(APP, OWNER_B, TTL, expected_current=AttemptNo(1), lapsed=_seen(store))
 
     with pytest.raises(DuplicateJob, match="attempt 1 started meanwhile"):
         store.start_attempt(APP_JOB, OWNER_B, TTL, AttemptNo(0), app_attempt=AttemptNo(2))
@@ -411,7 +412,7 @@ def test_renew_and_decide_refused_once_the_application_attempt_was_replaced(
 ) -> None:
     att = _job_under_app_attempt_1(store)
     clock.advance(TTL)  # the driver's lease lapsed; the job attempt's has not
-    store.start_attempt(APP, OWNER_B, TTL, expected_current=AttemptNo(1))
+    store.start_attempt(APP, OWNER_B, TTL, expected_current=AttemptNo(1), lapsed=_seen(store))
     pinned = store.get_epoch(APP_JOB, Epoch(0))
 
     assert store.renew_lease(APP_JOB, att.attempt, LONG) is False
@@ -431,7 +432,7 @@ def test_the_new_application_attempts_job_attempt_decides_the_epoch(
 ) -> None:
     _job_under_app_attempt_1(store)
     clock.advance(TTL)
-    store.start_attempt(APP, OWNER_B, TTL, expected_current=AttemptNo(1))
+    store.start_attempt(APP, OWNER_B, TTL, expected_current=AttemptNo(1), lapsed=_seen(store))
     new = store.start_attempt(APP_JOB, OWNER_B, TTL, AttemptNo(1), app_attempt=AttemptNo(2))
 
     rec = store.decide_epoch(APP_JOB, Epoch(0), new.attempt, rows_in=3, final=False)
@@ -698,3 +699,10 @@ def test_restarting_an_ended_application_restarts_its_canceled_and_failed_jobs(
     assert store.get_job(elsewhere).state == JobState.CANCELED
     # A live application is returned as it is, its jobs untouched.
     assert store.restart_job(APP, APP_SPEC).state == JobState.RESTARTING
+
+
+def _seen(store: Store) -> tuple[int, float]:
+    """The application driver's lease as a leader saw it lapse (stoker.leases)."""
+    att = store.get_attempt(APP, AttemptNo(1))
+    assert att is not None
+    return att.lease_seen

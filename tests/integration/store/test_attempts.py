@@ -40,6 +40,7 @@ def test_first_attempt_is_number_one(store: Store) -> None:
         started_at=T0,
         ended_at=None,
         error=None,
+        lease_ttl=TTL,
     )
     job = store.get_job(JOB)
     assert (job.state, job.current_attempt) == (JobState.RUNNING, 1)
@@ -53,26 +54,47 @@ def test_start_attempt_of_unknown_job_raises_job_not_found(store: Store) -> None
         store.start_attempt(job_id("nope"), OWNER, TTL, expected_current=AttemptNo(0))
 
 
-def test_second_start_while_lease_is_live_is_a_duplicate(store: Store, clock: ManualClock) -> None:
+@pytest.mark.parametrize("wall", [TTL - 0.5, TTL + 600.0])
+def test_a_start_that_did_not_see_the_lease_lapse_is_a_duplicate(
+    store: Store, clock: ManualClock, wall: float
+) -> None:
+    """Whatever the wall clock says (here its lease "ended" 10 minutes ago: a clock step): the
+    store takes no attempt over unless the caller saw its lease unrenewed for a whole TTL."""
     first = running_job(store)
-    clock.advance(TTL - 0.5)
+    clock.step(wall)
 
     with pytest.raises(DuplicateJob) as info:
         store.start_attempt(JOB, OWNER_B, TTL, expected_current=AttemptNo(1))
 
     assert info.value.job_id == JOB
-    assert "attempt 1 runs as pid 101 on host-a, lease valid for 0.5s" in str(info.value)
+    assert "attempt 1 runs as pid 101 on host-a, its lease renewed" in str(info.value)
     assert store.list_attempts(JOB) == [first]
+    assert store.get_job(JOB).current_attempt == 1
+
+
+def test_a_lease_renewed_since_it_was_seen_is_not_taken_over(
+    store: Store, clock: ManualClock
+) -> None:
+    first = running_job(store)
+    clock.advance(TTL + 1)
+    assert store.renew_lease(JOB, AttemptNo(1), TTL)  # the holder woke up: renewed
+
+    with pytest.raises(DuplicateJob, match="its lease renewed meanwhile"):
+        store.start_attempt(
+            JOB, OWNER_B, TTL, expected_current=AttemptNo(1), lapsed=first.lease_seen
+        )
     assert store.get_job(JOB).current_attempt == 1
 
 
 def test_after_the_lease_lapses_a_new_attempt_supersedes_the_old(
     store: Store, clock: ManualClock
 ) -> None:
-    running_job(store)
-    clock.advance(TTL)  # lease_expires_at == now: lapsed
+    first = running_job(store)
+    clock.advance(TTL)  # seen unrenewed for a TTL by the caller (stoker.leases)
 
-    second = store.start_attempt(JOB, OWNER_B, TTL, expected_current=AttemptNo(1))
+    second = store.start_attempt(
+        JOB, OWNER_B, TTL, expected_current=AttemptNo(1), lapsed=first.lease_seen
+    )
 
     now = T0 + TTL
     assert second == AttemptRecord(
@@ -84,6 +106,7 @@ def test_after_the_lease_lapses_a_new_attempt_supersedes_the_old(
         started_at=now,
         ended_at=None,
         error=None,
+        lease_ttl=TTL,
     )
     assert store.list_attempts(JOB) == [
         AttemptRecord(
@@ -95,6 +118,7 @@ def test_after_the_lease_lapses_a_new_attempt_supersedes_the_old(
             started_at=T0,
             ended_at=now,
             error="superseded by a newer attempt",
+            lease_ttl=TTL,
         ),
         second,
     ]
@@ -186,15 +210,16 @@ def test_concurrent_start_attempt_has_exactly_one_winner(
     stores = [open_new() for _ in range(16)]
     stores[0].create_job(JOB, "orders", SPEC, CONFIG)
     expected = AttemptNo(0)
+    seen = None
     if situation == "lapsed lease":
-        stores[0].start_attempt(JOB, OWNER, TTL, expected_current=AttemptNo(0))
+        seen = stores[0].start_attempt(JOB, OWNER, TTL, expected_current=AttemptNo(0)).lease_seen
         clock.advance(TTL + 1)
         expected = AttemptNo(1)
 
     results = race(
         16,
         lambda i: stores[i].start_attempt(
-            JOB, Owner(f"host-{i}", 1000 + i, "boot"), TTL, expected_current=expected
+            JOB, Owner(f"host-{i}", 1000 + i, "boot"), TTL, expected_current=expected, lapsed=seen
         ),
     )
 
@@ -236,15 +261,19 @@ def test_renew_lease_fails_once_superseded(store: Store, clock: ManualClock) -> 
     assert store.renew_lease(JOB, AttemptNo(2), TTL) is True
 
 
-@pytest.mark.parametrize("past_expiry", [0.0, 0.25, 100.0])
-def test_renew_lease_fails_once_the_lease_lapsed(
-    store: Store, clock: ManualClock, past_expiry: float
+@pytest.mark.parametrize("step", [0.0, 0.25, 100.0, -600.0])
+def test_a_renewal_counts_whatever_the_wall_clock_says(
+    store: Store, clock: ManualClock, step: float
 ) -> None:
+    """A holder's renewal is refused only when it no longer owns the job: a wall clock stepped
+    past its expiry (or back) once made a healthy driver lose its lease."""
     first = running_job(store)
-    clock.advance(TTL + past_expiry)
+    clock.step(TTL + step)
 
-    assert store.renew_lease(JOB, AttemptNo(1), TTL) is False
-    assert store.get_attempt(JOB, AttemptNo(1)) == first
+    assert store.renew_lease(JOB, AttemptNo(1), TTL) is True
+    after = store.get_attempt(JOB, AttemptNo(1))
+    assert after is not None and after.renewals == first.renewals + 1
+    assert after.lease_seen != first.lease_seen  # what an observer sees change
 
 
 def test_renew_lease_fails_for_an_ended_attempt(store: Store) -> None:
@@ -287,9 +316,9 @@ def test_finish_attempt_ends_attempt_and_job_in_one_call(store: Store) -> None:
 def test_finish_attempt_leaves_the_job_of_a_newer_attempt_alone(
     store: Store, clock: ManualClock
 ) -> None:
-    running_job(store)
+    first = running_job(store)
     clock.advance(TTL + 1)
-    store.start_attempt(JOB, OWNER_B, TTL, expected_current=AttemptNo(1))
+    store.start_attempt(JOB, OWNER_B, TTL, expected_current=AttemptNo(1), lapsed=first.lease_seen)
 
     job = store.finish_attempt(JOB, AttemptNo(1), AttemptState.FAILED, JobState.FAILED, "late")
 

@@ -400,7 +400,7 @@ def test_a_replayed_pin_returns_the_same_applied_set(store: Store, clock: Manual
     # The attempt dies; meanwhile a newer event arrives; the next attempt replays epoch 0.
     newer = _add(store, ControlKind.CONFIG, _set(rate=3.0))
     clock.advance(TTL + 1)
-    store.start_attempt(JOB, OWNER_B, TTL, AttemptNo(1))
+    store.start_attempt(JOB, OWNER_B, TTL, AttemptNo(1), previous_dead=True)
     replay = store.pin_epoch(JOB, Epoch(0), AttemptNo(2), ControlVersion(2))
 
     assert replay == rec and replay.control_version == 1

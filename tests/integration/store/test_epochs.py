@@ -114,18 +114,24 @@ def test_decide_epoch_by_a_superseded_attempt_is_stale(store: Store, clock: Manu
     )
 
 
-@pytest.mark.parametrize("past_expiry", [0.0, 0.25, 100.0])
-def test_decide_epoch_after_the_lease_lapsed_is_stale(
-    store: Store, clock: ManualClock, past_expiry: float
+@pytest.mark.parametrize("step", [0.0, 0.25, 100.0, -600.0])
+def test_decide_is_fenced_by_the_attempt_not_by_a_wall_clock(
+    store: Store, clock: ManualClock, step: float
 ) -> None:
+    """The current attempt decides whatever the wall clock says (a step past its lease's
+    expiry once failed every epoch of a healthy driver); a superseded one never does. The
+    holder stops itself once its lease lapsed by its own monotonic clock (LeaseKeeper)."""
     running_job(store)
-    pinned = store.pin_epoch(JOB, Epoch(0), AttemptNo(1), ControlVersion(0))
-    clock.advance(TTL + past_expiry)
+    store.pin_epoch(JOB, Epoch(0), AttemptNo(1), ControlVersion(0))
+    store.pin_epoch(JOB, Epoch(1), AttemptNo(1), ControlVersion(0))
+    clock.step(TTL + step)
 
+    decided = store.decide_epoch(JOB, Epoch(0), AttemptNo(1), rows_in=42, final=False)
+    assert decided.state == EpochState.DECIDED
+
+    store.start_attempt(JOB, OWNER_B, TTL, expected_current=AttemptNo(1), previous_dead=True)
     with pytest.raises(StaleAttempt):
-        store.decide_epoch(JOB, Epoch(0), AttemptNo(1), rows_in=42, final=False)
-
-    assert store.get_epoch(JOB, Epoch(0)) == pinned
+        store.decide_epoch(JOB, Epoch(1), AttemptNo(1), rows_in=42, final=False)
 
 
 def test_decide_epoch_decided_by_another_attempt_is_stale(store: Store, clock: ManualClock) -> None:

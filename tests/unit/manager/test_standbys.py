@@ -153,6 +153,8 @@ def test_a_frozen_standby_is_stopped_and_not_handed_the_attempt(
     driver = _job(sup, tmp_path, procs)
     _ready_standby(sup, procs)
     store.renew_lease(JOB, AttemptNo(1), 60.0)  # the driver lives on
+    sup.step()  # the manager sees the standby's lease (stoker.leases)
+    store.renew_lease(JOB, AttemptNo(1), 60.0)
     clock.advance(11.0)  # the standby renewed nothing: frozen (SIGSTOP) or cut off
     sup.step()
     assert store.get_standby(JOB) is None

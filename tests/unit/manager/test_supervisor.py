@@ -62,6 +62,7 @@ def test_a_lapsed_lease_uses_up_a_restart_and_exhaustion_fails_the_job(tmp_path:
     spec = {**SPEC, "restart_strategy": {"strategy": "fixed-delay", "attempts": 1, "delay": 5}}
     store.create_job(jid, "lapsing", spec, {})
     store.start_attempt(jid, Owner("elsewhere", 4242, "x"), 10.0, AttemptNo(0))
+    sup.step()  # the supervisor sees the lease (stoker.leases)
     clock.advance(11)
     sup.step()
     job = store.get_job(jid)
@@ -72,6 +73,7 @@ def test_a_lapsed_lease_uses_up_a_restart_and_exhaustion_fails_the_job(tmp_path:
     )
     # The second attempt lapses too: the strategy allows one restart only.
     store.start_attempt(jid, Owner("elsewhere", 4243, "x"), 10.0, AttemptNo(1))
+    sup.step()  # the supervisor sees the lease (stoker.leases)
     clock.advance(11)
     sup.step()
     job = store.get_job(jid)
@@ -295,11 +297,13 @@ def test_a_failure_after_a_healthy_run_is_forgiven(sup: Supervisor, clock: Manua
     store, jid = sup.store, job_id("long-lived")
     spec = {**SPEC, "restart_strategy": {"strategy": "fixed-delay", "attempts": 1}}
     _running(store, jid, spec)
+    sup.step()  # the supervisor sees the lease (stoker.leases)
     clock.advance(11)
     sup.step()  # a quick failure: the one restart allowed
     assert store.get_job(jid).failures == 1
     for n in range(2, 6):  # each later attempt runs past reset_after (600 s), then lapses
         store.start_attempt(jid, Owner("elsewhere", 4242, "x"), 700.0, AttemptNo(n - 1))
+        sup.step()  # the supervisor sees the lease (stoker.leases)
         clock.advance(699)
         sup.step()  # still alive
         clock.advance(2)
@@ -307,6 +311,7 @@ def test_a_failure_after_a_healthy_run_is_forgiven(sup: Supervisor, clock: Manua
         job = store.get_job(jid)
         assert (job.state, job.failures) == (JobState.RESTARTING, 1)
     store.start_attempt(jid, Owner("elsewhere", 4242, "x"), 10.0, AttemptNo(5))
+    sup.step()  # the supervisor sees the lease (stoker.leases)
     clock.advance(11)  # a quick failure again: past the budget
     sup.step()
     assert store.get_job(jid).state == JobState.FAILED
@@ -322,6 +327,7 @@ def test_failure_rate_reads_the_failure_times_from_the_attempts(
         if n > 1:
             clock.advance(29)
             store.start_attempt(jid, Owner("elsewhere", 4242, "x"), 10.0, AttemptNo(n - 1))
+        sup.step()  # the supervisor sees the lease (stoker.leases)
         clock.advance(9)
         sup.step()  # lease still valid
         clock.advance(2)
@@ -329,6 +335,7 @@ def test_failure_rate_reads_the_failure_times_from_the_attempts(
         job = store.get_job(jid)
         assert (job.state, job.failures) == (JobState.RESTARTING, n)
     store.start_attempt(jid, Owner("elsewhere", 4242, "x"), 10.0, AttemptNo(5))
+    sup.step()  # the supervisor sees the lease (stoker.leases)
     clock.advance(11)  # the third failure within 60 s (51 s after the fourth)
     sup.step()
     assert store.get_job(jid).state == JobState.FAILED
@@ -396,6 +403,7 @@ def test_jobs_outliving_their_application_are_ended(tmp_path: Path, end: str) ->
     running = _in_app_job(store, app, "running", running=True)
     waiting = _in_app_job(store, app, "waiting", running=False)
     if end == "FAILED":
+        sup.step()  # the supervisor sees the lease (stoker.leases)
         clock.advance(11)  # the driver's lease lapsed; strategy none: the application fails
     elif end == "CANCELED":
         store.request_cancel(app)
@@ -533,6 +541,7 @@ def test_a_failed_attempts_processes_are_killed_and_seen_gone_before_the_next_st
         wait_for("the driver's group", lambda: len(group_pids(driver.pid)) == 2, 30)
         store.create_job(jid, "slow", {**SPEC, "entrypoint": str(app)}, {})
         store.start_attempt(jid, owner, 10.0, AttemptNo(0))
+        sup.step()  # the supervisor sees the lease (stoker.leases)
         clock.advance(11)  # its lease lapsed: a slow start
         sup.step()
         job = store.get_job(jid)

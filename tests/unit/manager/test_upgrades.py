@@ -303,6 +303,7 @@ def test_a_leader_that_dies_after_asking_the_old_driver_to_stop_leaves_the_swap_
     # The leader dies here (no resign); the old driver ends its attempt as asked.
     world.old_driver_stops()
     new = _sup(open_store(tmp_path / "store.db", clock), tmp_path, holder="manager-b")
+    new.step()  # a standby manager: it sees the leader's lease (stoker.leases)
     clock.advance(old.cfg.leader_ttl + 0.1)
     _handed(new, world, 2, StandbyRole.UPGRADE)
     up = store.get_upgrade("up-1")
