@@ -13,6 +13,13 @@ deleted) from one that is stopped, failed or between attempts with a decided epo
 for its recovery. An owner row therefore holds until the user releases it: the refusal says
 how (one ``DELETE``). The next uid to claim the released table rolls back what the old uid
 left prepared there (see :meth:`stoker.sinks.postgres.PostgresSink.open`).
+
+A restore from a savepoint hands the table over, as a files sink's marker is: the savepoint's
+job id's row is marked ``handed_to`` the restored job (:func:`hand_over`), which goes on with
+the same uid under its own id. The old job id is refused from then on (``validate``, ``open``,
+and a commit of a zombie), naming the job that took over: run again, it would write the
+epochs after the savepoint a second time. The column is added to an owner table that
+predates it when the first handover needs it; rows are read without naming it.
 """
 
 from __future__ import annotations
@@ -41,9 +48,10 @@ class TableOwner:
     claimed_at: datetime | None = None
     host: str = ""
     pid: int = 0
+    handed_to: str | None = None  # the job a restore handed this job id's rows over to
 
     def owned_by(self, owner: SinkOwner) -> bool:
-        return (self.job_id, self.uid) == (owner.job_id, owner.uid)
+        return (self.job_id, self.uid) == (owner.job_id, owner.uid) and self.handed_to is None
 
     def describe(self) -> str:
         when = f" at {self.claimed_at:%Y-%m-%d %H:%M:%S %Z}" if self.claimed_at else ""
@@ -87,7 +95,7 @@ def ensure_owners(conn: Any, table: tuple[str, str]) -> None:
         sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (table_name TEXT NOT NULL, job_id TEXT NOT NULL, "
             "uid TEXT NOT NULL, claimed_at TIMESTAMPTZ NOT NULL DEFAULT now(), "
-            "host TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL DEFAULT 0, "
+            "host TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL DEFAULT 0, handed_to TEXT, "
             "PRIMARY KEY (table_name, job_id))"
         ).format(_name(table)),
     )
@@ -108,8 +116,10 @@ def read_owner(
         ]
     ):
         return None
+    # ``handed_to`` through the row's JSON: an owner table made before the column reads too.
     query = sql.SQL(
-        "SELECT uid, claimed_at, host, pid FROM {} WHERE table_name = %s AND job_id = %s"
+        "SELECT uid, claimed_at, host, pid, to_jsonb(o) ->> 'handed_to' FROM {} o "
+        "WHERE table_name = %s AND job_id = %s"
     ).format(_name(table))
     try:
         row = conn.execute(query, (table[1], job_id)).fetchone()
@@ -117,7 +127,7 @@ def read_owner(
         return None
     if row is None:
         return None
-    return TableOwner(table, job_id, str(row[0]), row[1], str(row[2]), int(row[3]))
+    return TableOwner(table, job_id, str(row[0]), row[1], str(row[2]), int(row[3]), row[4])
 
 
 def claim(conn: Any, table: tuple[str, str], owner: SinkOwner) -> tuple[TableOwner, bool]:
@@ -139,9 +149,43 @@ def claim(conn: Any, table: tuple[str, str], owner: SinkOwner) -> tuple[TableOwn
     return row, won is not None
 
 
+def hand_over(conn: Any, table: tuple[str, str], previous: SinkOwner, to: SinkOwner) -> bool:
+    """Mark ``previous``'s owner row of ``table`` handed over to ``to``'s job (a restore from
+    ``previous``'s savepoint); whether a row was marked now (False: none of ``previous``'s,
+    or handed over already). Idempotent."""
+    from psycopg import sql
+
+    row = read_owner(conn, table, previous.job_id)
+    if row is None or row.uid != previous.uid or row.handed_to == to.job_id:
+        return False
+    # A short lock: the column is added only to an owner table made before it existed, and
+    # nothing holds that table in a prepared transaction (parts never touch it).
+    conn.execute("SET lock_timeout = '10s'")  # autocommit: for this connection
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS handed_to TEXT").format(_name(table))
+    )
+    n = conn.execute(
+        sql.SQL(
+            "UPDATE {} SET handed_to = %s WHERE table_name = %s AND job_id = %s AND uid = %s"
+        ).format(_name(table)),
+        (to.job_id, table[1], previous.job_id, previous.uid),
+    ).rowcount
+    return bool(n)
+
+
 def refusal(row: TableOwner, owner: SinkOwner) -> OwnedElsewhere:
-    """The error for ``owner`` finding its table written for its job id by another uid: who,
-    since when, and the ways out."""
+    """The error for ``owner`` finding its table written for its job id by another uid (or
+    handed over to another job by a restore): who, since when, and the ways out."""
+    if row.handed_to is not None and row.uid == owner.uid:
+        return OwnedElsewhere(
+            FIELD,
+            f"table {qualified(row.table)} was handed over from job {owner.job_id!r} to job "
+            f"{row.handed_to!r} by a restore from a savepoint of {owner.job_id!r}: job "
+            f"{row.handed_to!r} goes on writing it (the same uid, {owner.uid}), and this job "
+            "would write the epochs after the savepoint again. Run job "
+            f"{row.handed_to!r} instead; if it is gone for good and this job is to write the "
+            f"table again, release the row with: {row.release_sql()}",
+        )
     return OwnedElsewhere(
         FIELD,
         f"table {qualified(row.table)} is written for job {owner.job_id!r} by {row.describe()}; "
@@ -159,10 +203,14 @@ def check_still_owner(conn: Any, table: tuple[str, str], owner: SinkOwner) -> No
     this job opened it: what this job prepared may have been rolled back by the new owner."""
     row = read_owner(conn, table, owner.job_id, exists=True)
     if row is None or not row.owned_by(owner):
+        if row is None:
+            why = "was deleted (released)"
+        elif row.handed_to is not None:
+            why = f"was handed over to job {row.handed_to!r} by a restore from a savepoint"
+        else:
+            why = f"names {row.describe()}"
         raise SinkError(
             FIELD,
             f"table {qualified(table)} is no longer written for job {owner.job_id!r} by uid "
-            f"{owner.uid}: its owner row "
-            + ("was deleted (released)" if row is None else f"names {row.describe()}")
-            + "; nothing more is committed to it",
+            f"{owner.uid}: its owner row {why}; nothing more is committed to it",
         )
