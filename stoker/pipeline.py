@@ -237,11 +237,17 @@ class Pipeline:
             return check_with_schema(self.config_schema, self.config, values)
         return merge_config(self.config, values)
 
+    def _at_least_once(self) -> list[str]:
+        weak = [i.source for i in self.inputs if getattr(i.source, "at_least_once", False) is True]
+        return [src.describe() for src in weak]
+
     def spec(self) -> dict[str, Any]:
         """A JSON description of the pipeline, kept with the job."""
         return {
             "name": self.name,
             "sources": [i.source.describe() for i in self.inputs],
+            # Sources run without exactly once on purpose (sources.spark(at_least_once=True)).
+            **({"at_least_once_sources": weak} if (weak := self._at_least_once()) else {}),
             "sinks": [s.describe() for s in self.sinks],
             "config": self.config,
             "events": sorted(self.handlers),

@@ -105,6 +105,12 @@ def status_cmd(
     trigger = out.get("trigger_s", spec.get("trigger_s"))  # in force (a manager before: spec)
     if trigger is not None:
         click.echo(f"trigger    {float(trigger):g}s")
+    weak = spec.get("at_least_once_sources")
+    if weak:  # chosen with sources.spark(..., at_least_once=True)
+        click.echo(
+            "delivery   at least once, not exactly once: "
+            f"{', '.join(map(str, weak))} cannot replay an epoch after a crash"
+        )
     if spec.get("conf"):  # what the current attempt runs with (-D / "conf"), secrets hidden
         click.echo("conf       " + " ".join(f"{k}={v}" for k, v in sorted(spec["conf"].items())))
     given = given_config(spec)  # pipeline config given at submission

@@ -79,7 +79,18 @@ def generator(
 
 
 def spark(
-    format: str, options: dict[str, str] | None = None, schema: str | None = None
+    format: str,
+    options: dict[str, str] | None = None,
+    schema: str | None = None,
+    at_least_once: bool = False,
 ) -> SparkSource:
-    """One of Spark's own streaming sources (e.g. ``rate-micro-batch``, ``kafka``): unbounded."""
-    return SparkSource(format=format, options=dict(options or {}), schema=schema)
+    """One of Spark's own streaming sources (e.g. ``rate-micro-batch``, ``kafka``): unbounded.
+
+    A format that cannot replay an epoch after a crash (``socket``; any format not known to
+    replay, see :data:`stoker.sources.spark.REPLAYABLE`) is refused: exactly once is
+    impossible with it. ``at_least_once=True`` runs it anyway, without that guarantee (a
+    crash may lose or repeat the rows of the epoch in flight); the job's spec and
+    ``stoker status`` show it."""
+    return SparkSource(
+        format=format, options=dict(options or {}), schema=schema, at_least_once=at_least_once
+    )

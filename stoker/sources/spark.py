@@ -1,11 +1,19 @@
 """Any of Spark's own streaming sources (kafka, rate-micro-batch, ...), always unbounded.
 
+Exactly once needs a source that can replay: after a crash, Spark runs the epoch in flight
+again with the offsets its checkpoint logged, and the source must give the same rows for them.
+The formats known to do so are :data:`REPLAYABLE`; any other (``socket``, whose lines are gone
+once read, and a format stoker does not know) is refused when the pipeline is checked, unless
+the user takes at least once on purpose (``at_least_once=True``), which the job then shows (its
+spec's ``at_least_once_sources``, the source's description, ``stoker status``).
+
 Their backlog comes from the query's progress where the source reports one: Kafka's latest
 offsets (or its ``avgOffsetsBehindLatest`` metric), see :func:`kafka_backlog`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,23 +26,93 @@ if TYPE_CHECKING:
 
     from stoker.sources.base import SourceContext
 
+log = logging.getLogger("stoker.sources.spark")
+
+_FILES = "Spark's file source: each epoch's files are listed in the checkpoint and read again"
+# The formats Spark's file source reads (avro when its package is there).
+_FILE_FORMATS = [
+    "json",
+    "csv",
+    "parquet",
+    "orc",
+    "text",
+    "avro",
+    "xml",
+    "binaryfile",
+    "libsvm",
+    "image",
+]
+# Spark's format names (matched without case, as Spark matches them) that replay an epoch.
+REPLAYABLE: dict[str, str] = {
+    "rate": "its rows are a function of the offsets",
+    "rate-micro-batch": "its rows are a function of the offsets",
+    "kafka": "reads the logged offsets again (while the topic retains them)",
+    "delta": "reads the logged table versions again",
+    "iceberg": "reads the logged snapshots again",
+    **dict.fromkeys(_FILE_FORMATS, _FILES),
+}
+# Formats Spark (or stoker) ships that are refused, and why; any other unknown name is
+# refused as not known to replay.
+REFUSED: dict[str, str] = {
+    "socket": "it reads a TCP socket, which keeps nothing once read",
+    "console": "it is a sink, not a source",
+    "noop": "it is a sink, not a source",
+    "jdbc": "it has no streaming reader",
+    "hive": "it reads Hive tables only, not as a stream",
+    "statestore": "it reads a checkpoint's state as a batch, not as a stream",
+    "state-metadata": "it reads a checkpoint's state as a batch, not as a stream",
+    "stoker_files": "it is stoker's own: use sources.files(...)",
+    "stoker_generator": "it is stoker's own: use sources.generator(...)",
+}
+
+
+def replay_refusal(fmt: str) -> str | None:
+    """Why a Spark source of format ``fmt`` is refused for exactly once; None if it
+    replays."""
+    name = fmt.strip().lower()
+    if name in REPLAYABLE:
+        return None
+    why = REFUSED.get(name)
+    if why is None:
+        known = ", ".join(sorted(REPLAYABLE))
+        why = f"it is not known to replay (those that do: {known})"
+    return (
+        f"format {fmt!r} cannot replay an epoch after a crash ({why}), so exactly once is "
+        "impossible: a restart would commit the epoch again without the rows it read. Pass "
+        "at_least_once=True to sources.spark(...) to run it without that guarantee (the "
+        "job shows it), or read the data through a replayable source"
+    )
+
 
 @dataclass(frozen=True)
 class SparkSource:
-    """A built-in Spark streaming source given by format and options."""
+    """A built-in Spark streaming source given by format and options.
+
+    ``at_least_once``: run a format that cannot replay (see :data:`REPLAYABLE`), knowing that
+    a crash may lose or repeat the rows of the epoch in flight."""
 
     format: str
     options: dict[str, str] = field(default_factory=dict)
     schema: str | None = None
+    at_least_once: bool = False
 
     bounded = False
 
     def describe(self) -> str:
+        if self.at_least_once:
+            return f"spark({self.format!r}, at_least_once=True)"
         return f"spark({self.format!r})"
 
     def validate(self) -> None:
         if not self.format or not isinstance(self.format, str):
             raise InvalidSource("spark.format", "name a Spark streaming source format")
+        if not isinstance(self.at_least_once, bool):
+            raise InvalidSource(
+                "spark.at_least_once", f"must be True or False, got {self.at_least_once!r}"
+            )
+        refusal = replay_refusal(self.format)
+        if refusal is not None and not self.at_least_once:
+            raise InvalidSource("spark.format", refusal)
 
     def open(
         self,
@@ -43,6 +121,13 @@ class SparkSource:
         state_dir: Path,
         context: SourceContext | None = None,
     ) -> DataFrame:
+        if self.at_least_once and replay_refusal(self.format) is not None:
+            log.warning(
+                "source %s: %s runs at least once (at_least_once=True): it cannot replay an "
+                "epoch after a crash, so that epoch's rows may be lost or written twice",
+                sid,
+                self.describe(),
+            )
         reader = spark.readStream.format(self.format).options(**self.options)
         if self.schema:
             reader = reader.schema(self.schema)
