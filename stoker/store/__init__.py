@@ -17,6 +17,7 @@ from stoker.store.fleet_records import (
     StandbyRecord,
     UpgradeRecord,
 )
+from stoker.store.lineage_records import SavepointRestore
 from stoker.store.records import (
     AttemptRecord,
     ControlEvent,
@@ -45,6 +46,7 @@ __all__ = [
     "RecoveryHold",
     "RescaleRecord",
     "RetentionPolicy",
+    "SavepointRestore",
     "SinkTxn",
     "StandbyRecord",
     "Store",

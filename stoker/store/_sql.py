@@ -21,9 +21,20 @@ def _parse(text: str) -> dict[str, str]:
 
 @cache
 def queries(dialect: str) -> dict[str, str]:
-    """The named queries for ``dialect``: the shared file, overridden by the dialect's own."""
+    """The named queries for ``dialect``: the shared file and one file per concept under
+    ``queries/`` (a name defined twice is an error), overridden by the dialect's own."""
     root = resources.files("stoker.store") / "sql"
     q = _parse((root / "queries.sql").read_text())
+    concepts = root / "queries"
+    if concepts.is_dir():
+        for entry in sorted(concepts.iterdir(), key=lambda e: e.name):
+            if not entry.name.endswith(".sql"):
+                continue
+            more = _parse(entry.read_text())
+            twice = sorted(set(more) & set(q))
+            if twice:
+                raise ValueError(f"queries/{entry.name} defines {', '.join(twice)} again")
+            q.update(more)
     own = root / f"queries.{dialect}.sql"
     if own.is_file():
         q.update(_parse(own.read_text()))

@@ -19,6 +19,7 @@ from stoker.store.protocols.fleet import (
     UpgradeStore,
 )
 from stoker.store.protocols.jobs import ControlStore, JobStore
+from stoker.store.protocols.lineage import LineageStore
 from stoker.store.protocols.runs import (
     AttemptStore,
     EpochStore,
@@ -42,10 +43,12 @@ class Store(
     OperationStore,
     StandbyStore,
     UpgradeStore,
+    LineageStore,
     Protocol,
 ):
     """Durable metadata: jobs and applications, attempts, control versions, epochs, sink
-    transactions, clusters, scaling, operations, standby drivers, upgrades."""
+    transactions, clusters, scaling, operations, standby drivers, upgrades, and the restores
+    of savepoints (their lineage)."""
 
     url: str
     clock: Clock
