@@ -21,8 +21,9 @@ class LaunchContext:
     an application's driver), and read once by each of those calls.
 
     ``overrides``: the ``-D`` settings; ``job_id``, ``restart``, ``config``, ``from_savepoint``,
-    ``rewrite_output_after_savepoint``, ``reset_checkpoint``: the launcher's options for its
-    one job; ``attempt``: the attempt a job manager made for this driver (driver mode);
+    ``rewrite_output_after_savepoint``, ``fork``, ``ignore_unreachable_stores``,
+    ``reset_checkpoint``: the launcher's options for its one job; ``attempt``: the attempt a
+    job manager made for this driver (driver mode);
     ``collect``: ``stoker.run`` hands its pipeline back instead of running it;
     ``wanted_pipeline``: ``stoker run --pipeline NAME``, any other is refused; ``on_result``:
     called with the result of every job run; ``release_start``: a job manager's driver held
@@ -40,6 +41,8 @@ class LaunchContext:
     wanted_pipeline: str | None = None
     from_savepoint: str | None = None
     rewrite_output_after_savepoint: bool = False
+    fork: bool = False
+    ignore_unreachable_stores: bool = False
     reset_checkpoint: bool = False
     on_result: tuple[Callable[[Any], None], ...] = ()
     release_start: Callable[[], None] | None = None
@@ -59,6 +62,16 @@ class LaunchContext:
         ``STOKER_REWRITE_OUTPUT_AFTER_SAVEPOINT=1``) instead of refusing the restore."""
         return self.rewrite_output_after_savepoint or os.environ.get(REWRITE_OUTPUT_ENV) == "1"
 
+    def forks(self, job: Any = None) -> bool:
+        """Whether the launcher asked for a fork from the savepoint (``--fork``; a job manager's
+        driver: its job's spec, ``"fork": true`` when submitted)."""
+        return self.fork or bool(_spec_of(job).get(FORK_KEY))
+
+    def ignores_unreachable(self, job: Any = None) -> bool:
+        """Whether a store the lineage check cannot open is skipped with a warning
+        (``--ignore-unreachable-stores``; a job manager's driver: its job's spec)."""
+        return self.ignore_unreachable_stores or bool(_spec_of(job).get(IGNORE_KEY))
+
     def report(self, result: Any) -> None:
         for fn in self.on_result:
             fn(result)
@@ -68,6 +81,17 @@ class LaunchContext:
 # this environment variable; the CLI and in-process launchers set ``from_savepoint``.
 FROM_SAVEPOINT_ENV = "STOKER_FROM_SAVEPOINT"
 REWRITE_OUTPUT_ENV = "STOKER_REWRITE_OUTPUT_AFTER_SAVEPOINT"
+
+
+# A job manager's job submitted with these keeps them in its spec (stoker.manager.submit); its
+# drivers read them there (every attempt, a standby's too).
+FORK_KEY = "fork"
+IGNORE_KEY = "ignore_unreachable_stores"
+
+
+def _spec_of(job: Any) -> Mapping[str, Any]:
+    spec = getattr(job, "spec", None)
+    return spec if isinstance(spec, Mapping) else {}
 
 
 class Collected(BaseException):  # not an error: a way out of the user's main

@@ -8,16 +8,22 @@ e.g. an upgraded version of the code, exactly once across the switch.
 - a pipeline whose sources (count and kind, in order) or sinks (names and kinds) are not the
   savepoint's (a change of a stateful query that Spark refuses is Spark's error when the query
   starts);
-- a savepoint whose job has not ended (``savepoint --stop`` ends it) or whose outputs are
-  not resolved yet, unless it is this job; a job on a store that cannot be looked at;
+- what the savepoint's lineage forbids (:mod:`stoker.lineage`): a savepoint at its job's
+  final epoch; one restored before under its uid into another job (a ``fork`` takes a uid
+  and outputs of its own); another job of the uid live, unresolved or ahead on a shared
+  output; a savepoint's job that has not ended (``savepoint --stop`` ends it) or whose
+  outputs are not resolved yet, unless it is this very record; a store that cannot be
+  looked at (unless ``ignore_unreachable``). A start that resumes a restore is checked too;
 - a sink that already holds epochs after the savepoint's (its job went on after it), unless
   the user asks for their rows to be written again (``rewrite``; never a files sink).
 
-The checks of the old job and the outputs are :mod:`stoker.runtime.restore_checks`.
+The checks of the lineage and the outputs are :mod:`stoker.runtime.restore_checks`.
 
-:func:`restore` then copies the checkpoint and the source logs into the state folder, and hands
-the old job's outputs over: the new job adopts the savepoint's uid, and the owner markers of
-its files sinks name the new job. :func:`stoker.runtime.restore_control.carry_control` gives
+:func:`restore` then records the restore in the stores (the savepoint is consumed: its job's
+store and the new job's name the new job), copies the checkpoint and the source logs into the
+state folder, and hands the old job's outputs over: the new job adopts the savepoint's uid (a
+fork a new one), the owner markers of its files sinks and the owner rows of its PostgreSQL
+sinks name the new job. :func:`stoker.runtime.restore_control.carry_control` gives
 the new job the savepoint's
 control state (config overrides, rate limits, log levels, trigger; not a pause) as control
 events of its own, applied at its first epoch. The first epoch is the savepoint's + 1: Spark's
@@ -36,29 +42,32 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stoker import checkpoint_layout
+from stoker import lineage
 from stoker.errors import InvalidInput, JobNotFound
 from stoker.runtime import restore_checks
+from stoker.runtime.restore_copy import (
+    RESTORED,
+    install,
+    restored_from,
+    rewrite_log_folder,
+    write_atomic,
+)
 from stoker.runtime.savepoint import (
     FIELD,
-    fsync_tree,
-    input_shape,
     read_manifest,
     sink_shape,
     source_kind,
 )
 from stoker.sinks import descriptor_of
-from stoker.sinks._files_owner import MARKER, Claim, fsync_dir, read_claim
+from stoker.sinks._files_owner import MARKER, Claim, read_claim
 from stoker.sinks.base import SinkOwner
-from stoker.sources._control import CV
-from stoker.sources.base import parse_offset_line
+from stoker.store import open_store
 from stoker.types import Epoch, JobId
 
 if TYPE_CHECKING:
@@ -67,10 +76,6 @@ if TYPE_CHECKING:
     from stoker.store import JobRecord, Store
 
 log = logging.getLogger("stoker.savepoint")
-
-# In a state folder restored from a savepoint: which one (written before the checkpoint is
-# put in place, so a checkpoint next to it is that savepoint's, and a rerun resumes it).
-RESTORED = "_restored_from.json"
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,16 @@ class Restore:
     done: bool  # restored into this state folder before: the job resumes, nothing is copied
     rewrite: bool = False  # the user asked for output after the savepoint to be written again
     rewrites: tuple[str, ...] = ()  # what will be written again (for the log)
+    # The lineage as checked (fork, the stores it may skip, the sinks): recorded at restore.
+    start: lineage.Start | None = None
+
+    @property
+    def fork(self) -> bool:
+        return self.start is not None and self.start.fork
+
+    @property
+    def ignore_unreachable(self) -> bool:
+        return self.start is not None and self.start.ignore_unreachable
 
     @property
     def epoch(self) -> Epoch | None:
@@ -109,11 +124,20 @@ def check(
     store_url: str | Path,
     existing: JobRecord | None,
     rewrite: bool = False,
+    *,
+    fork: bool = False,
+    ignore_unreachable: bool = False,
 ) -> Restore:
     """Everything that can refuse a restore, before Spark starts and before anything is
     written: :class:`InvalidInput` naming ``from_savepoint`` and the problem. ``rewrite``:
-    output the savepoint's job wrote after the savepoint is written again, not refused."""
-    return _plan(Path(folder), root, jid, pipeline, str(store_url), existing, rewrite)
+    output the savepoint's job wrote after the savepoint is written again, not refused.
+    ``fork``: the job goes on under a uid of its own, to outputs of its own.
+    ``ignore_unreachable``: a store the lineage check cannot open is skipped with a warning
+    instead of refusing."""
+    return _plan(
+        Path(folder), root, jid, pipeline, str(store_url), existing, rewrite, fork,
+        ignore_unreachable,
+    )  # fmt: skip
 
 
 def savepoint_epoch(folder: str | Path) -> Epoch | None:
@@ -142,32 +166,45 @@ def restore(
     jid: JobId,
     pipeline: Pipeline,
     rewrite: bool = False,
+    *,
+    fork: bool = False,
+    ignore_unreachable: bool = False,
+    uid: str | None = None,
 ) -> Restored:
     """Restore the savepoint in ``folder`` into job ``jid``'s state folder ``root``.
 
-    Checks again (as :func:`check`, against the open store), then: the checkpoint (cut at the
-    savepoint's epoch, without the old job's control versions in its offsets, with a query
-    id of its own) and the source logs are copied into ``root``, and the outputs the old job
-    owned are handed over to the new one. A state folder restored from this savepoint before
-    is resumed as it is.
+    Checks again (as :func:`check`, against the open store), records the restore in the
+    stores (the savepoint's job's and this one), then: the checkpoint (cut at the savepoint's
+    epoch, without the old job's control versions in its offsets, with a query id of its own)
+    and the source logs are copied into ``root``, and the outputs the old job owned are handed
+    over to the new one. A state folder restored from this savepoint before is resumed as it
+    is. ``uid``: the one :func:`check` chose for a fork.
     """
     try:
         existing: JobRecord | None = store.get_job(jid)
     except JobNotFound:
         existing = None
-    plan = _plan(Path(folder), root, jid, pipeline, store.url, existing, rewrite)
+    plan = _plan(
+        Path(folder), root, jid, pipeline, store.url, existing, rewrite, fork,
+        ignore_unreachable, uid, store,
+    )  # fmt: skip
+    assert plan.start is not None
+    # The savepoint is consumed here, once every check passed, before anything is copied: a
+    # restore racing this one finds the row (or wrote it first, and this one is refused).
+    restore_checks.check_lineage(plan.start, store, record=True)
     copied = False
     if not plan.done:
         for line in plan.rewrites:
             log.warning("job %s: %s", jid, line)
-        _install(plan, root, pipeline)
+        install(plan, root, pipeline)
         copied = True
         log.info(
-            "job %s: restored from savepoint %s (job %s, epoch %s)",
+            "job %s: restored from savepoint %s (job %s, epoch %s)%s",
             jid,
             plan.folder,
             plan.previous.job_id,
             plan.epoch,
+            f", a fork under uid {plan.owner.uid}" if plan.fork else "",
         )
     _hand_over_outputs(plan, pipeline)
     return Restored(plan, copied)
@@ -181,19 +218,37 @@ def _plan(
     store_url: str,
     existing: JobRecord | None,
     rewrite: bool = False,
+    fork: bool = False,
+    ignore_unreachable: bool = False,
+    uid: str | None = None,
+    own: Store | None = None,
 ) -> Restore:
     folder = folder.resolve()
     manifest = read_manifest(folder)
     previous = SinkOwner(JobId(str(manifest["job_id"])), str(manifest["uid"]))
-    uid = existing.uid if existing is not None and existing.uid else previous.uid
-    owner = SinkOwner(jid, uid)
+    owner = SinkOwner(jid, _uid_of(existing, previous, fork, uid))
+    added, left = sink_changes(manifest, pipeline)
+    shared = tuple(s.name for s in pipeline.sinks if s.name not in added)
+    start = lineage.Start(
+        manifest, folder, jid, str(root), store_url, owner.uid, fork=fork,
+        sinks=lineage.sink_places(pipeline.sinks), shared=shared,
+        ignore_unreachable=ignore_unreachable,
+    )  # fmt: skip
     checkpoint = root / "checkpoint"
     if checkpoint.exists():
-        done = _restored_from(root)
+        done = restored_from(root)
         if done is not None and done.get("path") == str(folder):
             if existing is None and done.get("uid"):
                 owner = SinkOwner(jid, str(done["uid"]))
-            return Restore(folder, manifest, owner, previous, done=True, rewrite=rewrite)
+            # Resumed: the lineage is checked at every start, this one too (a job of its uid
+            # started since, the savepoint's job run again).
+            start = replace(
+                start, uid=owner.uid, fork=bool(done.get("fork")), resumed=True,
+                restored_at=done.get("restored_at"),
+                ignore_unreachable=ignore_unreachable or _ignored(done),
+            )  # fmt: skip
+            restore_checks.check_lineage(start, own)
+            return Restore(folder, manifest, owner, previous, True, rewrite, start=start)
         raise InvalidInput(
             FIELD,
             f"job {jid!r} has a checkpoint already ({str(checkpoint)!r}): a savepoint is "
@@ -206,7 +261,6 @@ def _plan(
             FIELD,
             f"the pipeline does not fit the savepoint {str(folder)!r}: " + "; ".join(problems),
         )
-    added, left = sink_changes(manifest, pipeline)
     for name in added:
         log.info("job %s: sink %r is new: it gets the epochs after the savepoint's", jid, name)
     for name in left:
@@ -216,13 +270,77 @@ def _plan(
             name,
             previous.job_id,
         )
-    shared = [s.name for s in pipeline.sinks if s.name not in added]
-    if previous.job_id != jid and shared:
-        # Outputs the old job wrote are handed over: it must be over with them first. A fork
-        # to outputs of its own needs nothing of the old job, whatever its state.
-        restore_checks.refuse_unsettled(previous, manifest, store_url, shared)
+    # The old job (whose outputs are handed over) must be over with them, and the savepoint
+    # must not have gone on in another job: refused before the outputs are looked at.
+    restore_checks.check_lineage(start, own)
     rewrites = restore_checks.outputs_ahead(manifest, folder, pipeline, previous, rewrite)
-    return Restore(folder, manifest, owner, previous, False, rewrite, rewrites)
+    return Restore(folder, manifest, owner, previous, False, rewrite, rewrites, start=start)
+
+
+def _ignored(note: dict[str, Any]) -> bool:
+    """Whether the restore recorded in ``note`` was told to skip the stores it could not open:
+    said once, for every later start of the job."""
+    return bool(note.get("ignore_unreachable_stores"))
+
+
+def _uid_of(existing: JobRecord | None, previous: SinkOwner, fork: bool, uid: str | None) -> str:
+    """The uid the restored job runs under: its record's; else the savepoint's (its outputs
+    go on), or a new one for a fork."""
+    if existing is not None and existing.uid:
+        if fork and existing.uid == previous.uid:
+            raise InvalidInput(
+                lineage.FORK_FIELD,
+                f"job {existing.job_id!r} exists under the savepoint's uid {previous.uid}: "
+                "a fork goes on under a uid of its own, so it needs a job id without a "
+                "record (or leave out --fork to go on with this one)",
+            )
+        return existing.uid
+    return (uid or uuid.uuid4().hex) if fork else previous.uid
+
+
+def check_plain_start(
+    root: Path,
+    jid: JobId,
+    pipeline: Pipeline,
+    store_url: str | Path,
+    existing: JobRecord,
+    ignore_unreachable: bool = False,
+) -> None:
+    """The lineage of a job started without a savepoint given (a resume, a restart):
+    refused when a savepoint of it went on in another job that writes its outputs; and a
+    job restored from a savepoint before (its state folder's note) is checked as a resumed
+    restore is, the savepoint's fields taken from the note when its folder is gone."""
+    st = open_store(store_url)  # the job is in it: it exists
+    try:
+        lineage.refuse_taken_over(st, existing, str(root), [s.name for s in pipeline.sinks])
+        note = restored_from(root)
+        if note is None or not (root / "checkpoint").exists():
+            return
+        folder = Path(str(note.get("path")))
+        manifest = note.get("manifest")
+        if not isinstance(manifest, dict):
+            try:
+                manifest = read_manifest(folder)
+            except InvalidInput as e:
+                log.warning(
+                    "job %s was restored from the savepoint %s, which cannot be read now (%s), "
+                    "by a version that kept no copy of its lineage: its lineage is not checked",
+                    jid,
+                    folder,
+                    e.message,
+                )
+                return
+        added, _left = sink_changes(manifest, pipeline)
+        start = lineage.Start(
+            manifest, folder, jid, str(root), st.url, existing.uid or str(note.get("uid")),
+            fork=bool(note.get("fork")), sinks=lineage.sink_places(pipeline.sinks),
+            shared=tuple(s.name for s in pipeline.sinks if s.name not in added), resumed=True,
+            restored_at=note.get("restored_at"),
+            ignore_unreachable=ignore_unreachable or _ignored(note),
+        )  # fmt: skip
+        restore_checks.check_lineage(start, st, record=True)
+    finally:
+        st.close()
 
 
 def shape_difference(manifest: dict[str, Any], pipeline: Pipeline) -> list[str]:
@@ -266,144 +384,25 @@ def _files_folder(sink: TwoPhaseSink) -> Path | None:
     return Path(str(d["path"])).resolve()
 
 
-def _restored_from(root: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((root / RESTORED).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _install(plan: Restore, root: Path, pipeline: Pipeline) -> None:
-    """Copy the savepoint into ``root``; the checkpoint's rename is the last step (a crash
-    before it leaves no checkpoint, and the next run restores again)."""
-    root.mkdir(parents=True, exist_ok=True)
-    tag = uuid.uuid4().hex[:8]
-    tmp_cp = root / f".checkpoint.restore-{tag}"
-    tmp_src = root / f".sources.restore-{tag}"
-    try:
-        shutil.copytree(plan.folder / "checkpoint", tmp_cp, symlinks=True)
-        checkpoint_layout.trim_logs(tmp_cp, plan.epoch)
-        _forget_versions(tmp_cp)
-        # The new job's query gets an id of its own (Spark refuses two active queries of one
-        # id in a session; listeners and the UI tell the jobs apart).
-        checkpoint_layout.set_query_id(tmp_cp, str(uuid.uuid4()))
-        sources = root / "sources"
-        if sources.exists():
-            shutil.rmtree(sources)  # a restore that crashed before its checkpoint was in place
-        if (plan.folder / "sources").is_dir():
-            shutil.copytree(
-                plan.folder / "sources",
-                tmp_src,
-                symlinks=True,
-                ignore=shutil.ignore_patterns("*.lock"),
-            )
-            _move_file_logs(plan.manifest, pipeline, tmp_src)
-            fsync_tree(tmp_src)
-            os.rename(tmp_src, sources)
-        fsync_tree(tmp_cp)
-        note = {
-            "path": str(plan.folder),
-            "job_id": plan.previous.job_id,
-            "uid": plan.owner.uid,
-            "epoch": plan.epoch,
-            "control_id": plan.manifest.get("control_id"),
-            "restored_at": time.time(),
-        }
-        _write_atomic(root / RESTORED, json.dumps(note, indent=2, sort_keys=True).encode())
-        os.rename(tmp_cp, root / "checkpoint")  # the restore's commit point
-        fsync_dir(root)
-    finally:
-        shutil.rmtree(tmp_cp, ignore_errors=True)
-        shutil.rmtree(tmp_src, ignore_errors=True)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def _forget_versions(checkpoint: Path) -> None:
-    """Take the old job's control versions (``cv``) out of the copied offsets.
-
-    They number another job's versions: a source reader of the new job would look them up in
-    its own (a pause planned from such a start). An offset without one is what a source
-    without a store writes; the new job's first epoch plans its offsets under its own.
-    Committed epochs are never run again, so nothing else reads these values.
-    """
-    for f in checkpoint_layout.batch_files(checkpoint / checkpoint_layout.OFFSETS):
-        lines = f.read_text().splitlines()
-        changed = False
-        for i in range(2, len(lines)):
-            off = parse_offset_line(lines[i])
-            if off is not None and CV in off:
-                del off[CV]
-                lines[i] = json.dumps(off)
-                changed = True
-        if changed:
-            checkpoint_layout.drop_log_file(f)
-            f.write_text("\n".join(lines))
-
-
-def _move_file_logs(manifest: dict[str, Any], pipeline: Pipeline, sources: Path) -> None:
-    """A file source that now reads another folder: its log's entries (files discovered and
-    not yet read, and those kept against duplicates) are rewritten to the same names there."""
-    old = {i.get("sid"): i.get("folder") for i in manifest.get("inputs") or []}
-    for item in input_shape(pipeline):
-        was, now = old.get(item["sid"]), item.get("folder")
-        if not was or not now or was == now:
-            continue
-        path = sources / f"{item['sid']}.files.jsonl"
-        if path.exists():
-            n = rewrite_log_folder(path, str(was), str(now))
-            log.info(
-                "source %s: input folder %s -> %s: %d entries of its log rewritten",
-                item["sid"],
-                was,
-                now,
-                n,
-            )
-
-
-def rewrite_log_folder(path: Path, was: str, now: str) -> int:
-    """Entries of the file log at ``path`` under folder ``was`` move to ``now``; how many.
-
-    A torn last line (no newline: never acknowledged) is kept as it is.
-    """
-    data = path.read_bytes()
-    body, sep, tail = data.rpartition(b"\n")
-    lines = body.split(b"\n") if sep else []
-    tail = tail if sep else data
-    prefix = was.rstrip("/") + "/"
-    n = 0
-    out = []
-    for line in lines:
-        try:
-            rec = json.loads(line) if line.strip() else None
-        except ValueError:
-            rec = None
-        p = rec.get("path") if isinstance(rec, dict) else None
-        if isinstance(rec, dict) and isinstance(p, str) and p.startswith(prefix):
-            rec["path"] = now.rstrip("/") + "/" + p[len(prefix) :]
-            line = json.dumps(rec).encode()
-            n += 1
-        out.append(line)
-    text = b"".join(line + b"\n" for line in out) + tail
-    _write_atomic(path, text)
-    return n
-
-
 def _hand_over_outputs(plan: Restore, pipeline: Pipeline) -> None:
-    """Files sinks whose owner marker names the savepoint's job now name the new job (same
-    uid, the new id). Idempotent: a marker that names the new job already is left alone."""
+    """The outputs the savepoint's job wrote, now the new job's (same uid, the new id): files
+    sinks' owner markers name the new job, and so do PostgreSQL sinks' owner rows (the old
+    job id's row is marked handed over: that job is refused at its next start). Idempotent:
+    what names the new job already is left alone."""
     if plan.previous == plan.owner:
         return
+    shared = plan.start.shared if plan.start is not None else ()
     for sink in pipeline.sinks:
+        hand_over = getattr(sink, "hand_over", None)
+        if callable(hand_over) and sink.name in shared:
+            if hand_over(plan.previous, plan.owner):
+                log.info(
+                    "%s: handed over from job %s to job %s",
+                    sink.name,
+                    plan.previous.job_id,
+                    plan.owner.job_id,
+                )
+            continue
         out = _files_folder(sink)
         if out is None:
             continue
@@ -417,7 +416,7 @@ def _hand_over_outputs(plan: Restore, pipeline: Pipeline) -> None:
             host=claim.host,
             pid=os.getpid(),
         )
-        _write_atomic(out / MARKER, json.dumps(mine.to_json(), sort_keys=True).encode())
+        write_atomic(out / MARKER, json.dumps(mine.to_json(), sort_keys=True).encode())
         log.info(
             "%s: output folder handed over from job %s to job %s",
             sink.name,
@@ -431,6 +430,7 @@ __all__ = [
     "Restore",
     "Restored",
     "check",
+    "check_plain_start",
     "restore",
     "rewrite_log_folder",
     "shape_difference",

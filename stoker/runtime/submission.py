@@ -43,6 +43,8 @@ SETTINGS = frozenset(
         "spark",
         "from_savepoint",
         "rewrite_output_after_savepoint",
+        "fork",
+        "ignore_unreachable_stores",
     }
 )
 

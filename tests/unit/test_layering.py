@@ -63,9 +63,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     # The manager's token file: made by the service, read by the CLI.
     "tokens": frozenset({"procs"}),
     "store": frozenset({"control"}),
+    # Savepoint lineage over the stores (which job each savepoint went on in): checked by the
+    # runtime's restore and by a job manager's submission, so Spark-free.
+    "lineage": frozenset({"store", "checkpoint_layout"}),
     "procs": frozenset({"store"}),
     "client": frozenset(),
-    "manager": frozenset({"store", "procs", "paths", "control", "checkpoint_layout"}),
+    "manager": frozenset({"store", "procs", "paths", "control", "checkpoint_layout", "lineage"}),
     # The scaler acts through the job manager's clusters and the store.
     "scaling": frozenset({"manager", "store", "procs", "paths", "control"}),
     "server": frozenset({"manager", "store", "procs", "paths", "control"}),
@@ -90,6 +93,7 @@ ALLOWED: dict[str, frozenset[str]] = {
             "testing",
             "control",
             "checkpoint_layout",
+            "lineage",
         }
     ),
 }
@@ -110,6 +114,7 @@ SPARK_FREE = [
     "scalespec",
     "service",
     "checkpoint_layout",
+    "lineage",
     "tokens",
 ]
 

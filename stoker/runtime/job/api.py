@@ -38,6 +38,8 @@ def run(
     from_savepoint: str | Path | None = None,
     rewrite_output_after_savepoint: bool = False,
     reset_checkpoint: bool = False,
+    fork: bool = False,
+    ignore_unreachable_stores: bool = False,
 ) -> JobResult:
     """Run ``pipeline`` as a job until it ends; blocking.
 
@@ -61,6 +63,15 @@ def run(
     ``--stop``) is refused when a sink holds that later output, naming the sink and the
     epochs; ``rewrite_output_after_savepoint=True`` starts it anyway, and the rows of those
     epochs are written to such sinks again (a files sink is refused even then).
+
+    A savepoint goes on in one job: restored once under its uid, a second restore is refused
+    naming the first job, and so is any start that would write the same epochs after it as
+    another job of its lineage (:mod:`stoker.lineage`). ``fork=True`` starts it anyway under a
+    uid of its own, once the earlier restores have ended with their outputs resolved, to
+    outputs of its own (a sink that writes the savepoint's job's or an earlier restore's is
+    refused). A store the check must read and cannot open (the savepoint's job's SQLite file
+    on another host, a PostgreSQL store that is down) refuses the start, naming it;
+    ``ignore_unreachable_stores=True`` starts without it, with a warning.
 
     A job whose checkpoint has lost epochs its store decided (the folder wiped, another
     host's) is refused (:class:`~stoker.errors.CheckpointBehind`): Spark would number them
@@ -87,6 +98,8 @@ def run(
         from_savepoint=from_savepoint,
         rewrite_output_after_savepoint=rewrite_output_after_savepoint,
         reset_checkpoint=reset_checkpoint,
+        fork=fork,
+        ignore_unreachable_stores=ignore_unreachable_stores,
     )
     if application.through_gate() is not None:  # an application standby waits there
         return submission.submit_options(pipeline, opts, None, ctx).wait()

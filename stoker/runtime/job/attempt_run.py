@@ -159,13 +159,17 @@ class AttemptRun:
                 # Before the query starts (and before the sinks open): the checkpoint, the
                 # source logs and the outputs become this job's. Checked again against the
                 # open store.
+                checked = plan.restoring
                 self.restored = restore.restore(
-                    plan.restoring.folder,
+                    checked.folder,
                     self.root,
                     st,
                     jid,
                     self.pipeline,
-                    plan.restoring.rewrite,
+                    checked.rewrite,
+                    fork=checked.fork,
+                    ignore_unreachable=checked.ignore_unreachable,
+                    uid=checked.owner.uid,
                 )
                 self.owner = self.restored.owner
         except BaseException:

@@ -73,6 +73,10 @@ class RunOptions:
     from_savepoint: str | Path | None = None
     # Output the savepoint's job wrote after the savepoint is written again (not refused).
     rewrite_output_after_savepoint: bool = False
+    # A start from a savepoint under a uid of its own, to outputs of its own (stoker.lineage).
+    fork: bool = False
+    # A store the lineage check cannot open is skipped with a warning, not a refusal.
+    ignore_unreachable_stores: bool = False
     config: Mapping[str, Any] | None = None  # pipeline config given (submit's ``config=``)
     # Start over when the checkpoint has lost epochs the store decided (lost_checkpoint.py).
     reset_checkpoint: bool = False
@@ -245,15 +249,17 @@ def plan_job(
         raise JobTerminal(jid, str(existing.state))  # before Spark starts: fast
     from_savepoint = opts.from_savepoint
     rewrite = opts.rewrite_output_after_savepoint
+    fork, ignore = opts.fork, opts.ignore_unreachable_stores
     if from_savepoint is None and not in_app:  # the launcher's folder is for its one job
         from_savepoint = ctx.savepoint()
         rewrite = rewrite or ctx.rewrites_output()
-    if rewrite and from_savepoint is None:
-        raise InvalidInput(
-            "rewrite_output_after_savepoint",
-            "is given without from_savepoint: it only says what a start from a savepoint "
-            "may do with output its job wrote after the savepoint",
-        )
+        fork, ignore = fork or ctx.forks(existing), ignore or ctx.ignores_unreachable(existing)
+    for flag, name in ((rewrite, "rewrite_output_after_savepoint"), (fork, "fork")):
+        if flag and from_savepoint is None:
+            raise InvalidInput(
+                name,
+                "is given without from_savepoint: it only says how a job starts from a savepoint",
+            )
     if from_savepoint is not None and reset_checkpoint:
         raise InvalidInput(
             "--reset-checkpoint",
@@ -274,7 +280,10 @@ def plan_job(
                 raise replace(gap, restoring=True).refusal()
         # Not a savepoint, another shape, its job still live or unresolved, output after it:
         # refused before Spark starts.
-        restoring = restore.check(from_savepoint, root, jid, pipeline, store_url, existing, rewrite)
+        restoring = restore.check(
+            from_savepoint, root, jid, pipeline, store_url, existing, rewrite,
+            fork=fork, ignore_unreachable=ignore,
+        )  # fmt: skip
         owner = restoring.owner
         if existing is not None:
             # A job of this id with epochs after the savepoint's (it went on after it, or was
@@ -285,6 +294,10 @@ def plan_job(
             if gap is not None:
                 raise replace(gap, restoring=True).refusal()
     else:
+        if existing is not None:
+            # A savepoint of this job restored into another job that took its outputs over;
+            # this job restored from a savepoint, its lineage: refused before Spark starts.
+            restore.check_plain_start(root, jid, pipeline, store_url, existing, ignore)
         owner = SinkOwner(jid, (existing.uid if existing else None) or uuid.uuid4().hex)
         gap = None if existing is None else gap_in(store_url, existing, root / "checkpoint")
         if gap is not None and not reset_checkpoint:
