@@ -40,6 +40,8 @@ def submit_and_follow(
     restart_strategy: dict[str, Any] | None = None,
     scaling: str | None = None,
     standby: bool = False,
+    fork: bool = False,
+    ignore_unreachable_stores: bool = False,
 ) -> int:
     """Submit; unless ``detached``, print state changes and committed epochs until the job
     ends. Ctrl-C detaches: the job keeps running under the manager."""
@@ -56,6 +58,8 @@ def submit_and_follow(
         restart_strategy=restart_strategy,
         scaling=scaling,
         standby=standby,
+        fork=fork,
+        ignore_unreachable_stores=ignore_unreachable_stores,
     )
     jid = sub.job_id
     click.echo(f"job {jid}: {submitted(sub.outcome, sub.job['state'])}", err=True)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from stoker.cli._common import STORE_ENV, STORE_FILE_ENV, guarded, need_server, server_opts
+from stoker.cli._savepoint_options import check_savepoint_flags, savepoint_options
 from stoker.errors import InvalidInput, JobSuspended
 from stoker.paths import check_app_path
 from stoker.redact import redact_answer, redact_url
@@ -77,23 +78,7 @@ if TYPE_CHECKING:
     "beginning, its sinks written as a new job's. Does nothing to a job whose checkpoint is "
     "whole.",
 )
-@click.option(
-    "--from-savepoint",
-    "from_savepoint",
-    default=None,
-    type=click.Path(),
-    metavar="DIR",
-    help="Start the job from a savepoint folder (stoker savepoint JOB [--stop]): a new job id "
-    "(or one without a checkpoint) going on from the savepoint's epoch, exactly once.",
-)
-@click.option(
-    "--rewrite-output-after-savepoint",
-    "rewrite_output",
-    is_flag=True,
-    help="With --from-savepoint: when the savepoint's job went on after the savepoint and a "
-    "sink holds that later output, start anyway and write the rows of those epochs to it "
-    "again (without it the start is refused, naming the sink and the epochs).",
-)
+@savepoint_options
 @click.option(
     "-D",
     "defines",
@@ -154,6 +139,8 @@ def run_cmd(
     reset_checkpoint: bool,
     from_savepoint: str | None,
     rewrite_output: bool,
+    fork: bool,
+    ignore_unreachable_stores: bool,
     defines: tuple[str, ...],
     config_pairs: tuple[str, ...],
     pipeline_name: str | None,
@@ -195,6 +182,8 @@ def run_cmd(
             "--config": bool(config),
             "--from-savepoint": from_savepoint is not None,
             "--rewrite-output-after-savepoint": rewrite_output,
+            "--fork": fork,
+            "--ignore-unreachable-stores": ignore_unreachable_stores,
             "--reset-checkpoint": reset_checkpoint,
             "--restart-strategy": strategy is not None,
             "--scaling": scaling is not None,
@@ -225,12 +214,7 @@ def run_cmd(
                 standby=standby,
             )
         )
-    if rewrite_output and from_savepoint is None:
-        raise InvalidInput(
-            "--rewrite-output-after-savepoint",
-            "is given without --from-savepoint: it says what a start from a savepoint may do "
-            "with output the savepoint's job wrote after the savepoint",
-        )
+    check_savepoint_flags(from_savepoint, rewrite_output=rewrite_output, fork=fork)
     if job_id is not None:
         _job_id(job_id)
     if server:
@@ -253,6 +237,8 @@ def run_cmd(
                 restart_strategy=strategy,
                 scaling=scaling,
                 standby=standby,
+                fork=fork,
+                ignore_unreachable_stores=ignore_unreachable_stores,
             )
         )
     # The one place the command line reaches the runtime (and so Spark): a local run.
@@ -268,6 +254,8 @@ def run_cmd(
         config=dict(config),
         from_savepoint=str(from_savepoint) if from_savepoint else None,
         rewrite_output_after_savepoint=rewrite_output,
+        fork=fork,
+        ignore_unreachable_stores=ignore_unreachable_stores,
         reset_checkpoint=reset_checkpoint,
     )
     _setup_logging(quiet, log_format)
@@ -347,6 +335,8 @@ MODE_OPTIONS: dict[str, tuple[frozenset[str], str]] = {
     "--config": (frozenset({LOCAL, SERVER}), _ONE_JOB),
     "--from-savepoint": (frozenset({LOCAL, SERVER}), _ONE_JOB),
     "--rewrite-output-after-savepoint": (frozenset({LOCAL, SERVER}), _ONE_JOB),
+    "--fork": (frozenset({LOCAL, SERVER}), _ONE_JOB),
+    "--ignore-unreachable-stores": (frozenset({LOCAL, SERVER}), _ONE_JOB),
     # A job manager's submissions do not carry it: its attempts would each start over.
     "--reset-checkpoint": (
         frozenset({LOCAL}),

@@ -89,6 +89,10 @@ class SubmittedApplication:
         return str(self.app["app_id"])
 
 
+# The flags a submission carries only when set (specs stored before each existed stay equal).
+_FLAGS = ("rewrite_output_after_savepoint", "fork", "ignore_unreachable_stores", "standby")
+
+
 class Client(OperationCalls):
     """Calls one job manager at ``url``; ``token`` (if any) goes with every call.
 
@@ -139,11 +143,14 @@ class Client(OperationCalls):
         scaling: str | Mapping[str, Any] | None = None,
         rewrite_output_after_savepoint: bool = False,
         standby: bool = False,
+        fork: bool = False,
+        ignore_unreachable_stores: bool = False,
     ) -> Submitted:
         """``POST /v1/jobs``: run the application file ``entrypoint`` (a path on the manager's
         host) as a job. ``job_id`` defaults to the name of the Pipeline the file defines.
         ``scaling``: ``"fixed"`` (default), ``"reactive"``, ``"auto:min=1,max=4,..."`` or the
-        same as an object. ``standby``: keep a warm standby driver for the job.
+        same as an object. ``standby``: keep a warm standby driver for the job. ``fork``,
+        ``ignore_unreachable_stores``: how a job starts ``from_savepoint`` (``stoker.run``).
 
         Submitting a job's id again with the same spec answers ``duplicate``, live or ended
         (safe to retry); an ended job is run again from its checkpoint only with
@@ -163,12 +170,10 @@ class Client(OperationCalls):
             body["config"] = dict(config)
         if from_savepoint:
             body["from_savepoint"] = from_savepoint
-        if rewrite_output_after_savepoint:
-            body["rewrite_output_after_savepoint"] = True
+        flags = (rewrite_output_after_savepoint, fork, ignore_unreachable_stores, standby)
+        body.update({k: True for k, on in zip(_FLAGS, flags, strict=True) if on})
         if scaling is not None:
             body["scaling"] = scaling if isinstance(scaling, str) else dict(scaling)
-        if standby:
-            body["standby"] = True
         resp = self._call("POST", "/v1/jobs", json=body)
         job = dict(resp.json())
         outcome = (

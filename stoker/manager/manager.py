@@ -65,6 +65,8 @@ class JobManager:
         scaling: Any = None,
         rewrite_output_after_savepoint: bool = False,
         standby: bool = False,
+        fork: bool = False,
+        ignore_unreachable_stores: bool = False,
     ) -> SubmitResult:
         """Create the job, or return the live one; never a second live instance
         (:meth:`JobSubmissions.submit`)."""
@@ -80,6 +82,8 @@ class JobManager:
             scaling,
             rewrite_output_after_savepoint,
             standby,
+            fork,
+            ignore_unreachable_stores,
         )
 
     async def submit_async(
@@ -95,6 +99,8 @@ class JobManager:
         scaling: Any = None,
         rewrite_output_after_savepoint: bool = False,
         standby: bool = False,
+        fork: bool = False,
+        ignore_unreachable_stores: bool = False,
     ) -> SubmitResult:
         """:meth:`submit` for an event loop: the insert joins the next group commit
         (:meth:`JobSubmissions.submit_async`)."""
@@ -110,6 +116,8 @@ class JobManager:
             scaling,
             rewrite_output_after_savepoint,
             standby,
+            fork,
+            ignore_unreachable_stores,
         )
 
     def submitted_view(self, job: JobRecord) -> dict[str, Any]:

@@ -10,13 +10,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import InvalidInput, JobConflict, JobTerminal
+from stoker.errors import InvalidInput, JobConflict, JobNotFound, JobTerminal
 from stoker.manager import rescales
 from stoker.manager.appinspect import inspect_app
 from stoker.manager.batch import CreateBatcher
 from stoker.manager.state import keep_max_parallelism
 from stoker.manager.submit import (
     ASSIGNED_STATE_DIR,
+    check_savepoint_lineage,
     check_savepoint_source,
     savepoint_uid,
     spec_difference,
@@ -64,6 +65,8 @@ class JobSubmissions:
         scaling: Any = None,
         rewrite_output_after_savepoint: bool = False,
         standby: bool = False,
+        fork: bool = False,
+        ignore_unreachable_stores: bool = False,
     ) -> SubmitResult:
         """Create the job, or return the live one; never a second live instance.
 
@@ -82,7 +85,13 @@ class JobSubmissions:
             scaling,
             rewrite_output_after_savepoint,
             standby,
+            fork,
+            ignore_unreachable_stores,
         )
+        if spec.get("from_savepoint") and not self._exists(name):
+            # A job about to be made from a savepoint: what its lineage refuses without the
+            # pipeline is refused here (422), not by its driver after it was made.
+            check_savepoint_lineage(self.store, spec, name)
         job, created = self.store.create_job(name, name, spec, start, uid=savepoint_uid(spec))
         return settle(self.store, name, spec, job, created, restart)
 
@@ -99,6 +108,8 @@ class JobSubmissions:
         scaling: Any = None,
         rewrite_output_after_savepoint: bool = False,
         standby: bool = False,
+        fork: bool = False,
+        ignore_unreachable_stores: bool = False,
     ) -> SubmitResult:
         """:meth:`submit` for an event loop: the insert joins the next group commit.
 
@@ -122,6 +133,8 @@ class JobSubmissions:
                 scaling,
                 rewrite_output_after_savepoint,
                 standby,
+                fork,
+                ignore_unreachable_stores,
             )
         name, spec, start = self._plan(
             jid,
@@ -152,6 +165,8 @@ class JobSubmissions:
         scaling: Any = None,
         rewrite_output_after_savepoint: bool = False,
         standby: bool = False,
+        fork: bool = False,
+        ignore_unreachable_stores: bool = False,
     ) -> tuple[JobId, dict[str, Any], dict[str, Any]]:
         """The job's id, spec and starting config, every field checked; nothing is written.
 
@@ -172,8 +187,13 @@ class JobSubmissions:
             sub = replace(
                 sub, from_savepoint=check_savepoint_source(from_savepoint, self.allowed_dirs)
             )
-        if rewrite_output_after_savepoint:
-            sub = replace(sub, rewrite_output_after_savepoint=True)
+        if rewrite_output_after_savepoint or fork or ignore_unreachable_stores:
+            sub = replace(
+                sub,
+                rewrite_output_after_savepoint=rewrite_output_after_savepoint,
+                fork=fork,
+                ignore_unreachable_stores=ignore_unreachable_stores,
+            )
             sub.check_rewrite()
         if standby:
             check_standby_master(sub.conf, standalone=True)
@@ -192,6 +212,13 @@ class JobSubmissions:
         # failed over from an empty checkpoint.
         spec[ASSIGNED_STATE_DIR] = str(self.jobs_dir / name)
         return name, spec, start
+
+    def _exists(self, jid: JobId) -> bool:
+        try:
+            self.store.get_job(jid)
+        except JobNotFound:
+            return False
+        return True
 
     def submitted_view(self, job: JobRecord) -> dict[str, Any]:
         """A submitted job as ``POST /v1/jobs`` answers it: its record and its scaling (its

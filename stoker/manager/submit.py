@@ -8,13 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stoker import lineage
 from stoker.errors import InvalidInput
 from stoker.manager.state import max_parallelism_of
 from stoker.paths import check_app_path
 from stoker.restart import DEFAULT_STRATEGY, FORMER_DEFAULT, parse_strategy
 from stoker.scalespec import ScalingSpec, parse_scaling
 from stoker.settings import Settings
-from stoker.types import SpecKind
+from stoker.store import Store
+from stoker.types import JobId, SpecKind
 
 
 @dataclass(frozen=True)
@@ -29,17 +31,22 @@ class Submission:
     from_savepoint: str | None = None  # a savepoint folder the job starts from (checked)
     # Output the savepoint's job wrote after it is written again rather than refused.
     rewrite_output_after_savepoint: bool = False
+    # A fork of the savepoint (a uid and outputs of its own), and a start that skips a store
+    # the lineage check cannot open: kept in the spec, where every driver of the job reads them.
+    fork: bool = False
+    ignore_unreachable_stores: bool = False
     scaling: ScalingSpec | None = None  # checked; None: fixed (the default)
     standby: bool = False  # a warm standby driver kept beside the running one (issue 24)
 
     def check_rewrite(self) -> None:
-        """``rewrite_output_after_savepoint`` only goes with ``from_savepoint``."""
-        if self.rewrite_output_after_savepoint and not self.from_savepoint:
-            raise InvalidInput(
-                "rewrite_output_after_savepoint",
-                "is given without from_savepoint: it says what a start from a savepoint may "
-                "do with output the savepoint's job wrote after the savepoint",
-            )
+        """``rewrite_output_after_savepoint`` and ``fork`` only go with ``from_savepoint``
+        (``ignore_unreachable_stores`` also serves a restored job's later starts)."""
+        for name in (REWRITE_KEY, FORK_KEY):
+            if getattr(self, name) and not self.from_savepoint:
+                raise InvalidInput(
+                    name,
+                    "is given without from_savepoint: it says how a job starts from a savepoint",
+                )
 
     def spec(self) -> dict[str, Any]:
         """The job's spec as stored; two submissions are the same job iff their specs match."""
@@ -54,8 +61,9 @@ class Submission:
             out["config"] = dict(sorted(self.config.items()))
         if self.from_savepoint:
             out["from_savepoint"] = self.from_savepoint
-        if self.rewrite_output_after_savepoint:  # absent when not given: older specs stay equal
-            out["rewrite_output_after_savepoint"] = True
+        for name in (REWRITE_KEY, FORK_KEY, IGNORE_KEY):
+            if getattr(self, name):  # absent when not given: older specs stay equal
+                out[name] = True
         if self.standby:  # absent when not asked for: older specs stay equal
             out["standby"] = True
         scaling = scaling_spec_entry(self.scaling)
@@ -82,6 +90,11 @@ def scaling_spec_entry(scaling: ScalingSpec | None) -> dict[str, Any] | None:
 
 
 SAVEPOINT_MANIFEST = "_savepoint.json"  # stoker.runtime.savepoint.MANIFEST (no Spark here)
+# A submission's options of a start from a savepoint, as its spec keeps them: the driver reads
+# FORK_KEY and IGNORE_KEY there (stoker.runtime.launch), REWRITE_KEY from its environment.
+REWRITE_KEY = "rewrite_output_after_savepoint"
+FORK_KEY = lineage.FORK_FIELD
+IGNORE_KEY = lineage.IGNORE_FIELD
 
 
 def check_allowed(path: Path, given: str, allowed_dirs: Sequence[Path], field: str) -> None:
@@ -121,6 +134,38 @@ def check_savepoint_source(folder: str, allowed_dirs: list[Path]) -> str:
     return str(path)
 
 
+def check_savepoint_lineage(store: Store, spec: dict[str, Any], jid: JobId) -> None:
+    """What the lineage refuses of a job about to be made from a savepoint, that needs no
+    pipeline (:mod:`stoker.lineage`): a savepoint at its job's final epoch, one restored
+    before under its uid (without ``fork``), a fork whose savepoint's earlier restores have
+    not ended resolved, a store that cannot be opened: :class:`InvalidInput` (HTTP 422),
+    nothing written. The driver checks the rest (the sinks, the savepoint's job) and records
+    the restore."""
+    import json
+
+    folder = Path(str(spec["from_savepoint"]))
+    try:
+        manifest = json.loads((folder / SAVEPOINT_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return  # checked when submitted; the driver reports it if it went since
+    fork = bool(spec.get(FORK_KEY))
+    start = lineage.Start(
+        manifest,
+        folder,
+        jid,
+        str(spec.get(ASSIGNED_STATE_DIR) or ""),
+        store.url,
+        "" if fork else str(manifest.get("uid")),
+        fork=fork,
+        ignore_unreachable=bool(spec.get(IGNORE_KEY)),
+    )
+    stores = lineage.Stores(store.url, start.ignore_unreachable, own=store)
+    try:
+        lineage.check(start, stores)
+    finally:
+        stores.close()
+
+
 def savepoint_uid(spec: dict[str, Any]) -> str | None:
     """The uid of the job whose savepoint ``spec`` starts from (None: not a restore, or a
     manifest without one). A restored job goes on with that job's outputs, which its sinks know
@@ -129,8 +174,8 @@ def savepoint_uid(spec: dict[str, Any]) -> str | None:
     import json
 
     folder = spec.get("from_savepoint")
-    if not folder:
-        return None
+    if not folder or spec.get(FORK_KEY):
+        return None  # a fork: a uid of its own
     try:
         manifest = json.loads((Path(folder) / SAVEPOINT_MANIFEST).read_text())
     except (OSError, ValueError):

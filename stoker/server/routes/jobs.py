@@ -86,6 +86,20 @@ class SubmitBody(BaseModel):
         "holds that later output, start anyway and write the rows of those epochs again "
         "(without it the driver refuses the start, naming the sink and the epochs).",
     )
+    fork: bool = Field(
+        False,
+        description="With from_savepoint: start a fork, under a uid of its own, to outputs of "
+        "its own (a sink writing the savepoint's job's or an earlier restore's is refused). A "
+        "savepoint goes on under its uid once: restored before, it is refused without this, "
+        "and with it until the earlier restores have ended with their outputs resolved.",
+    )
+    ignore_unreachable_stores: bool = Field(
+        False,
+        description="A store the lineage check of a start from a savepoint (and of a restored "
+        "job's later starts) must read and cannot open (the savepoint's job's, an earlier "
+        "restore's) is skipped with a warning instead of refusing the start (422 naming it). "
+        "Only when that job is known to be over.",
+    )
     scaling: Any = scaling_field(SCALING_HELP)
     standby: bool = Field(
         False,
@@ -126,6 +140,8 @@ async def submit(body: SubmitBody, ctx: Ctx) -> JSONResponse:
             scaling=body.scaling,
             rewrite_output_after_savepoint=body.rewrite_output_after_savepoint,
             standby=body.standby,
+            fork=body.fork,
+            ignore_unreachable_stores=body.ignore_unreachable_stores,
         )
     finally:
         ctx.submit_latency.observe(time.perf_counter() - t0)

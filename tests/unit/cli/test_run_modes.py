@@ -21,6 +21,8 @@ VALUES: dict[str, str | None] = {
     "--config": "k=1",
     "--from-savepoint": "/nowhere",
     "--rewrite-output-after-savepoint": "arg",  # a flag: the value is an app argument
+    "--fork": None,  # a flag: no value
+    "--ignore-unreachable-stores": None,  # a flag: no value
     "--reset-checkpoint": None,  # a flag: no value
     "--restart-strategy": "{}",
     "--scaling": "fixed",

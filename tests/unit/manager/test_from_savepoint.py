@@ -115,3 +115,86 @@ def test_the_manager_url_env_is_the_one_the_runtime_reads() -> None:
     from stoker.runtime.job import result
 
     assert result.MANAGER_URL_ENV == processes.MANAGER_URL_ENV
+
+
+def test_fork_and_ignore_go_with_a_savepoint_into_the_spec_where_the_driver_reads_them(
+    tmp_path: Path,
+) -> None:
+    from types import SimpleNamespace
+
+    from stoker.manager.submit import FORK_KEY, IGNORE_KEY, Submission, savepoint_uid
+    from stoker.runtime import launch
+
+    assert (launch.FORK_KEY, launch.IGNORE_KEY) == (FORK_KEY, IGNORE_KEY)
+    app = tmp_path / "app.py"
+    sp = tmp_path / "sp"
+    sp.mkdir()
+    (sp / "_savepoint.json").write_text(json.dumps({"format": 1, "job_id": "a", "uid": "u1"}))
+    sub = Submission(app, from_savepoint=str(sp), fork=True, ignore_unreachable_stores=True)
+    sub.check_rewrite()
+    spec = sub.spec()
+    assert spec[FORK_KEY] is True and spec[IGNORE_KEY] is True
+    assert savepoint_uid(spec) is None  # a fork: a fresh uid, not the savepoint's
+    assert savepoint_uid(Submission(app, from_savepoint=str(sp)).spec()) == "u1"
+    with pytest.raises(InvalidInput) as e:
+        Submission(app, fork=True).check_rewrite()
+    assert e.value.field == "fork" and "from_savepoint" in str(e.value)
+    Submission(app, ignore_unreachable_stores=True).check_rewrite()  # a restored job's resume
+    job = SimpleNamespace(spec=spec)
+    ctx = launch.LaunchContext()
+    assert ctx.forks(job) and ctx.ignores_unreachable(job)
+    assert not ctx.forks(SimpleNamespace(spec={})) and not ctx.forks(None)
+
+
+def test_a_savepoint_restored_before_is_refused_at_submission_with_422_naming_the_job(
+    tmp_path: Path,
+) -> None:
+    """What the lineage refuses without the pipeline is refused when the job is submitted
+    (issue 40 item 1: a refused restore is a 4xx, and changes nothing), not by its driver
+    after the job was made."""
+    from fastapi.testclient import TestClient
+
+    from stoker.manager import JobManager
+    from stoker.server import create_app
+    from stoker.store import SavepointRestore, open_store
+    from stoker.types import JobId, JobState
+
+    app_file = tmp_path / "app.py"
+    app_file.write_text("")
+    sp = tmp_path / "sp"
+    (sp / "checkpoint").mkdir(parents=True)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    manifest = {"format": 1, "job_id": "a", "epoch": 3, "uid": "u1", "control_id": "c1"}
+    (sp / "_savepoint.json").write_text(json.dumps({**manifest, "store": url}))
+    store = open_store(url)
+    try:
+        # Restored into job b before (b's driver recorded it), b still running.
+        store.create_job(JobId("b"), "b", {}, {}, uid="u1")
+        store.set_job_state(JobId("b"), JobState.RUNNING)
+        store.record_restore(
+            SavepointRestore(
+                savepoint="a/u1/c1", uid="u1", job_id=JobId("b"), store=url,
+                state_dir=str(tmp_path / "jobs" / "b"), from_job_id=JobId("a"),
+                from_uid="u1", epoch=3, path=str(sp), fork=False, sinks=(), restored_at=1.0,
+            )  # type: ignore[arg-type]
+        )  # fmt: skip
+        manager = JobManager(store, tmp_path / "state", [tmp_path])
+        body = {"job_id": "c", "entrypoint": str(app_file), "from_savepoint": str(sp)}
+        with TestClient(create_app(manager)) as client:
+            r = client.post("/v1/jobs", json=body)
+            assert r.status_code == 422, r.text
+            said = r.json()["error"]
+            assert "was restored before into job 'b'" in said and "--fork" in said, said
+            # A fork waits for b to end.
+            r = client.post("/v1/jobs", json={**body, "fork": True})
+            assert r.status_code == 422 and "is still RUNNING" in r.json()["error"], r.text
+            assert [j.job_id for j in store.list_jobs()] == ["b"]  # nothing made
+            store.set_job_state(JobId("b"), JobState.FAILED)
+            store.set_resolved(JobId("b"))
+            r = client.post("/v1/jobs", json={**body, "fork": True})
+            assert r.status_code == 201, r.text
+        manager.close()
+        c = store.get_job(JobId("c"))
+        assert c.uid and c.uid != "u1" and c.spec["fork"] is True
+    finally:
+        store.close()
