@@ -103,6 +103,7 @@ def test_the_migration_seeds_the_counts_from_existing_rows(
     _raw_exec(
         store_url,
         "DROP TABLE counters",
+        "DROP TABLE savepoint_restores",  # migration 19, re-applied with 4
         *(f"ALTER TABLE attempts DROP COLUMN {c}" for c in ("renewals", "lease_ttl")),  # 18
         *(f"ALTER TABLE leader_lease DROP COLUMN {c}" for c in ("renewals", "ttl")),  # likewise
         "DROP TABLE upgrades",  # migration 17, re-applied with 4
