@@ -15,7 +15,14 @@ import click
 
 from stoker import tokens
 from stoker.cli.terminal import clean
-from stoker.errors import InvalidInput, JobNotFound, StokerError, Unauthorized, exit_code
+from stoker.errors import (
+    InvalidInput,
+    JobNotFound,
+    JobSuspended,
+    StokerError,
+    Unauthorized,
+    exit_code,
+)
 from stoker.types import job_id as _job_id
 
 # A message longer than this (a Java stack trace folded into an error) is cut on the one line.
@@ -61,6 +68,11 @@ def _hint(err: BaseException) -> str:
 
 
 def _fail(err: BaseException) -> None:
+    if isinstance(err, JobSuspended):
+        # A graceful stop by a signal is what was asked for, not an error (issue 41 item 6):
+        # one plain line, and the exit code that says "suspended, run it again" (13).
+        click.echo(f"stoker: {clean(one_line(str(err)))}", err=True)
+        sys.exit(exit_code(err))
     if debug_enabled():
         traceback.print_exception(err, file=sys.stderr)
     if isinstance(err, StokerError):

@@ -43,3 +43,6 @@ def test_sigterm_inside_an_exec_while_importing_exits_13(tmp_path: Path) -> None
     text = out.decode(errors="replace")
     assert proc.returncode == 13, f"rc {proc.returncode}: {text[-2000:]}"
     assert "stopped by a signal while starting" in text, text[-2000:]
+    # A graceful stop is not an error (issue 41 item 6): a plain line, no "stoker: error:".
+    assert "stoker: stopped by a signal while starting" in text, text[-2000:]
+    assert "error" not in text, text[-2000:]
