@@ -102,6 +102,17 @@ def _mask_urls(text: str) -> str:
     return _splice(text, cuts)
 
 
+# Plurals of the secret words, bare: in prose ("declared keys: rate, window", "tokens: 2")
+# they introduce a list of names, not a secret's value (issue 41 item 6).
+_PROSE_WORDS = frozenset(f"{w}s" for w in SECRET_WORDS)
+
+
+def _is_prose(key: str, eq: str) -> bool:
+    """Whether ``key`` before the separator ``eq`` is a word of prose, not a key: a plural
+    secret word alone followed by ':' (``keys: a, b``)."""
+    return eq.strip() == ":" and key.lower() in _PROSE_WORDS
+
+
 def _mask_pairs(text: str) -> str:
     """Each secret-looking ``key=value`` or ``key: value`` with its value masked; linear: each
     key run is matched whole (possessive) and the scan goes on after it."""
@@ -109,7 +120,8 @@ def _mask_pairs(text: str) -> str:
     at = 0
     while (m := _PAIR.search(text, at)) is not None:
         at = m.end()
-        if m.group("eq") is None or not is_secret_key(m.group("key")):
+        eq, key = m.group("eq"), m.group("key")
+        if eq is None or not is_secret_key(key) or _is_prose(key, eq):
             continue
         value = _PAIR_VALUE.match(text, m.end())
         if value is None:

@@ -147,3 +147,23 @@ def test_redaction_is_linear_on_adversarial_strings() -> None:
     assert redact_text("a." * 10_000 + " password=hunter2").endswith("password=***")
     tail = redact_text("'k': '" * 1_000 + " {'token': 'abc'}")
     assert "abc" not in tail and tail.endswith("{'token': '***'}")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A 422 for a config value (issue 41 item 6): the declared keys were shown as ***.
+        "config.rate: expects integer (like its default 5), got string 'x' "
+        "(declared keys: rate, window)",
+        "unknown key 'x'; keys: min, max",
+        "secrets: none found; tokens: 2",
+    ],
+)
+def test_the_word_key_in_prose_is_not_a_secret(text: str) -> None:
+    assert redact_text(text) == text
+
+
+def test_a_secret_looking_pair_is_still_hidden_next_to_prose() -> None:
+    assert redact_text("declared keys: rate; key: abc password=pw") == (
+        "declared keys: rate; key: *** password=***"
+    )
