@@ -12,7 +12,13 @@ PostgreSQL's prepared transactions and the process table, as a user or an operat
   REJECTED pause or config in effect;
 - no process of the run left behind (on a cluster: no executor of the run once its driver
   ended; the runner then stops the cluster and checks that nothing of it is left);
-- nothing else the runner found on the way (:attr:`Run.problems`).
+- nothing else the runner found on the way (:attr:`Run.problems`);
+- after a wall-clock step or skew (``clock_step``, ``clock_skew``), whose leases are judged
+  on each observer's monotonic clock: no attempt of any job ended with its lease expired (or
+  lapsed), and no manager lost the leader lease, unless a fault that freezes or kills a
+  driver, a manager or the store was injected too; and when every fault injected was a clock
+  fault or one that fails nothing (control events, files arriving), no failure counted for
+  any job and no attempt FAILED.
 """
 
 from __future__ import annotations
@@ -70,6 +76,67 @@ def processes_of(marker: str) -> list[int]:
     return found
 
 
+CLOCK_FAULTS = {"clock_step", "clock_skew"}
+# Faults that stop a lease's renewals for real: a driver or manager frozen or killed, the
+# store's server down. After any of them an attempt may rightly end with its lease expired.
+LEASE_BREAKERS = {
+    "driver_stall",
+    "jvm_stall",
+    "driver_kill",
+    "checkpoint_lost",
+    "leader_kill",
+    "manager_stall",
+    "standby_kill",
+    "standby_stall",
+    "pg_down",
+}
+# Faults that fail no attempt: with only these and clock faults, no failure may be counted.
+QUIET = CLOCK_FAULTS | {
+    "pause",
+    "config",
+    "rate_limit",
+    "trigger",
+    "log_level",
+    "checkpoint",
+    "event",
+    "savepoint",
+    "files_arrive",
+}
+LEASE_ENDED = ("the lease of attempt", "lease of attempt")  # reconciler; the driver's fence
+
+
+def _check_clocks(run: Run, v: Verdict) -> None:
+    """What a wall-clock step must not change (issue 39 item 1): see the module's doc."""
+    done = {k for k, n in run.injected.items() if n}
+    if not done & CLOCK_FAULTS or done & LEASE_BREAKERS:
+        return
+    quiet = done <= QUIET
+
+    def look(st: Any) -> list[tuple[str, int, list[Any]]]:
+        return [(j, int(st.get_job(j).failures), st.list_attempts(j)) for j in run.jobs]
+
+    seen = run.read(look)
+    if seen is None:
+        v.add("store: the attempts could not be read at the end")
+        return
+    for jid, failures, attempts in seen:
+        for a in attempts:
+            if a.error and any(s in a.error for s in LEASE_ENDED):
+                v.add(
+                    f"clock: attempt {a.attempt} of {jid} ended with its lease gone after "
+                    f"clock faults only ({sorted(done)}): {a.error}"
+                )
+            elif quiet and str(a.state) == "FAILED":
+                v.add(f"clock: attempt {a.attempt} of {jid} FAILED ({sorted(done)}): {a.error}")
+        if quiet and failures:
+            v.add(f"clock: job {jid} counted {failures} failures ({sorted(done)})")
+    for log in sorted(run.base.glob("manager-*.log")):
+        text = log.read_text(errors="replace")
+        if "lost the leader lease" in text:
+            line = next(x for x in text.splitlines() if "lost the leader lease" in x)
+            v.add(f"clock: {log.stem} lost the leader lease ({sorted(done)}): {line[:300]}")
+
+
 def check(run: Run) -> Verdict:
     from tests.support import wait_for
     from tests.support.sinks import file_sink_ids, pg_ids, pg_prepared
@@ -96,6 +163,7 @@ def check(run: Run) -> Verdict:
         expected = ("FINISHED" if w.bounded else "CANCELED") if last else "FINISHED"
         _check_job(run, jid, expected, v)
     _check_switches(run, v)
+    _check_clocks(run, v)
     # Processes: the last driver has exited; its JVM and workers go with it (give them a moment).
     try:
         wait_for("no process of the run left", lambda: not processes_of(run.marker), 30)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tests.chaos.checker import processes_of
 from tests.chaos.nemesis import term_driver
+from tests.chaos.schedule import CLOCK_MAX
 from tests.support.core import REPO, stoker_cmd
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ class Local:
         self.exits: list[int] = []
         self.unexpected: list[str] = []
         self.level = 0  # which of MASTERS (CLUSTER_CORES on a cluster): a rescale moves it
+        self.clock = ""  # the offset file of the driver started last
 
     def settings(self) -> dict[str, str]:
         """The ``-D`` settings of the driver now: its state folder and where Spark runs."""
@@ -126,10 +128,12 @@ class Local:
         if state in ("FAILED", "CANCELED"):
             args.append("--restart")  # a resubmission, or what an operator does after a failure
         log = run.base / f"driver-{self.starts + 1:02d}.log"
+        # Each `stoker run` a wall clock of its own (a restart on another host), at 0.
+        self.clock = f"driver-{self.starts + 1:02d}"
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
                 stoker_cmd("run", str(run.app), *args, "--quiet"),
-                env={**os.environ, **run.env()},
+                env={**os.environ, **run.env(), **run.clock_env(self.clock)},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -248,6 +252,15 @@ class Local:
     def manager_fault(self, kind: str, seconds: float) -> str | None:
         return None
 
+    def clock_fault(self, kind: str, seconds: float, scope: str) -> str | None:
+        """A step of the live driver's wall clock (its Python processes: the driver, its
+        zygote, Spark's Python workers); there is no second clock to skew against."""
+        from tests.chaos.runner import live_driver
+
+        if kind != "clock_step" or live_driver(self.run) is None:
+            return None
+        return f"wall clock stepped {seconds:+g}s: {self.run.step_clock(self.clock, seconds)}"
+
     def resubmit(self) -> str:
         self._reap()
         self.start()
@@ -281,7 +294,8 @@ class Managed:
             run.base / f"managed-{i}",
             [run.base],
             run.base / f"manager-{i}.log",
-            env=run.env(),
+            # A host's wall clock per manager, its drivers' too (they inherit the file).
+            env={**run.env(), **run.clock_env(f"manager-{i}")},
             lease_ttl=5.0,
             leader_ttl=2.0,
         )
@@ -457,6 +471,30 @@ class Managed:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(m.proc.pid, signal.SIGCONT)
         return f"SIGSTOP leader {m.name} for {seconds:g}s, SIGCONT"
+
+    def clock_fault(self, kind: str, seconds: float, scope: str) -> str | None:
+        """``clock_step``: the wall clock of the leading manager and its drivers (``leader``),
+        or of every manager and driver (``all``), stepped by ``seconds``. ``clock_skew``: the
+        leader's host set ``seconds`` off the other manager's (its drivers with it)."""
+        leader = self.leader()
+        if leader is None:
+            return None
+        i = self.managers.index(leader)
+        name, other = f"manager-{i}", f"manager-{1 - i}"
+        if kind == "clock_step":
+            names = [name] if scope == "leader" else [name, other]
+            done = "; ".join(self.run.step_clock(n, seconds) for n in names)
+            return f"wall clock of {scope} (leader {leader.name}) stepped {seconds:+g}s: {done}"
+        base = self.run.offset(other)
+        want = base + seconds
+        if abs(want) > CLOCK_MAX:
+            want = base - seconds
+        was = self.run.offset(name)
+        self.run.set_offset(name, want)
+        return (
+            f"clock skew: leader {leader.name} {was:+g}s -> {want:+g}s, {other} stays at "
+            f"{base:+g}s ({want - base:+g}s apart)"
+        )
 
     def stop(self) -> None:
         from tests.support.manager import stop_all

@@ -30,10 +30,13 @@ from typing import Any
 from tests.chaos import nemesis, operators
 from tests.chaos.checker import Verdict, check
 from tests.chaos.operators import Stuck
-from tests.chaos.schedule import Schedule, Step, fmt_step
+from tests.chaos.schedule import CLOCK_MAX, Schedule, Step, fmt_step
 from tests.support import APPS
 
 APP = APPS / "chaos_app.py"
+# Put first on a process's PYTHONPATH, it adds the seconds its offset file holds to
+# time.time()/time.time_ns() in that Python process and its Python children (the clock faults).
+CLOCKSTEP = Path(__file__).resolve().parents[1] / "support" / "clockstep"
 # Where a restored job's changed code goes into the app's text (before the control handler).
 CHANGE_AT = '@p.on_control("poke")'
 # Seconds without a committed epoch while the job lives: stuck. Two restart cycles on a loaded
@@ -160,6 +163,48 @@ class Run:
         }
         return env
 
+    # the wall clocks ---------------------------------------------------------------------------
+    def clock_file(self, name: str) -> Path:
+        return self.base / "clock" / name
+
+    def clock_env(self, name: str) -> dict[str, str]:
+        """The environment that gives a process (and its Python children) the wall clock of
+        offset file ``name``: the real clock plus the seconds the file holds, 0 to begin with
+        (a manager started again keeps its file: the host's clock stays where it was)."""
+        f = self.clock_file(name)
+        if not f.exists():
+            self.set_offset(name, 0.0)
+        path = [
+            str(CLOCKSTEP),
+            *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p],
+        ]
+        return {"PYTHONPATH": os.pathsep.join(path), "STOKER_TEST_CLOCK_OFFSET_FILE": str(f)}
+
+    def offset(self, name: str) -> float:
+        try:
+            return float(self.clock_file(name).read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0.0
+
+    def set_offset(self, name: str, seconds: float) -> None:
+        """Step the clock of file ``name`` to ``seconds`` off the real one, atomically: a
+        reader never sees the file half written (an empty file would read as 0, a step)."""
+        f = self.clock_file(name)
+        f.parent.mkdir(exist_ok=True)
+        tmp = f.with_name(f".{f.name}.tmp")
+        tmp.write_text(f"{seconds:g}\n")
+        os.replace(tmp, f)
+
+    def step_clock(self, name: str, seconds: float) -> str:
+        """Step clock ``name`` by ``seconds`` (back the other way if that would put it more
+        than CLOCK_MAX off): 'name a -> b'."""
+        old = self.offset(name)
+        new = old + seconds
+        if abs(new) > CLOCK_MAX:
+            new = old - seconds
+        self.set_offset(name, new)
+        return f"{name} {old:+g}s -> {new:+g}s"
+
     # the store -------------------------------------------------------------------------------
     def read(self, fn: Callable[[Any], Any]) -> Any:
         """``fn(store)`` on a fresh connection; None when the store cannot be read now."""
@@ -228,6 +273,8 @@ def put_file(run: Run) -> str | None:
 
 def inject(run: Run, step: Step, rng: random.Random) -> str | None:
     k = step.kind
+    if k in ("clock_step", "clock_skew"):
+        return run.op.clock_fault(k, step.arg, step.scope)
     if k in ("leader_kill", "manager_stall"):
         return run.op.manager_fault(k, step.arg)
     if k in ("upgrade", "upgrade_bad"):

@@ -11,6 +11,7 @@ to chance and is recorded in the history, as Jepsen does.
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -54,9 +55,14 @@ WEIGHTS: dict[str, int] = {
     # UPGRADE_FROM_SEED on (every recorded seed keeps its schedule).
     "upgrade": 1,  # an upgrade to new code (same ids): warmed, swapped at an epoch boundary
     "upgrade_bad": 1,  # an upgrade to code that fails its epochs: rolled back
+    # Wall-clock faults (issue 39 item 1), drawn from a fifth stream, for seeds from
+    # CLOCK_FROM_SEED on (every recorded seed keeps its schedule). Every process the harness
+    # starts has an offset file of its own (tests/support/clockstep): the fault writes them.
+    "clock_step": 2,  # wall clocks stepped by arg seconds: the leader's family, or all of them
+    "clock_skew": 1,  # the two managers (and their drivers) arg seconds apart (managed only)
 }
 ADDED = {"savepoint_restore", "rescale", "executor_kill", "executor_stall", "spark_worker_kill"}
-MANAGER_ONLY = {"leader_kill", "manager_stall"}
+MANAGER_ONLY = {"leader_kill", "manager_stall", "clock_skew"}
 LOCAL_ONLY = {"checkpoint_lost"}  # the managers' drivers keep their state where they choose
 CLUSTER_ONLY = {"executor_kill", "executor_stall", "spark_worker_kill"}
 STANDBY_ONLY = {"standby_kill", "standby_stall"}
@@ -64,6 +70,10 @@ UPGRADE_ONLY = {"upgrade", "upgrade_bad"}
 UPGRADE_FROM_SEED = 150
 UPGRADE_SHARE = 0.6  # of those managed workloads: with upgrades among their faults
 UPGRADE_STEPS = 0.15  # of such a workload's steps: an upgrade
+CLOCK_ONLY = {"clock_step", "clock_skew"}
+CLOCK_FROM_SEED = 300  # above every recorded seed (docs/chaos-runs: 1-226)
+CLOCK_STEPS = 0.12  # of such a schedule's steps: a clock fault
+CLOCK_MAX = 600.0  # seconds: no wall clock is ever more than ten minutes off
 STANDBY_SHARE = 0.5  # of the managed workloads drawn with the later kinds: with a standby
 STANDBY_STEPS = 0.2  # of a standby workload's steps: a fault of its standby
 CLUSTER_SHARE = 0.2  # of the schedules under `stoker run` (~13% of all): on a standalone cluster
@@ -105,8 +115,13 @@ class Step:
     after_epochs: int  # committed epochs more than at the step before
     delay: float  # then seconds more
     kind: str
-    # the fault's own knob: a stall's seconds, a rate, a trigger, a rescale's state partitions
+    # the fault's own knob: a stall's seconds, a rate, a trigger, a rescale's state partitions,
+    # a clock step's or skew's seconds (signed)
     arg: float
+    # whose clocks a clock_step moves: "leader" (the leading manager and its drivers; under
+    # `stoker run` the driver) or "all" (every manager and driver). Empty for other kinds, and
+    # then left out of the JSON (the recorded schedules' digests stay as they were).
+    scope: str = ""
 
 
 @dataclass
@@ -123,7 +138,7 @@ class Schedule:
         return {
             "seed": self.seed,
             "workload": asdict(self.workload),
-            "steps": [asdict(s) for s in self.steps],
+            "steps": [_step_json(s) for s in self.steps],
         }
 
     def describe(self) -> str:
@@ -141,8 +156,16 @@ class Schedule:
         return "\n".join([head, *(f"  {fmt_step(s)}" for s in self.steps)])
 
 
+def _step_json(s: Step) -> dict[str, Any]:
+    d = asdict(s)
+    if not d["scope"]:
+        del d["scope"]
+    return d
+
+
 def fmt_step(s: Step) -> str:
-    return f"#{s.index:02d} +{s.after_epochs} epochs +{s.delay:.1f}s {s.kind}({s.arg:g})"
+    scope = f", {s.scope}" if s.scope else ""
+    return f"#{s.index:02d} +{s.after_epochs} epochs +{s.delay:.1f}s {s.kind}({s.arg:g}{scope})"
 
 
 def generate(
@@ -192,10 +215,22 @@ def generate(
         and bool(upgrade_kinds)
         and fourth.random() < UPGRADE_SHARE
     )
+    # A fifth stream for the clock faults (issue 39), for seeds no recorded run used, or
+    # whenever they are asked for by name (``--kinds clock_step,...``).
+    fifth = random.Random(seed * 11_000_027 + 0xC10)
+    clock_weights = {
+        k: WEIGHTS[k]
+        for k in sorted(CLOCK_ONLY)
+        if (allow is None or k in allow) and (managed or k not in MANAGER_ONLY)
+    }
+    only_clock = allow is not None and bool(allow) and allow <= CLOCK_ONLY
+    clocks = bool(clock_weights) and (
+        seed >= CLOCK_FROM_SEED or (allow is not None and bool(CLOCK_ONLY & allow))
+    )
     kinds = {
         k: v
         for k, v in WEIGHTS.items()
-        if (allow is None or k in allow) and k not in STANDBY_ONLY | UPGRADE_ONLY
+        if (allow is None or k in allow) and k not in STANDBY_ONLY | UPGRADE_ONLY | CLOCK_ONLY
     }
     for k in LOCAL_ONLY if managed else MANAGER_ONLY:
         kinds.pop(k, None)
@@ -226,7 +261,13 @@ def generate(
             arg = round(third.uniform(0.5, 15.0), 1) if kind == "standby_stall" else 0.0
         if upgrades and fourth.random() < UPGRADE_STEPS:
             kind, arg = fourth.choice(upgrade_kinds), 0.0
-        steps.append(Step(i, after_epochs, delay, kind, arg))
+        scope = ""
+        if clocks and (fifth.random() < CLOCK_STEPS or only_clock):
+            kind = fifth.choices(list(clock_weights), list(clock_weights.values()))[0]
+            arg = _clock_arg(fifth)
+            if kind == "clock_step":
+                scope = fifth.choice(["leader", "all"]) if managed else "leader"
+        steps.append(Step(i, after_epochs, delay, kind, arg, scope))
     # Enough epochs for every step to land before the job ends, and some after the last; an
     # added fault the job runs through (a worker down for seconds) gets the epochs it may
     # commit meanwhile (the earlier kinds get none: their seeds keep their workloads).
@@ -278,6 +319,13 @@ def _added_arg(rng: random.Random, kind: str) -> float:
     if kind == "spark_worker_kill":
         return round(rng.uniform(0.5, 10.0), 1)  # seconds before the worker is started again
     return 0.0
+
+
+def _clock_arg(rng: random.Random) -> float:
+    """A step's (or skew's) signed seconds: from a few seconds to ten minutes, as many of each
+    order of magnitude (log-uniform), forward or back."""
+    seconds = round(math.exp(rng.uniform(math.log(3.0), math.log(CLOCK_MAX))))
+    return float(seconds if rng.random() < 0.5 else -seconds)
 
 
 def load(text: str) -> Schedule:

@@ -7,6 +7,8 @@ import json
 
 from tests.chaos.schedule import (
     ADDED,
+    CLOCK_FROM_SEED,
+    CLOCK_ONLY,
     CLUSTER_ONLY,
     LOCAL_ONLY,
     STANDBY_ONLY,
@@ -65,10 +67,44 @@ def test_faults_fit_the_workload_and_every_kind_is_drawn_over_many_seeds() -> No
         assert w.standby or not kinds & STANDBY_ONLY
         assert w.upgrades or not kinds & UPGRADE_ONLY
         assert w.managed or not w.upgrades
+        assert not kinds & CLOCK_ONLY  # the clock faults only from CLOCK_FROM_SEED on
         # The generator has epochs for every step to land on, and some after the last.
         assert w.gen >= (sum(st.after_epochs for st in s.steps) + 8) * w.per_epoch
         seen |= kinds
-    assert seen == set(WEIGHTS)
+    assert seen == set(WEIGHTS) - CLOCK_ONLY
+
+
+def test_clock_faults_come_from_their_seed_on_and_leave_the_other_draws_alone() -> None:
+    with_clock = steps = clocks = 0
+    for seed in range(CLOCK_FROM_SEED, CLOCK_FROM_SEED + 200):
+        s = generate(seed)
+        kinds = [st.kind for st in s.steps]
+        assert s.workload.managed or "clock_skew" not in kinds
+        with_clock += bool(set(kinds) & CLOCK_ONLY)
+        for st in s.steps:
+            steps += 1
+            if st.kind in CLOCK_ONLY:
+                clocks += 1
+                assert 3 <= abs(st.arg) <= 600, st
+                assert st.scope in (("leader", "all") if st.kind == "clock_step" else ("",)), st
+                assert s.workload.managed or st.scope != "all", st
+            else:
+                assert st.scope == "", st
+        # Without the clock kinds, the same schedule but for the steps they replaced (and the
+        # ids an added kind they replaced would have needed).
+        others = generate(seed, allow=set(WEIGHTS) - CLOCK_ONLY)
+        a, b = s.to_json()["workload"], others.to_json()["workload"]
+        a.pop("gen"), b.pop("gen")
+        assert a == b, seed
+        for x, y in zip(s.steps, others.steps, strict=True):
+            assert x == y or x.kind in CLOCK_ONLY, (seed, x, y)
+    assert 0.06 < clocks / steps < 0.2, (clocks, steps)
+    assert with_clock > 150, with_clock
+    # Asked for by name, on any seed: every step a clock fault; a skew only under managers.
+    s = generate(7, faults=6, allow=set(CLOCK_ONLY))
+    assert [st.kind for st in s.steps if st.kind in CLOCK_ONLY] and len(s.steps) == 6
+    assert all(st.kind in CLOCK_ONLY for st in s.steps)
+    assert load(json.dumps(s.to_json())).to_json() == s.to_json()
 
 
 def test_kinds_can_be_limited() -> None:
