@@ -77,9 +77,12 @@ def _committed(state: Path, jid: str) -> list[int]:
 
 
 def _savepoint(state: Path, jid: str, stop: bool) -> str:
+    return _control(state, jid, {"kind": "savepoint", "stop": stop})
+
+
+def _control(state: Path, jid: str, body: dict[str, Any]) -> str:
     st = open_store(state / "store.db")
     try:
-        body = {"kind": "savepoint", "stop": stop}
         kind, norm = events.validate(body, st.get_job(job_id(jid)).spec)
         ev, _ = st.add_control(job_id(jid), kind, norm, sender="test")
         return ev.control_id
@@ -278,15 +281,22 @@ def test_a_restore_into_the_same_job_id_on_another_store_checks_the_live_record(
     run = BackgroundRun(pipeline=p, job_id="same", state_dir=a_state, trigger=TRIGGER, spark=spark)
     try:
         wait_for("two epochs", lambda: len(_committed(a_state, "same")) >= 2, 240, 0.1)
-        sp = _savepoint(a_state, "same", stop=False)
-        wait_for(
-            "the savepoint",
-            lambda: _event(a_state, "same", sp).status != ControlStatus.PENDING,
-            240,
-            0.1,
-        )
-        ev = _event(a_state, "same", sp)
+        # Paused (live, its lease held, no epoch after the savepoint): no output after the
+        # savepoint refuses the start, only the live record can.
+        for body in ({"kind": "pause"}, {"kind": "savepoint", "stop": False}):
+            sent = _control(a_state, "same", body)
+            wait_for(
+                f"{body['kind']} committed",
+                lambda sent=sent: (
+                    _event(a_state, "same", sent).status
+                    in (ControlStatus.COMMITTED, ControlStatus.REJECTED)
+                ),
+                240,
+                0.1,
+            )
+        ev = _event(a_state, "same", sent)
         assert ev.status == ControlStatus.COMMITTED, ev.reason
+        assert _committed(a_state, "same")[-1] == ev.result["epoch"]
 
         # The same id from the savepoint in another state folder (its own SQLite store), as
         # another host would start it: the live record of that id in the savepoint's store
