@@ -53,7 +53,13 @@ def debug_option() -> click.Option:
 
 
 def one_line(text: str) -> str:
-    """The first non-empty line of ``text``, cut to a readable length."""
+    """The first non-empty line of ``text``, cut to a readable length; for a text that
+    carries a Python traceback (a task's failure inside Spark's error), the user's exception
+    and the line of their code that raised it (issue 41 item 5), not the traceback's header."""
+    from stoker.cli import errortext
+
+    if "Traceback (most recent call last):" in text:
+        return errortext.one_line(text) + " (the whole error: stoker status JOB --verbose)"
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return first if len(first) <= _MAX_LINE else first[: _MAX_LINE - 3] + "..."
 

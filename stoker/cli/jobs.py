@@ -46,6 +46,13 @@ def _view(st: Any, jid: Any) -> dict[str, Any]:
 @_dir_opt
 @server_opts
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Show an error whole (Spark's text, every traceback), not only the exception and "
+    "the line of code that raised it.",
+)
 @guarded
 def status_cmd(
     job: str,
@@ -54,8 +61,14 @@ def status_cmd(
     server: str | None,
     token: str | None,
     as_json: bool,
+    verbose: bool,
 ) -> None:
-    """Show a job's state, its current attempt and its last epoch."""
+    """Show a job's state, its current attempt and its last epoch.
+
+    An error shows as its exception and the line of the job's code that raised it; --verbose
+    adds the whole text (the driver's log has it too)."""
+    from stoker.cli.errortext import status_lines
+
     if server := use_server(server):
         out = client(server, token).job(_job_id(job))
     else:
@@ -67,17 +80,22 @@ def status_cmd(
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
-    err = f"  ({out['last_error']})" if out.get("last_error") else ""
     click.echo(f"job        {out['job_id']}")
-    click.echo(f"state      {out['state']}{err}")
+    click.echo(f"state      {out['state']}")
+    # The error first, once: the user's exception and their line (issue 41 item 5).
+    last_error = out.get("last_error")
+    if last_error:
+        for line in status_lines(last_error, verbose):
+            click.echo(line)
     a = out.get("attempt")
     if a:
         click.echo(
             f"attempt    {a['attempt']} {a['state']} pid {a['pid']} on {a['host']}, "
             f"started {when(a['started_at'])}, lease until {when(a['lease_expires_at'])}"
         )
-        if a.get("error"):
-            click.echo(f"  error    {a['error']}")
+        if a.get("error") and a["error"] != last_error:  # the job's error is the attempt's
+            for line in status_lines(a["error"], verbose, "  error"):
+                click.echo(line)
     sb = out.get("standby")
     if sb:
         click.echo("standby    " + standby_line(sb))
