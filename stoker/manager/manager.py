@@ -216,14 +216,19 @@ class JobManager:
         request = {"partitions": partitions}
         return self.operations.start("repartition", jid, request, prepare, idem_key)
 
-    def scaling_series(self) -> dict[str, dict[str, float]]:
-        """Per-job gauges of ``/metrics`` (:func:`rescales.job_series`)."""
-        return rescales.job_series(self.store, self.store.list_jobs(kind=None))
+    def scaling_series(self, records: Sequence[JobRecord] | None = None) -> dict[str, Any]:
+        """Per-job gauges of ``/metrics`` (:func:`rescales.job_series`) of ``records`` (None:
+        every record)."""
+        every = records if records is not None else self.store.list_jobs(kind=None)
+        return rescales.job_series(self.store, every)
 
-    def rescale_totals(self, tally: RescaleTally) -> dict[str, float]:
-        """Rescales recorded, by kind (``tally`` remembers what it counted)."""
-        owners = [j for j in self.store.list_jobs(kind=None) if j.app_id is None]
-        return tally.totals(self.store, owners)
+    def rescale_totals(
+        self, tally: RescaleTally, records: Sequence[JobRecord] | None = None
+    ) -> dict[str, float]:
+        """Rescales recorded, by kind (``tally`` remembers what it counted), of the owners
+        among ``records`` (None: every record)."""
+        owners = records if records is not None else self.store.list_jobs(kind=None)
+        return tally.totals(self.store, [j for j in owners if j.app_id is None])
 
     # observability (metrics, events): bounded reads of many jobs ---------------------------
     def all_records(self) -> list[JobRecord]:

@@ -336,6 +336,17 @@ class ControlEvent:
     ended_at: float | None = None
 
 
+@dataclass(frozen=True)
+class FleetSnapshot:
+    """What one ``/metrics`` scrape reads, in one read transaction: the live records (jobs
+    and applications, as ``list_live_jobs``), how many records there are of each kind and
+    state (the ended ones counted, not read), and the counters (``counts``)."""
+
+    live: list[JobRecord]
+    by_state: dict[tuple[JobKind, JobState], int]
+    counters: dict[str, int]
+
+
 def _json_or_none(text: str | None) -> dict[str, Any] | None:
     """A JSON object column that may be NULL."""
     return None if text is None else dict(json.loads(text))

@@ -17,7 +17,7 @@ from stoker.errors import (
     JobTerminal,
 )
 from stoker.store._sqlbase import SqlBase
-from stoker.store.records import JobRecord, NewJob
+from stoker.store.records import FleetSnapshot, JobRecord, NewJob
 from stoker.store.sql_control import end_controls_in
 from stoker.types import JOBS, AttemptState, JobId, JobKind, JobState
 
@@ -308,3 +308,17 @@ class JobsMixin(SqlBase):
             "attempts": totals.get("attempts", 0),
             "epochs_committed": totals.get("epochs_committed", 0),
         }
+
+    def fleet_snapshot(self) -> FleetSnapshot:
+        """One read for ``/metrics`` (issue 39 item 2): the live records through the state
+        index, a count per kind and state (ended records are counted, never read: the scrape
+        stays bounded by the live ones at any number of jobs) and the counters table."""
+        with self._tx(write=False) as cur:
+            live = [JobRecord.from_row(r) for r in self._x(cur, "list_live_jobs").fetchall()]
+            grouped = self._x(cur, "count_jobs_by_state").fetchall()
+            counters = self._x(cur, "get_counters").fetchall()
+        return FleetSnapshot(
+            live=live,
+            by_state={(JobKind(k), JobState(s)): int(n) for k, s, n in grouped},
+            counters={str(name): int(value) for name, value in counters},
+        )

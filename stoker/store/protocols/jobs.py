@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from stoker.store.records import (
     ControlEvent,
     ControlSnapshot,
+    FleetSnapshot,
     JobRecord,
     NewJob,
 )
@@ -147,6 +148,12 @@ class JobStore(Protocol):
     def counts(self) -> dict[str, int]:
         """``{"attempts", "epochs_committed"}``: totals for metrics, of jobs only (an
         application's driver attempts are not in ``attempts``)."""
+        ...
+
+    def fleet_snapshot(self) -> FleetSnapshot:
+        """What a ``/metrics`` scrape reads, in one read transaction: the live records (as
+        :meth:`list_live_jobs`), the number of records of each kind and state, and the
+        counters table (``attempts``, ``epochs_committed``, ``rescales``)."""
         ...
 
 

@@ -348,6 +348,11 @@ UPDATE counters SET value = value + :n WHERE name = :name;
 -- name: get_counters
 SELECT name, value FROM counters;
 
+-- name: count_jobs_by_state
+-- Every record by kind and state, for /metrics: counts, not rows (the ended ones stay out of
+-- the scrape's rows; list_live_jobs gives it the live ones).
+SELECT kind, state, COUNT(*) FROM jobs GROUP BY kind, state;
+
 -- Retention (_retention.py). An epoch may go only if it is COMMITTED, not final, has no
 -- PREPARED sink transaction, is at or below :upto (the latest epoch is above it) and was
 -- committed before :before. The deletes repeat the whole test: it is what keeps them safe.
