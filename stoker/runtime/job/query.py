@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from stoker import checkpoint_layout
 from stoker.errors import InvalidPipeline, JobFailed, QueryStalled, StaleAttempt
 from stoker.runtime.epoch import EpochProcessor, all_sources_finished
+from stoker.runtime.job.mode_hints import mode_hint
 from stoker.runtime.job.signals import StopNow
 from stoker.store.records import ControlEvent, ControlSnapshot
 from stoker.types import ControlKind, ControlStatus, Epoch, JobId, JobState
@@ -120,26 +121,6 @@ def _pipeline_error(e: BaseException) -> InvalidPipeline | None:
         "output_mode",
         f"Spark refuses this query in its output mode ({mode_hint(first)}): " + first[:300],
     )
-
-
-def mode_hint(refusal: str) -> str:
-    """What to change for Spark's refusal ``refusal`` of an output mode, by Spark's rules: the
-    hint follows the operation Spark names (issue 41 item 6: a session window refused in
-    ``update`` mode was told to use ``update``)."""
-    low = refusal.lower()
-    if "session window" in low:
-        return (
-            "Spark takes session windows in output_mode='append' (with a watermark: "
-            "withWatermark before session_window) or 'complete', not 'update'"
-        )
-    if "without watermark" in low:
-        return (
-            "an aggregation without a watermark needs Pipeline(..., output_mode='update') or "
-            "'complete'; for 'append', add a watermark (withWatermark) on its event time"
-        )
-    if "no streaming aggregations" in low:
-        return "'complete' needs an aggregation: Pipeline(..., output_mode='append') or 'update'"
-    return "Pipeline(..., output_mode=...) takes 'append', 'update' or 'complete'"
 
 
 @dataclass
