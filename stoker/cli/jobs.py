@@ -93,6 +93,11 @@ def status_cmd(
             f"attempt    {a['attempt']} {a['state']} pid {a['pid']} on {a['host']}, "
             f"started {when(a['started_at'])}, lease until {when(a['lease_expires_at'])}"
         )
+        if _driver_gone(a):
+            click.echo(
+                f"  driver   gone: pid {a['pid']} no longer runs on this host (killed or "
+                "crashed); the job is taken over or resumed once its lease ends"
+            )
         if a.get("error") and a["error"] != last_error:  # the job's error is the attempt's
             for line in status_lines(a["error"], verbose, "  error"):
                 click.echo(line)
@@ -134,6 +139,22 @@ def status_cmd(
     given = given_config(spec)  # pipeline config given at submission
     if given:
         click.echo("config set " + json.dumps(given, sort_keys=True))
+
+
+def _driver_gone(attempt: dict[str, Any]) -> bool:
+    """Whether a live attempt's driver process is seen gone on this host (a ``kill -9``): its
+    record says RUNNING until its lease ends (issue 41 item 6)."""
+    from stoker.procs import UNKNOWN, owner_is_dead
+    from stoker.store import Owner
+
+    if attempt.get("state") not in ("STARTING", "RUNNING") or attempt.get("pid") is None:
+        return False
+    owner = Owner(
+        host=str(attempt.get("host")),
+        pid=int(attempt["pid"]),
+        pid_started=str(attempt.get("pid_started") or UNKNOWN),
+    )
+    return owner_is_dead(owner)
 
 
 def standby_line(sb: dict[str, Any]) -> str:
