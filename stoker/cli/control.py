@@ -375,6 +375,7 @@ def config_cmd(
     """A job's effective config and control state now (paused, trigger, rate limit, levels)."""
     with control_target(job, server, token, store, state_dir) as t:
         v = t.config()
+        started = None if v.get("trigger_s") is not None else t.job_view()
     if as_json:
         click.echo(json.dumps(v, indent=2, sort_keys=True))
         return
@@ -386,11 +387,32 @@ def config_cmd(
     click.echo(f"job        {v['job_id']} (control version {v['version']})")
     click.echo(f"config     {json.dumps(v['config'], sort_keys=True)}")
     click.echo(f"paused     {'yes' if v['paused'] else 'no'}")
-    trigger = "-" if v.get("trigger_s") is None else f"{v['trigger_s']:g}s"
-    click.echo(f"trigger    {trigger}")
+    click.echo(f"trigger    {trigger_line(v, started)}")
     click.echo("rate limit " + (" ".join(f"{k}={x}" for k, x in sorted(rates.items())) or "-"))
     click.echo("log level  " + (" ".join(shown) or "-"))
     click.echo(f"pending    {v['pending']}")
+
+
+def trigger_line(config: dict[str, Any], job: dict[str, Any] | None) -> str:
+    """The trigger in force and where it comes from (issue 41 item 6: ``trigger -`` for a
+    trigger set in the pipeline file): a control event's, else the one the job started with
+    (``-D stoker.trigger``, the program's ``stoker.run(..., trigger=...)``, or the default)."""
+    from stoker.settings import Settings
+
+    if config.get("trigger_s") is not None:
+        return f"{float(config['trigger_s']):g}s (set by control)"
+    spec = (job or {}).get("spec") or {}
+    started = spec.get("trigger_s")
+    if started is None:
+        return "- (the job has not started yet: its own setting once it runs)"
+    conf = spec.get("conf") or {}
+    if "stoker.trigger" in conf:
+        where = f"-D stoker.trigger={conf['stoker.trigger']}"
+    elif float(started) == Settings().trigger:
+        where = "the default"
+    else:
+        where = "the program: stoker.run(..., trigger=...)"
+    return f"{float(started):g}s (the job's own: {where})"
 
 
 COMMANDS = [control_group, pause_cmd, resume_cmd, checkpoint_cmd, savepoint_cmd, config_cmd]

@@ -86,6 +86,14 @@ class _Target:
 
         return dict(redact_answer(config_view(self._store, self.job)))
 
+    def job_view(self) -> dict[str, Any]:
+        """The job as ``stoker status`` reads it (its spec: the trigger it was started with)."""
+        if self._client is not None:
+            return dict(self._client.job(self.job))
+        from stoker.manager.jobs import job_view
+
+        return dict(redact_answer(job_view(self._store, self.job)))
+
     def wait(self, control_id: str, until: str, timeout: float) -> dict[str, Any]:
         """Until the event gets to ``until``; REJECTED and timeouts are errors."""
         if self._client is not None:

@@ -228,7 +228,7 @@ def test_every_command_against_a_local_state_dir(tmp_path: Path) -> None:
     # Issue 23 item 7: status shows the trigger in force, as `stoker config` does.
     status = _ok(stoker("status", "orders", *d)).splitlines()
     assert "trigger    0.25s" in status, status
-    assert "trigger    0.25s" in _ok(stoker("config", "orders", *d)).splitlines()
+    assert "trigger    0.25s (set by control)" in _ok(stoker("config", "orders", *d)).splitlines()
     assert json.loads(_ok(stoker("status", "orders", "--json", *d)))["trigger_s"] == 0.25
     _ok(stoker("pause", "orders", *d))
     # Paused already: done, with a note (exit 0), and nothing stored (issue 23 item 7).
