@@ -4,6 +4,7 @@ client."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import traceback
@@ -59,7 +60,9 @@ def one_line(text: str) -> str:
     from stoker.cli import errortext
 
     if "Traceback (most recent call last):" in text:
-        return errortext.one_line(text) + " (the whole error: stoker status JOB --verbose)"
+        named = re.match(r"job '([^']+)'", text)
+        job = named.group(1) if named else "JOB"
+        return errortext.one_line(text) + f" (the whole error: stoker status {job} --verbose)"
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return first if len(first) <= _MAX_LINE else first[: _MAX_LINE - 3] + "..."
 

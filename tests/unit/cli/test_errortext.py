@@ -75,3 +75,13 @@ def test_status_lines_hide_the_rest_unless_verbose() -> None:
     whole = status_lines(SPARK_TEXT, verbose=True)
     assert whole[:2] == short[:2]
     assert any("Current Logical Plan:" in ln for ln in whole)
+
+
+def test_the_clis_one_line_names_the_command_for_the_whole_error() -> None:
+    from stoker.cli._common import one_line as cli_line
+
+    text = "job 'sessions' failed: " + SPARK_TEXT
+    assert cli_line(text) == (
+        "job 'sessions' failed: ValueError: boom (at /home/me/jobs/sessions.py, line 30, in "
+        "check) (the whole error: stoker status sessions --verbose)"
+    )
