@@ -196,7 +196,7 @@ class StokerCollector(Collector):
         self.clock = clock
         self._jobs: dict[str, _JobTotals] = {}
         self._lock = threading.Lock()  # two scrapes at once fold each epoch once
-        self._live_owners: set[str] = set()  # owners live at the last scrape (rescales)
+        self._live_owners: set[str] | None = None  # owners live at the last scrape (rescales)
 
     def collect(self) -> Iterator[Metric]:
         # One read of the jobs table per scrape (issue 39 item 2): the live records, a count
@@ -262,11 +262,16 @@ class StokerCollector(Collector):
 
     def _owners(self, live: Sequence[JobRecord]) -> list[JobRecord]:
         """The live owners, and those live at the last scrape that have ended since (read
-        once more, ended, so the tally counts their last rescales and then lets them go)."""
+        once more, ended, so the tally counts their last rescales and then lets them go).
+        The first scrape reads every owner, as before: the rescales of the ended ones are
+        counted once (the total is fleet-wide), then never read again."""
         with self._lock:
             owners = [r for r in live if r.app_id is None]
             now_live = {str(r.job_id) for r in owners}
-            for jid in sorted(self._live_owners - now_live):
+            if self._live_owners is None:
+                every = self.manager.store.list_jobs(kind=None)
+                owners += [r for r in every if r.app_id is None and r.state.terminal]
+            for jid in sorted((self._live_owners or set()) - now_live):
                 try:
                     owners.append(self.manager.store.get_job(JobId(jid)))
                 except JobNotFound:

@@ -163,8 +163,42 @@ def test_a_scrape_reads_the_jobs_table_once(
             return _real(*a, **k)  # type: ignore[operator]
 
         monkeypatch.setattr(store, name, counted)
-    _scrape(StokerCollector(manager, None, Histogram(), RescaleTally()))
+    c = StokerCollector(manager, None, Histogram(), RescaleTally())
+    _scrape(c)
+    # The first scrape also reads every owner once: the ended ones' rescales (a fleet total).
+    assert reads == ["fleet_snapshot", "list_jobs"]
+    reads.clear()
+    _scrape(c)
     assert reads == ["fleet_snapshot"]
+
+
+def _rescale(store: Store, jid: JobId) -> None:
+    store.add_rescale(
+        jid,
+        kind="decision",
+        policy="default",
+        mode="auto",
+        signals={},
+        from_executors=1,
+        to_executors=2,
+        reason="r",
+        status="decided",
+    )
+
+
+def test_the_rescales_total_keeps_the_ended_owners(store: Store, manager: JobManager) -> None:
+    early, att = _job(store, "early")
+    _rescale(store, early)
+    _end(store, early, att)  # ended before this manager's first scrape
+    late, late_att = _job(store, "late")
+    _rescale(store, late)
+    c = StokerCollector(manager, None, Histogram(), RescaleTally())
+    decisions = 'stoker_rescales_total{kind="decision"}'
+    assert _value(_scrape(c), decisions) == 2
+    _rescale(store, late)
+    _end(store, late, late_att)  # its last rescale came between two scrapes
+    assert _value(_scrape(c), decisions) == 3
+    assert _value(_scrape(c), decisions) == 3
 
 
 def test_the_text_is_the_librarys_byte_for_byte(store: Store, manager: JobManager) -> None:
