@@ -282,6 +282,12 @@ class DriverLost(StokerError):
     driver, which re-adopts the jobs."""
 
 
+class StartupTimedOut(StokerError):
+    """A driver's start (the app's import, its code before ``stoker.run``, opening, recovery;
+    Spark's own start not counted) outlasted ``stoker.startup_timeout``: the driver ended its
+    attempt FAILED, naming the phase and where it hung, and exited (runtime/startwatch.py)."""
+
+
 class JobSuspended(StokerError):
     """A signal (SIGTERM, SIGINT) stopped the run gracefully; the job is SUSPENDED, not ended:
     running the same command again resumes it."""
@@ -315,6 +321,7 @@ EXIT_CODES: dict[type[StokerError], int] = {
     SinkError: 16,
     SourceError: 16,
     DriverLost: 17,
+    StartupTimedOut: 18,
 }
 
 

@@ -80,6 +80,11 @@ class Settings:
     # (it runs again if the job is restarted). For every driver, and the only bound for the
     # jobs of an application (the job manager's --cancel-timeout kills a lone job's driver).
     cancel_timeout: float = 60.0
+    # A job manager's driver's start (runtime/startwatch.py): the app's import, its code before
+    # stoker.run, opening and recovery (Spark's own start not counted) longer than this, and
+    # the driver ends its attempt FAILED, naming the phase and where it hung. Not given: the
+    # floor (5 minutes). Given: any positive duration (tests use seconds), or off.
+    startup_timeout: float = 300.0
 
     KEYS = (
         "trigger",
@@ -93,6 +98,7 @@ class Settings:
         "paced_trigger",
         "progress_timeout",
         "cancel_timeout",
+        "startup_timeout",
     )
 
     def with_overrides(self, overrides: dict[str, str]) -> Settings:
@@ -156,6 +162,13 @@ class Settings:
             if wait <= 0:
                 raise InvalidInput("stoker.cancel_timeout", "must be a positive duration")
             return replace(self, cancel_timeout=wait)
+        if key == "startup_timeout":
+            if str(value).strip().lower() in ("off", "none"):
+                return replace(self, startup_timeout=0.0)
+            bound = parse_duration(value, "stoker.startup_timeout")
+            if bound <= 0:
+                raise InvalidInput("stoker.startup_timeout", "must be a positive duration or off")
+            return replace(self, startup_timeout=bound)
         raise InvalidInput(
             f"stoker.{key}", "unknown stoker setting; known: " + ", ".join(self.KEYS)
         )

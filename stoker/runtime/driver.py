@@ -13,7 +13,9 @@ its owner and renews its lease while the app imports and Spark starts, however l
 so that a slow healthy start is never taken for a dead one), claims it (-> RUNNING) once Spark
 is up, runs the application's main under that attempt, and exits: 0 when the job finished or
 was canceled, 6 when the attempt was fenced off by a newer one, 8 when the job failed, 2 for bad
-input, 13 when a signal suspended it. SIGTERM and SIGINT stop it gracefully (the epoch in flight
+input, 13 when a signal suspended it, 18 when its start (the app's import, its code before
+``stoker.run``, opening, recovery) outlasted ``stoker.startup_timeout``
+(runtime/startwatch.py). SIGTERM and SIGINT stop it gracefully (the epoch in flight
 completes and commits) and leave the job SUSPENDED, which the job manager resumes with a new
 attempt, without counting it against the restart strategy: a signal is not a cancel.
 """
@@ -26,6 +28,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -33,7 +36,7 @@ from stoker import logformat
 from stoker.errors import InvalidInput, InvalidTransition, JobSuspended, StokerError, exit_code
 from stoker.procs import forget_interrupt
 from stoker.redact import redact_logs, redact_text
-from stoker.runtime import launch
+from stoker.runtime import launch, startwatch
 from stoker.runtime.session import want_source_zygote
 from stoker.settings import Settings, parse_pairs
 from stoker.types import AttemptNo, AttemptState, JobState, job_id
@@ -83,6 +86,14 @@ def _suspend_unclaimed(store_url: str | None, job: str, attempt: int) -> None:
         print(redact_text(f"stoker driver: cannot record the suspension: {e}"), file=sys.stderr)
 
 
+def _watch_start(overrides: dict[str, str], job: str, attempt: int, app: Path) -> None:
+    """Bound this driver's start (``stoker.startup_timeout``, runtime/startwatch.py): a start
+    hung past it ends the attempt FAILED, naming the phase, and exits, freeing its slot."""
+    budget = Settings().with_overrides(overrides).startup_timeout
+    watch = startwatch.StartWatch(budget, app)
+    watch.start(startwatch.fail_start(overrides["stoker.store"], job, attempt))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stoker-driver")
     parser.add_argument("--job", required=True)
@@ -130,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
 
             args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
             entry = check_app_path(ns.entrypoint, "entrypoint")
+            if not ns.standby:
+                _watch_start(overrides, ns.job, ns.attempt, entry)
             ended: list[Any] = []
             ctx = launch.LaunchContext(
                 overrides=dict(overrides),
@@ -147,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                     _note_late_error(ended, ns.job, attempt, e, overrides["stoker.store"])
                 raise
         finally:
+            startwatch.done()
             release()
     except launch.StandbyNotWanted as e:
         print(f"stoker driver: standby: {e}; exiting", file=sys.stderr, flush=True)

@@ -129,7 +129,7 @@ def test_unknown_stoker_key_names_the_key_and_the_known_ones() -> None:
     assert info.value.message == (
         "unknown stoker setting; known: trigger, state_dir, store, master, lease_ttl, "
         "retention.epochs, retention.time, retention.interval, paced_trigger, progress_timeout, "
-        "cancel_timeout"
+        "cancel_timeout, startup_timeout"
     )
 
 
@@ -140,7 +140,7 @@ def test_key_without_a_known_prefix_is_refused() -> None:
     assert info.value.message == (
         "unknown setting: use spark.<conf> or stoker.<key> with key one of "
         "trigger, state_dir, store, master, lease_ttl, retention.epochs, retention.time, "
-        "retention.interval, paced_trigger, progress_timeout, cancel_timeout"
+        "retention.interval, paced_trigger, progress_timeout, cancel_timeout, startup_timeout"
     )
 
 

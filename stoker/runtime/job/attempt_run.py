@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from stoker import checkpoint_layout, logformat
 from stoker.errors import JobTerminal
 from stoker.redact import redact_conf
-from stoker.runtime import restore
+from stoker.runtime import restore, startwatch
 from stoker.runtime.attempt import LeaseKeeper, start_attempt, this_owner
 from stoker.runtime.epoch import EpochProcessor
 from stoker.runtime.job import opening
@@ -135,7 +135,10 @@ class AttemptRun:
         plan, jid, settings = self.plan, self.jid, self.settings
         scope = self.scope
         app_name = scope.app_id if scope is not None and scope.app_id is not None else jid
+        # A job manager's driver's start is bounded (runtime/startwatch.py), Spark's own not.
+        startwatch.enter(startwatch.SPARK, counted=False)
         session = plan.spark or opening.start_spark(settings, jid, app_name)
+        startwatch.enter("preparing the job")
         # A SparkContext made on the main thread puts in its own SIGINT handler (cancel every
         # Spark job, then KeyboardInterrupt): that would fail the epoch in flight.
         self.signals.rearm()
@@ -281,6 +284,7 @@ class AttemptRun:
     def open(self) -> None:
         """The job's defaults declared, the savepoint's control carried over, the sinks open."""
         store, jid, pipeline = self.store, self.jid, self.pipeline
+        startwatch.enter("opening the sinks")
         # The defaults may have changed in the file; the submitted values stay on top of them.
         store.declare_defaults(jid, pipeline.check_config(self.given), pipeline=self.plan.spec)
         if self.restored is not None:
@@ -300,6 +304,7 @@ class AttemptRun:
         work (the previous attempt's end, the janitor's cleanup) is waited for, or taken over
         once its hold lapses, so that it never aborts this attempt's parts in flight."""
         store, jid, attempt = self.store, self.jid, self.record.attempt
+        startwatch.enter("recovering what the attempts before left")
         # The descriptors the janitor rebuilds the sinks from (removed ones until resolved).
         self.sinkset = record_sinks(store, jid, self.pipeline.sinks)
         if attempt > 1:
@@ -315,6 +320,7 @@ class AttemptRun:
         """The query, supervised until it ends; or not started at all (the job finished, a stop
         came, the state is being repartitioned). The job's state it ended in."""
         store, jid, settings = self.store, self.jid, self.settings
+        startwatch.done()  # the start is over: the progress watchdog bounds the query
         # Before the query: an executor target set already applies from the first epoch, and
         # the sources split that epoch by the cores reported.
         watch: ResourceWatch | None
@@ -387,6 +393,7 @@ class AttemptRun:
     def end(self, state: JobState | None, error: BaseException | None) -> JobResult:
         """Record how the attempt ended (:func:`classify_end`), let go of what it held, leave
         nothing prepared behind; the job's result, reported to the launcher."""
+        startwatch.done()
         store, jid, attempt = self.store, self.jid, self.record.attempt
         managed = self.plan.managed
         ending = classify_end(state, error, self.signalled())
