@@ -205,6 +205,16 @@ class Pipeline:
             "accept_output_mode(mode) method that raises for modes it cannot write",
         )
 
+    def check_managed(self) -> None:
+        """Refuse, for a job run under a job manager (its driver, or a submission to it),
+        a sink that says it may not run there (a sink's optional ``managed_refusal()``, e.g.
+        :func:`stoker.sinks.console` without ``allow_under_manager=True``)."""
+        for i, s in enumerate(self.sinks):
+            refusal = getattr(s, "managed_refusal", None)
+            why = refusal() if callable(refusal) else None
+            if why:
+                raise InvalidPipeline(f"sinks[{i}]", f"sink {s.name!r}: {why}")
+
     def check_targets(self) -> None:
         """Refuse two sinks that write one place, once each sink's ``validate`` has resolved
         where it writes (a sink's optional ``target()``; e.g. one PostgreSQL table written

@@ -213,7 +213,8 @@ def pipeline_name_of(app: Path) -> str:
 
 
 def inspect_pipeline(app: Path) -> Pipeline:
-    """The Pipeline ``app`` runs. Nothing runs.
+    """The Pipeline ``app`` runs, as a job manager sees it (its sinks checked by
+    :meth:`~stoker.pipeline.Pipeline.check_managed`). Nothing runs.
 
     A Pipeline defined at module level is found by importing the file (its main does not run);
     a file that builds its pipeline in its main and calls ``stoker.run(p)`` is run in collect
@@ -232,7 +233,11 @@ def inspect_pipeline(app: Path) -> Pipeline:
             "job_id",
             f"{app} defines {len(found)} module-level pipelines; give the job id explicitly",
         )
-    return found[0] if found else collect_pipeline(app)
+    pipeline = found[0] if found else collect_pipeline(app)
+    # A job manager reads the file so (at submission): a sink that may not run under one
+    # (sinks.console) is refused here, before the job is recorded.
+    pipeline.check_managed()
+    return pipeline
 
 
 def inspect_app(app: Path, config: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

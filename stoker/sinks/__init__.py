@@ -1,4 +1,5 @@
-"""Pipeline outputs with exactly-once two-phase commit: :func:`files`, :func:`postgres`."""
+"""Pipeline outputs with exactly-once two-phase commit: :func:`files`, :func:`postgres`; and
+:func:`console` for development (at least once: it prints)."""
 
 from __future__ import annotations
 
@@ -8,24 +9,27 @@ from typing import Any
 from stoker.errors import InvalidSink
 from stoker.sinks._pg_modes import check_key
 from stoker.sinks.base import Prepared, Recovered, SinkOwner, TwoPhaseSink
+from stoker.sinks.console import ConsoleSink
 from stoker.sinks.files import FilesSink
 from stoker.sinks.postgres import PostgresSink
 from stoker.types import Epoch
 
 __all__ = [
+    "ConsoleSink",
     "FilesSink",
     "PostgresSink",
     "Prepared",
     "Recovered",
     "TwoPhaseSink",
     "committed_epochs_of",
+    "console",
     "descriptor_of",
     "files",
     "from_descriptor",
     "postgres",
 ]
 
-KINDS = ("files", "postgres")
+KINDS = ("files", "postgres", "console")
 
 
 def files(path: str, format: str = "parquet", options: dict[str, str] | None = None) -> FilesSink:
@@ -68,6 +72,21 @@ def postgres(
     )
 
 
+def console(
+    rows: int = 20, truncate: bool | int = True, allow_under_manager: bool = False
+) -> ConsoleSink:
+    """Each epoch printed to the driver's stdout, as Spark's console sink prints it: a
+    ``Batch: N`` header, then the epoch's first ``rows`` rows as a table (cells cut at 20
+    characters, or at ``truncate`` characters; ``truncate=False``: whole).
+
+    For development: it is NOT exactly once. An epoch is printed when it commits, and a
+    replay after a crash prints it again. A job run under a job manager (``stoker server``)
+    with it is refused, at submission and at the driver's start, unless
+    ``allow_under_manager=True`` (its output then goes to the driver's log).
+    """
+    return ConsoleSink(rows=rows, truncate=truncate, allow_under_manager=allow_under_manager)
+
+
 def descriptor_of(sink: TwoPhaseSink) -> dict[str, Any]:
     """The sink's :meth:`~stoker.sinks.base.TwoPhaseSink.descriptor`, or for a sink without
     one (a user-defined sink) ``{"kind": None, "name": ..., "class": ...}``: recorded so that
@@ -98,8 +117,18 @@ def _field(d: Mapping[str, Any], key: str, kind: str) -> str:
     return value
 
 
-def _build(d: Mapping[str, Any]) -> FilesSink | PostgresSink | None:
+def _build(d: Mapping[str, Any]) -> FilesSink | PostgresSink | ConsoleSink | None:
     kind = d.get("kind")
+    if kind == "console":
+        # Rebuilt away from the driver that printed (a cleanup): nothing to print to.
+        rows, truncate = d.get("rows"), d.get("truncate")
+        return ConsoleSink(
+            rows=rows if isinstance(rows, int) else 20,
+            truncate=truncate if isinstance(truncate, bool | int) else True,
+            allow_under_manager=bool(d.get("allow_under_manager")),
+            name=_field(d, "name", kind),
+            echo=False,
+        )
     if kind == "files":
         return FilesSink(
             path=_field(d, "path", kind),

@@ -18,7 +18,7 @@ __all__ = ["FilesSource", "GeneratorSource", "Source", "SparkSource", "files", "
 def files(
     path: str,
     format: str,
-    schema: StructType | str,
+    schema: StructType | str | None = None,
     bounded: bool = False,
     max_files_per_epoch: int | None = None,
     header: bool = True,
@@ -28,7 +28,12 @@ def files(
     archive_dir: str | None = None,
     partitions: int | None = None,
 ) -> FilesSource:
-    """Files of ``format`` (json lines, csv, parquet) in the folder ``path``.
+    """Files of ``format`` (json lines, csv, parquet, text) in the folder ``path``.
+
+    ``schema`` (a StructType or a DDL string like ``"id long, name string"``) is required,
+    except for ``text``: as Spark's ``readStream.text``, one row per line (``\n``, ``\r\n``
+    or ``\r``; the line without its end) in one string column, ``value`` unless the schema
+    names another.
 
     ``bounded=True`` reads the files present when the job first starts and then finishes;
     otherwise new files are picked up as they arrive, for as long as the job runs.

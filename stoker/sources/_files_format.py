@@ -1,4 +1,4 @@
-"""A file source's formats: reading one file (json lines, csv, parquet) into record batches of
+"""A file source's formats: reading one file (json lines, csv, parquet, text) into record batches of
 exactly the source's schema, and the simple DDL (``"id long, name string"``) parsed without a
 SparkSession."""
 
@@ -31,6 +31,9 @@ def read_file(
 
     # The time zone is the one pyspark checks a data source's batches against.
     target = to_arrow_schema(schema, timezone="UTC")
+    if fmt == "text":
+        yield from read_lines(path, target)
+        return
     # Text formats read a date or time column as its text, which Spark's rules then read.
     as_text = {f.name for f in target if is_temporal(f.type)} if fmt != "parquet" else set()
     read_types = {f.name: pa.string() if f.name in as_text else f.type for f in target}
@@ -75,6 +78,29 @@ def read_file(
         else:
             columns.append(table.column(f.name).cast(f.type))
     yield from pa.Table.from_arrays(columns, schema=target).to_batches()
+
+
+# Rows per record batch of a text file: a batch of short lines stays a few MB.
+TEXT_BATCH = 8192
+
+
+def read_lines(path: str, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """A text file as Spark's text source reads it: one row per line, the line without its
+    end (``\n``, ``\r\n`` or ``\r``, as Hadoop's line reader splits), in the one string
+    column of ``target``; no row after a final line end; UTF-8 (a byte that is not is read
+    as U+FFFD)."""
+    import pyarrow as pa
+
+    lines: list[str] = []
+    # newline="": lines end at \n, \r\n or \r, and keep their end untranslated.
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+        for line in fh:
+            lines.append(line.rstrip("\r\n") if line.endswith(("\n", "\r")) else line)
+            if len(lines) >= TEXT_BATCH:
+                yield pa.RecordBatch.from_arrays([pa.array(lines, pa.string())], schema=target)
+                lines = []
+    if lines:
+        yield pa.RecordBatch.from_arrays([pa.array(lines, pa.string())], schema=target)
 
 
 _NESTED = re.compile(r"[<>]")

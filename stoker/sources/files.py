@@ -1,4 +1,4 @@
-"""A file source (json lines, csv, parquet) as a Spark streaming source.
+"""A file source (json lines, csv, parquet, text) as a Spark streaming source.
 
 Bounded: the files present when the job first starts. Unbounded: every file that appears in the
 folder, in order of discovery. Writers should move finished files into the folder atomically;
@@ -42,7 +42,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 FORMAT = "stoker_files"
-FORMATS = ("json", "csv", "parquet")
+FORMATS = ("json", "csv", "parquet", "text")
+# Spark's text source: one row per line, in one string column.
+TEXT_SCHEMA = "value string"
 DEFAULT_MAX_FILE_AGE = 7 * 24 * 3600.0  # Spark's maxFileAge default: a week
 
 
@@ -91,7 +93,8 @@ class FilesSource:
 
     path: str
     format: str
-    schema: StructType | str
+    # None: only for text (``value string``); every other format needs one.
+    schema: StructType | str | None = None
     bounded: bool = False
     max_files_per_epoch: int | None = None
     header: bool = True
@@ -113,6 +116,10 @@ class FilesSource:
 
     def struct(self) -> StructType:
         """The schema as a StructType (a DDL string with nested types needs a live session)."""
+        if self.schema is None:
+            if self.format != "text":
+                raise InvalidSource("files.schema", "a file source needs an explicit schema")
+            return self._text_struct(TEXT_SCHEMA)
         if isinstance(self.schema, StructType):
             return self.schema
         simple = parse_simple_ddl(self.schema)
@@ -131,12 +138,16 @@ class FilesSource:
             raise InvalidSource(
                 "files.format", f"unknown format {self.format!r}; use one of {', '.join(FORMATS)}"
             )
-        if not isinstance(self.schema, StructType | str) or (
+        if self.schema is None and self.format == "text":
+            pass  # Spark's text schema, value string
+        elif not isinstance(self.schema, StructType | str) or (
             isinstance(self.schema, str) and not self.schema.strip()
         ):
             raise InvalidSource("files.schema", "give a StructType or a DDL string like 'id long'")
         if isinstance(self.schema, str) and not _NESTED.search(self.schema):
             parse_simple_ddl(self.schema, strict=True)
+        if self.format == "text":
+            self._check_text_schema()
         folder = Path(self.path)
         if not folder.exists():
             raise InvalidSource("files.path", f"input folder {str(folder)!r} does not exist")
@@ -157,6 +168,33 @@ class FilesSource:
             )
         parse_age(self.max_file_age)
         self._validate_clean(folder)
+
+    def _check_text_schema(self) -> None:
+        """Text, as Spark's text source: one string column (``value`` by default)."""
+        from pyspark.sql.types import StringType
+
+        if self.schema is None:
+            return
+        nested = isinstance(self.schema, str) and _NESTED.search(self.schema)
+        struct = None if nested else self.struct()
+        if (
+            struct is None
+            or len(struct.fields) != 1
+            or not isinstance(struct.fields[0].dataType, StringType)
+        ):
+            given = self.schema if struct is None else struct.simpleString()
+            raise InvalidSource(
+                "files.schema",
+                "format 'text' reads each line into one string column (Spark's text source), "
+                f"not {given!r}: leave the schema out ({TEXT_SCHEMA!r}) or name one string "
+                "column",
+            )
+
+    @staticmethod
+    def _text_struct(ddl: str) -> StructType:
+        parsed = parse_simple_ddl(ddl)
+        assert parsed is not None
+        return parsed
 
     def _validate_clean(self, folder: Path) -> None:
         check_clean(self.clean_source, self.archive_dir, folder)

@@ -208,6 +208,8 @@ def job_basics(
         default_root = scope.state_root / "jobs" / jid
     root = (settings.state_dir or default_root).resolve()
     pipeline.validate()
+    if ctx.attempt is not None or ctx.standby is not None or in_app:
+        pipeline.check_managed()  # a job manager's driver (an application's job too)
     config = pipeline.check_config(given)  # --config: declared keys, their defaults' types
     for inp in pipeline.inputs:
         inp.source.validate()
