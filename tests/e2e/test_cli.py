@@ -371,7 +371,7 @@ def test_an_unknown_setting_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     assert _error_lines(proc) == [
         "stoker: error: stoker.nope: unknown stoker setting; known: "
         "trigger, state_dir, store, master, lease_ttl, retention.epochs, retention.time, "
-        "retention.interval, paced_trigger, progress_timeout, cancel_timeout"
+        "retention.interval, paced_trigger, progress_timeout, cancel_timeout, startup_timeout"
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py"]
 

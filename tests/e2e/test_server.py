@@ -947,7 +947,7 @@ def test_cli_exit_codes_for_unknown_ended_and_bad_jobs(
         2,
         "stoker: error: conf.nope.x: unknown setting: use spark.<conf> or stoker.<key> with key "
         "one of trigger, state_dir, store, master, lease_ttl, retention.epochs, retention.time, "
-        "retention.interval, paced_trigger, progress_timeout, cancel_timeout\n",
+        "retention.interval, paced_trigger, progress_timeout, cancel_timeout, startup_timeout\n",
     )
     p = stoker("status", "x", "--server", "http://127.0.0.1:1")
     assert p.returncode == 12
