@@ -424,7 +424,7 @@ def test_bad_input_seen_by_spark_fails_before_any_epoch(
 OTHER = Owner(host="elsewhere", pid=4242, pid_started="boot-1")
 
 
-@pytest.mark.parametrize("how", ["superseded", "lease lapsed", "lapsed and replaced"])
+@pytest.mark.parametrize("how", ["superseded", "lapsed and replaced"])
 def test_a_stale_attempt_cannot_decide_an_epoch(tmp_path: Path, how: str) -> None:
     clock = ManualClock()
     store = open_store(tmp_path / "store.db", clock)
@@ -439,11 +439,11 @@ def test_a_stale_attempt_cannot_decide_an_epoch(tmp_path: Path, how: str) -> Non
         # The first attempt's lease is live; a new one takes over because it saw it dead.
         second = store.start_attempt(jid, OTHER, 30.0, first.attempt, previous_dead=True)
         assert second.attempt == 2
-    elif how == "lease lapsed":
-        clock.advance(30.0)
     else:
+        # Seen unrenewed for a whole TTL by the taker's monotonic clock (stoker.leases).
         clock.advance(31.0)
-        assert start_attempt(store, jid, lease_ttl=30.0, owner=OTHER).attempt == 2
+        second = store.start_attempt(jid, OTHER, 30.0, first.attempt, lapsed=first.lease_seen)
+        assert second.attempt == 2
 
     with pytest.raises(StaleAttempt):
         store.decide_epoch(jid, Epoch(0), first.attempt, 10, False)
@@ -451,6 +451,23 @@ def test_a_stale_attempt_cannot_decide_an_epoch(tmp_path: Path, how: str) -> Non
     assert rec is not None
     assert (rec.state, rec.decided_by, rec.pinned_by) == (EpochState.PINNED, None, 1)
     assert store.renew_lease(jid, first.attempt, 30.0) is False
+    store.close()
+
+
+def test_an_attempt_whose_lease_lapsed_by_its_own_clock_fences_itself(tmp_path: Path) -> None:
+    """Nobody took the job over, and a wall clock stepped past the lease's expiry would let
+    the store decide: the holder itself stops once a TTL has passed on its monotonic clock
+    since its last renewal (the store compares no wall clock, stoker.leases)."""
+    clock = ManualClock()
+    store = open_store(tmp_path / "store.db", clock)
+    jid = job_id("lapsing")
+    store.create_job(jid, "lapsing", {}, {})
+    first = start_attempt(store, jid, lease_ttl=30.0)
+    clock.step(3600.0)
+    assert store.renew_lease(jid, first.attempt, 30.0) is True  # a step takes nothing away
+    lease = LeaseKeeper(store, first, 0.0)  # no renewal for a whole TTL (of 0 s) by its clock
+    with pytest.raises(StaleAttempt, match="lapsed without renewal"):
+        lease.check()
     store.close()
 
 
