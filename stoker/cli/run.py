@@ -292,8 +292,8 @@ def run_cmd(
             else "the epoch in flight committed"
         )
         raise JobSuspended(
-            f"stopped by a signal: job {done} is SUSPENDED ({how}); it resumes from its "
-            f"checkpoint when the same command runs again (no --restart): {_this_command()}"
+            f"stopped by a signal: job {done} is SUSPENDED ({how}); to resume it from its "
+            f"checkpoint, run the same command again (no --restart): {_this_command()}"
         )
 
 
