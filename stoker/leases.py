@@ -35,6 +35,10 @@ V = TypeVar("V", bound=Hashable)
 # it: with equal rates the holder is always first.)
 DRIFT_MARGIN = 0.001
 
+# The TTL of a lease whose row does not say it (written by a driver of an older release): the
+# drivers' default (stoker.settings), the longest any of them used.
+FALLBACK_TTL = 30.0
+
 
 @dataclass
 class _Sighting:

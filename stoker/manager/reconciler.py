@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from stoker.errors import EXIT_CODES, InvalidInput, JobNotFound, NotLeader, StokerError
-from stoker.leases import LeaseWatch
+from stoker.leases import FALLBACK_TTL, LeaseWatch
 from stoker.manager.dispatch import Dispatcher, StartFailed
 from stoker.manager.launcher import DriverLauncher
 from stoker.manager.leader import LeaderLease
@@ -26,10 +26,6 @@ from stoker.types import AttemptNo, AttemptState, JobId, JobState, UpgradeState
 log = logging.getLogger("stoker.supervisor")
 
 _LIVE_ATTEMPT = (AttemptState.STARTING, AttemptState.RUNNING)
-
-# The TTL of a lease whose row does not say it (written by a driver of an older release): the
-# drivers' default (stoker.settings), the longest any of them used.
-FALLBACK_TTL = 30.0
 
 # Resuming a job suspended again and again (its driver stopped right after each start): the
 # second suspension in a row waits this long before the next start, each further one twice as
@@ -64,7 +60,6 @@ class JobReconciler:
         # The drivers' leases as this manager saw them, on its monotonic clock. Empty for a
         # new leader: it judges a lease lapsed only after watching it for a whole TTL.
         self._leases = LeaseWatch(store.clock.monotonic)
-        self.fallback_ttl = FALLBACK_TTL
 
     def tend_all(self, records: list[JobRecord], apps: dict[JobId, JobRecord], now: float) -> bool:
         """One step for every live record (``apps``: the applications among them; an ended
@@ -271,7 +266,7 @@ class JobReconciler:
             return f"the driver exited with code {code} without ending its attempt{words}"
         if self.launcher.is_gone(attempt.owner):
             return f"the driver (pid {attempt.owner.pid}) is gone"
-        ttl = attempt.lease_ttl if attempt.lease_ttl is not None else self.fallback_ttl
+        ttl = attempt.lease_ttl if attempt.lease_ttl is not None else FALLBACK_TTL
         if self._leases.lapsed((attempt.job_id, attempt.attempt), attempt.lease_seen, ttl):
             # Judged on this manager's monotonic clock from the renewals it saw (stoker.leases):
             # a clock step or skew between hosts kills no healthy driver.

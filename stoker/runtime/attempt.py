@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stoker.errors import DuplicateJob, JobNotFound, StaleAttempt, StoreError
-from stoker.leases import wait_for_lapse
+from stoker.leases import FALLBACK_TTL, wait_for_lapse
 from stoker.procs import is_this_host, owner_is_dead, process_start_marker, this_owner
 from stoker.store import AttemptRecord, JobRecord, Owner, Store, open_store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobState
@@ -17,8 +17,6 @@ from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobState
 log = logging.getLogger("stoker.attempt")
 
 _LIVE = (AttemptState.STARTING, AttemptState.RUNNING)
-# The TTL of a lease whose row does not say it (a driver of an older release): the default.
-FALLBACK_TTL = 30.0
 
 # Process identity lives in stoker.procs (the manager needs it without Spark); re-exported.
 __all__ = [
