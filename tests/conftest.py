@@ -74,6 +74,33 @@ def pg_dsn(pg_server: ThrowawayPostgres) -> Iterator[str]:
     pg_server.drop_database(name)
 
 
+# Kafka -----------------------------------------------------------------------------------------
+_topic_numbers = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def kafka_server() -> Iterator[Any]:
+    """One throwaway Kafka broker (tests/kafka.py) per test process, started on first use. Tests
+    that kill or stop the broker start a :class:`tests.kafka.ThrowawayKafka` of their own."""
+    from tests.kafka import ThrowawayKafka
+
+    with ThrowawayKafka() as server:
+        yield server
+
+
+@pytest.fixture
+def kafka_topic(kafka_server: Any) -> Callable[..., str]:
+    """Makes a fresh topic on the session's broker: ``kafka_topic(partitions=3)`` -> its name,
+    unique to the test process and the call."""
+
+    def make(partitions: int = 1, prefix: str = "t") -> str:
+        name = f"{prefix}{os.getpid()}_{next(_topic_numbers)}"
+        kafka_server.create_topic(name, partitions)
+        return name
+
+    return make
+
+
 # Spark -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
