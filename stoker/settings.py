@@ -83,8 +83,10 @@ class Settings:
     # A job manager's driver's start (runtime/startwatch.py): the app's import, its code before
     # stoker.run, opening and recovery (Spark's own start not counted) longer than this, and
     # the driver ends its attempt FAILED, naming the phase and where it hung. Not given: the
-    # floor (5 minutes). Given: any positive duration (tests use seconds), or off.
+    # bound adapts to the job's recent starts, never below this floor (5 minutes). Given: any
+    # positive duration (tests use seconds), or off.
     startup_timeout: float = 300.0
+    startup_adaptive: bool = True
 
     KEYS = (
         "trigger",
@@ -164,11 +166,11 @@ class Settings:
             return replace(self, cancel_timeout=wait)
         if key == "startup_timeout":
             if str(value).strip().lower() in ("off", "none"):
-                return replace(self, startup_timeout=0.0)
+                return replace(self, startup_timeout=0.0, startup_adaptive=False)
             bound = parse_duration(value, "stoker.startup_timeout")
             if bound <= 0:
                 raise InvalidInput("stoker.startup_timeout", "must be a positive duration or off")
-            return replace(self, startup_timeout=bound)
+            return replace(self, startup_timeout=bound, startup_adaptive=False)
         raise InvalidInput(
             f"stoker.{key}", "unknown stoker setting; known: " + ", ".join(self.KEYS)
         )

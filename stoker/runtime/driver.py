@@ -89,8 +89,12 @@ def _suspend_unclaimed(store_url: str | None, job: str, attempt: int) -> None:
 def _watch_start(overrides: dict[str, str], job: str, attempt: int, app: Path) -> None:
     """Bound this driver's start (``stoker.startup_timeout``, runtime/startwatch.py): a start
     hung past it ends the attempt FAILED, naming the phase, and exits, freeing its slot."""
-    budget = Settings().with_overrides(overrides).startup_timeout
-    watch = startwatch.StartWatch(budget, app)
+    settings = Settings().with_overrides(overrides)
+    history = Path(overrides["stoker.state_dir"]) / startwatch.START_TIMES
+    budget = settings.startup_timeout
+    if settings.startup_adaptive:
+        budget = startwatch.adaptive_budget(budget, history)
+    watch = startwatch.StartWatch(budget, app, history=history)
     watch.start(startwatch.fail_start(overrides["stoker.store"], job, attempt))
 
 

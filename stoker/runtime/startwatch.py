@@ -14,14 +14,19 @@ restart strategy decides what comes next.
 Phases: the app's code (told apart from the main thread's stack: the app file at module
 level is "the app's import", in a function "the app's main"), starting Spark (not counted: a
 cold JVM on a loaded host is not a hang, and its own start has its bounds), preparing the job,
-opening, recovering. The bound is the setting when given, else its floor of 5 minutes; an
-explicit value may be lower (tests use seconds).
+opening, recovering. The bound is the setting when given (it may be lower: tests use
+seconds). Not given, it adapts as the progress watchdog's does: never below 5 minutes, and
+never below ADAPT_FACTOR times the longest of this job's last RECENT_STARTS starts that got to
+their query (their counted time is kept in the job's state folder, in START_TIMES), so an app
+whose import takes two minutes on this host is not stopped by a bound made for the usual case.
 
 The decision (:meth:`StartWatch.overdue`) runs on an injected clock; the thread only acts on it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import sys
@@ -39,6 +44,11 @@ log = logging.getLogger("stoker.startwatch")
 APP = "app"  # the app's own code: named from the main thread's stack
 SPARK = "starting Spark"
 STACK_LINES = 8  # frames of the main thread's stack kept in the failure
+# The adaptive bound: this many times the longest counted time of the last RECENT_STARTS
+# starts of the job that reached their query, recorded in the job's state folder.
+ADAPT_FACTOR = 3.0
+RECENT_STARTS = 8
+START_TIMES = "start-times.json"
 
 _current: StartWatch | None = None
 
@@ -50,11 +60,49 @@ def enter(phase: str, counted: bool = True) -> None:
         watch.enter(phase, counted)
 
 
-def done() -> None:
-    """The start is over (the query is about to run): the watch stops."""
+def done(reached_query: bool = False) -> None:
+    """The start is over: the watch stops. ``reached_query``: the query is about to run (the
+    start's counted time joins the job's history for the adaptive bound); otherwise the
+    attempt ended before that."""
     watch = _current
     if watch is not None:
+        if reached_query:
+            watch.record()
         watch.stop()
+
+
+def recent_starts(history: Path) -> list[float]:
+    """The counted seconds of the job's last starts that reached their query (none when the
+    file is missing or unreadable: the floor then applies)."""
+    try:
+        values = json.loads(history.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(values, list):
+        return []
+    return [float(v) for v in values if isinstance(v, (int, float)) and v >= 0][-RECENT_STARTS:]
+
+
+def adaptive_budget(floor_s: float, history: Path) -> float:
+    """The bound of a start when ``stoker.startup_timeout`` is not given: the floor, or
+    ADAPT_FACTOR times the longest recent start when that is longer."""
+    recent = recent_starts(history)
+    return max(floor_s, ADAPT_FACTOR * max(recent)) if recent else floor_s
+
+
+def remember_start(history: Path, seconds: float) -> None:
+    """Add a start's counted seconds to the job's history (the last RECENT_STARTS kept),
+    replaced in one rename. A history that cannot be written is left as it was: the bound
+    then stays where it was."""
+    values = [*recent_starts(history), round(seconds, 3)][-RECENT_STARTS:]
+    tmp = history.with_name(f".{history.name}.{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(values))
+        os.replace(tmp, history)
+    except OSError as e:
+        log.debug("start history %s not written: %s", history, e)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def _fmt(seconds: float) -> str:
@@ -73,8 +121,10 @@ class StartWatch:
         *,
         clock: Callable[[], float] = time.monotonic,
         main_thread: int | None = None,
+        history: Path | None = None,
     ) -> None:
         self.budget_s = budget_s
+        self.history = history
         self.app = str(app.resolve()) if app is not None else None
         self.clock = clock
         self.main_thread = main_thread if main_thread is not None else threading.main_thread().ident
@@ -92,6 +142,11 @@ class StartWatch:
             if self._counted:
                 self._spent += now - self._since
             self._phase, self._counted, self._since = phase, counted, now
+
+    def record(self) -> None:
+        """Add this start's counted time to the job's history (once; not after a stop)."""
+        if self.history is not None and not self._stop.is_set():
+            remember_start(self.history, self.spent())
 
     def spent(self) -> float:
         with self._lock:

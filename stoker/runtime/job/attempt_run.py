@@ -320,7 +320,7 @@ class AttemptRun:
         """The query, supervised until it ends; or not started at all (the job finished, a stop
         came, the state is being repartitioned). The job's state it ended in."""
         store, jid, settings = self.store, self.jid, self.settings
-        startwatch.done()  # the start is over: the progress watchdog bounds the query
+        startwatch.done(reached_query=True)  # the progress watchdog bounds the query
         # Before the query: an executor target set already applies from the first epoch, and
         # the sources split that epoch by the cores reported.
         watch: ResourceWatch | None

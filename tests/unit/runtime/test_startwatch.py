@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from stoker.errors import InvalidInput
-from stoker.runtime.startwatch import APP, SPARK, StartWatch
+from stoker.runtime.startwatch import (
+    ADAPT_FACTOR,
+    APP,
+    RECENT_STARTS,
+    SPARK,
+    StartWatch,
+    adaptive_budget,
+    recent_starts,
+)
 from stoker.settings import Settings
 
 
@@ -51,7 +59,8 @@ def test_spark_start_is_not_counted_and_the_failure_names_phase_and_line(hung: o
     w.enter(APP)
     why = w.overdue()
     assert why is not None and why.startswith(
-        "no query after 10s: the app's main (_blocker) is still running at test_startwatch.py:24"
+        "no query after 10s: the app's main (_blocker) is still running at test_startwatch.py:"
+        f"{_blocker.__code__.co_firstlineno + 1}"
     ), why
     assert "gate.wait()" in why  # the stack
     w.stop()
@@ -60,9 +69,41 @@ def test_spark_start_is_not_counted_and_the_failure_names_phase_and_line(hung: o
 
 def test_startup_timeout_setting() -> None:
     assert Settings().startup_timeout == 300.0
+    assert Settings().startup_adaptive
+    assert not Settings().with_overrides({"stoker.startup_timeout": "3s"}).startup_adaptive
     assert Settings().with_overrides({"stoker.startup_timeout": "3s"}).startup_timeout == 3.0
     assert Settings().with_overrides({"stoker.startup_timeout": "off"}).startup_timeout == 0.0
     with pytest.raises(InvalidInput, match=r"stoker\.startup_timeout"):
         Settings().with_overrides({"stoker.startup_timeout": "soon"})
     with pytest.raises(InvalidInput, match=r"stoker\.startup_timeout"):
         Settings().with_overrides({"stoker.startup_timeout": "0s"})
+
+
+def test_the_default_bound_adapts_to_the_jobs_recent_starts(tmp_path: Path) -> None:
+    """Not given, the bound is the 5-minute floor until a start of the job took long enough;
+    then ADAPT_FACTOR times the longest of its last RECENT_STARTS starts that reached their
+    query. A start that did not reach its query is not recorded; an unreadable history is the
+    floor, never an error."""
+    history = tmp_path / "start-times.json"
+    assert adaptive_budget(300.0, history) == 300.0  # no history yet
+    clock = Clock()
+    for counted in (20.0, 150.0):
+        w = StartWatch(300.0, None, clock=clock, history=history)
+        clock.t += counted
+        w.record()  # the query is about to run
+        w.stop()
+    assert recent_starts(history) == [20.0, 150.0]
+    assert adaptive_budget(300.0, history) == ADAPT_FACTOR * 150.0
+    stopped = StartWatch(300.0, None, clock=clock, history=history)
+    clock.t += 999
+    stopped.stop()  # the attempt ended before its query: not a start to learn from
+    stopped.record()
+    assert recent_starts(history) == [20.0, 150.0]
+    for _ in range(RECENT_STARTS):  # the long start ages out
+        w = StartWatch(300.0, None, clock=clock, history=history)
+        clock.t += 10
+        w.record()
+    assert recent_starts(history) == [10.0] * RECENT_STARTS
+    assert adaptive_budget(300.0, history) == 300.0
+    history.write_text("{not json")
+    assert adaptive_budget(300.0, history) == 300.0
