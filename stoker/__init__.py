@@ -92,4 +92,4 @@ __all__ = [
     "submit",
 ]
 
-__version__ = "0.1.0"
+from stoker.version import __version__ as __version__  # noqa: E402 (the store reads it too)

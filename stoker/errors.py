@@ -265,6 +265,25 @@ class StoreError(StokerError):
     """The store cannot be opened or used."""
 
 
+class StoreTooNew(StokerError):
+    """The store's schema has a migration this stoker does not know and cannot use (a
+    contract one, applied by a newer stoker): refused before anything is read or written,
+    naming both versions. Not an outage: retrying cannot help (exit 2)."""
+
+    def __init__(
+        self, message: str, *, store_version: int, known: int, written_by: str | None
+    ) -> None:
+        super().__init__(message)
+        self.store_version = store_version
+        self.known = known
+        self.written_by = written_by
+
+
+class MigrationRefused(StokerError):
+    """A contract migration was not applied because a manager of an older stoker still runs
+    on the store (it could not use the store after it): says how to go on (exit 2)."""
+
+
 class JobFailed(StokerError):
     """The job's query stopped with an error."""
 
@@ -322,6 +341,8 @@ EXIT_CODES: dict[type[StokerError], int] = {
     SourceError: 16,
     DriverLost: 17,
     StartupTimedOut: 18,
+    StoreTooNew: 2,
+    MigrationRefused: 2,
 }
 
 

@@ -279,9 +279,16 @@ def _ago(now: float, t: float) -> str:
 def _manager_line(m: dict[str, Any], lease: dict[str, Any] | None, now: float) -> str:
     started = when(m["started_at"])
     token = f"  token {lease['token']}" if lease and lease["holder"] == m["holder"] else ""
+    runs = (
+        f"  stoker {m['stoker_version']} (schema {m.get('schema_version')})"
+        if m.get("stoker_version")
+        else "  stoker ? (before schema 20)"
+        if "stoker_version" in m
+        else ""
+    )
     return (
         f"{m['role']:<8} {m['address'] or '-':<28} holder {m['holder']}  started {started}  "
-        f"seen {_ago(now, m['seen_at'])}{token}"
+        f"seen {_ago(now, m['seen_at'])}{token}{runs}"
     )
 
 

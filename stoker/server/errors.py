@@ -25,12 +25,14 @@ from stoker.errors import (
     JobNotFound,
     JobOwnedElsewhere,
     JobTerminal,
+    MigrationRefused,
     NotLeader,
     OperationNotFound,
     SinkError,
     SourceError,
     StokerError,
     StoreError,
+    StoreTooNew,
     TooManyRequests,
     UpgradeConflict,
     UpgradeNotFound,
@@ -60,6 +62,8 @@ HTTP_STATUS: dict[type[StokerError], int] = {
     ClusterError: 500,  # a cluster could not be started, changed or stopped
     SinkError: 503,  # an external system failed (InvalidSink is InvalidInput first: 422)
     SourceError: 503,
+    StoreTooNew: 409,  # not an outage: this stoker is older than the store it was given
+    MigrationRefused: 409,
 }
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from stoker.clock import Clock, SystemClock
 from stoker.errors import InvalidTransition, JobNotFound, StoreError
-from stoker.store import _sql
+from stoker.store import _schema, _sql
 from stoker.store.records import AttemptRecord, JobRecord, Owner
 from stoker.types import ATTEMPTS, AttemptNo, AttemptState, JobId
 
@@ -207,15 +207,45 @@ class SqlBase:
             )
             self._migrate_in(cur)
 
+    def _migrations(self) -> list[tuple[int, str]]:
+        """The migrations this stoker knows, in order (a test may add one of its own)."""
+        return _sql.migrations()
+
     def _migrate_in(self, cur: Any) -> None:
-        """Apply the migrations newer than the schema's version, inside ``cur``'s transaction."""
+        """Apply the migrations newer than the schema's version, inside ``cur``'s transaction.
+
+        A store ahead of this stoker is used as it is if what this stoker does not know is
+        expand-only, refused otherwise (:class:`~stoker.errors.StoreTooNew`); a contract
+        migration is not applied under a manager of an older stoker
+        (:class:`~stoker.errors.MigrationRefused`). Both leave the store unchanged."""
         current = self._schema_version(cur)
-        for number, script in _sql.migrations():
-            if number <= current:
-                continue
+        known = self._migrations()
+        newest = known[-1][0] if known else 0
+
+        def query(name: str, params: dict[str, Any]) -> list[Any]:
+            return list(self._x(cur, name, **params).fetchall())
+
+        if current > newest:
+            _schema.refuse_if_too_new(self.url, current, newest, query)
+            return
+        pending = [(n, s, _schema.kind_of(n, s)) for n, s in known if n > current]
+        if not pending:
+            return
+        if current >= _schema.VERSIONED_FROM:  # older stores have no versions to compare
+            kinds = [(n, kind) for n, _, kind in pending]
+            _schema.refuse_contract_under_older(self.url, kinds, self.clock.now(), query)
+        now = self.clock.now()
+        for number, script, _ in pending:
             for statement in _sql.split_statements(script):
                 cur.execute(statement)
-            cur.execute(
-                self._translate({"m": "INSERT INTO schema_migrations VALUES (:v, :t)"})["m"],
-                {"v": number, "t": self.clock.now()},
-            )
+            self._x(cur, "record_migration", version=number, now=now)
+        if pending[-1][0] >= _schema.VERSIONED_FROM:  # the columns exist now
+            version = _schema.stoker_version()
+            for number, _, kind in pending:
+                self._x(
+                    cur,
+                    "describe_migration",
+                    version=number,
+                    kind=kind,
+                    stoker_version=version,
+                )

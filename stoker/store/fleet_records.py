@@ -174,10 +174,21 @@ class ManagerRecord:
     address: str
     started_at: float
     seen_at: float
+    # The stoker it runs and the newest migration that stoker knows (migration 0020); None
+    # for a manager of a stoker before it.
+    stoker_version: str | None = None
+    schema_version: int | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> ManagerRecord:
-        return cls(holder=r[0], address=r[1], started_at=float(r[2]), seen_at=float(r[3]))
+        return cls(
+            holder=r[0],
+            address=r[1],
+            started_at=float(r[2]),
+            seen_at=float(r[3]),
+            stoker_version=r[4] if len(r) > 4 else None,
+            schema_version=int(r[5]) if len(r) > 5 and r[5] is not None else None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -185,6 +196,8 @@ class ManagerRecord:
             "address": self.address,
             "started_at": self.started_at,
             "seen_at": self.seen_at,
+            "stoker_version": self.stoker_version,
+            "schema_version": self.schema_version,
         }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from stoker.errors import InvalidInput
+from stoker.store import _schema
 from stoker.store._sqlbase import SqlBase
 from stoker.store.fleet_records import LeaderLease, ManagerRecord
 
@@ -69,7 +70,15 @@ class LeaderMixin(SqlBase):
     def heartbeat_manager(self, holder: str, address: str) -> None:
         now = self.clock.now()
         with self._tx() as cur:
-            self._x(cur, "heartbeat_manager", holder=holder, address=address, now=now)
+            self._x(
+                cur,
+                "heartbeat_manager",
+                holder=holder,
+                address=address,
+                now=now,
+                stoker_version=_schema.stoker_version(),
+                schema_version=self._migrations()[-1][0],
+            )
             self._x(cur, "prune_managers", before=now - MANAGERS_FORGOTTEN_AFTER)
 
     def forget_manager(self, holder: str) -> None:

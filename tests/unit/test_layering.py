@@ -37,6 +37,8 @@ LEAVES = frozenset(
         "scalespec",
         "logformat",
         "leases",
+        "durations",
+        "version",
     }
 )
 
@@ -48,7 +50,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Whether a lease lapsed, on an observer's monotonic clock: manager and runtime alike.
     "leases": frozenset(),
     "settings": frozenset(),
+    # Durations and partition counts: one grammar for settings, flags, fields and events.
+    "durations": frozenset(),
     "paths": frozenset(),
+    # stoker's version: the store records it (issue 39 item 5) without the package root.
+    "version": frozenset(),
     "redact": frozenset(),
     # How every process logs (text or JSON lines, with the job, attempt and epoch bound).
     "logformat": frozenset(),

@@ -31,6 +31,12 @@ class ManagerView(BaseModel):
     role: str = Field(..., description="`leader` (it holds the live lease) or `standby`.")
     started_at: float = Field(..., description="Its first heartbeat (epoch seconds).")
     seen_at: float = Field(..., description="Its last heartbeat (epoch seconds).")
+    stoker_version: str | None = Field(
+        None, description="The stoker it runs; null for a stoker that records none (before 0020)."
+    )
+    schema_version: int | None = Field(
+        None, description="The newest store migration its stoker knows; null as above."
+    )
 
 
 class ManagersView(BaseModel):

@@ -311,10 +311,12 @@ SELECT 1 FROM leader_lease
 WHERE name = 'leader' AND holder = :holder AND token = :token AND renewals >= 0;
 
 -- name: heartbeat_manager
--- Made on a manager's first heartbeat; started_at stays, seen_at moves on every one.
-INSERT INTO managers (holder, address, started_at, seen_at)
-VALUES (:holder, :address, :now, :now)
-ON CONFLICT (holder) DO UPDATE SET address = excluded.address, seen_at = excluded.seen_at;
+-- Made on a manager's first heartbeat; started_at stays, seen_at moves on every one. The
+-- stoker and schema it runs (migration 0020) let a newer manager see it (store/_schema.py).
+INSERT INTO managers (holder, address, started_at, seen_at, stoker_version, schema_version)
+VALUES (:holder, :address, :now, :now, :stoker_version, :schema_version)
+ON CONFLICT (holder) DO UPDATE SET address = excluded.address, seen_at = excluded.seen_at,
+    stoker_version = excluded.stoker_version, schema_version = excluded.schema_version;
 
 -- name: prune_managers
 DELETE FROM managers WHERE seen_at < :before;
@@ -323,7 +325,7 @@ DELETE FROM managers WHERE seen_at < :before;
 DELETE FROM managers WHERE holder = :holder;
 
 -- name: list_managers
-SELECT holder, address, started_at, seen_at FROM managers
+SELECT holder, address, started_at, seen_at, stoker_version, schema_version FROM managers
 WHERE seen_at >= :since ORDER BY started_at, holder;
 
 -- name: restart_job

@@ -9,26 +9,28 @@ from __future__ import annotations
 
 import pytest
 
+from stoker import __version__
 from stoker.clock import ManualClock
 from stoker.errors import InvalidInput
-from stoker.store import ManagerRecord, Store
+from stoker.store import ManagerRecord, Store, _sql
 from stoker.store.sql_leader import MANAGERS_FORGOTTEN_AFTER
 from tests.integration.store.support import T0, OpenStore, race, raw_rows
 
 A, B, C = "manager-a", "manager-b", "manager-c"
 URL_A, URL_B, URL_C = "http://10.0.0.1:8081", "http://10.0.0.2:8081", "http://10.0.0.3:8081"
+RUNS = (__version__, _sql.migrations()[-1][0])  # each row names its stoker and schema
 
 
 def test_a_heartbeat_makes_the_row_once_and_then_moves_only_seen_at(
     store: Store, clock: ManualClock
 ) -> None:
     store.heartbeat_manager(A, URL_A)
-    assert store.list_managers(9.0) == [ManagerRecord(A, URL_A, T0, T0)]
+    assert store.list_managers(9.0) == [ManagerRecord(A, URL_A, T0, T0, *RUNS)]
     clock.advance(1.0)
     store.heartbeat_manager(A, URL_A)
     clock.advance(1.0)
     store.heartbeat_manager(A, "http://10.0.0.9:8081")  # restarted elsewhere under its id
-    assert store.list_managers(9.0) == [ManagerRecord(A, "http://10.0.0.9:8081", T0, T0 + 2)]
+    assert store.list_managers(9.0) == [ManagerRecord(A, "http://10.0.0.9:8081", T0, T0 + 2, *RUNS)]
 
 
 def test_managers_are_listed_oldest_first_while_fresh(store: Store, clock: ManualClock) -> None:

@@ -34,6 +34,8 @@ def test_the_holder_of_the_live_lease_is_the_leader_every_other_a_standby() -> N
         "address": "http://a:1",
         "started_at": 900.0,
         "seen_at": 999.0,
+        "stoker_version": None,  # a manager of a stoker before its rows named it
+        "schema_version": None,
         "role": "standby",
     }
 
