@@ -11,12 +11,12 @@ on :mod:`stoker.errors` alone.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from stoker.durations import parse_duration
 from stoker.errors import InvalidInput
 
 MODES = ("fixed", "reactive", "auto")
@@ -39,9 +39,6 @@ _KEYS_TEXT = (
     "min_executors, max_executors, target_utilization, catch_up, stabilization, cooldown, "
     "max_rescales_per_hour"
 )
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 @dataclass(frozen=True)
@@ -88,24 +85,6 @@ class ScalingSpec:
             f"max_per_hour={self.max_rescales_per_hour}",
         ]
         return f"{self.mode}:" + ",".join(parts)
-
-
-def parse_duration(text: str | float | int, field: str) -> float:
-    """Seconds from ``"90s"``, ``"5m"``, ``"1h"``, ``"500ms"``, ``"2d"`` or a number of seconds.
-
-    Negative, non-finite or unreadable values -> :class:`InvalidInput` naming ``field``.
-    """
-    if isinstance(text, bool):
-        raise InvalidInput(field, f"expects a duration like '90s', '5m' or '1h', got {text!r}")
-    if isinstance(text, int | float):
-        seconds = float(text)
-    elif isinstance(text, str) and (m := _DURATION.match(text)):
-        seconds = float(m.group(1)) * _UNITS[(m.group(2) or "s").lower()]
-    else:
-        raise InvalidInput(field, f"expects a duration like '90s', '5m' or '1h', got {text!r}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise InvalidInput(field, f"must be a duration of 0 or more, got {text!r}")
-    return seconds
 
 
 def parse_scaling(

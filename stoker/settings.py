@@ -2,50 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from stoker.durations import parse_duration
 from stoker.errors import InvalidInput
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|seconds?|m|min|minutes?)?\s*$")
-
-
-def parse_duration(value: str | float | int, field_name: str = "trigger") -> float:
-    """Seconds from ``"500ms"``, ``"2s"``, ``"1 minute"`` or a number of seconds."""
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        m = _DURATION.match(str(value))
-        if not m:
-            raise InvalidInput(field_name, f"{value!r} is not a duration like '500ms' or '2s'")
-        n, unit = float(m.group(1)), (m.group(2) or "s")
-        seconds = n / 1000 if unit == "ms" else n * 60 if unit.startswith("m") else n
-    if seconds < 0:
-        raise InvalidInput(field_name, f"must not be negative, got {value!r}")
-    return seconds
-
-
-_LONG = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(h|hours?|d|days?)\s*$")
 
 
 def parse_window(value: str | float | int, field_name: str) -> float:
-    """Seconds from a retention window: ``"7d"``, ``"12h"``, or anything :func:`parse_duration`
-    takes (``"30m"``, ``"90s"``, a number of seconds). Must be positive."""
-    m = _LONG.match(value) if isinstance(value, str) else None
-    if m:
-        seconds = float(m.group(1)) * (86400 if m.group(2).startswith("d") else 3600)
-    else:
-        try:
-            seconds = parse_duration(value, field_name)
-        except InvalidInput:
-            raise InvalidInput(
-                field_name, f"{value!r} is not a duration like '7d', '12h', '30m' or '90s'"
-            ) from None
-    if seconds <= 0:
-        raise InvalidInput(field_name, f"must be a positive duration, got {value!r}")
-    return seconds
+    """Seconds from a retention window (``"7d"``, ``"12h"``, ``"30m"``, seconds): a positive
+    duration (stoker.durations)."""
+    return parse_duration(value, field_name, positive=True)
 
 
 @dataclass(frozen=True)

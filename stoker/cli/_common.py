@@ -151,7 +151,7 @@ class Duration(click.ParamType):
         self.minimum = minimum
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from stoker.settings import parse_duration
+        from stoker.durations import parse_duration
 
         if isinstance(value, float | int) and not isinstance(value, bool):
             seconds = float(value)  # a default

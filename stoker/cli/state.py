@@ -22,7 +22,7 @@ from stoker.cli._common import (
     store_opt,
     use_server,
 )
-from stoker.manager.state import parse_partitions
+from stoker.durations import parse_partitions
 from stoker.types import job_id as _job_id
 
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stoker import durations
 from stoker.errors import ALREADY_PAUSED, NOT_PAUSED, ControlConflict, InvalidInput
 from stoker.scalespec import parse_scaling
 from stoker.types import ControlKind
@@ -50,8 +51,6 @@ _LOGGER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.$-]{0,199}$")
 _EVENT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$")
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_TRIGGER_S = 86_400.0
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 # Fields each kind takes besides "kind" (and "request_id", which is the caller's, not the event's).
 FIELDS: dict[ControlKind, frozenset[str]] = {
@@ -69,20 +68,8 @@ FIELDS: dict[ControlKind, frozenset[str]] = {
 
 
 def parse_duration(value: Any, field: str = "interval") -> float:
-    """``"2s"``, ``"500ms"``, ``"1m"``, ``0`` or a number of seconds -> seconds (0..1 day)."""
-    if isinstance(value, bool):
-        raise InvalidInput(field, f"expects a duration like '2s' or '500ms', got {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value)):
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
-    else:
-        raise InvalidInput(
-            field, f"expects a duration like '2s', '500ms', '1m' or 0, got {value!r}"
-        )
-    if not 0 <= seconds <= MAX_TRIGGER_S:
-        raise InvalidInput(field, f"must be between 0 and 1 day, got {value!r}")
-    return seconds
+    """A trigger interval: a duration (stoker.durations) of 0 up to 1 day."""
+    return durations.parse_duration(value, field, max_s=MAX_TRIGGER_S)
 
 
 def normalize_level(value: Any, field: str = "level") -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 from stoker import checkpoint_layout
 from stoker.checkpoint_layout import SHUFFLE_PARTITIONS
+from stoker.durations import parse_partitions
 from stoker.errors import InvalidInput, JobFailed, StokerError
 from stoker.procs import owner_is_dead, this_owner
 from stoker.store import Owner, Store
@@ -48,17 +49,6 @@ def max_parallelism_of(conf: Mapping[str, str], field: str = "conf") -> int:
     if given is None:
         return DEFAULT_MAX_PARALLELISM
     return parse_partitions(given, f"{field}.{SHUFFLE_PARTITIONS}")
-
-
-def parse_partitions(value: object, field: str = "partitions") -> int:
-    """A number of partitions: a whole number >= 1 (an int, text of one, or a float that is
-    one: JSON's 211.0 is the integer 211 to JSON Schema, issue 23 item 12)."""
-    if isinstance(value, float) and value.is_integer() and 1 <= value <= 2**31:
-        value = int(value)
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
-        raise InvalidInput(field, f"must be a whole number of at least 1, got {value!r}")
-    return int(text)
 
 
 def keep_max_parallelism(new_spec: dict[str, Any], old_spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from stoker.checkpoint_layout import (
     SHUFFLE_PARTITIONS,
     checkpoint_partitions,
 )
+from stoker.durations import parse_partitions
 from stoker.errors import DriverLost, InvalidInput
 from stoker.redact import is_secret_entry
 from stoker.runtime import jvmcache, zygote
@@ -73,14 +74,6 @@ def max_parallelism(settings: Settings) -> int:
     if given is None:
         return DEFAULT_MAX_PARALLELISM
     return parse_partitions(given, f"-D {SHUFFLE_PARTITIONS}")
-
-
-def parse_partitions(value: object, field: str) -> int:
-    """A number of partitions: a whole number >= 1 (an int, or text of one)."""
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
-        raise InvalidInput(field, f"must be a whole number of at least 1, got {value!r}")
-    return int(text)
 
 
 def job_max_parallelism(

@@ -22,7 +22,6 @@ log they share (``_filelog.py``).
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,7 +29,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from stoker.errors import InvalidSource
+from stoker.durations import parse_duration
+from stoker.errors import InvalidInput, InvalidSource
 from stoker.procs import this_owner
 from stoker.sources._fence import owner_to_json
 from stoker.sources._files_clean import check_clean
@@ -62,29 +62,15 @@ class FilesDataSource(DataSource):
         return _FilesReader(dict(self.options), schema)
 
 
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_AGE_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
 def parse_age(value: str | float | int | None) -> float | None:
-    """Seconds from ``3600``, ``"90s"``, ``"12h"``, ``"7d"``; None (no limit) stays None."""
+    """Seconds from ``3600``, ``"90s"``, ``"12h"``, ``"7d"`` (a positive duration,
+    stoker.durations); None (no limit) stays None."""
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise InvalidSource("files.max_file_age", f"{value!r} is not a duration like '7d' or '12h'")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        m = _AGE.match(value)
-        if m is None:
-            raise InvalidSource(
-                "files.max_file_age",
-                f"{value!r} is not a duration like '7d', '12h', '30m' or a number of seconds",
-            )
-        seconds = float(m.group(1)) * _AGE_UNITS[m.group(2) or "s"]
-    if seconds <= 0:
-        raise InvalidSource("files.max_file_age", f"must be more than 0, got {value!r}")
-    return seconds
+    try:
+        return parse_duration(value, "files.max_file_age", positive=True)
+    except InvalidInput as e:
+        raise InvalidSource(e.field, e.message) from None
 
 
 @dataclass(frozen=True)

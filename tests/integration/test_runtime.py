@@ -705,7 +705,7 @@ BAD: dict[str, tuple[Callable[[Path], Pipeline], dict[str, Any], type[Exception]
         {"trigger": "soon"},
         InvalidInput,
         "trigger",
-        "'soon' is not a duration like '500ms' or '2s'",
+        "'soon' is not a duration like '500ms', '2s', '5m', '1h' or '7d'",
     ),
     "bad store url": (
         lambda t: Pipeline("bad").source(_gen()).sink(_out(t)),

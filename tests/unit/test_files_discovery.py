@@ -92,8 +92,8 @@ def test_parse_age() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "field", "says"),
     [
-        ({"max_file_age": "a week"}, "files.max_file_age", "like '7d'"),
-        ({"max_file_age": 0}, "files.max_file_age", "more than 0"),
+        ({"max_file_age": "a week"}, "files.max_file_age", "or '7d'"),
+        ({"max_file_age": 0}, "files.max_file_age", "a positive duration"),
         ({"clean_source": "move"}, "files.clean_source", "archive, delete"),
         ({"clean_source": "archive"}, "files.archive_dir", "needs an archive_dir"),
         ({"clean_source": "delete", "archive_dir": "x"}, "files.archive_dir", "only used"),

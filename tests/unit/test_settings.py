@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from stoker.durations import EXAMPLES, parse_duration
 from stoker.errors import InvalidInput
-from stoker.settings import Settings, parse_duration, parse_pairs
+from stoker.settings import Settings, parse_pairs
 
 # durations -------------------------------------------------------------------------------------
 
@@ -34,22 +35,22 @@ from stoker.settings import Settings, parse_duration, parse_pairs
     ],
 )
 def test_parse_duration_gives_seconds(text: str | float, seconds: float) -> None:
-    assert parse_duration(text) == seconds
+    assert parse_duration(text, "trigger") == seconds
 
 
-@pytest.mark.parametrize("text", ["", "fast", "5h", "1 hour", "ms", "1.2.3s", "-1s", "1e3ms"])
+@pytest.mark.parametrize("text", ["", "fast", "5 years", "ms", "1.2.3s", "-1s", "1e3ms", "1 hr"])
 def test_parse_duration_rejects_what_is_not_a_duration(text: str) -> None:
     with pytest.raises(InvalidInput) as info:
         parse_duration(text, "stoker.trigger")
     assert info.value.field == "stoker.trigger"
-    assert info.value.message == f"{text!r} is not a duration like '500ms' or '2s'"
+    assert info.value.message == f"{text!r} is not a duration like {EXAMPLES}"
 
 
 def test_parse_duration_rejects_a_negative_number() -> None:
     with pytest.raises(InvalidInput) as info:
-        parse_duration(-1)
+        parse_duration(-1, "trigger")
     assert info.value.field == "trigger"
-    assert info.value.message == "must not be negative, got -1"
+    assert info.value.message == "must not be negative or infinite, got -1"
 
 
 # -D pairs --------------------------------------------------------------------------------------
@@ -148,7 +149,7 @@ def test_bad_trigger_names_the_stoker_key() -> None:
     with pytest.raises(InvalidInput) as info:
         Settings().with_overrides({"stoker.trigger": "soon"})
     assert info.value.field == "stoker.trigger"
-    assert info.value.message == "'soon' is not a duration like '500ms' or '2s'"
+    assert info.value.message == "'soon' is not a duration like '500ms', '2s', '5m', '1h' or '7d'"
 
 
 @pytest.mark.parametrize("value", ["500ms", "0", "0.9"])

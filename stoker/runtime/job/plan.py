@@ -10,13 +10,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stoker.durations import parse_duration
 from stoker.errors import InvalidInput, JobTerminal
 from stoker.runtime import restore
 from stoker.runtime.attempt import committed_nothing, existing_job
 from stoker.runtime.job.lost_checkpoint import Gap, gap_in
 from stoker.runtime.launch import LaunchContext
 from stoker.runtime.resources import ResourceWatch
-from stoker.settings import Settings, parse_duration
+from stoker.settings import Settings
 from stoker.sinks.base import SinkOwner
 from stoker.store import Store
 from stoker.types import AttemptNo, JobId, JobState
@@ -43,7 +44,7 @@ def resolve_settings(
     """Settings from ``run()``'s arguments, then the launcher's ``-D`` pairs on top."""
     s = Settings()
     if trigger is not None:
-        s = replace(s, trigger=parse_duration(trigger))
+        s = replace(s, trigger=parse_duration(trigger, "trigger"))
     if state_dir is not None:
         s = replace(s, state_dir=Path(state_dir))
     if store is not None:

@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from stoker import durations
 from stoker.errors import InvalidInput
 from stoker.manager.control import HISTORY_MAX, control_view
 from stoker.redact import redact_answer
@@ -141,10 +142,13 @@ CONTROL_BODY: dict[str, Any] = {
             {
                 "interval": {
                     "anyOf": [
-                        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h)?\s*$"},
+                        {"type": "string", "pattern": durations.PATTERN},
                         {"type": "number", "minimum": 0, "maximum": 86400},
                     ],
-                    "description": "e.g. '2s', '500ms', '1m', or seconds; 0 = as fast as possible",
+                    "description": (
+                        f"e.g. {durations.EXAMPLES} or seconds, up to 1 day; "
+                        "0 = as fast as possible"
+                    ),
                 }
             },
             ("interval",),

@@ -51,7 +51,7 @@ def test_app_cancel_timeout_is_a_duration() -> None:
 @pytest.mark.parametrize(
     ("value", "says"),
     [
-        ("soon", "'soon' is not a duration like '500ms' or '2s'"),
+        ("soon", "'soon' is not a duration like '500ms', '2s', '5m', '1h' or '7d'"),
         ("500ms", "less than the minimum 1s"),
     ],
 )

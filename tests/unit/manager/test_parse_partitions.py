@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from stoker.durations import parse_partitions
 from stoker.errors import InvalidInput
-from stoker.manager.state import parse_partitions
 
 
 @pytest.mark.parametrize("value", [211, "211", " 211 ", 211.0])

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from stoker.durations import parse_duration
 from stoker.errors import InvalidInput
-from stoker.scalespec import MODES, ScalingSpec, parse_duration, parse_scaling, with_bounds
+from stoker.scalespec import MODES, ScalingSpec, parse_scaling, with_bounds
 
 
 def test_none_is_fixed_with_the_defaults() -> None:
@@ -107,11 +108,11 @@ def test_modes_constant() -> None:
         ("auto:min=1,max=2,target_utilization=1.5", "target_utilization must be a number above 0"),
         ("auto:min=1,max=2,target_utilization=high", "target_utilization must be a number"),
         ({"mode": "auto", "max_executors": 2, "target_utilization": None}, "target_utilization"),
-        ("auto:min=1,max=2,catch_up=-5s", "catch_up expects a duration"),
-        ({"mode": "auto", "max_executors": 2, "catch_up": -5}, "catch_up must be a duration of 0"),
-        ({"mode": "auto", "max_executors": 2, "stabilization": "soon"}, "stabilization expects"),
-        ({"mode": "auto", "max_executors": 2, "cooldown": [1]}, "cooldown expects a duration"),
-        ({"mode": "auto", "max_executors": 2, "cooldown": float("inf")}, "cooldown must be"),
+        ("auto:min=1,max=2,catch_up=-5s", "catch_up '-5s' is not a duration"),
+        ({"mode": "auto", "max_executors": 2, "catch_up": -5}, "catch_up must not be negative"),
+        ({"mode": "auto", "max_executors": 2, "stabilization": "soon"}, "stabilization 'soon'"),
+        ({"mode": "auto", "max_executors": 2, "cooldown": [1]}, "cooldown [1] is not a duration"),
+        ({"mode": "auto", "max_executors": 2, "cooldown": float("inf")}, "cooldown must not be"),
         (42, "expects text like 'auto:min=1,max=4' or an object"),
         (ScalingSpec("auto", 1, None), "max_executors is required"),
         (ScalingSpec("burst"), "mode must be one of"),
@@ -150,7 +151,7 @@ def test_durations(text: str | float, seconds: float) -> None:
     assert parse_duration(text, "cooldown") == seconds
 
 
-@pytest.mark.parametrize("bad", ["5 minutes", "-1s", "m", "", -3, True, float("nan")])
+@pytest.mark.parametrize("bad", ["5 years", "-1s", "m", "", -3, True, float("nan")])
 def test_bad_durations_name_the_field(bad: Any) -> None:
     with pytest.raises(InvalidInput) as info:
         parse_duration(bad, "catch_up")
