@@ -139,10 +139,12 @@ from stoker.errors import InvalidInput
     "--allow-conf",
     "allow_conf",
     multiple=True,
-    metavar="PREFIX",
-    help="Allow submitted conf keys with this prefix even though they run or load code when "
-    "Spark starts (spark.jars, extraClassPath, -javaagent in extraJavaOptions, ...); refused "
-    "otherwise. Repeatable.",
+    metavar="KEY",
+    help="Allow a submitted conf key beyond the allow-list of tuning settings (sizes, cores, "
+    "partitions, UI, timeouts, JVM options that only tune the VM): KEY (and its sub-keys), "
+    "PREFIX* (every key so starting) or KEY=VALUE (that value only, e.g. "
+    "spark.master=spark://host:7077). Anything else is refused (422 naming the key). "
+    "Repeatable.",
 )
 @click.option(
     "--max-clusters",

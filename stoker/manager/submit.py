@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 from stoker import lineage
 from stoker.errors import InvalidInput
+from stoker.manager.confcheck import check_conf
 from stoker.manager.state import max_parallelism_of
 from stoker.paths import check_app_path
 from stoker.restart import DEFAULT_STRATEGY, FORMER_DEFAULT, parse_strategy
@@ -184,65 +184,6 @@ def savepoint_uid(spec: dict[str, Any]) -> str | None:
     return uid if isinstance(uid, str) and uid else None
 
 
-# Spark settings that run or load code when the driver's JVM starts or Spark comes up: under a
-# job manager a submission's ``conf`` must not be a second way to run commands beside the
-# entrypoint that ``--allow-dir`` restricts (issue 22, item 3: -XX:OnOutOfMemoryError ran
-# ``id``). Refused unless the operator allows the key (``stoker server --allow-conf PREFIX``).
-CODE_KEYS = (
-    "spark.jars",
-    "spark.submit.",
-    "spark.plugins",
-    "spark.driver.extraClassPath",
-    "spark.executor.extraClassPath",
-    "spark.driver.extraLibraryPath",
-    "spark.executor.extraLibraryPath",
-    "spark.driver.defaultJavaOptions",
-    "spark.executor.defaultJavaOptions",
-    "spark.sql.extensions",
-    "spark.extraListeners",
-    "spark.sql.queryExecutionListeners",
-    "spark.sql.streaming.streamingQueryListeners",
-    "spark.files",
-    "spark.archives",
-    "spark.pyspark.python",
-    "spark.pyspark.driver.python",
-    "spark.executorEnv.",
-    "spark.yarn.dist.",
-    "spark.kubernetes.",
-    "spark.driver.resource.",
-    "spark.executor.resource.",
-)
-# In the JVM options a submission may set, what runs or loads code.
-_JVM_CODE = re.compile(
-    r"(?:^|\s)(?:-XX:\+?On\w*|-agentlib|-agentpath|-javaagent|-Xbootclasspath|@\S)", re.I
-)
-_JVM_OPTION_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
-
-
-def check_conf_code(conf: dict[str, str], allowed: Sequence[str] = ()) -> None:
-    """:class:`InvalidInput` naming ``conf.<key>`` when a setting would run or load code
-    (:data:`CODE_KEYS`, or JVM options with ``-XX:On...``, ``-agentlib``, ``-agentpath``,
-    ``-javaagent``, ``-Xbootclasspath``, ``@argfile``), unless ``allowed`` has a prefix of
-    the key."""
-    for k, v in conf.items():
-        if any(k.startswith(a) for a in allowed):
-            continue
-        # An entry ending in "." names a family of keys; any other a key and its sub-keys.
-        if any(k == c or k.startswith(c if c.endswith(".") else c + ".") for c in CODE_KEYS):
-            raise InvalidInput(
-                f"conf.{k}",
-                "runs or loads code when Spark starts: refused under a job manager unless its "
-                "operator allows it (stoker server --allow-conf PREFIX)",
-            )
-        if k in _JVM_OPTION_KEYS and _JVM_CODE.search(v):
-            raise InvalidInput(
-                f"conf.{k}",
-                "holds a JVM option that runs or loads code (-XX:On..., -agentlib, "
-                "-agentpath, -javaagent, -Xbootclasspath, @argfile): refused under a job "
-                "manager unless its operator allows it (stoker server --allow-conf PREFIX)",
-            )
-
-
 def validate_submission(
     entrypoint: str,
     args: list[str],
@@ -254,8 +195,9 @@ def validate_submission(
 ) -> Submission:
     """Check every field; :class:`InvalidInput` names the first bad one. Nothing is written.
 
-    ``allowed_dirs`` are resolved already (the caller does it once). ``allowed_conf``: key
-    prefixes the operator allows to run or load code (:func:`check_conf_code`).
+    ``allowed_dirs`` are resolved already (the caller does it once). ``allowed_conf``: the
+    operator's ``--allow-conf`` entries, beyond the allow-list of
+    :func:`stoker.manager.confcheck.check_conf`.
     """
     # Where it points is checked before whether it exists: a caller learns nothing of the
     # host's files outside the allowed folders (issue 22, low).
@@ -276,7 +218,7 @@ def validate_submission(
             raise InvalidInput(f"conf.{k}", "values must be strings")
         if k in ("stoker.store", "stoker.state_dir"):
             raise InvalidInput(f"conf.{k}", "is set by the job manager, not by a submission")
-    check_conf_code(conf, allowed_conf)
+    check_conf(conf, allowed_conf)
     try:
         Settings().with_overrides(dict(conf))
     except InvalidInput as e:  # an unknown or malformed key, named as the request's field
