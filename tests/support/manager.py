@@ -44,8 +44,10 @@ class Manager:
         extra_args: list[str] | None = None,
         port: int | None = None,
         wrap: list[str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
-        """``wrap``: a command the server's argv is appended to (it must exec it)."""
+        """``wrap``: a command the server's argv is appended to (it must exec it). ``cwd``:
+        where it runs (this checkout by default, whose ``stoker`` it then imports first)."""
         self.name = name
         self.store = store
         self.log = log
@@ -85,7 +87,7 @@ class Manager:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                cwd=str(REPO),
+                cwd=str(cwd or REPO),
                 env=env,
                 start_new_session=True,  # its own group: nothing of the test shares it
             )

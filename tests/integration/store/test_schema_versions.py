@@ -30,12 +30,12 @@ def _future(url: str, clock: ManualClock, kind: str) -> Store:
     script = f"-- kind: {kind}\nCREATE TABLE future_{kind} (a BIGINT);\n"
     base: Any = PostgresStore if url.startswith("postgresql") else SqliteStore
 
-    class Newer(base):  # type: ignore[misc, valid-type]
+    class Newer(base):
         def _migrations(self) -> list[tuple[int, str]]:
             return [*super()._migrations(), (FUTURE, script)]
 
     target = url if base is PostgresStore else url[len("sqlite:///") :]
-    return Newer(target, clock)  # type: ignore[no-any-return]
+    return Newer(target, clock)
 
 
 def _versions(url: str) -> list[tuple[Any, ...]]:
