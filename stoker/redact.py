@@ -14,7 +14,16 @@ from collections.abc import Mapping
 from typing import Any
 
 MASK = "***"
-SECRET_WORDS = ("password", "secret", "token", "key", "credential")
+SECRET_WORDS = (
+    "password",
+    "passphrase",
+    "secret",
+    "token",
+    "key",
+    "credential",
+    "bearer",
+    "authorization",
+)
 _WORDS = "|".join(SECRET_WORDS)
 
 # Every pattern here runs in time linear in the text (a message, a log line, an API answer
@@ -28,6 +37,10 @@ _WORDS = "|".join(SECRET_WORDS)
 # pattern, so that a password holding '@' is hidden whole (the host follows the last '@').
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 _AUTHORITY_END = re.compile(r"[/?#\s'\"]")
+# Where a URL written in text ends at the latest: a password may hold '/', '?' or '#' (not
+# escaped, as users write them: postgresql://u:p/a?b#c@host/db), so when the authority that
+# ends at the first of those has no '@', the last '@' before this end is looked for.
+_TOKEN_END = re.compile(r"[\s'\"<>]")
 # key=value or key: value where the key looks secret (libpq's password=..., -D pairs, log
 # lines, YAML-ish text), the value quoted or not: a run of key characters, then (optionally)
 # the separator and an opening quote. The value is taken in Python (_mask_pairs), only after a
@@ -46,14 +59,14 @@ _VALUE_MAX = 4096
 def is_secret_key(key: str) -> bool:
     """True when a conf key looks like it names a secret: one of :data:`SECRET_WORDS`
     anywhere in it, or a part of it (between dots, dashes, underscores) that is ``pass``,
-    ``passwd`` or ``pwd`` (``spark.auth.pass``, ``db_pwd``)."""
+    ``passwd``, ``pwd`` or ``pw`` (``spark.auth.pass``, ``db_pwd``, ``db.pw``)."""
     low = key.lower()
     if any(w in low for w in SECRET_WORDS):
         return True
     return any(part in _SECRET_PARTS for part in _PARTS.split(low))
 
 
-_SECRET_PARTS = frozenset({"pass", "passwd", "pwd"})
+_SECRET_PARTS = frozenset({"pass", "passwd", "pwd", "pw"})
 _PARTS = re.compile(r"[._\-\s]")
 
 
@@ -84,6 +97,7 @@ def _mask_urls(text: str) -> str:
     after that."""
     cuts: list[tuple[int, int, str]] = []
     at = 0
+    token_end = token_at = -1
     while (i := text.find("://", at)) >= 0:
         at = i + 3
         j = i
@@ -94,6 +108,14 @@ def _mask_urls(text: str) -> str:
         end_m = _AUTHORITY_END.search(text, at)
         end = len(text) if end_m is None else end_m.start()
         host_at = text.rfind("@", at, end)
+        if host_at < at and end < len(text) and text[end] in "/?#":
+            if token_end < at:  # found once per run of text: the scan stays linear
+                tok = _TOKEN_END.search(text, at)
+                token_end = len(text) if tok is None else tok.start()
+                token_at = text.rfind("@", at, token_end)
+            host_at = token_at if token_at > at else -1
+            if host_at > at:
+                end = token_end
         colon = text.find(":", at, host_at) if host_at > at else -1
         if colon < 0 or colon + 1 >= host_at:
             continue
@@ -151,6 +173,25 @@ def _mask_quoted(text: str) -> str:
     return _splice(text, cuts)
 
 
+# An HTTP credential after its scheme (``Authorization: Basic dXNlcjpw...``, ``Bearer eyJ...``),
+# wherever it is written: a header in a log line, a curl command in a job's args.
+_SCHEME = re.compile(r"(?i)\b(?P<s>bearer|basic|digest|negotiate)\s++(?P<v>[\w.~+/=-]++)")
+_B64ISH = re.compile(r"[A-Za-z0-9+/_-]{8,}+={0,2}")
+
+
+def _mask_schemes(text: str) -> str:
+    """Each credential after ``Bearer`` (any value) or ``Basic``/``Digest``/``Negotiate`` (a
+    value that looks encoded: base64-like, 8 characters or more, not a plain lower-case word,
+    so that "basic information" stays) masked."""
+    cuts: list[tuple[int, int, str]] = []
+    for m in _SCHEME.finditer(text):
+        v = m.group("v")
+        word = v.isalpha() and (v.islower() or v[1:].islower())  # "information", "Setup"
+        if m.group("s").lower() == "bearer" or (bool(_B64ISH.fullmatch(v)) and not word):
+            cuts.append((m.start("v"), m.end("v"), MASK))
+    return _splice(text, cuts)
+
+
 def redact_url(url: str) -> str:
     """``url`` with its password (if any) replaced by :data:`MASK`."""
     return _mask_urls(url)
@@ -162,6 +203,7 @@ def redact_text(text: str) -> str:
     if not text:
         return text
     text = _mask_urls(text)
+    text = _mask_schemes(text)
     text = _mask_pairs(text)
     return _mask_quoted(text)
 
