@@ -7,7 +7,10 @@ leads one (as the CLI's driver does), so the Spark JVM and Python workers die wi
 Steps: ``after_pin``, ``after_transform``, ``after_prepare``, ``after_decide``, ``after_commit``,
 ``before_spark_commit``, ``in_recovery``; and, without an epoch, ``sink_recovery_at_<phase>``
 right before a sink's ``recover`` in recovery run at an attempt's ``start``, at its ``end``, or
-by the janitor's ``cleanup``.
+by the janitor's ``cleanup``. The Kafka sink's commit: ``kafka_in_txn`` (a transaction's rows
+produced, not committed) and ``kafka_after_txn`` (a transaction committed in Kafka, before the
+next one and before the store records the commit). The Delta sink's commit: ``delta_after_log``
+(the epoch's Delta commit in the table's log, before the store records it).
 
 ``stall_<step>:<epoch>`` (e.g. ``stall_after_prepare:2``) hangs there for ever instead: a
 driver that stops making progress with its parts prepared (a cancel timeout must kill it).
@@ -56,6 +59,9 @@ STEPS = (
     "sink_recovery_at_start",
     "sink_recovery_at_end",
     "sink_recovery_at_cleanup",
+    "kafka_in_txn",
+    "kafka_after_txn",
+    "delta_after_log",
 )
 
 

@@ -1,5 +1,5 @@
-"""Pipeline outputs with exactly-once two-phase commit: :func:`files`, :func:`postgres`; and
-:func:`console` for development (at least once: it prints)."""
+"""Pipeline outputs with exactly-once two-phase commit: :func:`files`, :func:`postgres`,
+:func:`kafka`; and :func:`console` for development (at least once: it prints)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from stoker.sinks._pg_modes import check_key
 from stoker.sinks.base import Prepared, Recovered, SinkOwner, TwoPhaseSink
 from stoker.sinks.console import ConsoleSink
 from stoker.sinks.files import FilesSink
+from stoker.sinks.kafka import KafkaSink, require_client
 from stoker.sinks.postgres import PostgresSink
 from stoker.types import Epoch
 
 __all__ = [
     "ConsoleSink",
     "FilesSink",
+    "KafkaSink",
     "PostgresSink",
     "Prepared",
     "Recovered",
@@ -26,10 +28,11 @@ __all__ = [
     "descriptor_of",
     "files",
     "from_descriptor",
+    "kafka",
     "postgres",
 ]
 
-KINDS = ("files", "postgres", "console")
+KINDS = ("files", "postgres", "console", "kafka")
 
 
 def files(path: str, format: str = "parquet", options: dict[str, str] | None = None) -> FilesSink:
@@ -69,6 +72,43 @@ def postgres(
         create_table=create_table,
         max_writers=max_writers,
         key=check_key(key),
+    )
+
+
+def kafka(
+    bootstrap_servers: str,
+    topic: str,
+    key: str | None = "key",
+    value: str = "value",
+    headers: str | None = None,
+    options: Mapping[str, str] | None = None,
+) -> KafkaSink:
+    """Each epoch's rows appended to Kafka ``topic``, exactly once for consumers that read
+    with ``isolation.level=read_committed``.
+
+    ``key``, ``value`` and ``headers`` name the output's columns to write: key and value
+    string or binary (no column ``key`` and the default: records without a key; ``key=None``
+    too), headers ``array<struct<key:string,value:binary>>`` as Spark's Kafka sink takes
+    them. A record's partition comes from its key as Kafka's Java client chooses it (murmur2).
+    ``options`` are the Kafka clients' settings (librdkafka's names: ``security.protocol``,
+    ``sasl.mechanism``, ``sasl.username``, ``sasl.password``, ...); secrets among them are
+    never logged, shown or recorded in the store.
+
+    Each Spark task stages its rows as a file under the job's state folder; once the epoch is
+    decided the driver publishes them in Kafka transactions (``transactional.id``
+    ``stoker-<uid>-<tag>``), each also committing a marker to the consumer group of that name,
+    so that a commit done again after a crash publishes nothing twice. ``read_uncommitted``
+    consumers may see rows of transactions that were aborted. Needs ``confluent-kafka``
+    (``pip install 'stoker[kafka]'``).
+    """
+    require_client()
+    return KafkaSink(
+        bootstrap_servers=bootstrap_servers,
+        topic=topic,
+        key=key,
+        value=value,
+        headers=headers,
+        options=dict(options or {}),
     )
 
 
@@ -117,7 +157,7 @@ def _field(d: Mapping[str, Any], key: str, kind: str) -> str:
     return value
 
 
-def _build(d: Mapping[str, Any]) -> FilesSink | PostgresSink | ConsoleSink | None:
+def _build(d: Mapping[str, Any]) -> FilesSink | PostgresSink | ConsoleSink | KafkaSink | None:
     kind = d.get("kind")
     if kind == "console":
         # Rebuilt away from the driver that printed (a cleanup): nothing to print to.
@@ -134,6 +174,21 @@ def _build(d: Mapping[str, Any]) -> FilesSink | PostgresSink | ConsoleSink | Non
             path=_field(d, "path", kind),
             format=_field(d, "format", kind),
             name=_field(d, "name", kind),
+        )
+    if kind == "kafka":
+        options = d.get("options")
+        timeout, max_bytes = d.get("commit_timeout"), d.get("max_transaction_bytes")
+        return KafkaSink(
+            bootstrap_servers=_field(d, "bootstrap_servers", kind),
+            topic=_field(d, "topic", kind),
+            key=d.get("key") if isinstance(d.get("key"), str) else None,
+            value=_field(d, "value", kind),
+            headers=d.get("headers") if isinstance(d.get("headers"), str) else None,
+            # The secret ones are read back from the staging folder at open().
+            options=dict(options) if isinstance(options, dict) else {},
+            name=_field(d, "name", kind),
+            commit_timeout=float(timeout) if isinstance(timeout, int | float) else 600.0,
+            max_transaction_bytes=max_bytes if isinstance(max_bytes, int) else 64 * 1024 * 1024,
         )
     if kind == "postgres":
         writers = d.get("max_writers")
