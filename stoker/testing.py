@@ -9,7 +9,8 @@ Steps: ``after_pin``, ``after_transform``, ``after_prepare``, ``after_decide``, 
 right before a sink's ``recover`` in recovery run at an attempt's ``start``, at its ``end``, or
 by the janitor's ``cleanup``. The Kafka sink's commit: ``kafka_in_txn`` (a transaction's rows
 produced, not committed) and ``kafka_after_txn`` (a transaction committed in Kafka, before the
-next one and before the store records the commit).
+next one and before the store records the commit). The Delta sink's commit: ``delta_after_log``
+(the epoch's Delta commit in the table's log, before the store records it).
 
 ``stall_<step>:<epoch>`` (e.g. ``stall_after_prepare:2``) hangs there for ever instead: a
 driver that stops making progress with its parts prepared (a cancel timeout must kill it).
@@ -60,6 +61,7 @@ STEPS = (
     "sink_recovery_at_cleanup",
     "kafka_in_txn",
     "kafka_after_txn",
+    "delta_after_log",
 )
 
 

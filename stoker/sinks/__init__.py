@@ -10,6 +10,7 @@ from stoker.errors import InvalidSink
 from stoker.sinks._pg_modes import check_key
 from stoker.sinks.base import Prepared, Recovered, SinkOwner, TwoPhaseSink
 from stoker.sinks.console import ConsoleSink
+from stoker.sinks.delta import DeltaSink, require_deltalake
 from stoker.sinks.files import FilesSink
 from stoker.sinks.kafka import KafkaSink, require_client
 from stoker.sinks.postgres import PostgresSink
@@ -17,6 +18,7 @@ from stoker.types import Epoch
 
 __all__ = [
     "ConsoleSink",
+    "DeltaSink",
     "FilesSink",
     "KafkaSink",
     "PostgresSink",
@@ -25,6 +27,7 @@ __all__ = [
     "TwoPhaseSink",
     "committed_epochs_of",
     "console",
+    "delta",
     "descriptor_of",
     "files",
     "from_descriptor",
@@ -32,7 +35,7 @@ __all__ = [
     "postgres",
 ]
 
-KINDS = ("files", "postgres", "console", "kafka")
+KINDS = ("files", "postgres", "console", "kafka", "delta")
 
 
 def files(path: str, format: str = "parquet", options: dict[str, str] | None = None) -> FilesSink:
@@ -112,6 +115,35 @@ def kafka(
     )
 
 
+def delta(
+    path: str,
+    partition_by: str | Sequence[str] | None = None,
+    key: str | Sequence[str] | None = None,
+    schema_mode: str | None = None,
+) -> DeltaSink:
+    """Each epoch committed to the Delta Lake table at ``path`` in one Delta commit, exactly
+    once, through ``deltalake`` (delta-rs): no JVM jar. Readers (Spark's ``format("delta")``,
+    deltalake, DuckDB, Polars, Trino) see an epoch whole once its commit is in the log, and
+    never a file of an aborted attempt.
+
+    The first epoch creates the table (partitioned by ``partition_by``). The commit carries
+    ``txn(appId="stoker:<job uid>:<sink name>", version=<epoch>)``, delta-spark's idempotent
+    write marker. ``output_mode='complete'`` replaces the table's files with each epoch's in
+    its commit; ``update`` is refused. An output column the table lacks is refused (exit 2)
+    unless ``schema_mode='merge'``, which adds it. ``key`` is kept for a MERGE on key (not
+    built yet). Needs ``deltalake`` (``pip install 'stoker[delta]'``).
+    """
+    require_deltalake()
+    if isinstance(partition_by, str):
+        partition_by = [partition_by]
+    return DeltaSink(
+        path=str(path),
+        partition_by=tuple(partition_by or ()),
+        key=check_key(key),
+        schema_mode=schema_mode,
+    )
+
+
 def console(
     rows: int = 20, truncate: bool | int = True, allow_under_manager: bool = False
 ) -> ConsoleSink:
@@ -157,8 +189,19 @@ def _field(d: Mapping[str, Any], key: str, kind: str) -> str:
     return value
 
 
-def _build(d: Mapping[str, Any]) -> FilesSink | PostgresSink | ConsoleSink | KafkaSink | None:
+def _build(
+    d: Mapping[str, Any],
+) -> FilesSink | PostgresSink | ConsoleSink | KafkaSink | DeltaSink | None:
     kind = d.get("kind")
+    if kind == "delta":
+        parts, mode = d.get("partition_by"), d.get("schema_mode")
+        return DeltaSink(
+            path=_field(d, "path", kind),
+            partition_by=tuple(str(c) for c in parts) if isinstance(parts, list) else (),
+            key=check_key(d.get("key")),
+            schema_mode=mode if isinstance(mode, str) else None,
+            name=_field(d, "name", kind),
+        )
     if kind == "console":
         # Rebuilt away from the driver that printed (a cleanup): nothing to print to.
         rows, truncate = d.get("rows"), d.get("truncate")
