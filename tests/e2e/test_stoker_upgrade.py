@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,14 @@ def _managers(store: str) -> Iterator[list[Manager]]:
         stop_all(started)
 
 
+_T0 = [time.monotonic()]
+
+
+def note(msg: str) -> None:
+    """A progress line with the seconds since the scenario began (shown with ``pytest -s``)."""
+    print(f"[{time.monotonic() - _T0[0]:6.1f}s] {msg}", flush=True)
+
+
 def _sigterm(m: Manager) -> None:
     """Stop a manager as an operator does (SIGTERM): its drivers keep running."""
     with contextlib.suppress(ProcessLookupError):
@@ -213,6 +222,10 @@ def _commits_on(m: Manager, jobs: dict[str, dict[str, Any]]) -> None:
         assert job["attempt"]["pid"] == seen["pid"], job
         assert job["failures"] == seen["failures"], job  # none counted
         seen["epoch"] = job["last_epoch"]["epoch"]
+    note(
+        f"committing under {m.name}: "
+        + ", ".join(f"{j} epoch {v['epoch']}" for j, v in jobs.items())
+    )
 
 
 @pytest.mark.scenario
@@ -234,6 +247,7 @@ def test_managers_upgraded_in_place_and_rolled_back_under_running_drivers(
         m.wait_up()
         return m
 
+    _T0[0] = time.monotonic()
     with _managers(pg_dsn) as started:
         # The previous stoker: a leader, a standby, two jobs.
         a = manager("old-leader", older=True)
@@ -278,7 +292,9 @@ def test_managers_upgraded_in_place_and_rolled_back_under_running_drivers(
 
         # 2. Then the leader: the new standby takes over and adopts the previous drivers.
         _sigterm(a)
+        t = time.monotonic()
         _leads(b2)
+        note(f"the previous leader stopped: {b2.name} leads {time.monotonic() - t:.1f} s later")
         a2 = manager("new-second", older=False)
         _commits_on(b2, seen)
         rows = b2.http.get("/v1/managers").json()["managers"]
@@ -290,8 +306,10 @@ def test_managers_upgraded_in_place_and_rolled_back_under_running_drivers(
         # 3. Rollback: the previous stoker's manager on the migrated store.
         _sigterm(a2)
         _sigterm(b2)
+        t = time.monotonic()
         c = manager("old-again", older=True)
         _leads(c)
+        note(f"rolled back: {c.name} started and leads {time.monotonic() - t:.1f} s later")
         _commits_on(c, seen)
         listed = _cli("list", "--store", pg_dsn, env=previous["env"], cwd=old)  # type: ignore[arg-type]
         assert listed.returncode == 0, listed.stderr
@@ -309,6 +327,7 @@ def test_managers_upgraded_in_place_and_rolled_back_under_running_drivers(
             ids = file_sink_ids(out)
             assert ids, f"{name} wrote nothing"
             exactly_once(ids, max(ids) + 1)
+            note(f"{name}: {len(ids)} ids, each once")
             attempts = c.http.get(f"/v1/jobs/{name}/attempts").json()
             assert max(x["attempt"] for x in attempts) == seen[name]["attempt"], attempts
 
