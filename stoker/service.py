@@ -71,6 +71,8 @@ def serve(
     """
     import uvicorn
 
+    from stoker.server.headlimit import BoundedHeadProtocol
+
     logformat.configure(log_format)
     redact_logs()  # a store URL's password or a secret conf value never reaches the log
     # What the manager and the drivers it starts (they inherit it) write is theirs alone: the
@@ -153,8 +155,16 @@ def serve(
     # proxy_headers off: uvicorn would take X-Forwarded-For from any client on loopback as the
     # client address, and the control audit records it (issue 22, item 8); no proxy is
     # configured to trust.
+    # The head of a request (its line and headers) is bounded in the parser, before the app:
+    # 431 past 64 KiB (server/headlimit.py; issue 39 item 9).
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", access_log=False, proxy_headers=False
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        proxy_headers=False,
+        http=BoundedHeadProtocol,
     )
     role = "API only, never leads" if supervisor is None else "leader candidate"
 
