@@ -22,6 +22,16 @@ When (``settle`` is the grace period, default 60 s):
   (``set_settled``): no leader, this one restarted or the next, resolves it again (issue 23
   item 10: a manager's start no longer re-runs the cleanup of every ended job).
 
+The janitor walks the unsettled jobs a slice at a time (issue 39 item 3: after an upgrade
+over thousands of them, one look took 6.7-56 s of the leader's tick and lost its lease):
+``slice`` jobs per read (``Store.unsettled_page``, through an index of the unsettled jobs
+only), as many slices as fit in ``budget`` seconds of a tick (one at least), the rest in the
+next ticks; between two slices it asks the store whether it still leads, and stops if not.
+Every write it makes carries the leader's fencing token: a janitor whose manager was replaced
+without noticing changes nothing. A job that is not its to clean (``stoker run``'s), or that
+was resolved past the grace (settled by the rule), is settled in the store as it passes: no
+janitor reads it again until it ends again.
+
 One cleanup per job at a time, at most ``parallel`` at once; a failed one is retried after
 ``retry`` seconds, doubling up to ``retry_max``; one that runs longer than ``timeout`` is
 killed. Logs go to ``<state dir>/logs/<job>/cleanup.log``. Jobs run in-process without a
@@ -40,8 +50,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stoker.errors import JobNotFound
+from stoker.errors import JobNotFound, NotLeader
 from stoker.manager import processes
+from stoker.manager.leader import LeaderLease
 from stoker.manager.submit import ASSIGNED_STATE_DIR, job_folder
 from stoker.store import AttemptRecord, JobRecord, Store
 from stoker.types import JobId, SpecKind
@@ -63,6 +74,8 @@ class JanitorConfig:
     retry_max: float = 600.0
     timeout: float = 300.0  # a cleanup running longer is killed (and retried)
     parallel: int = 2  # cleanup processes at once
+    slice: int = 50  # unsettled jobs read and judged at a time
+    budget: float = 0.01  # seconds of a tick its slices may take (one slice at least)
 
 
 @dataclass
@@ -82,44 +95,97 @@ class _Backoff:
 @dataclass
 class Janitor:
     """Starts and watches the cleanup processes of ended jobs; a task the supervisor owns and
-    steps while it leads."""
+    steps while it leads (``lease``: its writes carry the fencing token, and it checks between
+    slices that it still leads; None: unfenced, for a janitor stepped alone)."""
 
     store: Store
     state_dir: Path
     store_url: str
     config: JanitorConfig = field(default_factory=JanitorConfig)
+    lease: LeaderLease | None = None
     _running: dict[JobId, _Running] = field(default_factory=dict)
     _backoff: dict[JobId, _Backoff] = field(default_factory=dict)
-    _last: float = float("-inf")
+    _last: float = float("-inf")  # time.monotonic() when the last walk began
+    _cursor: tuple[float, str] | None = None  # where the walk under way goes on
+    _walking: bool = False
+    slices: list[int] = field(default_factory=list)  # jobs judged per slice, the last step's
 
     def step(self) -> None:
-        """Reap finished cleanups; every ``config.every`` seconds start the ones now due."""
+        """Reap finished cleanups; go on with the walk under way, or begin one every
+        ``config.every`` seconds: slices of the unsettled jobs until the tick's budget is
+        spent, the walk is done or leadership is lost."""
         self._reap()
+        self.slices = []
         mono = time.monotonic()
-        if mono - self._last < self.config.every:
-            return
-        self._last = mono
-        now = self.store.clock.now()
-        # The ended jobs it may owe a cleanup, filtered by the store (not every job it keeps).
-        for job in self.store.list_unsettled_jobs(self.config.settle):
-            if len(self._running) >= self.config.parallel:
+        if not self._walking:
+            if mono - self._last < self.config.every:
                 return
-            if not job.state.terminal or job.spec.get("kind") not in _CLEANED_KINDS:
+            self._last, self._walking, self._cursor = mono, True, None
+        while True:
+            rows = self.store.unsettled_page(self._cursor, self.config.slice)
+            try:
+                self._slice(rows)
+            except NotLeader:
+                self._lost()
+                return
+            self.slices.append(len(rows))
+            if len(rows) < self.config.slice:
+                self._walking = False  # the walk is done; the next begins in ``every``
+                return
+            last = rows[-1]
+            self._cursor = (last.updated_at, last.job_id)
+            if time.monotonic() - mono >= self.config.budget:
+                return  # the rest in the next ticks
+            if self.lease is not None and not self.lease.confirm():
+                log.warning("the janitor stops: this manager leads no more")
+                self._walking = False
+                return
+
+    def _slice(self, rows: list[JobRecord]) -> None:
+        """Judge each job of one slice; settle in one write those it owes nothing."""
+        now, mono = self.store.clock.now(), time.monotonic()
+        owed_nothing: list[tuple[JobId, float]] = []
+        never_ran: list[tuple[JobId, float]] = []
+        for job in rows:
+            if not job.state.terminal:
                 continue
-            if job.job_id in self._running:
+            if job.spec.get("kind") not in _CLEANED_KINDS or (
+                job.resolved_at is not None
+                and job.resolved_at >= job.updated_at + self.config.settle
+            ):
+                # Not its to clean (its runner resolves it), or resolved for good by the rule.
+                owed_nothing.append((job.job_id, job.updated_at))
                 continue
+            if job.job_id in self._running or len(self._running) >= self.config.parallel:
+                continue  # judged in a later walk
             backoff = self._backoff.get(job.job_id)
             if backoff is not None and backoff.next_at > mono:
                 continue
             attempts = self.store.list_attempts(job.job_id)
             if all(a.owner.pid == 0 for a in attempts):
                 # No driver ever ran for it, so nothing can be prepared: no process needed.
-                self.store.set_resolved(job.job_id)
-                self.store.set_settled(job.job_id, job.updated_at)
+                never_ran.append((job.job_id, job.updated_at))
                 continue
             due = self._due(job, attempts, now)
             if due is not None:
                 self._start(job, final=due)
+        self.store.settle_ends(owed_nothing, leader=self._fence())
+        self.store.settle_ends(never_ran, resolve=True, leader=self._fence())
+
+    def _fence(self) -> tuple[str, int] | None:
+        """What a write of this janitor carries: the leader's (holder, token)."""
+        if self.lease is None:
+            return None
+        if not self.lease.held:
+            raise NotLeader("the janitor's manager leads no more")
+        return self.lease.fence
+
+    def _lost(self) -> None:
+        if self._walking or (self.lease is not None and self.lease.held):
+            log.warning("the janitor's write was refused: this manager leads no more")
+        self._walking = False
+        if self.lease is not None:
+            self.lease.lost()
 
     def sweep(self) -> None:
         """One step for a leading supervisor. Never raises: a janitor failure must not stop
@@ -186,7 +252,10 @@ class Janitor:
             if code == 0:
                 self._backoff.pop(jid, None)
                 if run.final:
-                    self.store.set_settled(jid, run.ended_at)
+                    try:
+                        self.store.set_settled(jid, run.ended_at, leader=self._fence())
+                    except NotLeader:
+                        self._lost()  # the next leader resolves it once more
                 log.info("job %s: cleanup done", jid)
             else:
                 log.warning("job %s: cleanup exited with code %s", jid, code)

@@ -104,6 +104,24 @@ class LeaderLease:
         log.info("%s leads with token %d", self.holder, lease.token)
         return True
 
+    def confirm(self) -> bool:
+        """Whether this manager still leads, read from the store now (not from when it last
+        renewed): a long task asks between two pieces of its work. A lease found taken by
+        another, or with another token, is lost here."""
+        if self.token is None:
+            return False
+        current = self.store.get_leader()
+        if (
+            current is None
+            or current.resigned
+            or current.holder != self.holder
+            or current.token != self.token
+        ):
+            log.warning("%s lost the leader lease (token %d)", self.holder, self.token)
+            self.token = None
+            return False
+        return True
+
     def lost(self) -> None:
         """The store refused a write made as the leader: this manager leads no more."""
         self.token = None

@@ -61,10 +61,17 @@ class JobReconciler:
         # new leader: it judges a lease lapsed only after watching it for a whole TTL.
         self._leases = LeaseWatch(store.clock.monotonic)
 
-    def tend_all(self, records: list[JobRecord], apps: dict[JobId, JobRecord], now: float) -> bool:
+    def tend_all(
+        self,
+        records: list[JobRecord],
+        apps: dict[JobId, JobRecord],
+        now: float,
+        attempts: dict[JobId, AttemptRecord] | None = None,
+    ) -> bool:
         """One step for every live record (``apps``: the applications among them; an ended
         one is read when a live job of it is tended); False if the leader lease was lost
-        meanwhile (the rest waits for the next leader).
+        meanwhile (the rest waits for the next leader). ``attempts``: their current attempts
+        as read with them (one read for the tick; a record without one reads its own).
 
         Oldest first (by when each record last changed): when the dispatcher bounds the
         drivers starting at once, the records waiting to start are started in the order they
@@ -77,7 +84,7 @@ class JobReconciler:
                 if job.app_id is not None:
                     self.tend_in_app(job, apps.get(job.app_id) or self._ended_app(job.app_id))
                 else:
-                    self.tend(job, now)
+                    self.tend(job, now, (attempts or {}).get(job.job_id))
             except NotLeader:
                 log.warning("lost the leader lease while tending %s", job.job_id)
                 self.lease.lost()
@@ -94,8 +101,9 @@ class JobReconciler:
         except JobNotFound:
             return None
 
-    def tend(self, job: JobRecord, now: float) -> None:
-        """A live record with a driver of its own."""
+    def tend(self, job: JobRecord, now: float, read: AttemptRecord | None = None) -> None:
+        """A live record with a driver of its own (``read``: its current attempt, read with
+        it)."""
         if job.state in (JobState.CREATED, JobState.RESTARTING):
             if job.next_attempt_at is None or job.next_attempt_at <= now:
                 self._start(job)
@@ -108,9 +116,12 @@ class JobReconciler:
             if self._swap_due(job) or not self._suspension_holds(job, now):
                 self._start(job)
             return
-        attempt = (
-            self.store.get_attempt(job.job_id, job.current_attempt) if job.current_attempt else None
-        )
+        if read is not None and read.attempt == job.current_attempt:
+            attempt: AttemptRecord | None = read
+        elif job.current_attempt:
+            attempt = self.store.get_attempt(job.job_id, job.current_attempt)
+        else:
+            attempt = None
         if attempt is None:
             return
         if attempt.state in _LIVE_ATTEMPT:

@@ -89,7 +89,7 @@ class Supervisor:
         self.retention = Retention(
             store, cfg.retention, cfg.retention_every, cfg.retention_jobs, cfg.state_dir
         )
-        self.janitor = Janitor(store, cfg.state_dir, cfg.store_url)
+        self.janitor = Janitor(store, cfg.state_dir, cfg.store_url, lease=self.lease)
         self.keeper = ClusterKeeper(store, cfg.state_dir, cfg.budget)
         self.standbys = StandbyKeeper(
             store, self.launcher, cfg.state_dir, cfg.store_url, cfg.lease_ttl
@@ -178,10 +178,13 @@ class Supervisor:
         self.retention.sweep()  # ended jobs' old epoch records (stoker server --retention-*)
         self._sweep_operations()  # long calls of managers that died; old ended ones
         self.janitor.sweep()  # ended jobs: their sinks resolved (docs/architecture.md)
+        if not self.lease.held:
+            return  # the janitor found the lease lost (a refused write, or between slices)
         now = self.store.clock.now()
-        records = self.store.list_live_jobs()  # jobs and applications; the ended ones: none
+        # Jobs and applications (the ended ones: none) and their current attempts: one read.
+        records, attempts = self.store.live_jobs_and_attempts()
         apps = {r.job_id: r for r in records if r.kind == JobKind.APPLICATION}
-        if not self.reconciler.tend_all(records, apps, now):
+        if not self.reconciler.tend_all(records, apps, now, attempts):
             return
         try:
             upgrades = self.store.live_upgrades()  # read once for both keepers below

@@ -15,9 +15,10 @@ from stoker.errors import (
     JobNotFound,
     JobOwnedElsewhere,
     JobTerminal,
+    NotLeader,
 )
 from stoker.store._sqlbase import SqlBase
-from stoker.store.records import FleetSnapshot, JobRecord, NewJob
+from stoker.store.records import AttemptRecord, FleetSnapshot, JobRecord, NewJob
 from stoker.store.sql_control import end_controls_in
 from stoker.types import JOBS, AttemptState, JobId, JobKind, JobState
 
@@ -163,6 +164,13 @@ class JobsMixin(SqlBase):
             rows = self._x(cur, "list_live_jobs").fetchall()
         return [JobRecord.from_row(r) for r in rows]
 
+    def live_jobs_and_attempts(self) -> tuple[list[JobRecord], dict[JobId, AttemptRecord]]:
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "list_live_jobs").fetchall()
+            attempts = self._x(cur, "live_attempts").fetchall()
+        live = [JobRecord.from_row(r) for r in rows]
+        return live, {JobId(str(r[0])): AttemptRecord.from_row(r) for r in attempts}
+
     def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
         now = self.clock.now()
         with self._tx() as cur:
@@ -279,10 +287,55 @@ class JobsMixin(SqlBase):
                     self._x(cur, f"delete_job_{what}", job_id=jid)
         return doomed
 
-    def set_settled(self, job_id: JobId, ended_at: float) -> bool:
+    def set_settled(
+        self, job_id: JobId, ended_at: float, leader: tuple[str, int] | None = None
+    ) -> bool:
         with self._tx() as cur:
+            self._check_fence(cur, leader)
             n = self._x(cur, "set_settled", job_id=job_id, ended_at=float(ended_at)).rowcount
         return bool(n)
+
+    def unsettled_page(self, after: tuple[float, str] | None, limit: int) -> list[JobRecord]:
+        with self._tx(write=False) as cur:
+            rows = self._x(
+                cur,
+                "unsettled_page",
+                after_at=None if after is None else float(after[0]),
+                after_id=None if after is None else str(after[1]),
+                limit=int(limit),
+            ).fetchall()
+        return [JobRecord.from_row(r) for r in rows]
+
+    def settle_ends(
+        self,
+        ends: Sequence[tuple[JobId, float]],
+        resolve: bool = False,
+        leader: tuple[str, int] | None = None,
+    ) -> int:
+        if not ends:
+            return 0
+        now, n = self.clock.now(), 0
+        with self._tx() as cur:
+            self._check_fence(cur, leader)
+            for jid, ended_at in ends:
+                n += self._x(
+                    cur,
+                    "settle_end",
+                    job_id=jid,
+                    ended_at=float(ended_at),
+                    resolve=int(resolve),
+                    now=now,
+                ).rowcount
+        return n
+
+    def _check_fence(self, cur: Any, leader: tuple[str, int] | None) -> None:
+        """A write the leader makes as the leader: :class:`NotLeader` unless its lease (holder,
+        fencing token) is still the one recorded, read in the write's own transaction."""
+        if (
+            leader is not None
+            and not self._x(cur, "check_leader", holder=leader[0], token=leader[1]).fetchone()
+        ):
+            raise NotLeader(f"leader lease {leader[1]} of {leader[0]} is no longer held")
 
     def set_job_sinks(self, job_id: JobId, sinks: list[dict[str, Any]]) -> None:
         with self._tx() as cur:

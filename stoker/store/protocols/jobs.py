@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from stoker.store.records import (
+    AttemptRecord,
     ControlEvent,
     ControlSnapshot,
     FleetSnapshot,
@@ -93,6 +94,11 @@ class JobStore(Protocol):
         the store keeps)."""
         ...
 
+    def live_jobs_and_attempts(self) -> tuple[list[JobRecord], dict[JobId, AttemptRecord]]:
+        """:meth:`list_live_jobs`, and the current attempt of each that has one, by job, from
+        one read transaction: the leader's tick (a query for both, not one per job)."""
+        ...
+
     def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
         """Move the job to ``state`` if the transition table allows it."""
         ...
@@ -128,11 +134,34 @@ class JobStore(Protocol):
         """
         ...
 
-    def set_settled(self, job_id: JobId, ended_at: float) -> bool:
+    def set_settled(
+        self, job_id: JobId, ended_at: float, leader: tuple[str, int] | None = None
+    ) -> bool:
         """The job's end at ``ended_at`` (its ``updated_at``) is resolved for good: every
         process of its attempts was gone when its last resolution began. It leaves
         :meth:`list_unsettled_jobs` until it ends again. False (nothing changed) when the job
-        is not resolved, or changed since ``ended_at``."""
+        is not resolved, or changed since ``ended_at``. ``leader`` (holder, fencing token):
+        the janitor's write, checked in the same transaction, :class:`NotLeader` if lost."""
+        ...
+
+    def unsettled_page(self, after: tuple[float, str] | None, limit: int) -> list[JobRecord]:
+        """At most ``limit`` ended jobs (not applications) not settled, in (updated_at,
+        job_id) order after ``after`` (None: from the first), through an index of those
+        only: the janitor walks them a slice at a time. A job resolved past any grace is
+        among them until the janitor settles it (:meth:`settle_ends`)."""
+        ...
+
+    def settle_ends(
+        self,
+        ends: Sequence[tuple[JobId, float]],
+        resolve: bool = False,
+        leader: tuple[str, int] | None = None,
+    ) -> int:
+        """Settle each (job, ``updated_at`` the janitor saw) in one transaction: the janitor
+        owes that end no cleanup (not its to clean, or resolved for good), so no janitor
+        reads it again until the job ends again. ``resolve``: resolved now as well (no driver
+        ever ran for it). A job changed since is left as it is. ``leader`` as for
+        :meth:`set_settled`. How many were settled."""
         ...
 
     def set_job_sinks(self, job_id: JobId, sinks: list[dict[str, Any]]) -> None:

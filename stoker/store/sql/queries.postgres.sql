@@ -65,3 +65,11 @@ FROM rescales WHERE rescale_id = :rescale_id FOR UPDATE;
 -- Row lock: whether the lease may be taken is decided on the row as locked, then it is taken.
 SELECT name, holder, address, token, expires_at, renewals, ttl FROM leader_lease
 WHERE name = 'leader' FOR UPDATE;
+
+-- name: check_leader
+-- The fence of a write made as the leader, with a share lock on the lease row: a takeover
+-- (an UPDATE of that row) waits for the write's transaction, so no write of an old leader
+-- lands after a new one took the lease.
+SELECT 1 FROM leader_lease
+WHERE name = 'leader' AND holder = :holder AND token = :token AND renewals >= 0
+FOR SHARE;

@@ -73,6 +73,14 @@ FROM jobs
 WHERE state IN ('CREATED', 'RUNNING', 'RESTARTING', 'CANCELING', 'SUSPENDED')
 ORDER BY created_at, job_id;
 
+-- name: live_attempts
+-- The current attempts of the records list_live_jobs returns, read in its transaction: the
+-- leader's tick judges every live driver from one read, not one transaction per job.
+SELECT a.job_id, a.attempt, a.state, a.host, a.pid, a.pid_started, a.lease_expires_at,
+       a.started_at, a.ended_at, a.error, a.log_path, a.app_attempt, a.renewals, a.lease_ttl
+FROM jobs j JOIN attempts a ON a.job_id = j.job_id AND a.attempt = j.current_attempt
+WHERE j.state IN ('CREATED', 'RUNNING', 'RESTARTING', 'CANCELING', 'SUSPENDED');
+
 -- name: set_job_state
 -- Entering a terminal state makes the resolution of the job's sinks owed (resolved_at NULL).
 UPDATE jobs SET state = :state, last_error = :error, updated_at = :now,
@@ -89,6 +97,31 @@ UPDATE jobs SET resolved_at = :now WHERE job_id = :job_id;
 -- Only the end the janitor looked at: a job that ended again since is not settled by it.
 UPDATE jobs SET settled = 1
 WHERE job_id = :job_id AND updated_at = :ended_at AND resolved_at IS NOT NULL
+  AND state IN ('FINISHED', 'CANCELED', 'FAILED');
+
+-- name: unsettled_page
+-- A slice of the ended jobs not settled, in (updated_at, job_id) order after the cursor
+-- (NULLs: from the first), through jobs_unsettled (migration 0021): the janitor's walk, a few
+-- rows a tick. Unlike list_unsettled_jobs, a job resolved past its grace is returned too: the
+-- janitor settles it (it owes it nothing), and it leaves the index.
+SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
+       cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
+       scaling, executor_target, resources
+FROM jobs
+WHERE settled = 0 AND kind = 'job' AND state IN ('FINISHED', 'CANCELED', 'FAILED')
+  AND (CAST(:after_at AS DOUBLE PRECISION) IS NULL
+       OR updated_at > CAST(:after_at AS DOUBLE PRECISION)
+       OR (updated_at = CAST(:after_at AS DOUBLE PRECISION) AND job_id > CAST(:after_id AS TEXT)))
+ORDER BY updated_at, job_id
+LIMIT :limit;
+
+-- name: settle_end
+-- The janitor owes this end of the job no cleanup: not its to clean (a `stoker run` job), or
+-- resolved for good; with :resolve = 1 (no driver ever ran: nothing can be prepared) resolved
+-- now as well. Only the end it looked at: a job that ended again since is left unsettled.
+UPDATE jobs SET settled = 1,
+                resolved_at = CASE WHEN :resolve = 1 THEN :now ELSE resolved_at END
+WHERE job_id = :job_id AND updated_at = :ended_at
   AND state IN ('FINISHED', 'CANCELED', 'FAILED');
 
 -- name: set_job_sinks
