@@ -4,6 +4,10 @@ Every schedule prints its seed first; a failure prints the schedule, the history
 injected and when, and what the checker found. ``--seed N`` replays one schedule;
 ``--drop 3,7`` replays it without those steps, and ``--minimise`` looks for the fewest steps
 that still fail (each try is a whole run: slow, and timing may hide a fault on a try).
+
+``python -m tests.chaos mutants [--schedules N] [names]`` runs the harness on copies of stoker
+with planted bugs (tests/chaos/mutants/) and says which invariant caught each, after how many
+schedules (tests/chaos/mutation.py).
 """
 
 from __future__ import annotations
@@ -63,6 +67,11 @@ def _terminated(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["mutants"]:
+        from tests.chaos.mutation import main as mutants
+
+        return mutants(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
     ap.add_argument("--seeds", default=None, help="e.g. 1-50 or 3,9,12")
     ap.add_argument("--seed", type=int, default=None, help="one schedule (a replay)")
