@@ -2,10 +2,14 @@
 
 A running job prunes its own epochs (its driver's thread, ``-D stoker.retention.*`` in its
 conf). An ended job has no driver: the leader applies the server's policy to it (a job of an
-application too; application records have no epochs), every ``every`` seconds, a few batches
-per job per look, so that the supervisor's loop stays responsive (a task the supervisor owns
-and steps while it leads). What is kept is the store's rule (``stoker/store/_retention.py``):
-the final and latest epochs, anything not committed, anything with a prepared sink part.
+application too; application records have no epochs), in a walk over the jobs begun every
+``every`` seconds, a few batches per job, so that the supervisor's loop stays responsive (a
+task the supervisor owns and steps while it leads). The walk reads the jobs a page at a time
+and goes on while ``BUDGET`` seconds of the tick last, the rest in the next ticks: a tick's
+share does not grow with the jobs the store keeps (issue 39 item 3: one tick a minute read
+every job and pruned every ended one). What is kept is the store's rule
+(``stoker/store/_retention.py``): the final and latest epochs, anything not committed,
+anything with a prepared sink part.
 """
 
 from __future__ import annotations
@@ -18,13 +22,15 @@ from pathlib import Path
 
 from stoker.errors import JobNotFound, StokerError
 from stoker.manager.submit import ASSIGNED_STATE_DIR, job_folder
-from stoker.store import RetentionPolicy, Store
+from stoker.store import JobRecord, RetentionPolicy, Store
 from stoker.types import JobId, JobKind, SpecKind
 
 log = logging.getLogger("stoker.retention")
 
 BATCH = 1000  # epochs per store transaction
 BATCHES_PER_LOOK = 5  # per job and look: the rest waits for the next look
+PAGE = 100  # jobs read at a time by the walk
+BUDGET = 0.01  # seconds of a tick the walk may take (one page read at least)
 
 
 class Retention:
@@ -46,35 +52,58 @@ class Retention:
         self.jobs_after = jobs_after
         self.state_dir = state_dir
         self._last: float | None = None  # time.monotonic() of the last look
+        self._walking = False
+        self._cursor: tuple[float, str] | None = None  # the last job the walk looked at
+        # Ended jobs pruned to the end under a count-only policy, and the end it was (their
+        # updated_at): nothing more can go until they run and end again; no write per walk.
+        self._done: dict[JobId, float] = {}
 
     def sweep(self) -> int:
-        """Prune the ended jobs if the server has a policy and it is time; epochs deleted."""
+        """Go on with the walk under way, or begin one if the server has a policy and it is
+        time; epochs deleted in this tick."""
         if not self.policy.enabled and self.jobs_after is None:
             return 0
         now = time.monotonic()
-        if self._last is not None and now - self._last < self.every:
-            return 0
-        self._last = now
-        if self.jobs_after is not None and self.state_dir is not None:
-            try:
-                self.delete_ended(self.store.clock.now() - self.jobs_after)
-            except StokerError as e:
-                log.warning("deleting ended jobs failed: %s", e)
-        if not self.policy.enabled:
-            return 0
+        if not self._walking:
+            if self._last is not None and now - self._last < self.every:
+                return 0
+            self._last = now
+            if self.jobs_after is not None and self.state_dir is not None:
+                try:
+                    self.delete_ended(self.store.clock.now() - self.jobs_after)
+                except StokerError as e:
+                    log.warning("deleting ended jobs failed: %s", e)
+            if not self.policy.enabled:
+                return 0
+            self._walking, self._cursor = True, None
         deleted = 0
-        for job in self.store.list_jobs(kind=JobKind.JOB):
-            if not job.state.terminal:
-                continue
-            try:
-                done = self.store.prune_epochs(job.job_id, self.policy, BATCH, BATCHES_PER_LOOK)
-            except StokerError as e:
-                log.warning("job %s: pruning epochs failed: %s", job.job_id, e)
-                continue
-            deleted += done.epochs
-            if done.epochs:
-                log.info("job %s: pruned %d epochs", job.job_id, done.epochs)
-        return deleted
+        while True:
+            page = self.store.list_jobs_page(JobKind.JOB, PAGE, self._cursor)
+            for job in page:
+                self._cursor = (job.created_at, job.job_id)
+                if not job.state.terminal or self._done.get(job.job_id) == job.updated_at:
+                    continue
+                deleted += self._prune(job)
+                if time.monotonic() - now >= BUDGET:
+                    return deleted  # the rest in the next ticks
+            if len(page) < PAGE:
+                self._walking = False
+                return deleted
+            if time.monotonic() - now >= BUDGET:
+                return deleted
+
+    def _prune(self, job: JobRecord) -> int:
+        jid = job.job_id
+        try:
+            done = self.store.prune_epochs(jid, self.policy, BATCH, BATCHES_PER_LOOK)
+        except StokerError as e:
+            log.warning("job %s: pruning epochs failed: %s", jid, e)
+            return 0
+        if done.epochs:
+            log.info("job %s: pruned %d epochs", jid, done.epochs)
+        if not done.more and self.policy.seconds is None:
+            self._done[jid] = job.updated_at  # a window in time would let more go later
+        return done.epochs
 
     def delete_ended(self, before: float, limit: int = 200) -> list[JobId]:
         """Delete the records this manager made (a job submitted to it, an application and its
@@ -103,6 +132,8 @@ class Retention:
             if deleted:
                 log.info("deleted ended %s (ended before the retention window)", ", ".join(deleted))
                 gone += deleted
+                for d in deleted:
+                    self._done.pop(d, None)
         return gone
 
     def _remove(self, folders: list[Path]) -> bool:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from stoker.clock import ManualClock
-from stoker.manager import Supervisor, SupervisorConfig
+from stoker.manager import Supervisor, SupervisorConfig, retention
 from stoker.store import Owner, RetentionPolicy, Store, open_store
 from stoker.types import AttemptNo, AttemptState, ControlVersion, Epoch, JobId, JobState, job_id
 from tests.support import stoker_cmd
@@ -42,6 +44,36 @@ def test_the_leader_prunes_ended_jobs_only(tmp_path: Path) -> None:
         assert [e.epoch for e in store.list_epochs(ended)] == [9, 8, 7]
         assert len(store.list_epochs(live)) == 10  # its driver prunes it, by its own conf
         assert store.counts()["epochs_committed"] == 20
+    finally:
+        store.close()
+
+
+def test_the_leader_prunes_a_few_ended_jobs_a_tick_and_each_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39 item 3: a tick's share of the walk is bounded (here: nothing left of its
+    budget after one job, so one job a tick), and a job pruned to the end under a count-only
+    policy is not pruned again by the next walks (no write per job a minute)."""
+    monkeypatch.setattr(retention, "BUDGET", 0.0)
+    store = open_store(tmp_path / "store.db", ManualClock())
+    ids = [job_id(f"ended-{n}") for n in range(3)]
+    for jid in ids:
+        _job_with_epochs(store, jid, 5)
+        store.finish_attempt(jid, AttemptNo(1), AttemptState.FINISHED, JobState.FINISHED)
+    keeper = retention.Retention(store, RetentionPolicy(epochs=2), every=0.0)
+    pruned = []
+    try:
+        for _ in ids:
+            pruned.append(keeper.sweep())
+            assert keeper._walking or len(pruned) == len(ids)
+        assert pruned == [3, 3, 3]
+        assert all(len(store.list_epochs(j)) == 2 for j in ids)
+        calls: list[JobId] = []
+        prune = store.prune_epochs
+        monkeypatch.setattr(store, "prune_epochs", lambda j, *a: calls.append(j) or prune(j, *a))
+        for _ in ids:
+            keeper.sweep()
+        assert calls == []  # pruned to the end: the next walk writes nothing
     finally:
         store.close()
 
