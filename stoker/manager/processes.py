@@ -9,20 +9,22 @@ child inherits the manager's API tokens.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
+from stoker import driverargs
+from stoker.driverargs import DriverArgs, DriverRole
 from stoker.procs import owner_is_dead
-from stoker.redact import MASK, is_secret_entry, redact_url
 from stoker.store import Owner
 
-# Where a driver finds the store URL and the secret conf values (a JSON object).
-STORE_URL_ENV = "STOKER_STORE_URL"
-SECRETS_ENV = "STOKER_DRIVER_SECRETS"
+# The environment entries a started process reads (stoker.driverargs, shared with the runtime).
+STORE_URL_ENV = driverargs.STORE_URL_ENV
+SECRETS_ENV = driverargs.SECRETS_ENV
+FROM_SAVEPOINT_ENV = driverargs.FROM_SAVEPOINT_ENV
+REWRITE_OUTPUT_ENV = driverargs.REWRITE_OUTPUT_ENV
+MANAGER_URL_ENV = driverargs.MANAGER_URL_ENV
 # The manager's own credentials: never handed to a process it starts.
 _SCRUBBED = ("STOKER_TOKEN", "STOKER_READ_TOKEN", STORE_URL_ENV, SECRETS_ENV)
 
@@ -34,18 +36,16 @@ class DriverArgv(list[str]):
         super().__init__(argv)
         self.env = env
 
+    @classmethod
+    def of(cls, args: DriverArgs) -> DriverArgv:
+        return cls(args.to_argv(), args.to_env())
+
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a process the manager starts: its own, minus its tokens."""
     env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
     env.update(extra or {})
     return env
-
-
-# stoker.runtime.launch.FROM_SAVEPOINT_ENV (the manager does not import the runtime)
-FROM_SAVEPOINT_ENV = "STOKER_FROM_SAVEPOINT"
-REWRITE_OUTPUT_ENV = "STOKER_REWRITE_OUTPUT_AFTER_SAVEPOINT"  # launch.REWRITE_OUTPUT_ENV
-MANAGER_URL_ENV = "STOKER_MANAGER_URL"  # stoker.runtime.job.result.MANAGER_URL_ENV
 
 
 def driver_argv(
@@ -61,7 +61,7 @@ def driver_argv(
     rewrite_output: bool = False,
     upgrade: str | None = None,
 ) -> DriverArgv:
-    """argv of a driver for one attempt. A list, never a shell string: no user input is parsed.
+    """argv of a driver for one attempt (:class:`~stoker.driverargs.DriverArgs`, role JOB).
 
     ``--store`` and secret ``-D`` values appear redacted; the real ones travel in ``.env``.
     A job submitted with a savepoint gets its folder in ``STOKER_FROM_SAVEPOINT`` on every
@@ -70,15 +70,22 @@ def driver_argv(
     job's warm standby (``--standby``), which is handed its attempt later; with ``upgrade``,
     the standby of that upgrade's new code (``--upgrade ID``: it checks the new code first).
     """
-    argv = _driver_head("stoker.runtime.driver", "--job", job, attempt, store, state_dir, lease_ttl)
-    if upgrade is not None:
-        argv += ["--upgrade", upgrade]
-    out = _app_argv(argv, store, entrypoint, args, conf)
-    if from_savepoint:
-        out.env[FROM_SAVEPOINT_ENV] = from_savepoint
-        if rewrite_output:
-            out.env[REWRITE_OUTPUT_ENV] = "1"
-    return out
+    return DriverArgv.of(
+        DriverArgs(
+            role=DriverRole.JOB,
+            name=job,
+            attempt=attempt,
+            store=store,
+            state_dir=state_dir,
+            lease_ttl=lease_ttl,
+            entrypoint=entrypoint,
+            args=tuple(args),
+            conf=dict(conf),
+            upgrade=upgrade,
+            from_savepoint=from_savepoint,
+            rewrite_output=rewrite_output,
+        )
+    )
 
 
 def appdriver_argv(
@@ -96,70 +103,28 @@ def appdriver_argv(
     the application's folder (its jobs' folders are ``state_dir/jobs/<job id>``); ``conf``
     carries ``spark.master`` when the application runs on a cluster. ``attempt`` None: the
     application's warm standby (``--standby``), handed its attempt later."""
-    argv = _driver_head(
-        "stoker.runtime.appdriver", "--app", app, attempt, store, state_dir, lease_ttl
+    return DriverArgv.of(
+        DriverArgs(
+            role=DriverRole.APP,
+            name=app,
+            attempt=attempt,
+            store=store,
+            state_dir=state_dir,
+            lease_ttl=lease_ttl,
+            entrypoint=entrypoint,
+            args=tuple(args),
+            conf=dict(conf),
+        )
     )
-    return _app_argv(argv, store, entrypoint, args, conf)
-
-
-def _driver_head(
-    module: str,
-    flag: str,
-    name: str,
-    attempt: int | None,
-    store: str,
-    state_dir: Path,
-    lease_ttl: float,
-) -> list[str]:
-    """The argv every driver kind shares: module, who it runs, the attempt, the store (as a
-    redacted label), its folder and its lease."""
-    return [
-        sys.executable,
-        "-m",
-        module,
-        flag,
-        name,
-        *(["--standby"] if attempt is None else ["--attempt", str(attempt)]),
-        "--store",
-        redact_url(store),
-        "--state-dir",
-        str(state_dir),
-        "--lease-ttl",
-        repr(float(lease_ttl)),
-    ]
 
 
 def cleanup_argv(job: str, store: str, state_dir: Path) -> DriverArgv:
     """argv of the cleanup process of an ended job (``stoker.runtime.cleanup``): it rebuilds
     the job's sinks from the descriptors in the store and resolves them; no application file
     is loaded. The real store URL travels in the environment, as for a driver."""
-    argv = [
-        sys.executable,
-        "-m",
-        "stoker.runtime.cleanup",
-        "--job",
-        job,
-        "--store",
-        redact_url(store),
-        "--state-dir",
-        str(state_dir),
-    ]
-    return DriverArgv(argv, {STORE_URL_ENV: store})
-
-
-def _app_argv(
-    argv: list[str], store: str, entrypoint: Path, args: list[str], conf: dict[str, str]
-) -> DriverArgv:
-    """``argv`` + the ``-D`` pairs (secrets masked) + ``-- app args``; the real store URL and
-    secrets in ``.env``."""
-    # A secret key, or a URL password or password=... under any key: not in ``ps``.
-    secrets = {k: v for k, v in conf.items() if is_secret_entry(k, v)}
-    for k, v in sorted(conf.items()):
-        argv += ["-D", f"{k}={MASK if k in secrets else v}"]
-    env = {STORE_URL_ENV: store}
-    if secrets:
-        env[SECRETS_ENV] = json.dumps(secrets)
-    return DriverArgv([*argv, "--", str(entrypoint), *args], env)
+    return DriverArgv.of(
+        DriverArgs(role=DriverRole.CLEANUP, name=job, store=store, state_dir=state_dir)
+    )
 
 
 def spawn(argv: list[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:

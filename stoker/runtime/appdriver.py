@@ -42,14 +42,15 @@ code, else 1.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from stoker import logformat
+from stoker.driverargs import DriverArgs, DriverRole
 from stoker.errors import (
     StaleAttempt,
     StokerError,
@@ -66,36 +67,20 @@ from stoker.runtime.appattempt import (
     run_app_program,
 )
 from stoker.runtime.attempt import this_owner
-from stoker.runtime.driver import _secrets_from_env, _suspend_unclaimed
+from stoker.runtime.driver import _suspend_unclaimed
 from stoker.runtime.session import want_source_zygote
-from stoker.settings import Settings, parse_pairs
+from stoker.settings import Settings
 from stoker.store import Store, open_store
 from stoker.types import AttemptNo, JobId, job_id
 
 log = logging.getLogger("stoker.appdriver")
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="stoker-appdriver")
-    parser.add_argument("--app", required=True)
-    who = parser.add_mutually_exclusive_group(required=True)
-    who.add_argument("--attempt", type=int)
-    who.add_argument("--standby", action="store_true")  # warm, until handed an attempt
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--lease-ttl", type=float, default=None)
-    parser.add_argument("-D", dest="defines", action="append", default=[])
-    parser.add_argument("entrypoint")
-    parser.add_argument("args", nargs=argparse.REMAINDER)
-    return parser.parse_args(argv)
-
-
-def _launch_settings(defines: list[str], store_url: str, ttl: float) -> dict[str, str]:
+def _launch_settings(conf: Mapping[str, str], store_url: str, ttl: float) -> dict[str, str]:
     """The ``-D`` settings every job of the application runs with: the manager's (master,
     driver memory and cores, the user's conf), FAIR scheduling unless set otherwise, the
     application's store and lease."""
-    overrides = {"spark.scheduler.mode": "FAIR", **parse_pairs(defines)}
-    overrides.update(_secrets_from_env())
+    overrides = {"spark.scheduler.mode": "FAIR", **conf}
     if overrides.pop("stoker.state_dir", None) is not None:
         log.warning("-D stoker.state_dir is ignored: each job's folder is <state dir>/jobs/<id>")
     overrides["stoker.store"] = store_url
@@ -104,13 +89,17 @@ def _launch_settings(defines: list[str], store_url: str, ttl: float) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    ns = _parse(argv)
+    try:  # the command line and environment the job manager wrote (stoker.driverargs)
+        ns = DriverArgs.from_argv(DriverRole.APP, argv)
+    except StokerError as e:
+        print(redact_text(f"stoker appdriver: {type(e).__name__}: {e}"), file=sys.stderr)
+        return exit_code(e)
     logformat.configure()  # STOKER_LOG_FORMAT: the manager's --log-format
     redact_logs()
     signals = AppSignals()
     signals.install()
     want_source_zygote()  # warm source runners for its queries (runtime/zygote.py)
-    store_url = os.environ.pop("STOKER_STORE_URL", "") or ns.store
+    store_url = ns.store
     try:
         return _main(ns, store_url, signals)
     except StokerError as e:
@@ -125,22 +114,23 @@ def main(argv: list[str] | None = None) -> int:
             print("stoker appdriver: standby stopped by a signal", file=sys.stderr)
             return 0
         print("stoker appdriver: stopped by a signal before the program ran", file=sys.stderr)
-        _suspend_unclaimed(store_url, ns.app, attempt)
+        _suspend_unclaimed(store_url, ns.name, attempt)
         return EXIT_SUSPENDED
 
 
-def _main(ns: argparse.Namespace, store_url: str, signals: AppSignals) -> int:
-    app_id: JobId = job_id(ns.app)
+def _main(ns: DriverArgs, store_url: str, signals: AppSignals) -> int:
+    app_id: JobId = job_id(ns.name)
     ttl = float(ns.lease_ttl) if ns.lease_ttl is not None else Settings().lease_ttl
     # The program's stoker.submit and stoker.run calls read it (any thread of the process).
-    ctx = launch.LaunchContext(overrides=_launch_settings(ns.defines, store_url, ttl))
+    ctx = launch.LaunchContext(overrides=_launch_settings(ns.conf, store_url, ttl))
     launch.install(ctx)
-    args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
+    args = list(ns.args)
     if ns.standby:
         return _standby_main(ns, args, app_id, store_url, ttl, signals, ctx)
     store = open_store(store_url)
     try:
         try:
+            assert ns.attempt is not None  # else a standby, above
             rec = store.claim_attempt(app_id, AttemptNo(ns.attempt), this_owner(), ttl)
         except StaleAttempt as e:
             print(redact_text(f"stoker appdriver: {e}"), file=sys.stderr)
@@ -148,7 +138,7 @@ def _main(ns: argparse.Namespace, store_url: str, signals: AppSignals) -> int:
         log.info("application %s: attempt %d claimed (pid %d)", app_id, rec.attempt, os.getpid())
         state_dir = Path(ns.state_dir).resolve()
         driver = AttemptDriver.entered(store, rec, state_dir, ttl, signals, ctx)
-        return driver.exit_with(driver.run(ns.entrypoint, args))
+        return driver.exit_with(driver.run(str(ns.entrypoint), args))
     finally:
         application.leave()
         store.close()
@@ -221,7 +211,7 @@ class _Standby:
 
 
 def _standby_main(
-    ns: argparse.Namespace,
+    ns: DriverArgs,
     args: list[str],
     app_id: JobId,
     store_url: str,
@@ -234,7 +224,7 @@ def _standby_main(
     sb = _Standby(app_id, store_url, ttl, Path(ns.state_dir).resolve(), signals, ctx)
     application.set_gate(sb.gate)
     try:
-        error = run_app_program(ns.entrypoint, args, lambda: sb.driver, app_id, ctx)
+        error = run_app_program(str(ns.entrypoint), args, lambda: sb.driver, app_id, ctx)
         assert sb.driver is not None  # else run_app_program raised
         return sb.driver.exit_with(sb.driver.conclude(error))
     finally:

@@ -40,14 +40,13 @@ Exit codes: 0 resolved (or nothing to do), 2 bad input, 3 job not found, 7 store
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker import logformat
+from stoker.driverargs import DriverArgs, DriverRole
 from stoker.errors import OwnedElsewhere, SinkError, StokerError, exit_code
 from stoker.redact import redact_logs, redact_text
 
@@ -167,28 +166,22 @@ def _resolve_held(st: Store, record: JobRecord, state_dir: Path, fence: Callable
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="stoker-cleanup")
-    parser.add_argument("--job", required=True)
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--state-dir", required=True)
-    # Accepted from older managers, unused: no application file is loaded.
-    parser.add_argument("-D", dest="defines", action="append", default=[])
-    parser.add_argument("app", nargs=argparse.REMAINDER)
-    ns = parser.parse_args(argv)
-
+    try:  # the command line and environment the job manager wrote (stoker.driverargs)
+        ns = DriverArgs.from_argv(DriverRole.CLEANUP, argv)
+    except StokerError as e:
+        print(redact_text(f"stoker cleanup: {type(e).__name__}: {e}"), file=sys.stderr, flush=True)
+        return exit_code(e)
     logformat.configure()  # STOKER_LOG_FORMAT: the manager's --log-format
     redact_logs()
-    os.environ.pop("STOKER_DRIVER_SECRETS", None)  # older managers: not needed, not kept
-    if ns.app:
+    if ns.args:
         log.info("application arguments ignored: the sinks come from the store")
     try:
-        store_url = os.environ.pop("STOKER_STORE_URL", "") or ns.store
-        done = resolve(ns.job, store_url, Path(ns.state_dir).resolve())
+        done = resolve(ns.name, ns.store, ns.state_dir.resolve())
     except StokerError as e:
         print(redact_text(f"stoker cleanup: {type(e).__name__}: {e}"), file=sys.stderr, flush=True)
         return exit_code(e)
     print(
-        f"stoker cleanup: job {ns.job} " + ("resolved" if done else "not ended: nothing done"),
+        f"stoker cleanup: job {ns.name} " + ("resolved" if done else "not ended: nothing done"),
         file=sys.stderr,
         flush=True,
     )

@@ -6,7 +6,9 @@
 A job manager keeps secrets off this command line (every user of the host can read it): the
 store URL arrives in ``STOKER_STORE_URL`` and secret-looking ``-D`` values in
 ``STOKER_DRIVER_SECRETS`` (a JSON object); both win over the redacted ``--store`` / ``-D``
-labels. Both are removed from the environment before the application runs.
+labels. Both are removed from the environment before the application runs. The manager writes
+this command line and environment, and this process reads them, with one object
+(:class:`stoker.driverargs.DriverArgs`).
 
 The manager made attempt N in the store (STARTING); this process holds it first (it becomes
 its owner and renews its lease while the app imports and Spark starts, however long that takes,
@@ -22,9 +24,6 @@ attempt, without counting it against the restart strategy: a signal is not a can
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -33,32 +32,19 @@ from types import FrameType
 from typing import Any
 
 from stoker import logformat
-from stoker.errors import InvalidInput, InvalidTransition, JobSuspended, StokerError, exit_code
+from stoker.driverargs import DriverArgs, DriverRole
+from stoker.errors import InvalidTransition, JobSuspended, StokerError, exit_code
 from stoker.procs import forget_interrupt
 from stoker.redact import redact_logs, redact_text
 from stoker.runtime import launch, startwatch
 from stoker.runtime.session import want_source_zygote
-from stoker.settings import Settings, parse_pairs
+from stoker.settings import Settings
 from stoker.types import AttemptNo, AttemptState, JobState, job_id
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:
     # Before (and after) stoker.run, whose own handlers take over while the job runs.
     raise KeyboardInterrupt
-
-
-def _secrets_from_env() -> dict[str, str]:
-    """The secret ``-D`` values a job manager passed in the environment (then unset)."""
-    raw = os.environ.pop("STOKER_DRIVER_SECRETS", None)
-    if not raw:
-        return {}
-    try:
-        secrets = json.loads(raw)
-    except ValueError as e:
-        raise InvalidInput("STOKER_DRIVER_SECRETS", "must be a JSON object") from e
-    if not isinstance(secrets, dict) or not all(isinstance(v, str) for v in secrets.values()):
-        raise InvalidInput("STOKER_DRIVER_SECRETS", "must be a JSON object of strings")
-    return {str(k): v for k, v in secrets.items()}
 
 
 def _suspend_unclaimed(store_url: str | None, job: str, attempt: int) -> None:
@@ -99,69 +85,59 @@ def _watch_start(overrides: dict[str, str], job: str, attempt: int, app: Path) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="stoker-driver")
-    parser.add_argument("--job", required=True)
-    who = parser.add_mutually_exclusive_group(required=True)
-    who.add_argument("--attempt", type=int)
-    who.add_argument("--standby", action="store_true")
-    parser.add_argument("--upgrade", default=None)  # a standby of this upgrade's new code
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--lease-ttl", type=float, default=None)
-    parser.add_argument("-D", dest="defines", action="append", default=[])
-    parser.add_argument("entrypoint")
-    parser.add_argument("args", nargs=argparse.REMAINDER)
-    ns = parser.parse_args(argv)
+    try:  # the command line and environment the job manager wrote (stoker.driverargs)
+        a = DriverArgs.from_argv(DriverRole.JOB, argv)
+    except StokerError as e:
+        print(redact_text(f"stoker driver: {type(e).__name__}: {e}"), file=sys.stderr, flush=True)
+        return exit_code(e)
 
     logformat.configure()  # STOKER_LOG_FORMAT: the manager's --log-format
-    logformat.bind(ns.job, ns.attempt or 0, process=True)  # one job per driver process
+    logformat.bind(a.name, a.attempt or 0, process=True)  # one job per driver process
     redact_logs()
     signal.signal(signal.SIGTERM, _sigterm)
     want_source_zygote()  # warm source runners for its queries (runtime/zygote.py)
     overrides: dict[str, str] = {}
     standby: Any = None
     try:
-        overrides = parse_pairs(ns.defines)
-        overrides.update(_secrets_from_env())
-        overrides["stoker.store"] = os.environ.pop("STOKER_STORE_URL", "") or ns.store
-        overrides["stoker.state_dir"] = ns.state_dir
-        if ns.lease_ttl is not None:
-            overrides["stoker.lease_ttl"] = f"{ns.lease_ttl}s"
-        ttl = ns.lease_ttl if ns.lease_ttl is not None else Settings().lease_ttl
+        overrides = dict(a.conf)
+        overrides["stoker.store"] = a.store
+        overrides["stoker.state_dir"] = str(a.state_dir)
+        if a.lease_ttl is not None:
+            overrides["stoker.lease_ttl"] = f"{a.lease_ttl}s"
+        ttl = a.lease_ttl if a.lease_ttl is not None else Settings().lease_ttl
         release: Callable[[], None]
-        if ns.standby:
+        if a.attempt is None:
             # A warm standby: its own row's lease from now on; an attempt only when handed one.
             from stoker.runtime.job.standby import StandbyWait
 
-            standby = StandbyWait(overrides["stoker.store"], ns.job, ttl, ns.upgrade)
+            standby = StandbyWait(a.store, a.name, ttl, a.upgrade)
             release = standby.leave
         else:
             from stoker.runtime.attempt import hold_start
 
             # First of all (nothing of pyspark imported yet): the attempt is this process's.
-            release = hold_start(overrides["stoker.store"], ns.job, ns.attempt, ttl)
+            release = hold_start(a.store, a.name, a.attempt, ttl)
         try:
             from stoker.runtime.appfile import check_app_path, run_app
 
-            args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-            entry = check_app_path(ns.entrypoint, "entrypoint")
-            if not ns.standby:
-                _watch_start(overrides, ns.job, ns.attempt, entry)
+            entry = check_app_path(str(a.entrypoint), "entrypoint")
+            if a.attempt is not None:
+                _watch_start(overrides, a.name, a.attempt, entry)
             ended: list[Any] = []
             ctx = launch.LaunchContext(
                 overrides=dict(overrides),
-                job_id=ns.job,
-                attempt=ns.attempt,
+                job_id=a.name,
+                attempt=a.attempt,
                 on_result=(ended.append,),
-                release_start=None if ns.standby else release,
+                release_start=None if a.attempt is None else release,
                 standby=standby,
             )
             try:
-                results = run_app(entry, ctx, args)
+                results = run_app(entry, ctx, list(a.args))
             except BaseException as e:
-                attempt = ns.attempt if standby is None else standby.taken
+                attempt = a.attempt if standby is None else standby.taken
                 if not isinstance(e, KeyboardInterrupt) and attempt is not None:
-                    _note_late_error(ended, ns.job, attempt, e, overrides["stoker.store"])
+                    _note_late_error(ended, a.name, attempt, e, a.store)
                 raise
         finally:
             startwatch.done()
@@ -174,12 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
         return exit_code(e)
     except KeyboardInterrupt:
-        attempt = ns.attempt if standby is None else standby.taken
+        attempt = a.attempt if standby is None else standby.taken
         if attempt is None:  # a standby that was handed nothing: nothing to record
             print("stoker driver: standby stopped by a signal", file=sys.stderr)
             return 0
         print("stoker driver: stopped by a signal before the job ran", file=sys.stderr)
-        _suspend_unclaimed(overrides.get("stoker.store"), ns.job, attempt)
+        _suspend_unclaimed(a.store, a.name, attempt)
         return exit_code(JobSuspended())
     for r in results:
         print(f"stoker driver: job {r.job_id} ended {r.state}", file=sys.stderr, flush=True)

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stoker import driverargs
+
 
 @dataclass(frozen=True)
 class LaunchContext:
@@ -78,9 +80,9 @@ class LaunchContext:
 
 
 # A job manager's driver (or any launcher in another process) passes the savepoint folder in
-# this environment variable; the CLI and in-process launchers set ``from_savepoint``.
-FROM_SAVEPOINT_ENV = "STOKER_FROM_SAVEPOINT"
-REWRITE_OUTPUT_ENV = "STOKER_REWRITE_OUTPUT_AFTER_SAVEPOINT"
+# the environment (stoker.driverargs); the CLI and in-process launchers set ``from_savepoint``.
+FROM_SAVEPOINT_ENV = driverargs.FROM_SAVEPOINT_ENV
+REWRITE_OUTPUT_ENV = driverargs.REWRITE_OUTPUT_ENV
 
 
 # A job manager's job submitted with these keeps them in its spec (stoker.manager.submit); its

@@ -39,6 +39,7 @@ LEAVES = frozenset(
         "leases",
         "durations",
         "version",
+        "driverargs",
     }
 )
 
@@ -52,10 +53,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     "settings": frozenset(),
     # Durations and partition counts: one grammar for settings, flags, fields and events.
     "durations": frozenset(),
+    # What a job manager hands the processes it starts (argv and environment): both sides.
+    "driverargs": frozenset(),
     "paths": frozenset(),
     # stoker's version: the store records it (issue 39 item 5) without the package root.
     "version": frozenset(),
     "redact": frozenset(),
+    # An error's text cut to the user's exception and line: the CLI and the web UI.
+    "errortext": frozenset(),
     # How every process logs (text or JSON lines, with the job, attempt and epoch bound).
     "logformat": frozenset(),
     "testing": frozenset(),

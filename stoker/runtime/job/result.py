@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stoker import driverargs
 from stoker.redact import redact_url
 from stoker.types import JobId, JobState
 
 # Set by a job manager for the drivers it starts: the URL its API answers on.
-MANAGER_URL_ENV = "STOKER_MANAGER_URL"
+MANAGER_URL_ENV = driverargs.MANAGER_URL_ENV
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def test_every_kind_is_stored_pending_with_a_new_version(store: Store) -> None:
         ({"kind": "config", "set": {"max": 1}}, "config.max", "declared: min_amount, tag"),
         ({"kind": "config", "set": {"min_amount": "x"}}, "config.min_amount", "expects number"),
         ({"kind": "rate_limit", "rows_per_second": -5}, "rows_per_second", "must be > 0"),
-        ({"kind": "trigger", "interval": "soon"}, "interval", "duration like '2s'"),
+        ({"kind": "trigger", "interval": "soon"}, "interval", "a duration like '500ms'"),
         ({"kind": "event", "name": "other"}, "name", "registered: reload_rules"),
         ({"kind": "pause", "x": 1}, "x", "is not a field of a pause event"),
         ({"kind": "pause", "request_id": ""}, "request_id", "non-empty string"),
