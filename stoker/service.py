@@ -80,6 +80,8 @@ def serve(
     os.umask(0o077)
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
+    for line in tokens.private_state_dir(state_dir):  # an older install's modes (issue 39)
+        say(f"stoker server: {line}")
     if token is None and not insecure_no_token:
         token, path, made = tokens.server_token(state_dir)
         say(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -45,11 +46,65 @@ def server_token(state_dir: Path) -> tuple[str, Path, bool]:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        _private_token_file(path)
         return read_token(path, "token file"), path, False
     token = secrets.token_urlsafe(32)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(token + "\n")
     return token, path, True
+
+
+def _private_token_file(path: Path) -> None:
+    """Refuse a token file others may read (an older install made it 0644, or a copy did):
+    the token in it may be known, so it is not fixed silently."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return  # read_token says what is wrong with it
+    if mode & 0o077:
+        raise InvalidInput(
+            "token file",
+            f"{path} can be read or written by other users (mode {mode:04o}): the token in it "
+            f"may be known. Run 'chmod 600 {path}' to keep it, or delete the file for a new "
+            "token, and start again",
+        )
+
+
+def private_state_dir(state_dir: Path) -> list[str]:
+    """Make the manager's state folder its user's alone, as stoker makes it now (an older
+    install left it 0755 with 0644 files: the store, the logs): the folder 0700 and what lies
+    directly in it without group and other bits (the folder's 0700 keeps others from what is
+    further down). What was changed, as lines to say; :class:`InvalidInput` for a folder that
+    is not this user's or is a shared one (the sticky bit: /tmp), which stoker will not
+    change."""
+    st = state_dir.stat()
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != os.geteuid():
+        raise InvalidInput(
+            "--state-dir", f"{state_dir} belongs to another user (uid {st.st_uid}): give a "
+            "folder of the user that runs stoker server",
+        )  # fmt: skip
+    said: list[str] = []
+    if mode & 0o077:
+        if mode & stat.S_ISVTX:
+            raise InvalidInput(
+                "--state-dir", f"{state_dir} is a shared folder (mode {mode:04o}, sticky): "
+                "give a folder of its own",
+            )  # fmt: skip
+        os.chmod(state_dir, 0o700)
+        said.append(f"{state_dir} was {mode:04o} (an older install?): made 0700")
+    fixed = 0
+    with os.scandir(state_dir) as entries:
+        for e in entries:
+            if e.name == FILE_NAME or e.is_symlink():
+                continue  # the token is refused, not fixed (server_token)
+            m = stat.S_IMODE(e.stat(follow_symlinks=False).st_mode)
+            if m & 0o077:
+                os.chmod(e.path, m & 0o700)
+                fixed += 1
+    if fixed:
+        said.append(f"{fixed} entries of {state_dir} could be read by others: made private")
+    return said
 
 
 def _loopback(url: str) -> bool:
@@ -71,4 +126,4 @@ def client_token(server: str, given: str | None) -> str | None:
     return None
 
 
-__all__ = ["ENV_FILE", "client_token", "read_token", "server_token"]
+__all__ = ["ENV_FILE", "client_token", "private_state_dir", "read_token", "server_token"]
