@@ -82,7 +82,8 @@ def normalize_level(value: Any, field: str = "level") -> str:
 
 
 def source_kinds(spec: Mapping[str, Any]) -> set[str]:
-    """The kinds of a job's sources as its spec describes them: generator, files, spark."""
+    """The kinds of a job's sources as its spec describes them: generator, files, kafka,
+    spark."""
     out = set()
     for text in spec.get("sources") or []:
         out.add(str(text).split("(", 1)[0].strip())
@@ -97,6 +98,8 @@ def supported_rate_keys(spec: Mapping[str, Any]) -> set[str]:
         keys |= {"rows_per_second", "max_rows_per_epoch"}
     if "files" in kinds:
         keys |= {"max_files_per_epoch"}
+    if "kafka" in kinds:
+        keys |= {"rows_per_second", "max_rows_per_epoch"}
     return keys
 
 

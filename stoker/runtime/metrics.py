@@ -6,8 +6,9 @@ recent ones: ``query.recentProgress``; no JVM listener is needed) and records wi
 the backlog its sources had beyond its end, and the executors and cores the job's driver had
 at its end (from the :class:`~stoker.runtime.resources.ResourceWatch`).
 
-Backlog, per source, from the progress's end and latest offsets: stoker's generator (rows)
-and files source (files) report their latest offset themselves (``reportLatestOffset``);
+Backlog, per source, from the progress's end and latest offsets: stoker's generator (rows),
+files source (files) and Kafka source (records: last stable offsets) report their latest
+offset themselves (``reportLatestOffset``);
 Kafka reports its own (and offsets-behind metrics). A source that reports nothing counts as
 unknown; an epoch's backlog is the sum over the sources that report one, None when none does.
 
@@ -24,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from stoker.sources._files_reader import backlog as files_backlog
+from stoker.sources._kafka_reader import KAFKA
+from stoker.sources._kafka_reader import backlog as stoker_kafka_backlog
 from stoker.sources.base import SID
 from stoker.sources.generator import backlog as generator_backlog
 from stoker.sources.spark import kafka_backlog
@@ -68,6 +71,8 @@ def source_backlog(source: Mapping[str, Any]) -> int | None:
                 return generator_backlog(end, latest)
             if "seq" in end and "seq" in latest:
                 return files_backlog(end, latest)
+            if KAFKA in end and KAFKA in latest:
+                return stoker_kafka_backlog(end, latest)
         except (TypeError, ValueError):
             return None
         return None

@@ -409,8 +409,9 @@ def _stop_quietly() -> None:
 def register_sources(spark: SparkSession) -> None:
     from stoker.sources.files import FilesDataSource
     from stoker.sources.generator import GeneratorDataSource
+    from stoker.sources.kafka import KafkaDataSource
 
-    for source in (GeneratorDataSource, FilesDataSource):
+    for source in (GeneratorDataSource, FilesDataSource, KafkaDataSource):
         _register(spark, source)
 
 

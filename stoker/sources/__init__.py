@@ -1,18 +1,32 @@
-"""Pipeline inputs: :func:`files`, :func:`generator`, and any Spark source via :func:`spark`."""
+"""Pipeline inputs: :func:`files`, :func:`generator`, :func:`kafka`, and any Spark source via
+:func:`spark`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stoker.sources.base import Source
 from stoker.sources.files import FilesSource
 from stoker.sources.generator import GeneratorSource
+from stoker.sources.kafka import KafkaSource, decode_json, decode_strings
 from stoker.sources.spark import SparkSource
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-__all__ = ["FilesSource", "GeneratorSource", "Source", "SparkSource", "files", "generator", "spark"]
+__all__ = [
+    "FilesSource",
+    "GeneratorSource",
+    "KafkaSource",
+    "Source",
+    "SparkSource",
+    "decode_json",
+    "decode_strings",
+    "files",
+    "generator",
+    "kafka",
+    "spark",
+]
 
 
 def files(
@@ -98,4 +112,44 @@ def spark(
     ``stoker status`` show it."""
     return SparkSource(
         format=format, options=dict(options or {}), schema=schema, at_least_once=at_least_once
+    )
+
+
+def kafka(
+    bootstrap_servers: str,
+    topics: str | list[str] | tuple[str, ...] | None = None,
+    pattern: str | None = None,
+    starting_offsets: Any = "earliest",
+    max_records_per_epoch: int | None = None,
+    isolation: str = "read_committed",
+    fail_on_data_loss: bool = True,
+    options: dict[str, Any] | None = None,
+) -> KafkaSource:
+    """Records of Kafka ``topics`` (or of every topic matching the regex ``pattern``), with
+    Spark's Kafka columns: key, value (binary), topic, partition, offset, timestamp,
+    timestampType, headers. Unbounded. Needs ``pip install 'stoker[kafka]'``.
+
+    ``starting_offsets`` (the job's first start only; a restart goes on from its checkpoint):
+    ``"earliest"``, ``"latest"``, a timestamp (ms since the epoch, or an aware datetime: the
+    first record at or after it) or ``{topic: {partition: offset}}`` (-2 earliest, -1
+    latest). ``max_records_per_epoch`` caps an epoch (shared among partitions by backlog).
+    ``isolation="read_committed"`` (the default) never reads a record of an open or aborted
+    transaction. ``fail_on_data_loss=False``: records deleted by retention before the job read
+    them are skipped with a warning instead of failing the job. ``options``: consumer settings
+    (librdkafka names, e.g. ``{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+    "sasl.username": ..., "sasl.password": ...}``), never shown or logged.
+
+    Decode with :func:`decode_json` or :func:`decode_strings` in the pipeline's transform.
+    """
+    if isinstance(topics, str):
+        topics = [topics]
+    return KafkaSource(
+        bootstrap_servers=bootstrap_servers,
+        topics=None if topics is None else tuple(topics),
+        pattern=pattern,
+        starting_offsets=starting_offsets,
+        max_records_per_epoch=max_records_per_epoch,
+        isolation=isolation,
+        fail_on_data_loss=fail_on_data_loss,
+        options=dict(options or {}),
     )

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from stoker.errors import InvalidSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -77,3 +80,20 @@ def parse_offset_line(line: str) -> dict[str, Any] | None:
     if isinstance(value, dict) and SID in value and FINISHED in value:
         return value
     return None
+
+
+# How a source's reader process or task reports bad input to the driver: its exception's
+# traceback line inside the query's error (the reader runs in a process of Spark's).
+_RAISED = re.compile(
+    r"stoker\.errors\.InvalidSource: (?P<field>[\w.\[\]'\"-]+): (?P<message>[^\n]*)"
+)
+
+
+def invalid_source_in(text: str) -> InvalidSource | None:
+    """The :class:`~stoker.errors.InvalidSource` a source raised in one of Spark's processes
+    (a missing topic, records lost to retention), found in the query's error ``text``; None
+    if there is none. Bad input is not retried: the job ends with exit 2."""
+    m = _RAISED.search(text)
+    if m is None:
+        return None
+    return InvalidSource(m.group("field"), m.group("message").strip())

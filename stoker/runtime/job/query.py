@@ -26,6 +26,7 @@ from stoker.errors import InvalidPipeline, JobFailed, QueryStalled, StaleAttempt
 from stoker.runtime.epoch import EpochProcessor, all_sources_finished
 from stoker.runtime.job.mode_hints import mode_hint
 from stoker.runtime.job.signals import StopNow
+from stoker.sources.base import invalid_source_in
 from stoker.store.records import ControlEvent, ControlSnapshot
 from stoker.types import ControlKind, ControlStatus, Epoch, JobId, JobState
 
@@ -409,7 +410,8 @@ def _ended(query: StreamingQuery, proc: EpochProcessor, checkpoint: Path) -> Job
     if proc.error is not None:
         raise proc.error
     if exc is not None:
-        raise JobFailed(brief(exc)) from exc
+        # Bad input a source found in Spark's processes (exit 2), else a failure to retry.
+        raise invalid_source_in(str(exc)) or JobFailed(brief(exc)) from exc
     # Stopped from outside without an error: the final check decides.
     last = checkpoint_layout.last_committed(checkpoint)
     if proc.final_epoch is not None or (

