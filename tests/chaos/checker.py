@@ -146,7 +146,10 @@ def check(run: Run) -> Verdict:
     for what in run.op.unexpected:
         v.add(f"a driver ended with an exit code no fault explains: {what}")
     want = run.expected_ids()
-    _once("files sink", file_sink_ids(run.out), want, v)
+    try:
+        _once("files sink", file_sink_ids(run.out), want, v)
+    except Exception as e:  # an empty or torn file in a committed epoch (a power loss)
+        v.add(f"files sink: a committed file cannot be read: {type(e).__name__}: {e}")
     staging = run.out / "_staging"
     if staging.exists() and any(staging.iterdir()):
         v.add(f"files sink: staged parts left {sorted(p.name for p in staging.iterdir())[:5]}")
@@ -164,6 +167,7 @@ def check(run: Run) -> Verdict:
         _check_job(run, jid, expected, v)
     _check_switches(run, v)
     _check_clocks(run, v)
+    _check_zombies(run, v)
     # Processes: the last driver has exited; its JVM and workers go with it (give them a moment).
     try:
         wait_for("no process of the run left", lambda: not processes_of(run.marker), 30)
@@ -207,6 +211,44 @@ def _check_job(run: Run, jid: str, expected: str, v: Verdict) -> None:
     if seen["txns"]:
         v.add(f"store: sink transactions of {jid} still PREPARED {seen['txns'][:3]}")
     _control_checks(seen, v, ControlKind, ControlStatus)
+
+
+def _check_zombies(run: Run, v: Verdict) -> None:
+    """A driver frozen inside the protocol and woken after another attempt took its job over
+    (``zombie``): it stopped with an error, decided nothing after it froze (a freeze before
+    its decide: not that epoch either), and no part of its own was committed for an epoch it
+    did not decide (its parts were rolled back: nothing prepared or staged is left, above)."""
+    from stoker.types import TxnState
+
+    for z in run.zombies:
+        if z.rc is None or z.rc == 0:
+            v.add(f"zombie driver {z.pid} of {z.job} (attempt {z.attempt}) ended rc {z.rc}")
+        first = z.epoch if z.point == "after_prepare" else z.epoch + 1
+
+        def look(st: Any, z: Any = z) -> tuple[list[Any], list[Any]]:
+            return st.list_epochs(z.job, 100_000), st.list_txns(z.job, TxnState.COMMITTED)
+
+        seen = run.read(look)
+        if seen is None:
+            v.add(f"store: the epochs of {z.job} could not be read for zombie {z.pid}")
+            continue
+        epochs, txns = seen
+        decided = sorted(
+            int(e.epoch) for e in epochs if e.decided_by == z.attempt and e.epoch >= first
+        )
+        if decided:
+            v.add(
+                f"zombie: attempt {z.attempt} of {z.job}, frozen at {z.point} of epoch {z.epoch} "
+                f"and woken after attempt {z.by} took over, decided epochs {decided[:8]}"
+            )
+        by = {int(e.epoch): e.decided_by for e in epochs}
+        kept = sorted(
+            (int(x.epoch), x.sink)
+            for x in txns
+            if x.attempt == z.attempt and by.get(int(x.epoch)) != z.attempt
+        )
+        if kept:
+            v.add(f"zombie: parts of attempt {z.attempt} of {z.job} committed undecided {kept[:5]}")
 
 
 def _check_switches(run: Run, v: Verdict) -> None:

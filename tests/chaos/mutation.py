@@ -2,8 +2,8 @@
 
 ``python -m tests.chaos mutants [--schedules N] [--seeds 400-409] [names]``: for each mutant of
 ``tests/chaos/mutants/`` (``<name>.patch``, each opening with what it breaks and what should
-catch it), the committed tree (``git archive HEAD``) is copied to a folder of its own, with the
-harness as it is in the working tree over it, the patch is applied there (never to this
+catch it), the checkout's files are copied to a folder of its own (the working tree: HEAD may
+lack a file another session has yet to commit), the patch is applied there (never to this
 checkout), and schedules of the seed sequence are run on the copy one after the other (a
 ``python -m tests.chaos`` whose drivers, Spark's Python workers and managers import the
 copy's stoker) until one fails. The report says per mutant which invariant caught it and after
@@ -29,8 +29,6 @@ MUTANTS = Path(__file__).resolve().parent / "mutants"
 # Schedules of these seeds are drawn with the protocol's crash points, zombies and power losses
 # (schedule.PROTOCOL_FROM_SEED); a mutant run starts at the first of them by default.
 DEFAULT_SEEDS = "400-409"
-# The harness's own folders, copied from the working tree over HEAD's.
-HARNESS = ("tests/chaos", "tests/support/clockstep")
 
 
 def names() -> list[str]:
@@ -39,6 +37,15 @@ def names() -> list[str]:
 
 def patch_of(name: str) -> Path:
     return MUTANTS / f"{name}.patch"
+
+
+def kinds_of(name: str) -> str:
+    """The fault kinds the mutant's patch names (its ``Kinds:`` line): what its schedules are
+    limited to unless ``--kinds`` or ``--all-kinds`` says otherwise."""
+    for line in patch_of(name).read_text().split("\ndiff --git", 1)[0].splitlines():
+        if line.startswith("Kinds:"):
+            return line.split(":", 1)[1].strip()
+    return ""
 
 
 def applies(name: str, tree: Path = REPO) -> tuple[bool, str]:
@@ -53,21 +60,27 @@ def applies(name: str, tree: Path = REPO) -> tuple[bool, str]:
 
 
 def copy_tree(name: str, root: Path) -> Path:
-    """HEAD's tree with the working tree's harness over it, and the mutant applied: its folder."""
+    """The checkout's files as they are (tracked and untracked, not ignored) with the mutant
+    applied: its folder. The working tree rather than HEAD, because the patches are kept
+    applying to it (test_mutants.py) and the harness run is the one in it."""
     tree = root / f"mutant-{name}"
     tree.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", "HEAD"], cwd=REPO, capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-    for harness in HARNESS:
-        shutil.rmtree(tree / harness)
-        shutil.copytree(
-            REPO / harness, tree / harness, ignore=shutil.ignore_patterns("__pycache__")
-        )
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    )
+    for rel in filter(None, listed.stdout.decode().split("\0")):
+        src = REPO / rel
+        if src.is_file():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tree / rel)
     done = subprocess.run(
         ["git", "apply", str(patch_of(name))], cwd=tree, capture_output=True, text=True
     )
     if done.returncode != 0:
-        raise SystemExit(f"mutant {name}: its patch does not apply to HEAD: {done.stderr}")
+        raise SystemExit(f"mutant {name}: its patch does not apply to the tree: {done.stderr}")
     return tree
 
 
@@ -119,8 +132,9 @@ def run_mutant(name: str, seeds: list[int], args: argparse.Namespace, root: Path
     for n, seed in enumerate(seeds, 1):
         cmd = [sys.executable, "-m", "tests.chaos", "--seed", str(seed), "--out", str(out)]
         cmd += ["--faults", str(args.faults), "--dir", str(root / f"runs-{name}")]
-        if args.kinds:
-            cmd += ["--kinds", args.kinds]
+        kinds = "" if args.all_kinds else args.kinds or kinds_of(name)
+        if kinds:
+            cmd += ["--kinds", kinds]
         print(f"mutant {name}: schedule {n}/{len(seeds)} (seed {seed})", flush=True)
         log = root / f"mutant-{name}-seed-{seed}.log"
         with open(log, "w") as f:
@@ -145,8 +159,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("names", nargs="*", help=f"mutants to run (all: {', '.join(names())})")
     ap.add_argument("--schedules", type=int, default=10, help="schedules at most per mutant")
     ap.add_argument("--seeds", default=DEFAULT_SEEDS, help="the seed sequence, e.g. 400-409")
-    ap.add_argument("--faults", type=int, default=8, help="faults drawn per schedule")
-    ap.add_argument("--kinds", default="", help="only these fault kinds (as for a chaos run)")
+    ap.add_argument("--faults", type=int, default=4, help="faults drawn per schedule")
+    ap.add_argument(
+        "--kinds", default="", help="only these fault kinds (default: the patch's Kinds: line)"
+    )
+    ap.add_argument(
+        "--all-kinds", action="store_true", help="schedules as drawn, every kind (slower)"
+    )
     ap.add_argument("--dir", default=None, help="where the copies go (default: a temp dir)")
     args = ap.parse_args(argv)
     chosen = args.names or names()

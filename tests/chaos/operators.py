@@ -43,6 +43,17 @@ PROGRESS_TIMEOUT = "60s"
 # signal's graceful stop, a sink or source failing (a server down, a full disk), a SIGKILL. 1 is
 # "an error stoker did not expect": always a finding.
 EXPECTED_EXITS = {0, 2, 8, 13, 16, -9}
+# The exits that say something failed or was refused, and the faults that may explain each:
+# one of them must have been injected while the driver lived (or up to EXPLAIN_SLACK seconds
+# before it started: a server down as it started, a disk full before).
+_KILLS = {"worker_kill", "executor_kill", "executor_stall", "spark_worker_kill", "crash_at"}
+_STALLS = {"driver_stall", "jvm_stall", "zombie", "power_loss"}
+EXPLAINED_BY: dict[int, set[str]] = {
+    8: _KILLS | _STALLS | {"pg_down", "disk_full", "upgrade_bad", "clock_step", "clock_skew"},
+    16: {"pg_down", "disk_full", "power_loss"},
+    2: {"checkpoint_lost"},
+}
+EXPLAIN_SLACK = 60.0
 # With the store on PostgreSQL, whose server the nemesis crashes (pg_down): the store
 # unavailable (StoreError), the attempt given up; the same command starts it again (run E,
 # seed 35: three such exits, every id once).
@@ -103,6 +114,21 @@ class Local:
         self.unexpected: list[str] = []
         self.level = 0  # which of MASTERS (CLUSTER_CORES on a cluster): a rescale moves it
         self.clock = ""  # the offset file of the driver started last
+        # The next start's fault plan and settings (a protocol fault arms one driver's life).
+        self.armed_env: dict[str, str] = {}
+        self.armed_args: tuple[str, ...] = ()
+        self.born = 0.0  # when the driver running now was started (the runner's clock)
+
+    def arm(self, env: dict[str, str], args: tuple[str, ...] = ()) -> None:
+        """The next driver started gets this environment and these arguments (once)."""
+        self.armed_env, self.armed_args = dict(env), tuple(args)
+
+    def detach(self) -> subprocess.Popen[bytes]:
+        """Let go of the driver running now (a zombie the nemesis keeps): the runner starts
+        the next one as if it had ended."""
+        assert self.proc is not None
+        p, self.proc = self.proc, None
+        return p
 
     def settings(self) -> dict[str, str]:
         """The ``-D`` settings of the driver now: its state folder and where Spark runs."""
@@ -120,6 +146,8 @@ class Local:
             raise Stuck(f"driver started {self.starts} times: a restart loop")
         state = run.job_state()
         args = [a for k, v in self.settings().items() for a in ("-D", f"{k}={v}")]
+        args += self.armed_args
+        armed, self.armed_env, self.armed_args = self.armed_env, {}, ()
         if run.job != run.schedule.workload.job:
             args += ["--job-id", run.job]
         if run.from_savepoint:
@@ -133,14 +161,16 @@ class Local:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
                 stoker_cmd("run", str(run.app), *args, "--quiet"),
-                env={**os.environ, **run.env(), **run.clock_env(self.clock)},
+                env={**os.environ, **run.env(), **run.clock_env(self.clock), **armed},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 cwd=str(REPO),
             )
         self.starts += 1
-        run.log(f"driver {self.starts} started (pid {self.proc.pid}, job {state or 'new'})")
+        self.born = time.monotonic() - run.t0
+        more = f", armed {armed['STOKER_FAULT']}" if armed.get("STOKER_FAULT") else ""
+        run.log(f"driver {self.starts} started (pid {self.proc.pid}, job {state or 'new'}{more})")
 
     def driver(self) -> int | None:
         return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
@@ -178,6 +208,24 @@ class Local:
         expected = p.returncode in EXPECTED_EXITS or store_down or termed_early or carried_cancel
         if not expected:
             self.unexpected.append(f"rc {p.returncode}: {self.run.last_line()}")
+        elif p.returncode in EXPLAINED_BY:
+            # The code says something failed or was refused: a fault of the driver's life
+            # (or one a little before it began) must say what (issue 40: an exit 16 with no
+            # disk or server lost is a failure).
+            why = EXPLAINED_BY[p.returncode]
+            since = self.born - EXPLAIN_SLACK
+            now = time.monotonic() - self.run.t0
+            faulted = any(
+                k in why and end >= since and begin <= now for begin, end, k in self.run.faults
+            )
+            # The progress watchdog failing a stalled attempt (a loaded machine) fails the job
+            # when it keeps happening: stoker's own word, in the driver's log.
+            watchdog = p.returncode == 8 and "stoker.progress_timeout)" in self.run.last_log()
+            if not (faulted or watchdog):
+                self.unexpected.append(
+                    f"rc {p.returncode} with no fault that explains it ({sorted(why)}) in the "
+                    f"driver's life ({self.born:.0f}s-{now:.0f}s): {self.run.last_line()}"
+                )
         self.proc = None
         self.run.log(f"driver ended rc {p.returncode}, job {self.run.job_state()}")
         return p.returncode

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.chaos import nemesis, operators
+from tests.chaos import nemesis, operators, protocol
 from tests.chaos.checker import Verdict, check
 from tests.chaos.operators import Stuck
 from tests.chaos.schedule import CLOCK_MAX, Schedule, Step, fmt_step
@@ -100,6 +102,10 @@ class Run:
     termed: set[int] = field(default_factory=set)
     # job id -> the checkpoint batches a state repartition took (no stoker epoch has them)
     repartition_batches: dict[str, list[int]] = field(default_factory=dict)
+    # (began, ended, kind) of every fault injected, on the run's clock (seconds since t0); the
+    # one being injected ends at infinity until it is done
+    faults: list[tuple[float, float, str]] = field(default_factory=list)
+    zombies: list[Any] = field(default_factory=list)  # protocol.Zombie, each woken
 
     def __post_init__(self) -> None:
         self.job = self.job or self.schedule.workload.job
@@ -160,6 +166,8 @@ class Run:
             "STOKER_FAULT": "",
             "STOKER_STORE": self.store_url,
             "STOKER_CHAOS_RUN": self.marker,  # every process of the run carries it
+            # Every fsync of a stoker process, for the power loss (tests/chaos/protocol.py).
+            "STOKER_TEST_FSYNC_LEDGER": str(self.base / "fsync-ledger"),
         }
         return env
 
@@ -242,6 +250,11 @@ class Run:
         lines = logs[-1].read_text(errors="replace").strip().splitlines()
         return lines[-1] if lines else ""
 
+    def last_log(self) -> str:
+        """The newest driver log, whole ('' when there is none)."""
+        logs = sorted(self.base.glob("driver-*.log"))
+        return logs[-1].read_text(errors="replace") if logs else ""
+
     def last_error(self) -> str | None:
         jid = self.job
         return self.read(lambda st: st.get_job(jid).last_error)
@@ -273,6 +286,12 @@ def put_file(run: Run) -> str | None:
 
 def inject(run: Run, step: Step, rng: random.Random) -> str | None:
     k = step.kind
+    if k in ("crash_at", "zombie", "power_loss"):
+        if not isinstance(run.op, operators.Local):
+            return None
+        if k == "zombie":
+            return protocol.zombie(run, step, rng)
+        return protocol.crash_at(run, step) if k == "crash_at" else protocol.power_loss(run, step)
     if k in ("clock_step", "clock_skew"):
         return run.op.clock_fault(k, step.arg, step.scope)
     if k in ("leader_kill", "manager_stall"):
@@ -650,7 +669,11 @@ def resolved(run: Run, deadline: float) -> None:
 def _sink_ids(run: Run) -> list[int]:
     from tests.support.sinks import file_sink_ids
 
-    return list(file_sink_ids(run.out))
+    try:
+        return list(file_sink_ids(run.out))
+    except Exception as e:  # a torn file: the checker says so at the end; wait till then
+        run.log(f"files sink unreadable: {type(e).__name__}: {e}")
+        return []
 
 
 @dataclass
@@ -748,10 +771,14 @@ def run_schedule(
                 run.log(f"{fmt_step(step)}: skipped, the job has ended")
                 continue
             time.sleep(step.delay)
+            began = time.monotonic() - run.t0
+            run.faults.append((began, math.inf, step.kind))
             done = inject(run, step, rng)
+            run.faults.pop()
             if done is None:
                 run.log(f"{fmt_step(step)}: nothing to do it to")
                 continue
+            run.faults.append((began, time.monotonic() - run.t0, step.kind))
             run.injected[step.kind] = run.injected.get(step.kind, 0) + 1
             run.log(f"{fmt_step(step)}: {done}")
         finish(run)
@@ -793,6 +820,9 @@ def run_schedule(
     except Exception as e:  # the harness's own failure is a failure too, with its history
         error = f"{type(e).__name__}: {e}"
     finally:
+        for z in run.zombies:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(z.pid, signal.SIGKILL)
         if run.op is not None:
             run.op.stop()
         if run.cluster is not None:

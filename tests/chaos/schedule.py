@@ -60,6 +60,12 @@ WEIGHTS: dict[str, int] = {
     # starts has an offset file of its own (tests/support/clockstep): the fault writes them.
     "clock_step": 2,  # wall clocks stepped by arg seconds: the leader's family, or all of them
     "clock_skew": 1,  # the two managers (and their drivers) arg seconds apart (managed only)
+    # Faults inside the protocol (issue 40 item 2), drawn from a sixth stream for local
+    # workloads of seeds from PROTOCOL_FROM_SEED on (every recorded seed keeps its schedule):
+    # a random kill lands between decide and commit about 5% of the time, these always do.
+    "crash_at": 3,  # the driver started again armed to SIGKILL itself at CRASH_POINTS[arg]
+    "zombie": 2,  # a driver frozen at ZOMBIE_POINTS[arg], a second one takes over, it wakes
+    "power_loss": 1,  # killed after a decide, the files sink's unsynced writes dropped
 }
 ADDED = {"savepoint_restore", "rescale", "executor_kill", "executor_stall", "spark_worker_kill"}
 MANAGER_ONLY = {"leader_kill", "manager_stall", "clock_skew"}
@@ -77,6 +83,26 @@ CLOCK_MAX = 600.0  # seconds: no wall clock is ever more than ten minutes off
 STANDBY_SHARE = 0.5  # of the managed workloads drawn with the later kinds: with a standby
 STANDBY_STEPS = 0.2  # of a standby workload's steps: a fault of its standby
 CLUSTER_SHARE = 0.2  # of the schedules under `stoker run` (~13% of all): on a standalone cluster
+PROTOCOL_ONLY = {"crash_at", "zombie", "power_loss"}
+PROTOCOL_FROM_SEED = 400  # above every recorded seed
+PROTOCOL_STEPS = 0.4  # of such a schedule's steps: a fault inside the protocol
+# Where a crash_at's driver kills itself (stoker.testing's fault points): before and after the
+# decision, between the sinks' commits and the store's mark, before Spark's commit log, inside
+# recovery (before a sink's recover, after it), and a Spark task's Python worker right after
+# its part's PREPARE (a stray part beside its retry's).
+CRASH_POINTS = (
+    "after_prepare",
+    "after_decide",
+    "after_commit",
+    "before_spark_commit",
+    "sink_recovery_at_start",
+    "in_recovery",
+    "task_after_prepare",
+)
+ARMED_AHEAD = 2  # a protocol fault is armed for the epoch this far after the newest one
+CRASH_WEIGHTS = (2, 3, 2, 1, 1, 1, 2)  # after_decide the most: decided, not committed
+# Where a zombie freezes: just before its decide, just after it, after its sinks' commits.
+ZOMBIE_POINTS = ("after_prepare", "after_decide", "after_commit")
 # Faults that end a driver: the runner starts the same command again afterwards.
 ENDS_DRIVER = {"driver_kill", "driver_term"}
 
@@ -227,10 +253,28 @@ def generate(
     clocks = bool(clock_weights) and (
         seed >= CLOCK_FROM_SEED or (allow is not None and bool(CLOCK_ONLY & allow))
     )
+    # A sixth stream for the faults inside the protocol (issue 40), for local workloads of
+    # seeds no recorded run used, or whenever they are asked for by name.
+    sixth = random.Random(seed * 13_000_033 + 0xFE)
+    protocol_weights = {k: WEIGHTS[k] for k in sorted(PROTOCOL_ONLY) if allow is None or k in allow}
+    only_protocol = allow is not None and bool(allow) and allow <= PROTOCOL_ONLY
+    # Named in a short list of kinds (--kinds crash_at,worker_kill), not all of them allowed.
+    named = (
+        allow is not None
+        and bool(PROTOCOL_ONLY & allow)
+        and not set(WEIGHTS) - PROTOCOL_ONLY - CLOCK_ONLY <= allow
+    )
+    protocol = (
+        bool(protocol_weights)
+        and not managed
+        and not cluster
+        and (seed >= PROTOCOL_FROM_SEED or named)
+    )
     kinds = {
         k: v
         for k, v in WEIGHTS.items()
-        if (allow is None or k in allow) and k not in STANDBY_ONLY | UPGRADE_ONLY | CLOCK_ONLY
+        if (allow is None or k in allow)
+        and k not in STANDBY_ONLY | UPGRADE_ONLY | CLOCK_ONLY | PROTOCOL_ONLY
     }
     for k in LOCAL_ONLY if managed else MANAGER_ONLY:
         kinds.pop(k, None)
@@ -267,6 +311,10 @@ def generate(
             arg = _clock_arg(fifth)
             if kind == "clock_step":
                 scope = fifth.choice(["leader", "all"]) if managed else "leader"
+        if protocol and (sixth.random() < PROTOCOL_STEPS or only_protocol):
+            kind = sixth.choices(list(protocol_weights), list(protocol_weights.values()))[0]
+            arg = _protocol_arg(sixth, kind)
+            scope = ""
         steps.append(Step(i, after_epochs, delay, kind, arg, scope))
     # Enough epochs for every step to land before the job ends, and some after the last; an
     # added fault the job runs through (a worker down for seconds) gets the epochs it may
@@ -308,6 +356,8 @@ def _runs_through(step: Step) -> int:
         return int((step.arg + 4.0) * 5)  # down, then ~4 s to start a worker again
     if step.kind == "executor_stall":
         return int(step.arg * 5)  # the other executor goes on
+    if step.kind in ("crash_at", "zombie", "power_loss"):
+        return ARMED_AHEAD + 1  # the armed epoch is ahead of the newest one
     return {"executor_kill": 5, "savepoint_restore": 2, "rescale": 2}.get(step.kind, 0)
 
 
@@ -318,6 +368,17 @@ def _added_arg(rng: random.Random, kind: str) -> float:
         return round(rng.uniform(0.5, 15.0), 1)  # past an executor heartbeat (10 s) at times
     if kind == "spark_worker_kill":
         return round(rng.uniform(0.5, 10.0), 1)  # seconds before the worker is started again
+    return 0.0
+
+
+def _protocol_arg(rng: random.Random, kind: str) -> float:
+    """A crash_at's point or a zombie's (an index into CRASH_POINTS, ZOMBIE_POINTS): the
+    points around the decision most often (CRASH_WEIGHTS). Half the zombies freeze just
+    before their decide, where a missing fence writes twice."""
+    if kind == "crash_at":
+        return float(rng.choices(range(len(CRASH_POINTS)), CRASH_WEIGHTS)[0])
+    if kind == "zombie":
+        return 0.0 if rng.random() < 0.5 else float(rng.randrange(1, len(ZOMBIE_POINTS)))
     return 0.0
 
 

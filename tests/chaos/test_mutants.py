@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 
-from tests.chaos.mutation import applies, names, patch_of
+from tests.chaos.mutation import applies, kinds_of, names, patch_of
+from tests.chaos.schedule import WEIGHTS
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -19,6 +20,7 @@ def test_there_are_mutants_and_each_says_what_it_breaks() -> None:
         head = patch_of(name).read_text().split("\ndiff --git", 1)[0]
         assert head.startswith(f"Mutant {name}:"), name
         assert "Caught by:" in head, name
+        assert set(kinds_of(name).split(",")) <= set(WEIGHTS), name
 
 
 @pytest.mark.parametrize("name", names())

@@ -10,11 +10,15 @@ from tests.chaos.schedule import (
     CLOCK_FROM_SEED,
     CLOCK_ONLY,
     CLUSTER_ONLY,
+    CRASH_POINTS,
     LOCAL_ONLY,
+    PROTOCOL_FROM_SEED,
+    PROTOCOL_ONLY,
     STANDBY_ONLY,
     UPGRADE_FROM_SEED,
     UPGRADE_ONLY,
     WEIGHTS,
+    ZOMBIE_POINTS,
     generate,
     load,
 )
@@ -71,7 +75,7 @@ def test_faults_fit_the_workload_and_every_kind_is_drawn_over_many_seeds() -> No
         # The generator has epochs for every step to land on, and some after the last.
         assert w.gen >= (sum(st.after_epochs for st in s.steps) + 8) * w.per_epoch
         seen |= kinds
-    assert seen == set(WEIGHTS) - CLOCK_ONLY
+    assert seen == set(WEIGHTS) - CLOCK_ONLY - PROTOCOL_ONLY
 
 
 def test_clock_faults_come_from_their_seed_on_and_leave_the_other_draws_alone() -> None:
@@ -166,3 +170,28 @@ def test_the_added_kinds_fit_their_workloads_and_can_be_forced() -> None:
     assert [generate(n).workload.cluster for n in range(60)] == [
         generate(n, allow=some).workload.cluster for n in range(60)
     ]
+
+
+def test_protocol_faults_come_from_their_seed_on_for_local_workloads() -> None:
+    steps = protocol = with_protocol = 0
+    for seed in range(PROTOCOL_FROM_SEED, PROTOCOL_FROM_SEED + 200):
+        s = generate(seed)
+        kinds = {st.kind for st in s.steps}
+        assert not kinds & PROTOCOL_ONLY or not (s.workload.managed or s.workload.cluster)
+        with_protocol += bool(kinds & PROTOCOL_ONLY)
+        for st in s.steps:
+            steps += 1
+            if st.kind in PROTOCOL_ONLY:
+                protocol += 1
+                points = CRASH_POINTS if st.kind == "crash_at" else ZOMBIE_POINTS
+                assert st.kind == "power_loss" or 0 <= int(st.arg) < len(points), st
+        # The generator has epochs for the armed epochs ahead too.
+        assert s.workload.gen >= (sum(st.after_epochs for st in s.steps) + 8) * s.workload.per_epoch
+    assert 0.15 < protocol / steps < 0.4, (protocol, steps)
+    assert with_protocol > 100, with_protocol
+    # Below their seed, none; asked for by name, every step one of them (a local workload).
+    assert not any(
+        st.kind in PROTOCOL_ONLY for seed in range(300, 400) for st in generate(seed).steps
+    )
+    s = generate(7, faults=6, allow={"zombie"})
+    assert [st.kind for st in s.steps] == ["zombie"] * 6 and not s.workload.managed

@@ -9,6 +9,9 @@ monotonic clock left real its ``clock_nanosleep`` fails: Python's ``time.sleep``
 in the driver's first second. stoker decides nothing on the JVM's clock, so the Python processes
 are where a step matters. Not part of the stoker package; the ``sitecustomize`` this one shadows
 (a later entry of the path) is run after it.
+
+While ``STOKER_TEST_FSYNC_LEDGER`` names a file, every ``os.fsync`` that succeeded appends its
+file's path to it (the chaos harness's power loss: tests/chaos/protocol.py).
 """
 
 import importlib.util
@@ -56,6 +59,28 @@ def _chain() -> None:
         return
 
 
+def _ledger(path: str) -> None:
+    """Every ``os.fsync`` that succeeded, as the path of its file, appended to ``path``: the
+    chaos harness's power loss empties the files no process fsynced (tests/chaos/protocol.py)."""
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        try:
+            line = (os.readlink(f"/proc/self/fd/{fd}") + "\n").encode()
+            out = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(out, line)
+            finally:
+                os.close(out)
+        except OSError:
+            pass
+
+    os.fsync = fsync
+
+
+if os.environ.get("STOKER_TEST_FSYNC_LEDGER"):
+    _ledger(os.environ["STOKER_TEST_FSYNC_LEDGER"])
 if os.environ.get("STOKER_TEST_CLOCK_OFFSET_FILE"):
     _install(os.environ["STOKER_TEST_CLOCK_OFFSET_FILE"])
 _chain()
