@@ -161,11 +161,11 @@ class TooManyRequests(StokerError):
 class TooManyStreams(TooManyRequests):
     """Every event stream the manager keeps open is taken; retry after ``retry_after``."""
 
-    def __init__(self, limit: int, retry_after: float = 5.0) -> None:
+    def __init__(self, limit: int, retry_after: float = 5.0, of: str = "") -> None:
         StokerError.__init__(
             self,
-            f"too many event streams open ({limit} at most): close one, or read the state "
-            f"over REST; retry in {retry_after:.0f} s",
+            f"too many event streams open{of} ({limit} at most): close one, or read the "
+            f"state over REST; retry in {retry_after:.0f} s",
         )
         self.job_id = None  # type: ignore[assignment]
         self.retry_after = retry_after

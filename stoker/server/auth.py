@@ -91,6 +91,7 @@ class TokenGuard:
                     status_code=401,
                     headers=_CHALLENGE,
                 )
+            request.state.read_only = not full  # what a read-only token may hold is less
             if not full and request.method not in _READ_METHODS:
                 return JSONResponse(
                     {

@@ -50,6 +50,9 @@ RESCALES_READ = 10
 IDLE_STOP_S = 30.0  # the poller stops this long after its last client left
 HEARTBEAT_S = 15.0  # a comment line keeps proxies from closing a quiet stream
 MAX_STREAMS = 64  # event streams open at once; the next is 429 (issue 22 item 5)
+# Of those, what the read-only token may hold: a reader cannot take every stream from the
+# full token's clients (issue 39 item 9).
+MAX_READ_STREAMS = MAX_STREAMS // 2
 KINDS = ("job", "epoch", "control", "rescale")
 
 
@@ -88,6 +91,7 @@ class EventFeed:
         self._lock = threading.Lock()
         self._seen: dict[str, _Seen] = {}
         self._clients = 0
+        self._streams = self._read_streams = 0  # open or about to (take_stream)
         self._last_client = time.monotonic()
         self._running = False
         self._polled = False  # the first poll is every known job's baseline
@@ -95,13 +99,25 @@ class EventFeed:
         self._stop = threading.Event()
 
     # clients -------------------------------------------------------------------------------
-    def check_room(self) -> None:
-        """:class:`TooManyStreams` when ``MAX_STREAMS`` clients are attached already (each
-        holds a connection and a task of the server: without a cap, clients that open
-        streams and never read could exhaust it)."""
+    def take_stream(self, read_only: bool = False) -> None:
+        """Count a stream about to open, or :class:`TooManyStreams` when ``MAX_STREAMS`` are
+        open already (each holds a connection and a task of the server: without a cap,
+        clients that open streams and never read could exhaust it), or, for the read-only
+        token, ``MAX_READ_STREAMS``. Counted here, when the call is taken, not when the
+        stream starts: a burst of calls cannot all pass before the first is counted. Every
+        stream taken is given back (:meth:`give_back_stream`)."""
         with self._lock:
-            if self._clients >= MAX_STREAMS:
+            if self._streams >= MAX_STREAMS:
                 raise TooManyStreams(MAX_STREAMS)
+            if read_only and self._read_streams >= MAX_READ_STREAMS:
+                raise TooManyStreams(MAX_READ_STREAMS, of=" with the read-only token")
+            self._streams += 1
+            self._read_streams += read_only
+
+    def give_back_stream(self, read_only: bool = False) -> None:
+        with self._lock:
+            self._streams -= 1
+            self._read_streams -= read_only
 
     def attach(self) -> int:
         """A client joins: the poller runs (a first poll done when this returns, so what

@@ -152,20 +152,19 @@ def test_event_streams_beyond_the_cap_are_refused(
 
     monkeypatch.setattr(events_mod, "MAX_STREAMS", 2)
     feed = EventFeed(manager)
-    feed.attach()
-    feed.check_room()  # one open: room for another
-    feed.attach()
+    feed.take_stream()  # one open: room for another
+    feed.take_stream()
     with pytest.raises(TooManyStreams):
-        feed.check_room()
-    feed.detach()
-    feed.check_room()
+        feed.take_stream()
+    feed.give_back_stream()
+    feed.take_stream()
     feed.close()
 
     app = create_app(manager)
     with TestClient(app) as client:
         app_feed = app.state.stoker.feed
         for _ in range(2):
-            app_feed.attach()
+            app_feed.take_stream()
         r = client.get("/v1/events")
         assert r.status_code == 429 and r.headers["retry-after"] == "5", r.text
         assert "too many event streams" in r.json()["error"]

@@ -3,12 +3,14 @@ events (behind the token middleware, as every read)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from stoker.server.deps import Ctx
 from stoker.server.docs import errors
-from stoker.server.events import stream
+from stoker.server.events import EventFeed, stream
 from stoker.server.routes._common import GUARDED
 
 router = APIRouter()
@@ -64,10 +66,29 @@ async def events(
     or changed), each with an ``id:``; a reconnect with ``Last-Event-ID`` resumes after
     it (``resync`` first when events were missed). ``?job_id=`` keeps one job's. The
     store is polled twice a second by one poller shared by every client. At most
-    ``MAX_STREAMS`` (64) streams are open at once: 429 beyond."""
-    ctx.feed.check_room()
-    return StreamingResponse(
+    ``MAX_STREAMS`` (64) streams are open at once, ``MAX_READ_STREAMS`` (32) of them with
+    the read-only token: 429 beyond."""
+    read_only = bool(getattr(request.state, "read_only", False))
+    ctx.feed.take_stream(read_only)
+    return _Stream(
+        ctx.feed,
+        read_only,
         stream(ctx.feed, request, job_id, last_event_id),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+class _Stream(StreamingResponse):
+    """A stream that gives its place back when it ends, however it ends (also when it never
+    sent a byte: the client was gone first)."""
+
+    def __init__(self, feed: EventFeed, read_only: bool, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._feed, self._read_only = feed, read_only
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._feed.give_back_stream(self._read_only)
