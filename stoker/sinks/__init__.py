@@ -232,6 +232,7 @@ def _build(
             name=_field(d, "name", kind),
             commit_timeout=float(timeout) if isinstance(timeout, int | float) else 600.0,
             max_transaction_bytes=max_bytes if isinstance(max_bytes, int) else 64 * 1024 * 1024,
+            secrets_kept=tuple(str(k) for k in d.get("secret_options") or ()),
         )
     if kind == "postgres":
         writers = d.get("max_writers")

@@ -108,6 +108,8 @@ class KafkaSink:
     name: str = ""
     commit_timeout: float = 600.0
     max_transaction_bytes: int = 64 * 1024 * 1024
+    # The secret options a descriptor names (not their values): read back at open().
+    secrets_kept: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -279,11 +281,14 @@ class KafkaSink:
         folder.mkdir(parents=True, exist_ok=True)
         secrets = folder / SECRETS
         mine = self._secret_options()
-        if mine:
+        if self.secrets_kept:
+            # Rebuilt from a descriptor (the janitor's cleanup, a removed sink's recovery):
+            # the secrets it names come back from the file the job's own open() wrote.
+            self.options = {**_read_kept(secrets, self.secrets_kept), **self.options}
+        elif mine:
             _write_private(secrets, mine)
-        elif secrets.exists():
-            kept = json.loads(secrets.read_text(encoding="utf-8"))
-            self.options = {**{str(k): str(v) for k, v in kept.items()}, **self.options}
+        else:
+            secrets.unlink(missing_ok=True)  # none now: no secret of an earlier run is kept
         self._owner = owner
         self._folder = folder
         self._publisher = None
@@ -436,6 +441,25 @@ class KafkaSink:
 def _check_uid(owner: SinkOwner) -> None:
     if not _UID.match(owner.uid):
         raise InvalidSink("kafka.owner", f"job uid {owner.uid!r} is not 1-64 of [A-Za-z0-9_-]")
+
+
+def _read_kept(path: Path, keys: tuple[str, ...]) -> dict[str, str]:
+    """The secret options ``keys`` from the 0600 file ``path``; SinkError naming what is
+    missing (never a value)."""
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SinkError(
+            "kafka.options",
+            f"the sink's secret options ({', '.join(keys)}) cannot be read from {str(path)!r}: "
+            f"{type(e).__name__}; its job's next run writes them again",
+        ) from None
+    missing = [k for k in keys if k not in kept]
+    if missing:
+        raise SinkError(
+            "kafka.options", f"{str(path)!r} does not hold the secret options {missing}"
+        )
+    return {k: str(kept[k]) for k in keys}
 
 
 def _write_private(path: Path, data: dict[str, str]) -> None:

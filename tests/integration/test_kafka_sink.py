@@ -250,6 +250,12 @@ def test_secret_options_stay_out_of_the_descriptor_and_the_rebuilt_sink_commits(
     assert rebuilt.options["sasl.password"] == secret  # type: ignore[attr-defined]
     rebuilt.commit(Epoch(0), AttemptNo(1), detail)
     check_records(read_all(kafka_server.bootstrap, topic, 1, 5), 5, 1)
+    # The job run again without secrets keeps none; a sink rebuilt then cannot get them.
+    opened_sink(kafka_server.bootstrap, topic, tmp_path, options={"client.id": "stoker-test"})
+    assert not kept.exists()
+    with pytest.raises(SinkError, match=r"sasl\.password") as gone:
+        from_descriptor(d).open(OWNER, tmp_path)
+    assert secret not in str(gone.value)
 
 
 def test_bad_input_is_named(kafka_server: ThrowawayKafka, tmp_path: Path) -> None:
