@@ -27,6 +27,10 @@ log = logging.getLogger("stoker.launcher")
 # Seconds between looks for adopted zombies (a read of /proc per thread of the manager).
 ADOPTED_EVERY = 2.0
 EXITED_KEPT = 1000  # exit codes of reaped drivers remembered (the newest)
+# A driver seen alive as its very process (its pid's start marker, read from /proc) is trusted
+# for this long on its pid alone (one signal 0, no file read): the leader asks about every live
+# driver every tick (issue 39 item 3). A pid reused within it delays seeing the death by as much.
+VERIFY_EVERY = 1.0
 
 
 class DriverLauncher(Protocol):
@@ -141,6 +145,8 @@ class LocalProcessLauncher:
 
     def __init__(self) -> None:
         self._children: dict[tuple[JobId, AttemptNo], subprocess.Popen[bytes]] = {}
+        self._pids: dict[int, subprocess.Popen[bytes]] = {}  # the same children, by pid
+        self._verified: dict[Owner, float] = {}  # time.monotonic() its start marker matched
         self._adopted_at = float("-inf")
         self._exited: dict[tuple[JobId, AttemptNo], int] = {}  # reaped drivers' exit codes
 
@@ -154,7 +160,9 @@ class LocalProcessLauncher:
         cwd: Path,
     ) -> Owner:
         proc = processes.spawn(processes.DriverArgv(argv, env), log_path, cwd=cwd)
+        self._forget_pid(self._children.get((job_id, attempt)))
         self._children[(job_id, attempt)] = proc
+        self._pids[proc.pid] = proc
         from stoker.procs import process_start_marker
 
         return Owner(host=this_host(), pid=proc.pid, pid_started=process_start_marker(proc.pid))
@@ -198,10 +206,29 @@ class LocalProcessLauncher:
     def is_gone(self, owner: Owner) -> bool:
         if not owner.pid:
             return False
-        for proc in self._children.values():
-            if proc.pid == owner.pid and proc.poll() is not None:
-                return True  # our child, exited (a zombie until collected: not dead to /proc)
-        return processes.is_dead(owner)
+        proc = self._pids.get(owner.pid)
+        if proc is not None and proc.poll() is not None:
+            return True  # our child, exited (a zombie until collected: not dead to /proc)
+        now = time.monotonic()
+        if now - self._verified.get(owner, float("-inf")) < VERIFY_EVERY:
+            try:
+                os.kill(owner.pid, 0)
+            except ProcessLookupError:
+                del self._verified[owner]
+                return True
+            except PermissionError:
+                pass
+            return False
+        if processes.is_dead(owner):
+            self._verified.pop(owner, None)
+            return True
+        if is_this_host(owner.host):
+            self._verified[owner] = now
+        return False
+
+    def _forget_pid(self, proc: subprocess.Popen[bytes] | None) -> None:
+        if proc is not None and self._pids.get(proc.pid) is proc:
+            del self._pids[proc.pid]
 
     def still_running(self, owner: Owner) -> bool:
         return bool(owner.pid) and is_this_host(owner.host) and bool(_group_of(owner))
@@ -217,6 +244,7 @@ class LocalProcessLauncher:
             code = proc.poll()
             if code is not None and not watched(*key):
                 del self._children[key]
+                self._forget_pid(proc)
                 if key[1] in (STANDBY, UPGRADE_STANDBY):
                     continue  # a standby's exit decides nothing; its process is seen gone
                 # Kept a while: whether the job restarts may depend on it (exit 2: no).
@@ -228,6 +256,9 @@ class LocalProcessLauncher:
         now = time.monotonic()
         if now - self._adopted_at >= ADOPTED_EVERY:
             self._adopted_at = now
+            for owner, at in list(self._verified.items()):
+                if now - at > 10 * VERIFY_EVERY:
+                    del self._verified[owner]  # not asked about any more (its attempt ended)
             for pid in reap_adopted():
                 log.debug("collected adopted process %d", pid)
 
