@@ -29,7 +29,7 @@ _WRAPPERS = (
 )
 # Path parts of code that is not the user's: Spark's Python side, the Java gateway, stoker.
 _LIBRARY_PARTS = frozenset({"pyspark", "py4j", "stoker", "cloudpickle"})
-_STOKER_DIR = str(Path(__file__).resolve().parent.parent)
+_STOKER_DIR = str(Path(__file__).resolve().parent)
 _MAX_LINE = 400
 
 
