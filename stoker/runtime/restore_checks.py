@@ -20,7 +20,8 @@ lineage and its outputs before anything is written.
   savepoint's epoch means the old job went on after the savepoint was taken, and the new job
   would write those epochs' rows again. Refused, unless the user asks for exactly that
   (``--rewrite-output-after-savepoint``); a files sink is refused even then, as it never
-  writes an epoch folder over an existing one.
+  writes an epoch folder over an existing one, and so is a Delta sink (its txn marker holds
+  those epochs: their commits would be skipped).
 """
 
 from __future__ import annotations
@@ -105,6 +106,16 @@ def outputs_ahead(
             f"{went_on}: a files sink never writes an epoch folder over an existing one; start "
             "from a later savepoint, write to another folder, or delete the epoch folders "
             f"after the savepoint's from {', '.join(map(repr, files))} first",
+        )
+    tables = [s.name for s, _ in ahead if descriptor_of(s).get("kind") == "delta"]
+    if tables:
+        # The restored job goes on under the savepoint's uid, so under the same txn app id:
+        # its commits of those epochs would be skipped as done, not written again.
+        raise InvalidInput(
+            FIELD,
+            f"{went_on}: a Delta sink never commits an epoch its table's txn marker already "
+            "holds, so those epochs would not be written again; start from a later savepoint "
+            f"or write {', '.join(map(repr, tables))} to another table",
         )
     if not rewrite:
         raise InvalidInput(

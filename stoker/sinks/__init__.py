@@ -128,10 +128,11 @@ def delta(
 
     The first epoch creates the table (partitioned by ``partition_by``). The commit carries
     ``txn(appId="stoker:<job uid>:<sink name>", version=<epoch>)``, delta-spark's idempotent
-    write marker. ``output_mode='complete'`` replaces the table's files with each epoch's in
-    its commit; ``update`` is refused. An output column the table lacks is refused (exit 2)
-    unless ``schema_mode='merge'``, which adds it. ``key`` is kept for a MERGE on key (not
-    built yet). Needs ``deltalake`` (``pip install 'stoker[delta]'``).
+    write marker. ``output_mode='update'`` (or a ``key`` in append mode) MERGEs each epoch's
+    rows into the table on ``key`` in that commit (two rows of a key in one epoch: the last
+    written); ``complete`` replaces the table's files with each epoch's. An output column the
+    table lacks is refused (exit 2) unless ``schema_mode='merge'``, which adds it. Needs
+    ``deltalake`` (``pip install 'stoker[delta]'``).
     """
     require_deltalake()
     if isinstance(partition_by, str):

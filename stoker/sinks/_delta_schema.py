@@ -35,10 +35,12 @@ def check_output(
     root: Path,
     path: str,
     schema_mode: str | None,
+    key: tuple[str, ...] | None = None,
 ) -> None:
     """Refuse (InvalidSink, nothing written) an output ``out`` the table cannot take: names
     Delta cannot hold, partition columns the output or the table lacks, columns the table has
-    not (unless ``schema_mode='merge'``) or holds with another type, NOT NULL columns missing.
+    not (unless ``schema_mode='merge'``) or holds with another type, NOT NULL columns
+    missing, key columns the output lacks.
     ``table``: the DeltaTable, or None while there is none (the first epoch creates it)."""
     import pyarrow as pa
 
@@ -54,6 +56,11 @@ def check_output(
         raise InvalidSink(
             "delta.partition_by",
             f"partition columns {missing} are not columns of the output {out.names}",
+        )
+    absent = [c for c in key or () if c not in out.names]
+    if absent:
+        raise InvalidSink(
+            "delta.key", f"key columns {absent} are not columns of the output {out.names}"
         )
     if table is None:
         return

@@ -17,8 +17,9 @@ the marker is read again here, so an epoch is never committed twice).
 The first epoch creates the table (its schema and ``partition_by``) in its own commit. An
 output column the table lacks is refused before anything is written, unless
 ``schema_mode="merge"`` (the column is added in a commit of its own before the epoch's).
-Output modes: ``append``; ``complete`` (each epoch replaces the table's files in its one
-commit); ``update`` is refused (a MERGE on key is not built yet).
+Output modes: ``append``; ``update`` (and append with a ``key``): the epoch's rows MERGEd on
+the key in its one commit (:mod:`._delta_merge`); ``complete``: each epoch replaces the table's
+files in its one commit.
 
 Files of aborted attempts and of task copies Spark did not keep are deleted by abort, by the
 commit's clean-up and by recovery, from the intents the tasks wrote before their files; a
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidSink, SinkError
+from stoker.sinks._delta_merge import merge_epoch
 from stoker.sinks._delta_schema import (
     arrow_schema,
     check_output,
@@ -68,7 +70,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("stoker.sinks.delta")
 
 FIELD = "delta"
-MODES = ("append", "complete")
+MODES = ("append", "update", "complete")
 SCHEMA_MODES = (None, "merge")
 _INTENTS = re.compile(r"^(\d+)\.(\d+)$")
 # Commits lost to writers of the same app id before this gives up (each loser re-reads the
@@ -130,18 +132,24 @@ class DeltaSink:
         return f"stoker:{uid}:{self.name}"
 
     def accept_output_mode(self, mode: str) -> None:
-        """``append``: each epoch's rows added. ``complete``: each epoch replaces the table's
-        files in its one commit. ``update``: refused, naming what to use instead."""
-        if mode == "update":
+        """``append``: each epoch's rows added (with a ``key``: upserted). ``update``: each
+        epoch MERGEd on ``key`` (required). ``complete``: each epoch replaces the table's
+        files. All in the epoch's one commit."""
+        if mode == "update" and not self.key:
             raise InvalidSink(
-                "delta.output_mode",
-                "output_mode='update' would need a MERGE on the key in each epoch's commit, "
-                "which the Delta sink does not do yet: use output_mode='complete' (each epoch "
-                "replaces the table) or sinks.postgres(dsn, table, key=[...]) for an upsert",
+                "delta.key",
+                "output_mode='update' gives each epoch's changed rows: the Delta sink MERGEs "
+                "them into the table on a key, and needs it: sinks.delta(path, key=['k', ...])",
             )
         if mode not in MODES:
-            raise InvalidSink("delta.output_mode", f"must be append or complete, got {mode!r}")
+            raise InvalidSink(
+                "delta.output_mode", f"must be append, update or complete, got {mode!r}"
+            )
         self._mode = mode
+
+    @property
+    def _upsert(self) -> bool:
+        return self._mode == "update" or (self._mode == "append" and bool(self.key))
 
     # checks ------------------------------------------------------------------------------------
     def validate(self, owner: SinkOwner) -> None:
@@ -179,7 +187,13 @@ class DeltaSink:
         schema = arrow_schema(df)
         if self._checked is None or not self._checked.equals(schema):
             check_output(
-                schema, self.partition_by, self._table(), self._root, self.path, self.schema_mode
+                schema,
+                self.partition_by,
+                self._table(),
+                self._root,
+                self.path,
+                self.schema_mode,
+                self.key,
             )
             self._checked = schema
         return schema
@@ -288,7 +302,9 @@ class DeltaSink:
         # Crash here: the epoch is in the table, the store does not know yet; the commit done
         # again finds the marker and only cleans up.
         fault_point("delta_after_log", epoch)
-        self._clean(owner.uid, epoch, attempt, {str(a["path"]) for a in adds})
+        # An upsert's prepared files never enter the log (the MERGE wrote its own): all go.
+        kept = set() if self._upsert else {str(a["path"]) for a in adds}
+        self._clean(owner.uid, epoch, attempt, kept)
 
     def _commit_log(
         self, epoch: Epoch, attempt: AttemptNo, adds: list[dict[str, Any]], schema: Any
@@ -303,6 +319,7 @@ class DeltaSink:
         )
 
         app = self.app_id(self._bound().uid)
+        last: Exception | None = None
         for _ in range(_COMMIT_TRIES):
             table = self._table()
             if table is not None:
@@ -332,8 +349,12 @@ class DeltaSink:
             ]
             props = CommitProperties(app_transactions=[Transaction(app, int(epoch))])
             try:
-                # 3. The commit: the files and the marker in one log entry.
-                if table is None:
+                # 3. The commit: the files and the marker in one log entry (an upsert: the
+                #    epoch's rows MERGEd on the key, and the marker).
+                if self._upsert:
+                    assert self.key
+                    merge_epoch(self._root, table, adds, schema, self.key, self.partition_by, props)
+                elif table is None:
                     create_table_with_add_actions(
                         str(self._root),
                         Schema.from_arrow(schema_of(schema)),
@@ -356,6 +377,7 @@ class DeltaSink:
                     )
                 return
             except (CommitFailedError, DeltaError) as e:
+                last = e
                 # Lost to a writer of the same app id (a replay, a recovery), or to another
                 # creator of the table: read the marker again.
                 log.warning(
@@ -363,7 +385,9 @@ class DeltaSink:
                 )
                 time.sleep(0.05)
         raise SinkError(
-            FIELD, f"epoch {epoch}: the Delta commit conflicted {_COMMIT_TRIES} times; giving up"
+            FIELD,
+            f"epoch {epoch}: the Delta commit failed {_COMMIT_TRIES} times, last: {last}; "
+            "the epoch stays decided and is committed when the job runs again",
         )
 
     def _clean(self, uid: str, epoch: Epoch, attempt: AttemptNo, kept: set[str]) -> None:

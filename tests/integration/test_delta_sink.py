@@ -203,8 +203,44 @@ def test_a_new_column_is_refused_unless_merge_and_complete_replaces(
         d = whole.prepare(frame(spark, range(0, 10 * (e + 1))), Epoch(e), AttemptNo(1))
         whole.commit(Epoch(e), AttemptNo(1), d.detail)
     exactly_once(delta_ids(tmp_path / "c"), 30)
-    with pytest.raises(InvalidSink, match="MERGE"):
+    with pytest.raises(InvalidSink, match="needs it"):
         delta(str(tmp_path / "u")).accept_output_mode("update")
+
+
+def test_update_mode_merges_on_the_key_once(spark: Any, tmp_path: Path) -> None:
+    """``output_mode='update'``: each epoch MERGEd on the key in its one commit (the marker
+    with it); two rows of a key in one epoch give the last; a commit done again changes
+    nothing; the prepared files never enter the log and are gone after the commit."""
+    from pyspark.sql import functions as F
+
+    root = tmp_path / "t"
+    sink = opened(root, key="k", partition_by="bucket")
+    sink.accept_output_mode("update")
+    with pytest.raises(InvalidSink, match=r"key columns \['k'\]"):
+        sink.check_output(frame(spark, range(0, 3)))
+
+    def epoch(ids: range, value: int, parts: int = 2) -> Any:
+        # A key's rows all in one bucket (so in one file, in order of id).
+        k = F.col("id") % 10
+        return frame(spark, ids, parts).select(
+            k.alias("k"), (k % 3).cast("int").alias("bucket"), F.lit(value).alias("v"), "id"
+        )
+
+    for e, (ids, value) in enumerate([(range(0, 10), 1), (range(5, 25), 2), (range(0, 3), 3)]):
+        d = sink.prepare(epoch(ids, value, 1), Epoch(e), AttemptNo(1))
+        sink.commit(Epoch(e), AttemptNo(1), d.detail)
+        sink.commit(Epoch(e), AttemptNo(1), d.detail)
+    table = deltalake.DeltaTable(str(root))
+    rows = {r["k"]: (r["v"], r["id"]) for r in table.to_pyarrow_table().to_pylist()}
+    assert table.to_pyarrow_table().num_rows == 10
+    # Epoch 1 held ids 5..24 in one partition, in order: the last id of key k is 20 + k for
+    # k < 5, 10 + k above; epoch 2 wrote keys 0..2 again.
+    expected = {k: (3, k) if k < 3 else (2, 20 + k if k < 5 else 10 + k) for k in range(10)}
+    assert rows == expected
+    assert table.transaction_version(sink.app_id("uid1")) == 2
+    assert sink.committed_epochs(OWNER) == [2]
+    assert data_files(root) <= logged_files(root)
+    assert not any("stoker-uid1" in f for f in logged_files(root))
 
 
 def test_bad_input_is_named(tmp_path: Path) -> None:
@@ -335,3 +371,26 @@ def test_a_retried_task_leaves_no_file_in_the_log(tmp_path: Path) -> None:
     finally:
         st.close()
     assert_done(state, out, 600, log)
+
+
+def test_a_restore_behind_the_table_is_refused_even_to_rewrite(tmp_path: Path) -> None:
+    """A savepoint of epoch 2 while the table's marker for the uid holds epoch 5: the restored
+    job (same uid, so the same app id) would have its commits of epochs 3..5 skipped, so the
+    restore is refused, also with --rewrite-output-after-savepoint."""
+    from deltalake.transaction import CommitProperties, Transaction
+
+    from stoker.errors import InvalidInput
+    from stoker.pipeline import Pipeline
+    from stoker.runtime.restore_checks import outputs_ahead
+
+    root = tmp_path / "t"
+    sink = delta(str(root))
+    rows = pa.table({"id": pa.array([1], pa.int64())})
+    marker = CommitProperties(app_transactions=[Transaction(sink.app_id(OWNER.uid), 5)])
+    deltalake.write_deltalake(str(root), rows, commit_properties=marker)
+    assert sink.committed_epochs(OWNER) == [5]
+    p = Pipeline("djob").sink(sink)
+    for rewrite in (False, True):
+        with pytest.raises(InvalidInput, match="never commits an epoch its table's txn marker"):
+            outputs_ahead({"epoch": 2}, tmp_path / "sp", p, OWNER, rewrite)
+    assert outputs_ahead({"epoch": 5}, tmp_path / "sp", p, OWNER, False) == ()
