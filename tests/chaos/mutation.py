@@ -129,6 +129,7 @@ def run_mutant(name: str, seeds: list[int], args: argparse.Namespace, root: Path
         raise SystemExit(f"mutant {name}: a process started in {tree} does not import its stoker")
     out = root / f"mutant-{name}.jsonl"
     faults, t0 = 0, time.monotonic()
+    inconclusive: list[int] = []
     for n, seed in enumerate(seeds, 1):
         cmd = [sys.executable, "-m", "tests.chaos", "--seed", str(seed), "--out", str(out)]
         cmd += ["--faults", str(args.faults), "--dir", str(root / f"runs-{name}")]
@@ -146,6 +147,13 @@ def run_mutant(name: str, seeds: list[int], args: argparse.Namespace, root: Path
             caught = f"the harness ended without a result: {' / '.join(tail)}"
             return Outcome(name, caught, n, seed, faults, time.monotonic() - t0)
         faults += int(result["faults"])
+        if not result["ok"] and not result["faults"]:
+            # Failed before any fault was injected: the machine (a loaded one's Spark stuck
+            # at its start), not the mutant. Said, and the next seed is run.
+            why = (result.get("violations") or [None])[0] or result.get("error")
+            print(f"mutant {name}: seed {seed} inconclusive (no fault injected): {why}")
+            inconclusive.append(seed)
+            continue
         if not result["ok"]:
             caught = (result.get("violations") or [None])[0] or result.get("error") or "?"
             return Outcome(name, caught, n, seed, faults, time.monotonic() - t0)

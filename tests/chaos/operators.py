@@ -50,10 +50,11 @@ _KILLS = {"worker_kill", "executor_kill", "executor_stall", "spark_worker_kill",
 _STALLS = {"driver_stall", "jvm_stall", "zombie", "power_loss"}
 EXPLAINED_BY: dict[int, set[str]] = {
     8: _KILLS | _STALLS | {"pg_down", "disk_full", "upgrade_bad", "clock_step", "clock_skew"},
-    16: {"pg_down", "disk_full", "power_loss"},
+    16: {"pg_down", "disk_full"},
     2: {"checkpoint_lost"},
 }
 EXPLAIN_SLACK = 60.0
+UNEXPLAINED_STOP = 3  # driver exits no fault explains: the schedule stops (it has failed)
 # With the store on PostgreSQL, whose server the nemesis crashes (pg_down): the store
 # unavailable (StoreError), the attempt given up; the same command starts it again (run E,
 # seed 35: three such exits, every id once).
@@ -234,6 +235,10 @@ class Local:
         """Start the driver again if it ended and the job has not; False once the job ended
         and its driver exited."""
         rc = self._reap()
+        if len(self.unexpected) >= UNEXPLAINED_STOP:
+            # Every further start would end the same way (a sink's part lost, say): stop here
+            # rather than after MAX_STARTS starts; the report names the exits.
+            raise Stuck(f"{len(self.unexpected)} driver exits no fault explains: {self.unexpected}")
         if self.proc is not None:
             return True
         if self.run.job_state() in ("FINISHED", "CANCELED"):
