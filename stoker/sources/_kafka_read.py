@@ -184,13 +184,17 @@ def read_range(
         consumer.close()
 
 
-def loss_message(topic: str, partition: int, start: int, earliest: int) -> str:
+def loss_message(topic: str, partition: int, start: int, earliest: int, fail: bool = True) -> str:
     """What a job says when retention deleted records it had not read yet."""
-    return (
+    what = (
         f"topic {topic!r} partition {partition}: offsets {start}..{earliest - 1} were "
-        f"deleted (retention) before the job read them; the earliest offset left is "
-        f"{earliest}. Set fail_on_data_loss=False to skip ahead (counted and warned), or "
-        "restore from a savepoint"
+        f"deleted (retention) before the job read them; the earliest offset left is {earliest}"
+    )
+    if not fail:
+        return f"{what}: skipped (fail_on_data_loss=False)"
+    return (
+        f"{what}. Set fail_on_data_loss=False to skip ahead (counted and warned), or restore "
+        "from a savepoint"
     )
 
 
@@ -205,10 +209,7 @@ def _lost(consumer: Any, topic: str, partition: int, pos: int, end: int, fail: b
         )
     if fail:
         raise InvalidSource("kafka.fail_on_data_loss", loss_message(topic, partition, pos, low))
-    _log.warning(
-        "source kafka: %s (skipped: fail_on_data_loss=False)",
-        loss_message(topic, partition, pos, low),
-    )
+    _log.warning("source kafka: %s", loss_message(topic, partition, pos, low, fail=False))
     nxt = min(low, end)
     if nxt < end:
         consumer.assign([TopicPartition(topic, partition, nxt)])

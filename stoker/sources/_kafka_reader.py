@@ -138,10 +138,10 @@ class _KafkaReader(DataSourceStreamReader):
                 continue
             pos = have[tp]
             if pos < low:
-                message = loss_message(tp[0], tp[1], pos, low)
+                message = loss_message(tp[0], tp[1], pos, low, self.fail_on_data_loss)
                 if self.fail_on_data_loss:
                     raise InvalidSource("kafka.fail_on_data_loss", message)
-                _log.warning("source %s: %s (skipped: fail_on_data_loss=False)", self.sid, message)
+                _log.warning("source %s: %s", self.sid, message)
                 skipped += low - pos
                 begin[tp] = moved[tp] = low
             else:

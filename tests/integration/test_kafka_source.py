@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Producer
 
 from stoker import Pipeline, sinks, sources
+from stoker.errors import InvalidSource, exit_code
 from stoker.store import open_store
 from stoker.types import EpochState, job_id
 from tests.support import (
@@ -157,3 +158,83 @@ def test_rows_like_sparks_and_aborted_or_open_transactions_never_read(
         assert any(e.backlog for e in recs), [e.backlog for e in recs]
     finally:
         st.close()
+
+
+def test_a_partition_added_mid_run_is_read_from_its_beginning(
+    spark: SparkSession, kafka_server: ThrowawayKafka, kafka_topic: Any, tmp_path: Path
+) -> None:
+    boot = kafka_server.bootstrap
+    topic = kafka_topic(partitions=2)
+    out, state = tmp_path / "out", tmp_path / "state"
+    produce(boot, topic, range(0, 40), partitions=2)
+    jid = "ksrc_added"
+    p = pipeline(jid, boot, topic, out)
+    run = BackgroundRun(pipeline=p, state_dir=state, trigger=TRIGGER, spark=spark)
+    try:
+        wait_for("ids 0..39", lambda: holds(out, range(40)) or run.ended(), RUN)
+        assert not run.ended(), run.error
+        kafka_server.add_partitions(topic, 2)
+        # Written into the new partitions (2 and 3) before the job has seen them.
+        produce(boot, topic, range(40, 80), partitions=4)
+        wait_for("ids 40..79", lambda: holds(out, range(80)) or run.ended(), RUN)
+        assert not run.ended(), run.error
+        exactly_once(file_sink_ids(out), 80)
+    finally:
+        _stop_query(spark, jid)
+        run.wait()
+
+
+def test_a_missing_topic_is_bad_input_not_a_hang(
+    spark: SparkSession, kafka_server: ThrowawayKafka, tmp_path: Path
+) -> None:
+    p = pipeline("ksrc_missing", kafka_server.bootstrap, "no_such_topic", tmp_path / "out")
+    run = BackgroundRun(pipeline=p, state_dir=tmp_path / "state", trigger=TRIGGER, spark=spark)
+    run.wait(RUN)
+    err = run.error
+    assert isinstance(err, InvalidSource), repr(err)
+    assert exit_code(err) == 2
+    assert "'no_such_topic' does not exist" in str(err) and kafka_server.bootstrap in str(err)
+
+
+def _delete_before(server: ThrowawayKafka, topic: str, partition: int, offset: int) -> None:
+    """Move the partition's log start to ``offset``, as retention does."""
+    from confluent_kafka import TopicPartition
+
+    admin = server.admin()
+    futures = admin.delete_records([TopicPartition(topic, partition, offset)])
+    for f in futures.values():
+        f.result(timeout=30)
+
+
+def test_records_deleted_before_they_were_read_fail_the_job_naming_them(
+    spark: SparkSession, kafka_server: ThrowawayKafka, kafka_topic: Any, tmp_path: Path
+) -> None:
+    boot = kafka_server.bootstrap
+    topic = kafka_topic(partitions=1)
+    produce(boot, topic, range(30))
+    _delete_before(kafka_server, topic, 0, 20)
+    # The job starts at offset 5 (as one that read 0..4 and stopped): 5..19 are gone.
+    src = {"starting_offsets": {topic: {0: 5}}}
+    p = pipeline("ksrc_lost", boot, topic, tmp_path / "out", **src)
+    run = BackgroundRun(pipeline=p, state_dir=tmp_path / "state", trigger=TRIGGER, spark=spark)
+    run.wait(RUN)
+    err = run.error
+    assert isinstance(err, InvalidSource), repr(err)
+    assert exit_code(err) == 2
+    assert f"topic '{topic}' partition 0: offsets 5..19 were deleted" in str(err), str(err)
+    assert file_sink_ids(tmp_path / "out") == {}
+
+    # fail_on_data_loss=False: skipped ahead, with what was skipped counted in the offset.
+    out2, state2 = tmp_path / "out2", tmp_path / "state2"
+    jid = "ksrc_skip"
+    p = pipeline(jid, boot, topic, out2, fail_on_data_loss=False, **src)
+    run = BackgroundRun(pipeline=p, state_dir=state2, trigger=TRIGGER, spark=spark)
+    try:
+        wait_for("ids 20..29", lambda: holds(out2, range(20, 30)) or run.ended(), RUN)
+        assert not run.ended(), run.error
+        assert set(file_sink_ids(out2)) == set(range(20, 30))
+        offsets = [f for f in (state2 / "checkpoint" / "offsets").iterdir() if f.name.isdigit()]
+        assert any('"skipped": 15' in f.read_text() for f in offsets)
+    finally:
+        _stop_query(spark, jid)
+        run.wait()
