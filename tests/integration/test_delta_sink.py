@@ -394,3 +394,44 @@ def test_a_restore_behind_the_table_is_refused_even_to_rewrite(tmp_path: Path) -
         with pytest.raises(InvalidInput, match="never commits an epoch its table's txn marker"):
             outputs_ahead({"epoch": 2}, tmp_path / "sp", p, OWNER, rewrite)
     assert outputs_ahead({"epoch": 5}, tmp_path / "sp", p, OWNER, False) == ()
+
+
+def test_the_log_is_checkpointed_as_epochs_go_on(tmp_path: Path) -> None:
+    """Parts written as a Spark task writes them (no Spark here), 101 epochs committed: delta-rs
+    writes a log checkpoint every 100 commits (``delta.checkpointInterval``; the 100th commit
+    is version 99), so that opening the table reads one Parquet checkpoint and a few JSON
+    entries, not every commit."""
+    from stoker.sinks._delta_schema import schema_json
+    from stoker.sinks._delta_task import DeltaTask, write_files
+
+    root = tmp_path / "t"
+    sink = opened(root)
+    schema = pa.schema([pa.field("id", pa.int64(), False)])
+    for e in range(101):
+        t = DeltaTask(str(root), OWNER.uid, e, 1, ("id",), ())
+        adds = write_files(t, 0, 1000 + e, pa.table({"id": pa.array([e], pa.int64())}))
+        sink.commit(Epoch(e), AttemptNo(1), {"adds": adds, "schema": schema_json(schema)})
+    last = json.loads((root / "_delta_log" / "_last_checkpoint").read_text())
+    assert last["version"] == 99, last
+    assert (root / "_delta_log" / "00000000000000000099.checkpoint.parquet").is_file()
+    exactly_once(delta_ids(root), 101)
+    assert sink.committed_epochs(OWNER) == [100]
+
+
+def test_a_column_the_pipeline_adds_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """A job wrote the table; a new job whose output has one more column is refused at its
+    start with exit 2, naming schema_mode='merge', and the table is as it was."""
+    state, out = tmp_path / "state", tmp_path / "table"
+    log = tmp_path / "driver-1.log"
+    finish(start_dids(state, dids_env(out, total=200, per_epoch=100), log), log, 0)
+    version = deltalake.DeltaTable(str(out)).version()
+    files = data_files(out)
+    log2 = tmp_path / "driver-2.log"
+    env = dids_env(out, total=200, per_epoch=100, DIDS_EXTRA="1", DIDS_JOB="dids2")
+    finish(start_dids(tmp_path / "state2", env, log2), log2, 2)
+    text = log2.read_text(errors="replace")
+    assert "adds column(s) extra" in text and "schema_mode='merge'" in text, tail(log2)
+    assert deltalake.DeltaTable(str(out)).version() == version
+    assert data_files(out) == files
