@@ -3,8 +3,10 @@
 After every epoch the driver's supervise loop reads the query's progress (Spark keeps the
 recent ones: ``query.recentProgress``; no JVM listener is needed) and records with the epoch
 (``Store.set_epoch_metrics``): how long Spark took for it (``durationMs.triggerExecution``),
-the backlog its sources had beyond its end, and the executors and cores the job's driver had
-at its end (from the :class:`~stoker.runtime.resources.ResourceWatch`).
+the backlog its sources had beyond its end, the executors and cores the job's driver had
+at its end (from the :class:`~stoker.runtime.resources.ResourceWatch`), and the progress's
+rates, phases, sources and stateful operators for the dashboard
+(:mod:`stoker.runtime.progress_summary`).
 
 Backlog, per source, from the progress's end and latest offsets: stoker's generator (rows),
 files source (files) and Kafka source (records: last stable offsets) report their latest
@@ -24,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from stoker.runtime.progress_summary import summarize
 from stoker.sources._files_reader import backlog as files_backlog
 from stoker.sources._kafka_reader import KAFKA
 from stoker.sources._kafka_reader import backlog as stoker_kafka_backlog
@@ -175,6 +178,7 @@ class EpochMetrics:
                 executors=executors if isinstance(executors, int) else None,
                 cores=cores if isinstance(cores, int) else None,
                 work_ms=None if (w := (work or {}).get(epoch)) is None else w * 1000.0,
+                progress=summarize(p),
             )
         self.reported = max([self.reported, *by_epoch]) if by_epoch else self.reported
         if self.reported >= newest:

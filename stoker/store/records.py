@@ -152,6 +152,9 @@ class AttemptRecord:
     # observer times on its own monotonic clock (stoker.leases). None: a row of older code.
     renewals: int = 0
     lease_ttl: float | None = None
+    # Whose failure ended it FAILED (stoker.restart.FailureCause's value), as its ender said.
+    # None: it did not fail, or a row of older code (the cause is then read from its error).
+    cause: str | None = None
 
     @property
     def lease_seen(self) -> tuple[int, float]:
@@ -174,6 +177,7 @@ class AttemptRecord:
             app_attempt=None if r[11] is None else AttemptNo(int(r[11])),
             renewals=int(r[12]) if len(r) > 12 and r[12] is not None else 0,
             lease_ttl=float(r[13]) if len(r) > 13 and r[13] is not None else None,
+            cause=str(r[14]) if len(r) > 14 and r[14] is not None else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -189,6 +193,7 @@ class AttemptRecord:
             "error": self.error,
             "pid_started": self.owner.pid_started,
             "app_attempt": self.app_attempt,
+            "cause": self.cause,
         }
 
 
@@ -216,6 +221,9 @@ class EpochRecord:
     cores: int | None = None
     # The part of it spent on its rows: its sinks' Spark writes, timed by the driver.
     work_ms: float | None = None
+    # What Spark's progress says of it (rates, phases, sources, stateful operators): the
+    # driver's summary, a small JSON object (stoker.runtime.progress_summary).
+    progress: dict[str, Any] | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> EpochRecord:
@@ -236,6 +244,7 @@ class EpochRecord:
             executors=None if r[13] is None else int(r[13]),
             cores=None if r[14] is None else int(r[14]),
             work_ms=None if r[15] is None else float(r[15]),
+            progress=_progress(r[16]) if len(r) > 16 else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -255,7 +264,20 @@ class EpochRecord:
             "executors": self.executors,
             "cores": self.cores,
             "work_ms": self.work_ms,
+            "progress": self.progress,
         }
+
+
+def _progress(value: Any) -> dict[str, Any] | None:
+    """An epoch's progress summary as stored (JSON text); None for none or for text that is
+    not a JSON object (a summary is read by dashboards only: never an error for a reader)."""
+    if value is None:
+        return None
+    try:
+        doc = json.loads(value) if isinstance(value, str | bytes) else value
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,10 @@ from stoker.store.fleet_records import (
 from stoker.store.records import EpochRecord, JobRecord
 from stoker.types import Epoch, JobId
 
+# An epoch's progress summary: a few operators and sources with their figures (the driver
+# keeps it to this; a bigger one is refused rather than stored on every epoch row).
+MAX_PROGRESS_BYTES = 16 * 1024
+
 
 class ScalingMixin(SqlBase):
     """Implements :class:`stoker.store.protocols.fleet.ScalingStore`."""
@@ -58,6 +62,7 @@ class ScalingMixin(SqlBase):
         executors: int | None = None,
         cores: int | None = None,
         work_ms: float | None = None,
+        progress: dict[str, Any] | None = None,
     ) -> None:
         for label, ms in (("duration_ms", duration_ms), ("work_ms", work_ms)):
             if ms is not None and (
@@ -67,7 +72,12 @@ class ScalingMixin(SqlBase):
         for name, value in (("backlog", backlog), ("executors", executors), ("cores", cores)):
             if value is not None:
                 _check_count(name, value)
-        if all(v is None for v in (duration_ms, backlog, executors, cores, work_ms)):
+        progress_doc = None if progress is None else _json_object("progress", progress)
+        if progress_doc is not None and len(progress_doc) > MAX_PROGRESS_BYTES:
+            raise InvalidInput(
+                "progress", f"{len(progress_doc)} bytes of JSON, more than {MAX_PROGRESS_BYTES}"
+            )
+        if all(v is None for v in (duration_ms, backlog, executors, cores, work_ms, progress)):
             return
         with self._tx() as cur:
             # No row (not pinned yet, or pruned): nothing to add the metrics to.
@@ -81,6 +91,7 @@ class ScalingMixin(SqlBase):
                 executors=executors,
                 cores=cores,
                 work_ms=None if work_ms is None else float(work_ms),
+                progress=progress_doc,
             )
 
     def add_rescale(

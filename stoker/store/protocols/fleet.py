@@ -116,10 +116,13 @@ class ScalingStore(Protocol):
         executors: int | None = None,
         cores: int | None = None,
         work_ms: float | None = None,
+        progress: dict[str, Any] | None = None,
     ) -> None:
         """Record what the epoch cost and left behind; only the values given (None keeps
         what is recorded). An epoch with no record (not pinned, or pruned) is left alone.
-        ``work_ms``: the part of ``duration_ms`` spent on its rows (its sinks' writes)."""
+        ``work_ms``: the part of ``duration_ms`` spent on its rows (its sinks' writes).
+        ``progress``: what Spark's progress says of it, a JSON object of at most
+        ``MAX_PROGRESS_BYTES`` (:class:`~stoker.errors.InvalidInput` otherwise)."""
         ...
 
     def add_rescale(

@@ -77,7 +77,8 @@ ORDER BY created_at, job_id;
 -- The current attempts of the records list_live_jobs returns, read in its transaction: the
 -- leader's tick judges every live driver from one read, not one transaction per job.
 SELECT a.job_id, a.attempt, a.state, a.host, a.pid, a.pid_started, a.lease_expires_at,
-       a.started_at, a.ended_at, a.error, a.log_path, a.app_attempt, a.renewals, a.lease_ttl
+       a.started_at, a.ended_at, a.error, a.log_path, a.app_attempt, a.renewals, a.lease_ttl,
+       a.cause
 FROM jobs j JOIN attempts a ON a.job_id = j.job_id AND a.attempt = j.current_attempt
 WHERE j.state IN ('CREATED', 'RUNNING', 'RESTARTING', 'CANCELING', 'SUSPENDED');
 
@@ -149,12 +150,12 @@ VALUES (:job_id, :attempt, :state, :host, :pid, :pid_started, :lease_expires_at,
 
 -- name: get_attempt
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
-       log_path, app_attempt, renewals, lease_ttl
+       log_path, app_attempt, renewals, lease_ttl, cause
 FROM attempts WHERE job_id = :job_id AND attempt = :attempt;
 
 -- name: list_attempts
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
-       log_path, app_attempt, renewals, lease_ttl
+       log_path, app_attempt, renewals, lease_ttl, cause
 FROM attempts WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: renew_lease
@@ -173,13 +174,14 @@ WHERE job_id = :job_id AND attempt = :attempt AND state IN ('STARTING', 'RUNNING
 
 -- name: lock_attempt
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
-       log_path, app_attempt, renewals, lease_ttl
+       log_path, app_attempt, renewals, lease_ttl, cause
 FROM attempts WHERE job_id = :job_id AND attempt = :attempt;
 
 -- name: end_attempt
 -- :from_state is the state read (locked) in this transaction and checked against
 -- ATTEMPT_TRANSITIONS (types.py): the table, not this query, says which moves are allowed.
-UPDATE attempts SET state = :state, error = :error, ended_at = :now, lease_expires_at = :now
+UPDATE attempts SET state = :state, error = :error, ended_at = :now, lease_expires_at = :now,
+       cause = :cause
 WHERE job_id = :job_id AND attempt = :attempt AND state = :from_state;
 
 -- name: insert_control_version
@@ -203,18 +205,21 @@ ON CONFLICT (job_id, epoch) DO NOTHING;
 
 -- name: get_epoch
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
-       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms,
+       progress
 FROM epochs WHERE job_id = :job_id AND epoch = :epoch;
 
 -- name: list_epochs
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
-       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms,
+       progress
 FROM epochs WHERE job_id = :job_id ORDER BY epoch DESC LIMIT :limit;
 
 -- name: list_epochs_before
 -- A page of the list, newest first, below the epoch a client has seen (its cursor).
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
-       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms,
+       progress
 FROM epochs WHERE job_id = :job_id AND epoch < :before ORDER BY epoch DESC LIMIT :limit;
 
 -- name: decided_range
@@ -233,7 +238,8 @@ UPDATE jobs SET uid = :uid, updated_at = :now WHERE job_id = :job_id;
 
 -- name: list_epochs_in_state
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
-       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms,
+       progress
 FROM epochs WHERE job_id = :job_id AND state = :state ORDER BY epoch;
 
 -- name: decide_epoch
@@ -615,13 +621,15 @@ SET duration_ms = COALESCE(CAST(:duration_ms AS DOUBLE PRECISION), duration_ms),
     backlog = COALESCE(CAST(:backlog AS BIGINT), backlog),
     executors = COALESCE(CAST(:executors AS BIGINT), executors),
     cores = COALESCE(CAST(:cores AS BIGINT), cores),
-    work_ms = COALESCE(CAST(:work_ms AS DOUBLE PRECISION), work_ms)
+    work_ms = COALESCE(CAST(:work_ms AS DOUBLE PRECISION), work_ms),
+    progress = COALESCE(CAST(:progress AS TEXT), progress)
 WHERE job_id = :job_id AND epoch = :epoch;
 
 -- name: recent_epochs
 -- Through epochs_by_commit: one job's epochs committed since :since, oldest first.
 SELECT job_id, epoch, control_version, state, pinned_by, decided_by, rows_in, final,
-       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms
+       pinned_at, decided_at, committed_at, duration_ms, backlog, executors, cores, work_ms,
+       progress
 FROM epochs
 WHERE job_id = :job_id AND committed_at >= :since AND state = 'COMMITTED'
 ORDER BY committed_at, epoch;

@@ -190,7 +190,8 @@ def test_set_epoch_metrics_sets_only_what_is_given(store: Store) -> None:
     assert (fresh.duration_ms, fresh.backlog, fresh.executors, fresh.cores) == (None,) * 4
 
     store.set_epoch_metrics(JOB, Epoch(0), duration_ms=812.5, executors=2, cores=4)
-    store.set_epoch_metrics(JOB, Epoch(0), backlog=1200, work_ms=300.0)
+    progress = {"numInputRows": 5, "stateOperators": [{"operatorName": "x", "numRowsTotal": 7}]}
+    store.set_epoch_metrics(JOB, Epoch(0), backlog=1200, work_ms=300.0, progress=progress)
     store.set_epoch_metrics(JOB, Epoch(0), executors=3)
     store.set_epoch_metrics(JOB, Epoch(0))  # nothing given: nothing changes
     rec = store.get_epoch(JOB, Epoch(0))
@@ -203,6 +204,7 @@ def test_set_epoch_metrics_sets_only_what_is_given(store: Store) -> None:
         "executors": 3,
         "cores": 4,
         "work_ms": 300.0,
+        "progress": progress,
     }
     assert store.list_epochs(JOB)[0] == rec
     # An int duration comes back a float; zero is a value, not "unknown".
