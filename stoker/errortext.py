@@ -5,7 +5,8 @@ the Python worker's traceback inside it (``PythonException: ... Traceback (most 
 last): File "...", line N, in f ... ValueError: boom``) and often Spark's logical plan after
 it. :func:`summarize` finds in that text the user's exception (``ValueError: boom``) and the
 innermost frame of the user's own code (not pyspark's, py4j's or stoker's); the CLI shows
-those first, and the whole text only when asked (``--verbose``; the log has it too).
+those first, and the whole text only when asked (``--verbose``; the log has it too); the job
+manager's web UI lists them per attempt (its exception history).
 """
 
 from __future__ import annotations

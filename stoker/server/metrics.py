@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from stoker.errors import JobNotFound
 from stoker.server.exposition import render
+from stoker.server.progress_metrics import newest_progress, progress_families
 from stoker.types import JobId, JobKind, JobState
 
 if TYPE_CHECKING:
@@ -409,6 +410,10 @@ class StokerCollector(Collector):
             restarts.add_metric([jid], float(max(0, j.current_attempt - 1)))
             state.add_metric([jid, str(j.state)], 1.0)
         yield from (steps, control, rows, in_rate, proc_rate, last_epoch, attempts, restarts, state)
+        # Spark's own figures of each job's newest epoch: rates, phases, stateful operators.
+        yield from progress_families(
+            (str(j.job_id), newest_progress(totals[str(j.job_id)].recent)) for j in jobs
+        )
 
 
 def _by_state(

@@ -40,6 +40,7 @@ LEAVES = frozenset(
         "durations",
         "version",
         "driverargs",
+        "errortext",
     }
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import traceback
 from dataclasses import dataclass
 
 from stoker.errors import InvalidInput, InvalidTransition, JobFailed, StaleAttempt, StokerError
@@ -90,9 +91,9 @@ def fail(
     err = proc.error if isinstance(proc.error, StokerError) else e
     if scope is not None and scope.on_failure is not None and not isinstance(err, InvalidInput):
         # The job's own restart strategy decides, in the transaction that ends the attempt.
-        scope.on_failure(store, jid, AttemptNo(attempt), brief(err))
+        scope.on_failure(store, jid, AttemptNo(attempt), recorded(err))
     else:
-        why = brief(err)
+        why = recorded(err)
         if scope is not None and scope.on_failure is not None:
             why = f"{why}; bad input: a restart cannot fix it (fix it, then restart the job)"
         end_attempt(store, jid, attempt, AttemptState.FAILED, JobState.FAILED, why, managed=managed)
@@ -101,6 +102,24 @@ def fail(
             raise e
         raise err from e
     raise JobFailed(f"job {jid!r} failed: {brief(err)}") from e
+
+
+TRACEBACK_FRAMES = 12  # the innermost frames an attempt's error keeps
+
+
+def recorded(err: BaseException) -> str:
+    """An error as its attempt records it: :func:`brief`; for one that Python code raised in
+    the driver (the user's transform or stream function, a sink), its type and its traceback's
+    innermost frames too, so that ``stoker status`` and the web UI's exception history name
+    the user's exception and the line of their code that raised it, as they do for a task's
+    failure (whose text Spark gives with the worker's traceback in it)."""
+    text = brief(err)
+    spark = type(err).__module__.split(".")[0] in ("pyspark", "py4j")
+    if isinstance(err, StokerError) or spark or err.__traceback__ is None:
+        return text
+    head = f"{type(err).__name__}: {text}" if text else type(err).__name__
+    frames = "".join(traceback.format_tb(err.__traceback__)[-TRACEBACK_FRAMES:])
+    return f"{head}\nTraceback (most recent call last):\n{frames}{head}"
 
 
 def end_attempt(

@@ -19,7 +19,7 @@ from stoker.errors import StokerError
 from stoker.manager import JobManager, Supervisor
 from stoker.redact import redact_answer
 from stoker.server.errors import status_of  # the one map of errors to statuses
-from stoker.server.ui import views
+from stoker.server.ui import dashboard, views
 from stoker.types import JobState
 
 _HERE = FsPath(__file__).resolve().parent
@@ -61,6 +61,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["num"] = _num
     env.filters["when"] = _when
+    env.filters["bytes"] = _bytes
     return env
 
 
@@ -71,6 +72,18 @@ def _num(value: Any, digits: int = 1) -> str:
     if isinstance(value, float):
         return f"{value:,.{digits}f}"
     return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _bytes(value: Any) -> str:
+    """A size in bytes as B, KiB, MiB or GiB; a dash for none."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return _DASH
+    size = float(value)
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    return f"{size:,.1f} GiB"
 
 
 def _when(ts: Any) -> str:
@@ -194,6 +207,8 @@ def mount(
         ("timeline", views.job_timeline),
         ("controls", views.job_controls),
         ("rescales", views.job_rescales),
+        ("operators", dashboard.job_operators),
+        ("exceptions", dashboard.job_exceptions),
     ):
         app.get(f"/ui/f/jobs/{{job_id}}/{section}", include_in_schema=False)(
             job_section(section, view)

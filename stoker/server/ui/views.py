@@ -18,6 +18,7 @@ from stoker.manager import JobManager, Supervisor
 from stoker.manager import clusters as cluster_ops
 from stoker.manager.managers import FRESH_TTLS
 from stoker.redact import redact_answer, redact_text, redact_url
+from stoker.server.ui.dashboard import state_totals
 from stoker.store import EpochRecord
 from stoker.types import ClusterKind, ClusterState, JobState
 
@@ -154,8 +155,16 @@ def _round(x: float | None) -> float | None:
 def job_epochs(manager: JobManager, jid: str) -> dict[str, Any]:
     """The newest epochs: the table and the charts' columns."""
     epochs = manager.epochs(jid, CHART_EPOCHS)
+    rows = []
+    for e in epochs:
+        row = e.to_dict()
+        progress = row.pop("progress") or {}
+        row["state_totals"] = state_totals(progress)
+        row["offered"] = progress.get("inputRowsPerSecond")
+        row["processed"] = progress.get("processedRowsPerSecond")
+        rows.append(row)
     return {
-        "epochs": [e.to_dict() for e in epochs],
+        "epochs": rows,
         "series": epoch_series(epochs),
     }
 

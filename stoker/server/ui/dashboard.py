@@ -1,0 +1,121 @@
+"""The job page's dashboard (issue 41 item 8): the query as its operators with their figures,
+back pressure, and the exception history; read from the store through the job manager.
+
+The figures are Spark's ``StreamingQueryProgress``, summarized by the driver with each epoch
+(:mod:`stoker.runtime.progress_summary`, stored as the epoch's ``progress``): the manager
+never runs Spark. Plain dicts for the templates; no HTML here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stoker.errortext import summarize
+from stoker.manager import JobManager
+from stoker.redact import redact_answer, redact_text
+from stoker.store import EpochRecord
+
+# The keys the templates read, None where an epoch's progress lacks one.
+_OPERATOR_KEYS = (
+    "operatorName",
+    "numRowsTotal",
+    "numRowsUpdated",
+    "numRowsRemoved",
+    "numRowsDroppedByWatermark",
+    "memoryUsedBytes",
+    "stateSizeBytes",
+    "allUpdatesTimeMs",
+    "allRemovalsTimeMs",
+    "commitTimeMs",
+    "numShufflePartitions",
+)
+_SOURCE_KEYS = ("description", "numInputRows", "inputRowsPerSecond", "processedRowsPerSecond")
+PROGRESS_EPOCHS = 30  # the newest epochs looked at for one with a progress recorded
+EXCEPTIONS_SHOWN = 20
+
+
+def _newest_with_progress(epochs: list[EpochRecord]) -> EpochRecord | None:
+    return next((e for e in epochs if e.progress), None)
+
+
+def state_totals(progress: dict[str, Any] | None) -> dict[str, Any]:
+    """An epoch's state over its stateful operators: rows, memory, size (None: none known)."""
+    ops = (progress or {}).get("stateOperators") or []
+
+    def total(key: str) -> Any:
+        values = [op[key] for op in ops if isinstance(op.get(key), int | float)]
+        return sum(values) if values else None
+
+    return {
+        "rows": total("numRowsTotal"),
+        "memory": total("memoryUsedBytes"),
+        "size": total("stateSizeBytes"),
+    }
+
+
+def job_operators(manager: JobManager, jid: str) -> dict[str, Any]:
+    """The query as a chain of operators, from its newest epoch with a progress: its sources
+    (rows, rates), its stateful operators (state rows, memory, size, times), its sink (rows
+    in, stoker's write and commit); and back pressure: the rate the sources offered against
+    the rate the query processed, and the backlog beyond the epoch."""
+    epochs = manager.epochs(jid, PROGRESS_EPOCHS)
+    e = _newest_with_progress(epochs)
+    if e is None:
+        return {"epoch": None, "sources": [], "operators": [], "sink": None, "pressure": None}
+    p = redact_answer(e.progress or {})
+    offered = p.get("inputRowsPerSecond")
+    processed = p.get("processedRowsPerSecond")
+    behind = None
+    if isinstance(offered, int | float) and isinstance(processed, int | float) and processed > 0:
+        behind = offered > processed  # the sources offer more than the query keeps up with
+    return {
+        "epoch": e.epoch,
+        "sources": _rows(p.get("sources"), _SOURCE_KEYS),
+        "operators": _rows(p.get("stateOperators"), _OPERATOR_KEYS),
+        "sink": {
+            "description": (p.get("sink") or {}).get("description") or "stoker's sinks",
+            "rows": e.rows_in,
+            "work_ms": e.work_ms,
+        },
+        "phases": p.get("durationMs") or {},
+        "watermark": p.get("watermark"),
+        "pressure": {
+            "offered": offered,
+            "processed": processed,
+            "backlog": e.backlog,
+            "behind": behind,
+        },
+    }
+
+
+def _rows(value: Any, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    items = value if isinstance(value, list) else []
+    return [{k: item.get(k) for k in keys} for item in items if isinstance(item, dict)]
+
+
+def job_exceptions(manager: JobManager, jid: str) -> dict[str, Any]:
+    """Every attempt that ended with an error, newest first: the user's exception (its first
+    line) and where their code raised it (file, line, function and source line), as the CLI's
+    ``stoker status`` shows it; the whole text is the attempt's log."""
+    rows = []
+    for a in reversed(manager.attempts(jid)):
+        if not a.error:
+            continue
+        s = summarize(redact_text(a.error))
+        rows.append(
+            {
+                "attempt": a.attempt,
+                "state": str(a.state),
+                "ended_at": a.ended_at,
+                "exception": s.exception,
+                "where": s.frame.where() if s.frame else None,
+                "source": s.frame.source if s.frame else None,
+                "lead": s.lead.strip().rstrip(":"),
+            }
+        )
+        if len(rows) >= EXCEPTIONS_SHOWN:
+            break
+    return {"exceptions": rows}
+
+
+__all__ = ["job_exceptions", "job_operators", "state_totals"]
