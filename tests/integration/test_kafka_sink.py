@@ -448,3 +448,20 @@ def test_the_broker_killed_and_started_again_in_the_middle_of_a_commit(
             if proc.poll() is None:
                 kill_group(proc)
         assert_done(state, broker.bootstrap, "events", 2, 1000, log)
+
+
+def test_output_columns_are_checked_before_anything_runs(spark: Any) -> None:
+    """What ``check_output`` refuses (the job's check run, before it is recorded), naming the
+    column and what to do; and what it takes: strings, binary, no key column."""
+    df = spark.sql(
+        "SELECT 1 AS n, 'a' AS s, CAST('b' AS BINARY) AS b, "
+        "array(named_struct('key', 'h', 'value', 'x')) AS h, array(1) AS bad"
+    )
+    with pytest.raises(InvalidSink, match=r"column 'n' is int; the value must be string or binary"):
+        kafka("x:1", "t", value="n").check_output(df)
+    with pytest.raises(InvalidSink, match=r"no column 'k' for the records' keys \(columns: n, s"):
+        kafka("x:1", "t", key="k", value="s").check_output(df)
+    with pytest.raises(InvalidSink, match=r"headers must be array<struct<key:string"):
+        kafka("x:1", "t", value="s", headers="bad").check_output(df)
+    kafka("x:1", "t", value="s", headers="h").check_output(df)  # no 'key' column: no keys
+    kafka("x:1", "t", key="s", value="b", headers="h").check_output(df)
