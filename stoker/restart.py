@@ -54,11 +54,15 @@ HANDOVER_LOST = "its standby was handed the attempt and did not hold it (frozen 
 
 class FailureCause(StrEnum):
     """Whose failure ended an attempt FAILED, as a restart budget sees it: the job's own
-    failures use restarts up, the manager's do not (the store did not count them either)."""
+    failures use restarts up, the manager's do not (the store did not count them either).
+    Recorded on the attempt by whoever ends it (``Store.attempt_failed``)."""
 
     JOB = "job"  # the job's code or what it talks to (a sink, a source, the store)
     NEVER_LAUNCHED = "never-launched"  # its manager died before starting the driver
     HANDOVER_LOST = "handover-lost"  # a standby was handed the attempt and did not hold it
+    # The new code of an upgrade failed: the upgrade is rolled back to the old code, which did
+    # not fail (stoker.manager.reconciler).
+    UPGRADE_ROLLED_BACK = "upgrade-rolled-back"
 
     @property
     def counted(self) -> bool:
@@ -66,8 +70,8 @@ class FailureCause(StrEnum):
         return self is FailureCause.JOB
 
 
-# The attempt records keep an error text, not a cause: the manager's failures are told apart
-# by the exact texts their writers use (the constants above), in this one place.
+# Attempt records of code before the cause was recorded (migration 0023) keep an error text
+# only: their manager's failures are told apart by the exact texts their writers used.
 _MANAGER_FAILURES = {
     NEVER_LAUNCHED: FailureCause.NEVER_LAUNCHED,
     HANDOVER_LOST: FailureCause.HANDOVER_LOST,
@@ -280,11 +284,20 @@ class PastAttempt(Protocol):
     @property
     def error(self) -> str | None: ...
 
+    @property
+    def cause(self) -> str | None: ...
+
 
 def cause_of(attempt: PastAttempt) -> FailureCause | None:
-    """Whose failure ended the attempt (None: it did not fail)."""
+    """Whose failure ended the attempt (None: it did not fail): the cause recorded on it; for
+    a record of older code without one, read from the texts that code wrote."""
     if attempt.state != AttemptState.FAILED:
         return None
+    if attempt.cause is not None:
+        try:
+            return FailureCause(attempt.cause)
+        except ValueError:  # a cause of newer code: the job's unless it says otherwise
+            return FailureCause.JOB
     return _MANAGER_FAILURES.get(attempt.error or "", FailureCause.JOB)
 
 

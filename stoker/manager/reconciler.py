@@ -19,7 +19,7 @@ from stoker.manager.launcher import DriverLauncher
 from stoker.manager.leader import LeaderLease
 from stoker.manager.state import repartition_holder
 from stoker.manager.submit import job_folder
-from stoker.restart import NEVER_LAUNCHED, parse_strategy, restart_decision
+from stoker.restart import NEVER_LAUNCHED, FailureCause, parse_strategy, restart_decision
 from stoker.store import AttemptRecord, JobRecord, Owner, Store
 from stoker.types import AttemptNo, AttemptState, JobId, JobState, UpgradeState
 
@@ -130,7 +130,7 @@ class JobReconciler:
                 # within the grace time). A driver it did start cannot claim the attempt once a
                 # newer one exists, so replace it at once, without using up a restart.
                 self.store.attempt_failed(
-                    job.job_id, attempt.attempt, NEVER_LAUNCHED, now, count=False
+                    job.job_id, attempt.attempt, NEVER_LAUNCHED, now, FailureCause.NEVER_LAUNCHED
                 )
                 return
             why = self._dead_because(attempt, now)
@@ -364,7 +364,9 @@ class JobReconciler:
         if self.store.end_upgrade(up.upgrade_id, UpgradeState.ROLLED_BACK, detail) is None:
             return False
         now = self.store.clock.now()
-        self.store.attempt_failed(job.job_id, attempt.attempt, why, now, count=False)
+        self.store.attempt_failed(
+            job.job_id, attempt.attempt, why, now, FailureCause.UPGRADE_ROLLED_BACK
+        )
         log.warning("job %s: upgrade %s ROLLED_BACK: %s", job.job_id, up.upgrade_id, detail)
         self.launcher.kill(attempt.owner)
         return True

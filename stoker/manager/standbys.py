@@ -40,6 +40,7 @@ from stoker.leases import LeaseWatch
 from stoker.manager import processes
 from stoker.manager.launcher import DriverLauncher
 from stoker.manager.submit import ASSIGNED_STATE_DIR, job_folder
+from stoker.restart import FailureCause
 from stoker.store import JobRecord, Store
 from stoker.store.fleet_records import StandbyRecord, UpgradeRecord
 from stoker.types import (
@@ -211,7 +212,9 @@ class StandbyKeeper:
                 # its last renewal. The attempt is given up now, without a failure
                 # counted, not after the start lease (minutes); the next starts cold.
                 self._failed(job.job_id, sb.role)
-                self.store.attempt_failed(job.job_id, att.attempt, HANDOVER_LOST, now, count=False)
+                self.store.attempt_failed(
+                    job.job_id, att.attempt, HANDOVER_LOST, now, FailureCause.HANDOVER_LOST
+                )
                 self._stop(sb, f"it did not hold attempt {att.attempt}", kill=True)
             return
         # Its attempt was claimed or ended: a driver like any other if it held it, else

@@ -158,8 +158,10 @@ class SqlBase:
         state: AttemptState,
         error: str | None,
         now: float,
+        cause: str | None = None,
     ) -> bool:
         """End ``attempt`` as ``state`` inside ``cur``'s transaction; whether it moved.
+        ``cause``: whose failure it was (stoker.restart.FailureCause), for a FAILED end.
 
         The attempt's row is read (locked on PostgreSQL) and the move checked against
         ``ATTEMPT_TRANSITIONS``: a live attempt that may not become ``state`` is
@@ -185,6 +187,7 @@ class SqlBase:
             error=error,
             now=now,
             from_state=str(current),
+            cause=cause if cause is not None or state != AttemptState.FAILED else "job",
         )
         return True
 

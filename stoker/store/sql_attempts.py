@@ -12,6 +12,7 @@ from stoker.errors import (
     NotLeader,
     StaleAttempt,
 )
+from stoker.restart import FailureCause
 from stoker.store._sqlbase import SqlBase, owner_params
 from stoker.store.records import AttemptRecord, JobRecord, Owner
 from stoker.store.sql_control import end_controls_in
@@ -235,17 +236,20 @@ class AttemptsMixin(SqlBase):
         attempt: AttemptNo,
         error: str,
         next_attempt_at: float | None,
-        count: bool = True,
+        cause: FailureCause = FailureCause.JOB,
         reset: bool = False,
     ) -> JobRecord:
-        """End ``attempt`` FAILED and move its job on: RESTARTING at ``next_attempt_at``,
-        FAILED when that is None, CANCELED if a cancel was asked for. A no-op for the job if
-        ``attempt`` is no longer its current one. ``reset``: the earlier failures are forgiven
-        (the count starts afresh with this one)."""
+        """End ``attempt`` FAILED for ``cause`` and move its job on: RESTARTING at
+        ``next_attempt_at``, FAILED when that is None, CANCELED if a cancel was asked for. A
+        no-op for the job if ``attempt`` is no longer its current one. The job's failure count
+        grows only for a cause that counts (the job's own). ``reset``: the earlier failures are
+        forgiven (the count starts afresh with this one)."""
         now = self.clock.now()
         with self._tx() as cur:
             job = self._locked_job(cur, job_id)
-            self._end_attempt_in(cur, job_id, attempt, AttemptState.FAILED, error, now)
+            self._end_attempt_in(
+                cur, job_id, attempt, AttemptState.FAILED, error, now, cause=str(cause)
+            )
             # Only a job whose current attempt was live moves on: a second call for the same
             # attempt (two managers that briefly both think they lead) finds the job RESTARTING
             # or ended already, and counts nothing again.
@@ -265,7 +269,7 @@ class AttemptsMixin(SqlBase):
                     "fail_job_attempt",
                     job_id=job_id,
                     state=str(target),
-                    failures=(0 if reset else job.failures) + (1 if count else 0),
+                    failures=(0 if reset else job.failures) + (1 if cause.counted else 0),
                     next_attempt_at=nxt,
                     error=error,
                     now=now,

@@ -34,6 +34,7 @@ class Att:
     ended_at: float | None = None
     error: str | None = None
     job_id: str = "job"
+    cause: str | None = None  # None: a record of code before causes were recorded
 
 
 def _failed(n: int, start: float, end: float, error: str = "boom") -> Att:
@@ -61,6 +62,18 @@ def test_the_cause_of_a_failure_says_whose_it_was() -> None:
     assert cause_of(Att(1, AttemptState.FINISHED, 0.0, 5.0)) is None
     assert [c for c in FailureCause if c.counted] == [FailureCause.JOB]
     assert not counted(_failed(1, 0.0, 5.0, HANDOVER_LOST))
+
+
+def test_a_recorded_cause_wins_over_the_text() -> None:
+    """Records of this code carry their cause; only older ones are read by their text."""
+    rolled_back = Att(
+        1, AttemptState.FAILED, 0.0, 5.0, "ValueError: boom", cause="upgrade-rolled-back"
+    )
+    assert cause_of(rolled_back) is FailureCause.UPGRADE_ROLLED_BACK and not counted(rolled_back)
+    said_job = Att(1, AttemptState.FAILED, 0.0, 5.0, NEVER_LAUNCHED, cause="job")
+    assert cause_of(said_job) is FailureCause.JOB
+    newer = Att(1, AttemptState.FAILED, 0.0, 5.0, "x", cause="a-cause-of-newer-code")
+    assert cause_of(newer) is FailureCause.JOB
 
 
 def test_the_manager_writes_the_texts_the_causes_are_told_by() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from stoker.restart import FailureCause
 from stoker.store._retention import PruneResult, RetentionPolicy
 from stoker.store.records import (
     AttemptRecord,
@@ -92,12 +93,13 @@ class AttemptStore(Protocol):
         attempt: AttemptNo,
         error: str,
         next_attempt_at: float | None,
-        count: bool = True,
+        cause: FailureCause = FailureCause.JOB,
         reset: bool = False,
     ) -> JobRecord:
         """End the attempt FAILED; its job restarts at ``next_attempt_at`` or fails.
 
-        ``count=False``: the failure was the manager's, not the job's (no restart is used up).
+        ``cause``: whose failure it was, recorded on the attempt; one that is not the job's
+        (the manager's: :attr:`~stoker.restart.FailureCause.counted` False) uses no restart up.
         ``reset=True``: the restart strategy forgave the earlier failures (count starts at this
         one). Either way a failure is counted only by the call that moves the job on.
         """

@@ -32,7 +32,7 @@ WHERE job_id = :job_id AND epoch = :epoch AND state = :from_state
 -- name: lock_attempt
 -- Row lock: the attempt's state is read, checked against ATTEMPT_TRANSITIONS, then changed.
 SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
-       log_path, app_attempt, renewals, lease_ttl
+       log_path, app_attempt, renewals, lease_ttl, cause
 FROM attempts WHERE job_id = :job_id AND attempt = :attempt FOR UPDATE;
 
 -- name: lock_control_event

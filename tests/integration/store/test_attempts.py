@@ -10,6 +10,7 @@ import pytest
 
 from stoker.clock import ManualClock
 from stoker.errors import DuplicateJob, JobNotFound, JobTerminal
+from stoker.restart import FailureCause, cause_of, counted
 from stoker.store import AttemptRecord, Owner, Store
 from stoker.types import AttemptNo, AttemptState, JobState, job_id
 from tests.integration.store.support import (
@@ -359,3 +360,29 @@ def test_attempt_failed_with_reset_starts_the_count_afresh(store: Store) -> None
 
     assert (job.state, job.failures, job.next_attempt_at) == (JobState.RESTARTING, 1, T0 + 1)
     assert again.failures == 1  # a second call (another manager) changes nothing
+
+
+def test_an_attempt_keeps_whose_failure_ended_it(store: Store) -> None:
+    """The cause is recorded on the attempt by whoever ends it, and the restart budget counts
+    by it, never by the error's text: an upgrade rolled back ends the new code's attempt
+    FAILED with the new code's own error, which reads like any failure of the job, and is
+    still not the job's (before, the store did not count it but the strategy's window did)."""
+    running_job(store)
+    job = store.attempt_failed(
+        JOB, AttemptNo(1), "ValueError: boom", T0 + 1, FailureCause.UPGRADE_ROLLED_BACK
+    )
+    assert job.failures == 0
+    att = store.get_attempt(JOB, AttemptNo(1))
+    assert att is not None and att.cause == "upgrade-rolled-back"
+    assert cause_of(att) is FailureCause.UPGRADE_ROLLED_BACK and not counted(att)
+    assert att.to_dict()["cause"] == "upgrade-rolled-back"
+
+    store.start_attempt(JOB, OWNER, TTL, expected_current=AttemptNo(1))
+    job = store.attempt_failed(JOB, AttemptNo(2), "ValueError: boom", T0 + 2)
+    att = store.get_attempt(JOB, AttemptNo(2))
+    assert job.failures == 1 and att is not None and att.cause == "job" and counted(att)
+    # an end that is no failure records no cause
+    store.start_attempt(JOB, OWNER, TTL, expected_current=AttemptNo(2))
+    store.finish_attempt(JOB, AttemptNo(3), AttemptState.CANCELED, JobState.CANCELED)
+    att = store.get_attempt(JOB, AttemptNo(3))
+    assert att is not None and att.cause is None and cause_of(att) is None
