@@ -167,7 +167,7 @@ def check(run: Run) -> Verdict:
         _check_job(run, jid, expected, v)
     _check_switches(run, v)
     _check_clocks(run, v)
-    _check_zombies(run, v)
+    check_zombies(run, v)
     # Processes: the last driver has exited; its JVM and workers go with it (give them a moment).
     try:
         wait_for("no process of the run left", lambda: not processes_of(run.marker), 30)
@@ -213,7 +213,7 @@ def _check_job(run: Run, jid: str, expected: str, v: Verdict) -> None:
     _control_checks(seen, v, ControlKind, ControlStatus)
 
 
-def _check_zombies(run: Run, v: Verdict) -> None:
+def check_zombies(run: Run, v: Verdict) -> None:
     """A driver frozen inside the protocol and woken after another attempt took its job over
     (``zombie``): it stopped with an error, decided nothing after it froze (a freeze before
     its decide: not that epoch either), and no part of its own was committed for an epoch it

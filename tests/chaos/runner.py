@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos import nemesis, operators, protocol
-from tests.chaos.checker import Verdict, check
+from tests.chaos.checker import Verdict, check, check_zombies
 from tests.chaos.operators import Stuck
 from tests.chaos.schedule import CLOCK_MAX, Schedule, Step, fmt_step
 from tests.support import APPS
@@ -817,6 +817,9 @@ def run_schedule(
                 verdict.add(f"cluster: processes left after its stop {left}")
     except Stuck as e:
         error = f"stuck: {e}"
+        # What a zombie did is in the store already: said even when the run could not end.
+        verdict = Verdict()
+        check_zombies(run, verdict)
     except Exception as e:  # the harness's own failure is a failure too, with its history
         error = f"{type(e).__name__}: {e}"
     finally:
