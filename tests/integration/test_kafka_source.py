@@ -11,6 +11,8 @@ them; ``fail_on_data_loss=False`` skips the deleted records instead.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,14 +20,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from confluent_kafka import Producer
 
-from stoker import Pipeline, sinks, sources
+from stoker import JobState, Pipeline, sinks, sources
 from stoker.errors import InvalidSource, exit_code
 from stoker.store import open_store
 from stoker.types import EpochState, job_id
 from tests.support import (
+    APPS,
     exactly_once,
     file_sink_ids,
+    kill_group,
+    start_driver,
     wait_for,
+    wait_group_gone,
 )
 from tests.support.background import BackgroundRun
 
@@ -238,3 +244,81 @@ def test_records_deleted_before_they_were_read_fail_the_job_naming_them(
     finally:
         _stop_query(spark, jid)
         run.wait()
+
+
+# drivers killed ---------------------------------------------------------------------------------
+def tail(log: Path, lines: int = 40) -> str:
+    try:
+        text = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {log})"
+    return f"--- last {lines} lines of {log} ---\n" + "\n".join(text[-lines:])
+
+
+def test_a_driver_killed_at_protocol_steps_reads_each_record_once(
+    kafka_server: ThrowawayKafka, kafka_topic: Any, tmp_path: Path
+) -> None:
+    """``stoker run`` drivers SIGKILLed by the fault points after epoch 1's prepare and
+    before epoch 2's Spark commit (committed in the sinks, not in Spark's log): the next
+    driver replays each from the logged offsets, and the sink holds every id once, aborted
+    transactions' never."""
+    boot = kafka_server.bootstrap
+    topic = kafka_topic(partitions=3)
+    produce(boot, topic, range(0, 600), partitions=3)
+    tx = transactional(boot, f"{topic}-tx")
+    in_txn(tx, topic, range(5000, 5100), 3, commit=False)
+    produce(boot, topic, range(600, 1200), partitions=3)
+    state, out = tmp_path / "state", tmp_path / "out"
+    env = {
+        "KSRC_BOOTSTRAP": boot,
+        "KSRC_TOPIC": topic,
+        "KSRC_OUT": str(out),
+        "KSRC_PER_EPOCH": "200",
+        "KSRC_JOB": "ksrc",
+        "STOKER_FAULT": "",
+    }
+    args = ("-D", f"stoker.state_dir={state}")
+    for k, fault in enumerate(("after_prepare:1", "before_spark_commit:2")):
+        log = tmp_path / f"driver-{k}.log"
+        proc = start_driver(
+            APPS / "kafka_source_app.py", *args, env={**env, "STOKER_FAULT": fault}, log=log
+        )
+        try:
+            rc = proc.wait(timeout=RUN)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            pytest.fail(f"driver with {fault} still running\n{tail(log)}")
+        wait_group_gone(proc.pid)
+        assert rc == -9, f"{fault}: rc {rc}\n{tail(log)}"
+        step, _, epoch = fault.partition(":")
+        assert f"injected crash at {step} epoch {epoch}" in log.read_text(errors="replace")
+
+    log = tmp_path / "driver-last.log"
+    proc = start_driver(APPS / "kafka_source_app.py", *args, env=env, log=log)
+    try:
+        produce(boot, topic, range(1200, 1500), partitions=3)  # while it runs
+
+        def done() -> bool:
+            if proc.poll() is not None:
+                pytest.fail(f"driver ended (rc {proc.returncode})\n{tail(log)}")
+            return holds(out, range(1500))
+
+        wait_for(lambda: f"every id in the sink\n{tail(log)}", done, RUN)
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=RUN)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    wait_group_gone(proc.pid)
+    assert rc == 13, f"a SIGTERM suspends the job: rc {rc}\n{tail(log)}"
+    exactly_once(file_sink_ids(out), 1500)
+    assert not (out / "_staging").exists() or not list((out / "_staging").iterdir())
+    st = open_store(state / "store.db")
+    try:
+        job = st.get_job(job_id("ksrc"))
+        assert job.state == JobState.SUSPENDED, job
+        recs = st.list_epochs(job.job_id, limit=10_000)
+        assert all(e.state == EpochState.COMMITTED for e in recs), recs
+        assert sum(e.rows_in or 0 for e in recs) == 1500
+    finally:
+        st.close()
