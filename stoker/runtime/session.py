@@ -132,7 +132,36 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     conf["spark.driver.extraJavaOptions"] = jvmcache.driver_java_options(
         settings.spark_conf.get("spark.driver.extraJavaOptions")
     )
+    # Spark inside the driver: its RPC and block manager listen on loopback, not on the host's
+    # address (Spark's default, without spark.authenticate), where any host could reach them.
+    # A driver on a cluster master must be reachable by its executors: left to the user.
+    master = (conf.get("spark.master") or settings.master or "").strip()
+    if master.startswith("local"):
+        for key in LOOPBACK_KEYS:
+            conf.setdefault(key, LOOPBACK)
+    # Hadoop writes the checkpoint (and what a sink writes through it) with the modes of its
+    # own umask setting, 022 by default, whatever the process's: give it the process's, so a
+    # driver of `stoker server` (umask 077) writes files its user alone can read.
+    conf.setdefault(UMASK_KEY, f"{process_umask():03o}")
     return conf
+
+
+LOOPBACK = "127.0.0.1"
+LOOPBACK_KEYS = ("spark.driver.bindAddress", "spark.driver.host")
+UMASK_KEY = "spark.hadoop.fs.permissions.umask-mode"
+
+
+def process_umask() -> int:
+    """This process's umask, read from /proc (changing it to read it would race with the
+    threads that create files); 0o022 where /proc does not say."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def get_session(settings: Settings, app_name: str) -> SparkSession:
@@ -176,7 +205,7 @@ def _get_session(settings: Settings, app_name: str) -> SparkSession:
         if k not in secret:
             builder = builder.config(k, v)
     try:
-        with jvm_launch(), _worker_site(), _secret_properties(secret):
+        with jvm_launch(), _worker_site(), _secret_properties(secret), _local_ip(conf):
             spark = builder.getOrCreate()
         register_sources(spark)  # the first use of the session state: bad SQL settings fail here
     except Exception as e:
@@ -330,6 +359,17 @@ def _secret_properties(secret: Mapping[str, str]) -> Iterator[None]:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(name)
+
+
+@contextlib.contextmanager
+def _local_ip(conf: Mapping[str, str]) -> Iterator[None]:
+    """The JVM started with ``SPARK_LOCAL_IP`` on loopback when the driver binds there: Spark's
+    web UI (off by default) takes its address from it, not from spark.driver.bindAddress."""
+    if conf.get("spark.driver.bindAddress") != LOOPBACK or os.environ.get("SPARK_LOCAL_IP"):
+        yield
+        return
+    with _environ_while("SPARK_LOCAL_IP", LOOPBACK):
+        yield
 
 
 @contextlib.contextmanager
