@@ -108,3 +108,37 @@ def test_secrets_in_options_stay_out_of_the_description_and_spec() -> None:
     assert "hunter2" not in src.describe() and "hunter2" not in repr(src)
     p = Pipeline("k").source(src).sink(sinks.files("/tmp/k-out"))
     assert "hunter2" not in json.dumps(p.spec(), default=str)
+
+
+def test_a_topic_that_starts_to_match_the_pattern_is_read_from_its_beginning(
+    kafka_server: ThrowawayKafka, kafka_topic: Any, tmp_path: Path
+) -> None:
+    boot = kafka_server.bootstrap
+    first = kafka_topic(partitions=1, prefix="pat")
+    prefix = first.rsplit("_", 1)[0]
+    opts = {
+        "sid": "s0",
+        "bootstrap_servers": boot,
+        "pattern": f"{prefix}_.*",
+        "starting_offsets": encode_starting("latest"),
+        "start_path": str(tmp_path / "s0.kafka.json"),
+    }
+    reader = KafkaDataSource(opts).streamReader(None)
+    prod = Producer({"bootstrap.servers": boot})
+    prod.produce(first, b'{"id": 0}')
+    assert prod.flush(30) == 0
+    start = reader.initialOffset()  # "latest": after the record already there
+    assert start["kafka"] == {first: {"0": 1}}
+    limit = reader.getDefaultReadLimit()
+    assert reader.latestOffset(start, limit) is start
+
+    second = kafka_topic(partitions=2, prefix="pat")
+    for p in (0, 1):
+        prod.produce(second, b'{"id": 1}', partition=p)
+    assert prod.flush(30) == 0
+    end = reader.latestOffset(start, limit)
+    # Matched since the start: read from its beginning, whatever starting_offsets said.
+    assert end["kafka"] == {first: {"0": 1}, second: {"0": 1, "1": 1}}
+    assert end["from"] == {second: {"0": 0, "1": 0}}
+    slices = sorted((s.topic, s.partition, s.start, s.end) for s in reader.partitions(start, end))
+    assert slices == [(second, 0, 0, 1), (second, 1, 0, 1)]
