@@ -23,6 +23,12 @@ upgrades, clusters) is timed by a wrapper on the instance, for ``--seconds``:
 The issue's goal: tick p99 <= 20 ms and list p99 <= 50 ms on a quiet machine. The load average
 is printed at the start and end of each phase.
 
+``--upgrade N``: instead, the first ticks after an upgrade over ``N`` unsettled ended jobs (as
+a store migrated from before settling has them: half a manager's, no driver ever ran, owed a
+resolution; half ``stoker run``'s, resolved by their runners): the supervisor stepped by hand
+every 0.2 s until every one of the manager's is resolved: the first tick, the longest, and
+how many ticks it took.
+
 Run: ``python benchmarks/leader_tick.py [--jobs 10000] [--live 100] [--run-share 0.5]
 [--seconds 60] [--json F]``. To measure an older tree, copy this file into a checkout of it
 and run it there (it uses only calls that older trees have).
@@ -154,6 +160,42 @@ def client(url: str, seconds: float, every: float, out: str) -> None:
     Path(out).write_text(json.dumps(times))
 
 
+def upgrade(n: int) -> dict[str, Any]:
+    """``--upgrade``: the ticks after an upgrade over ``n`` unsettled ended jobs."""
+    from stoker.manager import Supervisor, SupervisorConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "store.db"
+        store = open_store(path)
+        try:
+            batch: list[NewJob] = [(job_id(f"m-{i:05d}"), "m", MANAGED, {}) for i in range(n // 2)]
+            batch += [(job_id(f"r-{i:05d}"), "r", RUN, {}) for i in range(n - n // 2)]
+            store.create_jobs(batch)
+            db = sqlite3.connect(path)
+            db.execute("UPDATE jobs SET state = 'FINISHED', settled = 0, resolved_at = NULL")
+            db.execute("UPDATE jobs SET resolved_at = updated_at WHERE job_id LIKE 'r-%'")
+            db.commit()
+            owed = "SELECT count(*) FROM jobs WHERE job_id LIKE 'm-%' AND resolved_at IS NULL"
+            cfg = SupervisorConfig(state_dir=Path(tmp) / "state", store_url=f"sqlite:///{path}")
+            sup = Supervisor(store, cfg)
+            ticks: list[float] = []
+            while db.execute(owed).fetchone()[0] and len(ticks) < 10_000:
+                t = time.perf_counter()
+                sup.step()
+                ticks.append((time.perf_counter() - t) * 1000)
+                time.sleep(0.2)
+            db.close()
+        finally:
+            store.close()
+    out = {"jobs": n, "ticks": len(ticks), "first_ms": ticks[0], "max_ms": max(ticks)}
+    out |= {
+        "p50_ms": statistics.median(ticks),
+        "p99_ms": p99(ticks),
+        "still_leading": sup.is_leader,
+    }
+    return out
+
+
 # measuring --------------------------------------------------------------------------------
 def p99(xs: list[float]) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[98] if len(xs) > 1 else xs[0]
@@ -211,7 +253,15 @@ def main() -> None:
     ap.add_argument("--lease-ttl", type=float, default=10.0)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--list-every", type=float, default=0.1)
+    ap.add_argument("--upgrade", type=int, default=0, metavar="N")
     args = ap.parse_args()
+    if args.upgrade:
+        C.quiet_stoker_logs()
+        load0 = _load()
+        got = upgrade(args.upgrade)
+        print(got, f"load {load0} -> {_load()}")
+        C.write_json(args.json, {"machine": C.machine(), "upgrade": got})
+        return
     from stoker.manager import JobManager, Supervisor, SupervisorConfig
     from stoker.server.app import create_app
 
