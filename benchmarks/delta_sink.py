@@ -1,0 +1,261 @@
+"""The Delta sink's per-epoch overhead and throughput against a hand-written ``foreachBatch``
+that calls ``write_deltalake``, and the time to open a table's log with and without its
+checkpoints (issue 43 items 1 and 4).
+
+One process, one SparkSession (``local[2]``), both sides in the same run, alternated round by
+round (A B, B A, ...: each goes first half the time) after one unmeasured warm-up of each:
+
+* **stoker**: ``generator(total, max_rows_per_epoch) -> sinks.delta(out)`` run with
+  ``stoker.run(..., spark=spark, trigger=0)``, a fresh state folder, table and job id each
+  time: fence, pin, prepare (Spark tasks write Parquet files, fsynced, with their intents),
+  decide, one Delta commit with the txn marker, the clean-up; SQLite store writes per epoch.
+* **baseline**: the same ``stoker_generator`` source and options, and in ``foreachBatch``
+  ``write_deltalake(out, df.toArrow(), mode="append")``: no marker, no guarantee (a crash
+  between the write and Spark's commit log writes the epoch twice).
+
+Each epoch is timed by Spark (``durationMs.triggerExecution`` from a StreamingQueryListener):
+overhead = the median epoch of stoker minus the baseline's; steady throughput = rows / sum of
+the epochs' triggerExecution, stoker's over the baseline's.
+
+Then the log: ``--log-epochs`` one-row epochs committed through the sink's commit (no Spark),
+and ``DeltaTable(path)`` opened (median of 5) on the table as delta-rs left it (a checkpoint
+every 100 commits) and on a copy whose checkpoints were removed (every JSON entry replayed).
+
+    python benchmarks/delta_sink.py [--rounds 3] [--total 1000000] [--per-epoch 100000]
+                                    [--log-epochs 2000] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import _common as C
+from pyspark.sql.streaming import StreamingQueryListener
+
+import stoker
+from stoker import sinks, sources
+from stoker.sources.generator import FORMAT
+
+
+class _Progress(StreamingQueryListener):
+    """The progress of every micro-batch that read rows, by query name and batch id."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batches: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        p = event.progress
+        if p.numInputRows:
+            with self.lock:
+                self.batches[p.name][p.batchId] = (
+                    float(p.durationMs.get("triggerExecution", 0)),
+                    float(p.numInputRows),
+                )
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+    def take(self, name: str, n: int, timeout: float = 30.0) -> list[tuple[float, float]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                got = dict(self.batches.get(name, {}))
+            if len(got) >= n:
+                return [got[k] for k in sorted(got)]
+            time.sleep(0.05)
+        raise RuntimeError(f"query {name}: progress of {len(got)} of {n} epochs only")
+
+
+def run_stoker(spark: Any, work: Path, tag: str, total: int, per_epoch: int) -> str:
+    job = f"dbench-{tag}"
+    p = stoker.Pipeline(job)
+    p.source(sources.generator(total=total, max_rows_per_epoch=per_epoch))
+    p.sink(sinks.delta(str(work / "out")))
+    res = stoker.run(p, spark=spark, trigger=0, state_dir=work / "state")
+    if str(res.state) != "FINISHED":
+        raise RuntimeError(f"stoker job ended {res.state}")
+    return f"stoker_{job}".replace("-", "_")
+
+
+def run_baseline(spark: Any, work: Path, tag: str, total: int, per_epoch: int) -> str:
+    from deltalake import write_deltalake
+
+    name = f"baseline_{tag}".replace("-", "_")
+    out = str(work / "out")
+
+    def batch(df: Any, batch_id: int) -> None:
+        write_deltalake(out, df.toArrow(), mode="append")
+
+    stream = (
+        spark.readStream.format(FORMAT)
+        .options(sid="s0", total=str(total), max_rows_per_epoch=str(per_epoch), partitions="2")
+        .load()
+    )
+    q = (
+        stream.writeStream.foreachBatch(batch)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .queryName(name)
+        .trigger(processingTime="0 milliseconds")
+        .start()
+    )
+    q.processAllAvailable()
+    q.stop()
+    if q.exception() is not None:
+        raise RuntimeError(f"baseline failed: {q.exception()}")
+    return name
+
+
+def _rows(out: Path) -> int:
+    from deltalake import DeltaTable
+
+    return int(DeltaTable(str(out)).count())
+
+
+def log_open(work: Path, epochs: int) -> dict[str, Any]:
+    """Open times of a table of ``epochs`` one-row commits, with and without checkpoints."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from stoker.sinks._delta_schema import schema_json
+    from stoker.sinks._delta_task import DeltaTask, write_files
+    from stoker.sinks.base import SinkOwner
+    from stoker.types import AttemptNo, Epoch, JobId
+
+    root = work / "log"
+    owner = SinkOwner(JobId("logbench"), "u1")
+    sink = sinks.delta(str(root))
+    sink.validate(owner)
+    sink.open(owner, work)
+    schema = schema_json(pa.schema([pa.field("id", pa.int64(), False)]))
+    t0 = time.perf_counter()
+    for e in range(epochs):
+        t = DeltaTask(str(root), owner.uid, e, 1, ("id",), ())
+        adds = write_files(t, 0, e, pa.table({"id": pa.array([e], pa.int64())}))
+        sink.commit(Epoch(e), AttemptNo(1), {"adds": adds, "schema": schema})
+    commit_ms = (time.perf_counter() - t0) * 1000 / epochs
+    bare = work / "bare"
+    shutil.copytree(root, bare)
+    for f in (bare / "_delta_log").iterdir():
+        if "checkpoint" in f.name:
+            f.unlink()
+
+    def open_ms(path: Path) -> float:
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            DeltaTable(str(path)).transaction_version(sink.app_id(owner.uid))
+            times.append((time.perf_counter() - t) * 1000)
+        return C.median(times)
+
+    with_cp, without_cp = open_ms(root), open_ms(bare)
+    return {
+        "epochs": epochs,
+        "commit_ms_per_tiny_epoch": commit_ms,
+        "open_ms_with_checkpoints": with_cp,
+        "open_ms_without_checkpoints": without_cp,
+        "checkpoints": len(list((root / "_delta_log").glob("*.checkpoint.parquet"))),
+    }
+
+
+def main() -> None:
+    ap = C.arg_parser(__doc__ or "")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--total", type=int, default=1_000_000)
+    ap.add_argument("--per-epoch", type=int, default=100_000)
+    ap.add_argument("--log-epochs", type=int, default=2000)
+    args = ap.parse_args()
+    C.quiet_stoker_logs()
+    info = C.machine()
+    C.print_machine(info)
+    # The tests' session (stoker's get_session): a loaded machine can delay the Python data
+    # source runner's connection back past the 15 s default, which it raises.
+    from tests.support.spark import local_session
+
+    session = local_session("local[2]", "delta-sink-bench")
+    spark = next(session)
+    spark.sparkContext.setLogLevel("ERROR")
+    progress = _Progress()
+    spark.streams.addListener(progress)
+    epochs = -(-args.total // args.per_epoch)
+    runs = {"stoker": run_stoker, "baseline": run_baseline}
+    got: dict[str, list[list[tuple[float, float]]]] = {"stoker": [], "baseline": []}
+    loads: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for r in range(-1, args.rounds):  # round -1: the unmeasured warm-up
+            order = ["stoker", "baseline"] if r % 2 == 0 else ["baseline", "stoker"]
+            for side in order:
+                d = work / f"{side}{r + 1}"
+                loads.append(os.getloadavg()[0])
+                name = runs[side](spark, d, f"r{r + 1}", args.total, args.per_epoch)
+                if _rows(d / "out") != args.total:
+                    raise RuntimeError(f"{side}: {_rows(d / 'out')} rows, not {args.total}")
+                if r >= 0:
+                    got[side].append(progress.take(name, epochs))
+                shutil.rmtree(d, ignore_errors=True)
+            if r >= 0:
+                s = C.median(t for t, _ in got["stoker"][-1])
+                b = C.median(t for t, _ in got["baseline"][-1])
+                print(f"round {r}: median epoch stoker {s:.0f} ms, baseline {b:.0f} ms")
+                C.flush()
+        log = log_open(work, args.log_epochs) if args.log_epochs else {}
+
+    def steady(side: str) -> float:
+        return sum(n for run in got[side] for _, n in run) / (
+            sum(t for run in got[side] for t, _ in run) / 1000
+        )
+
+    med = {side: C.median(t for run in got[side] for t, _ in run) for side in got}
+    result = {
+        "machine": info,
+        "load_1m": [round(x, 2) for x in loads],
+        "rounds": args.rounds,
+        "rows_per_epoch": args.per_epoch,
+        "epochs_per_run": epochs,
+        "median_epoch_ms": med,
+        "overhead_ms_per_epoch": med["stoker"] - med["baseline"],
+        "steady_rows_per_s": {side: steady(side) for side in got},
+        "steady_throughput_ratio": steady("stoker") / steady("baseline"),
+        "log": log,
+    }
+    print(
+        C.table(
+            ["", "median epoch (ms)", "steady rows/s"],
+            [
+                [side, C.fmt(med[side]), C.fmt(result["steady_rows_per_s"][side], 0)]
+                for side in ("baseline", "stoker")
+            ],
+        )
+    )
+    print(
+        f"overhead {result['overhead_ms_per_epoch']:.1f} ms per epoch of {args.per_epoch} rows; "
+        f"steady throughput stoker/baseline {result['steady_throughput_ratio']:.3f}; "
+        f"load {min(loads):.1f}..{max(loads):.1f}"
+    )
+    if log:
+        print(
+            f"log of {log['epochs']} epochs ({log['checkpoints']} checkpoints, "
+            f"{log['commit_ms_per_tiny_epoch']:.1f} ms per one-row commit): open "
+            f"{log['open_ms_with_checkpoints']:.1f} ms with checkpoints, "
+            f"{log['open_ms_without_checkpoints']:.1f} ms without"
+        )
+    C.write_json(args.json, result)
+    session.close()
+
+
+if __name__ == "__main__":
+    main()
