@@ -16,6 +16,7 @@ import os
 import signal
 import stat
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -465,3 +466,69 @@ def test_output_columns_are_checked_before_anything_runs(spark: Any) -> None:
         kafka("x:1", "t", value="s", headers="bad").check_output(df)
     kafka("x:1", "t", value="s", headers="h").check_output(df)  # no 'key' column: no keys
     kafka("x:1", "t", key="s", value="b", headers="h").check_output(df)
+
+
+def test_a_zombie_driver_is_fenced_in_kafka_by_the_attempt_that_took_over(
+    kafka_server: ThrowawayKafka, kafka_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """Driver A is frozen (SIGSTOP of its group) inside epoch 2's Kafka transaction, the
+    epoch decided; its lease lapses and driver B takes the job over: B's recovery publishes
+    epoch 2 with a new producer of the sink's transactional id, which aborts A's open
+    transaction. A, woken, is fenced (by the store's lease or by Kafka, whichever it meets
+    first): it publishes nothing and ends. B runs to the end; every id once."""
+    topic = kafka_topic(partitions=2)
+    state = tmp_path / "state"
+    env = kids_env(kafka_server.bootstrap, topic, total=1000, per_epoch=200)
+    ttl = ("-D", "stoker.lease_ttl=5s")
+    log_a, log_b = tmp_path / "driver-a.log", tmp_path / "driver-b.log"
+    a = start_kids(state, {**env, "STOKER_FAULT": "sigstop_kafka_in_txn:2"}, log_a, *ttl)
+    b: subprocess.Popen[bytes] | None = None
+    try:
+        wait_for(
+            lambda: f"driver A frozen in epoch 2's transaction\n{tail(log_a)}",
+            lambda: (
+                "injected sigstop at kafka_in_txn epoch 2" in log_a.read_text(errors="replace")
+                and stopped(a.pid)
+            ),
+            RUN,
+            0.2,
+        )
+        st = open_store(state / "store.db")
+        try:
+            attempt_a = st.get_job(job_id(JOB)).current_attempt
+
+            def lapsed() -> bool:
+                lease = st.get_attempt(job_id(JOB), attempt_a).lease_expires_at
+                return lease is not None and lease < time.time()
+
+            wait_for("driver A's lease to lapse", lapsed, 120, 0.2)
+            b = start_kids(state, env, log_b, *ttl)
+
+            def b_published_epoch_2() -> bool:
+                rec = st.get_epoch(job_id(JOB), Epoch(2))
+                return (
+                    st.get_job(job_id(JOB)).current_attempt > attempt_a
+                    and rec is not None
+                    and rec.state == EpochState.COMMITTED
+                )
+
+            wait_for(lambda: f"B to commit epoch 2\n{tail(log_b)}", b_published_epoch_2, RUN, 0.5)
+        finally:
+            st.close()
+        os.killpg(a.pid, signal.SIGCONT)
+        try:
+            rc_a = a.wait(timeout=RUN)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"driver A still runs after it woke\n{tail(log_a)}")
+        wait_group_gone(a.pid)
+        assert rc_a not in (0, -9), f"driver A ended rc {rc_a}\n{tail(log_a)}"
+        # Fenced twice over: whichever A meets first, the store (its lease is B's) or Kafka
+        # (its producer's commit), it stops; nothing of its transaction is ever read (below).
+        said = log_a.read_text(errors="replace")
+        assert "fenced by a newer one" in said or "lost its lease" in said, tail(log_a, 80)
+        finish(b, log_b, 0)
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                kill_group(proc)
+    assert_done(state, kafka_server.bootstrap, topic, 2, 1000, log_b)
