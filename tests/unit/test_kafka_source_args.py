@@ -72,3 +72,11 @@ def test_a_readers_invalid_source_is_found_in_the_querys_error() -> None:
     assert err.field == "kafka.fail_on_data_loss"
     assert err.message == "topic 't' partition 0: offsets 5..19 were deleted"
     assert invalid_source_in("java.lang.RuntimeException: boom") is None
+
+
+def test_control_rate_limits_are_taken_for_a_kafka_source() -> None:
+    from stoker import Pipeline, sinks
+    from stoker.control.events import supported_rate_keys
+
+    p = Pipeline("k").source(kafka("h:9092", topics="t")).sink(sinks.files("/tmp/k-out"))
+    assert supported_rate_keys(p.spec()) == {"rows_per_second", "max_rows_per_epoch"}
