@@ -56,9 +56,11 @@ def _scalar(value: str) -> str | None:
 
 
 def _text(value: str) -> str | None:
-    if len(value) <= 1000 and value.isprintable():
+    # No ${...}: Spark (${env:NAME}) and Hadoop (${env.NAME}) expand it when they read a
+    # setting, which would copy the manager's environment (a password) into the job's conf.
+    if len(value) <= 1000 and value.isprintable() and "${" not in value:
         return None
-    return "printable text of at most 1,000 characters"
+    return "printable text of at most 1,000 characters, without ${...}"
 
 
 _LOOPBACK_HOST = re.compile(r"(?i)localhost|127(?:\.\d{1,3}){3}|\[?::1\]?")

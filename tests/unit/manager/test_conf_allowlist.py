@@ -56,6 +56,9 @@ def _attacks(marker: Path) -> list[tuple[str, str]]:
         ("spark.serializer", "org.evil.Serializer"),
         ("spark.hadoop.fs.s3a.aws.credentials.provider", "org.evil.Creds"),
         ("spark.sql.shuffle.partitions", "4; touch /tmp/x"),
+        # Expanded by Spark and Hadoop when read: the manager's environment into the conf.
+        ("spark.app.name", "${env:PGPASSWORD}"),
+        ("spark.hadoop.fs.s3a.access.key", "${env.AWS_SECRET_ACCESS_KEY}"),
     ]
 
 
