@@ -175,12 +175,40 @@ class Publisher:
     # markers -----------------------------------------------------------------------------------
     def marker(self) -> Marker | None:
         """The sink's marker as committed (None: nothing published yet)."""
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
         got = self.consumer().committed([TopicPartition(self.topic, 0)], timeout=CALL_TIMEOUT)
-        if not got or got[0].error is not None or got[0].offset < 0:
+        if got and got[0].error is not None:
+            # Not "nothing published": taken so, the epoch would be published twice.
+            raise KafkaException(got[0].error)
+        if not got or got[0].offset < 0:
             return None
-        return Marker.from_metadata(getattr(got[0], "metadata", None))
+        text = getattr(got[0], "metadata", None)
+        marker = Marker.from_metadata(text)
+        if marker is None:
+            raise SinkError(
+                FIELD,
+                f"consumer group {self.ident!r} holds an offset on {self.topic!r} partition 0 "
+                f"whose metadata is not this sink's marker ({str(text)[:100]!r}): something "
+                "else commits offsets to the sink's group; stoker cannot tell what it "
+                "published and publishes nothing",
+            )
+        return marker
+
+    def read_marker(self, what: str) -> Marker | None:
+        """:meth:`marker`, a Kafka failure as a :class:`SinkError` (recovery, a restore's
+        check: they read it once, the restart strategy retries them)."""
+        from confluent_kafka import KafkaException
+
+        try:
+            return self.marker()
+        except KafkaException as e:
+            self.reset()
+            raise SinkError(
+                FIELD,
+                f"{what}: the marker of consumer group {self.ident!r} could not be read: "
+                f"{e.args[0] if e.args else e}",
+            ) from e
 
     # publish -----------------------------------------------------------------------------------
     def publish(

@@ -410,7 +410,7 @@ class KafkaSink:
             epoch, attempt = Epoch(s.epoch), AttemptNo(s.attempt)
             if decision(epoch) == attempt:
                 if not marker_read:
-                    marker, marker_read = self._pub().marker(), True
+                    marker, marker_read = self._pub().read_marker(self.name), True
                 if marker is None or marker.published(owner.job_id, s.epoch) != -1:
                     continue  # decided, not all published: its commit needs it
                 (folder / s.name).unlink(missing_ok=True)
@@ -430,7 +430,7 @@ class KafkaSink:
             {**self._client_config(), "transactional.id": ident}, self.topic, ident, 30.0, 1
         )
         try:
-            marker = pub.marker()
+            marker = pub.read_marker(self.name)
         finally:
             pub.close()
         if marker is None or (marker.through < 0 and marker.parts > 0):

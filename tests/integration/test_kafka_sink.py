@@ -230,6 +230,23 @@ def test_a_zombie_producer_is_fenced(
         sink.commit(Epoch(1), AttemptNo(2), stage(folder_of(sink), 1, 2, [range(30, 40)]))
 
 
+def test_an_offset_of_someone_else_in_the_sink_group_publishes_nothing(
+    kafka_server: ThrowawayKafka, kafka_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """Something else committed an offset to the sink's marker group: stoker cannot tell what
+    it published, so it publishes nothing and says why (never "nothing published yet")."""
+    topic = kafka_topic(partitions=1)
+    sink = opened_sink(kafka_server.bootstrap, topic, tmp_path)
+    other = Consumer(
+        {"bootstrap.servers": kafka_server.bootstrap, "group.id": sink.transactional_id}
+    )
+    other.commit(offsets=[TopicPartition(topic, 0, 3, "not a marker")], asynchronous=False)
+    other.close()
+    with pytest.raises(SinkError, match="not this sink's marker"):
+        sink.commit(Epoch(0), AttemptNo(1), stage(folder_of(sink), 0, 1, [range(0, 5)]))
+    assert staged_files(folder_of(sink), OWNER.uid) != []  # kept for a commit once it is sorted
+
+
 def test_secret_options_stay_out_of_the_descriptor_and_the_rebuilt_sink_commits(
     kafka_server: ThrowawayKafka, kafka_topic: Callable[..., str], tmp_path: Path
 ) -> None:
