@@ -168,7 +168,13 @@ class DeltaSink:
         if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
             raise InvalidSink("delta.path", f"table folder {str(root)!r} cannot be written")
         if root.is_dir() and not (root / "_delta_log").is_dir():
-            others = [p.name for p in root.iterdir() if p.name != STAGING]
+            # What a first epoch prepared before a crash (its files, its partition folders,
+            # its intents) is this sink's own, not another's data.
+            others = [
+                p.name
+                for p in root.iterdir()
+                if p.name != STAGING and not p.name.startswith("stoker-") and "=" not in p.name
+            ]
             if others:
                 raise InvalidSink(
                     "delta.path",

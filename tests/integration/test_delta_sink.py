@@ -98,6 +98,7 @@ def test_epochs_commit_once_and_again_commit_nothing(spark: Any, tmp_path: Path)
     d0 = sink.prepare(frame(spark, range(0, 100)), Epoch(0), AttemptNo(1))
     assert d0.rows == 100 and len(d0.parts) == 2
     assert not (root / "_delta_log").exists()  # prepared: nothing any reader sees
+    delta(str(root), partition_by="bucket").validate(OWNER)  # a restart after a crash here
     sink.commit(Epoch(0), AttemptNo(1), d0.detail)
     sink.commit(Epoch(0), AttemptNo(1), d0.detail)
     d1 = sink.prepare(frame(spark, range(100, 250), 3), Epoch(1), AttemptNo(1))
@@ -328,14 +329,15 @@ def assert_done(state: Path, out: Path, total: int, log: Path) -> None:
 
 def test_generator_to_delta_exactly_once_across_driver_kills(tmp_path: Path) -> None:
     """One job, one driver per step, each SIGKILLed (its whole process group) at its step of
-    the next epoch: prepared and undecided (its files never enter the log); decided, nothing
-    in the log; the Delta commit in the log but not the store's record of it. A last driver
-    runs to the end: every id once for deltalake's reader and DuckDB, each epoch committed
-    once, no file outside the log."""
+    the next epoch: epoch 0 prepared and undecided (its files never enter the log; there is no
+    table yet); decided, nothing in the log; the Delta commit in the log but not the store's
+    record of it. A last driver runs to the end: every id once for deltalake's reader and
+    DuckDB, each epoch committed once, no file outside the log."""
     state, out = tmp_path / "state", tmp_path / "table"
     env = dids_env(out, total=1000, per_epoch=200, DIDS_PARTITION_BY="bucket")
     steps = ["after_prepare", "after_decide", "delta_after_log"]
-    for i, step in enumerate(steps, start=1):
+    # The first kill before the table exists: the next start finds only prepared files.
+    for i, step in enumerate(steps):
         log = tmp_path / f"driver-{i}.log"
         finish(start_dids(state, {**env, "STOKER_FAULT": f"{step}:{i}"}, log), log, -9)
         assert f"injected crash at {step} epoch {i}" in log.read_text(errors="replace"), tail(log)
