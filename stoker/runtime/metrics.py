@@ -110,11 +110,13 @@ class EpochMetrics:
         resources: Callable[[], Mapping[str, Any] | None] = lambda: None,
         *,
         give_up_s: float = GIVE_UP_S,
+        source_names: Sequence[str] = (),
     ) -> None:
         self.store = store
         self.job = job
         self.resources = resources
         self.give_up_s = give_up_s
+        self.source_names = tuple(source_names)  # the pipeline's, for the progress summary
         self.reported = -1  # the newest epoch recorded (or given up on)
         self._waiting_since: float | None = None
         self._looked = 0.0
@@ -178,7 +180,7 @@ class EpochMetrics:
                 executors=executors if isinstance(executors, int) else None,
                 cores=cores if isinstance(cores, int) else None,
                 work_ms=None if (w := (work or {}).get(epoch)) is None else w * 1000.0,
-                progress=summarize(p),
+                progress=summarize(p, self.source_names),
             )
         self.reported = max([self.reported, *by_epoch]) if by_epoch else self.reported
         if self.reported >= newest:

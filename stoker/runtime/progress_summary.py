@@ -26,7 +26,7 @@ Spark's fields, as its progress names them:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 MAX_OPERATORS = 16
@@ -77,8 +77,13 @@ def _figures(doc: Mapping[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
     return {f: n for f in fields if (n := _number(doc.get(f))) is not None}
 
 
-def summarize(progress: Mapping[str, Any]) -> dict[str, Any]:
-    """The summary of one epoch's progress (see the module's docstring): a JSON object."""
+def summarize(progress: Mapping[str, Any], names: Sequence[str] = ()) -> dict[str, Any]:
+    """The summary of one epoch's progress (see the module's docstring): a JSON object.
+
+    ``names``: the pipeline's sources as stoker describes them (``generator(...)``,
+    ``files(...)``), in the order they are unioned, which is the order Spark lists them in;
+    used for the sources' descriptions when there are as many (Spark describes a Python data
+    source by its stream's class alone), Spark's kept beside."""
     out: dict[str, Any] = _figures(
         progress, ("numInputRows", "inputRowsPerSecond", "processedRowsPerSecond")
     )
@@ -94,6 +99,9 @@ def summarize(progress: Mapping[str, Any]) -> dict[str, Any]:
         }
         for s in sources[:MAX_SOURCES]
     ]
+    if names and len(names) == len(sources) <= MAX_SOURCES:
+        for entry, name in zip(out["sources"], names, strict=True):
+            entry["spark"], entry["description"] = entry["description"], _name(name)
     operators = [o for o in progress.get("stateOperators") or [] if isinstance(o, Mapping)]
     out["stateOperators"] = [_operator(o) for o in operators[:MAX_OPERATORS]]
     sink = progress.get("sink")

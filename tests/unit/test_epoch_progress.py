@@ -160,3 +160,11 @@ def test_metrics_series_carry_units_help_and_an_operator_label(store: Store) -> 
         assert f"# HELP {family.name} " in text
     # A job without a progress recorded has none of these series.
     assert render(list(progress_families([("other", None)]))).decode().count("other") == 0
+
+
+def test_sources_are_named_as_the_pipeline_names_them_when_as_many() -> None:
+    named = summarize(PROGRESS, ["generator(rows_per_second=40)"])["sources"][0]
+    assert named["description"] == "generator(rows_per_second=40)"
+    assert named["spark"] == "stoker_generator"  # Spark's kept beside
+    # Not as many (a source Spark lists twice, or a name missing): Spark's descriptions.
+    assert summarize(PROGRESS, ["a", "b"])["sources"][0]["description"] == "stoker_generator"

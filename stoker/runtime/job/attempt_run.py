@@ -326,7 +326,10 @@ class AttemptRun:
         watch: ResourceWatch | None
         watch, self.release_watch = opening.watch_resources(store, jid, self.stream, self.scope)
         self.metrics = EpochMetrics(
-            store, jid, watch.latest if watch is not None else opening.no_resources
+            store,
+            jid,
+            watch.latest if watch is not None else opening.no_resources,
+            source_names=[i.source.describe() for i in self.pipeline.inputs],
         )
         if final_committed(store, jid):
             return JobState.FINISHED
