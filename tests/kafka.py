@@ -375,8 +375,8 @@ class ThrowawayKafka:
         argv = self._java(
             "kafka.tools.StorageTool",
             "format",
-            "-t",
-            self.cluster_id,
+            # One argument: an id that starts with '-' (base64url) is not taken for an option.
+            f"--cluster-id={self.cluster_id}",
             "-c",
             str(self._dir / "server.properties"),
         )
