@@ -122,9 +122,9 @@ class Janitor:
                 return
             self._last, self._walking, self._cursor = mono, True, None
         while True:
-            rows = self.store.unsettled_page(self._cursor, self.config.slice)
+            rows, attempts = self.store.unsettled_slice(self._cursor, self.config.slice)
             try:
-                self._slice(rows)
+                self._slice(rows, attempts)
             except NotLeader:
                 self._lost()
                 return
@@ -141,8 +141,9 @@ class Janitor:
                 self._walking = False
                 return
 
-    def _slice(self, rows: list[JobRecord]) -> None:
-        """Judge each job of one slice; settle in one write those it owes nothing."""
+    def _slice(self, rows: list[JobRecord], of: dict[JobId, list[AttemptRecord]]) -> None:
+        """Judge each job of one slice (``of``: their attempts, read with them); settle in one
+        write those it owes nothing."""
         now, mono = self.store.clock.now(), time.monotonic()
         owed_nothing: list[tuple[JobId, float]] = []
         never_ran: list[tuple[JobId, float]] = []
@@ -161,7 +162,7 @@ class Janitor:
             backoff = self._backoff.get(job.job_id)
             if backoff is not None and backoff.next_at > mono:
                 continue
-            attempts = self.store.list_attempts(job.job_id)
+            attempts = of.get(job.job_id, [])
             if all(a.owner.pid == 0 for a in attempts):
                 # No driver ever ran for it, so nothing can be prepared: no process needed.
                 never_ran.append((job.job_id, job.updated_at))

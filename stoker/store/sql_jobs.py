@@ -306,6 +306,22 @@ class JobsMixin(SqlBase):
             ).fetchall()
         return [JobRecord.from_row(r) for r in rows]
 
+    def unsettled_slice(
+        self, after: tuple[float, str] | None, limit: int
+    ) -> tuple[list[JobRecord], dict[JobId, list[AttemptRecord]]]:
+        params = {
+            "after_at": None if after is None else float(after[0]),
+            "after_id": None if after is None else str(after[1]),
+            "limit": int(limit),
+        }
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "unsettled_page", **params).fetchall()
+            arows = self._x(cur, "unsettled_attempts", **params).fetchall()
+        attempts: dict[JobId, list[AttemptRecord]] = {}
+        for r in arows:
+            attempts.setdefault(JobId(str(r[0])), []).append(AttemptRecord.from_row(r))
+        return [JobRecord.from_row(r) for r in rows], attempts
+
     def settle_ends(
         self,
         ends: Sequence[tuple[JobId, float]],

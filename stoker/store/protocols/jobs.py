@@ -151,6 +151,13 @@ class JobStore(Protocol):
         among them until the janitor settles it (:meth:`settle_ends`)."""
         ...
 
+    def unsettled_slice(
+        self, after: tuple[float, str] | None, limit: int
+    ) -> tuple[list[JobRecord], dict[JobId, list[AttemptRecord]]]:
+        """:meth:`unsettled_page`, and the attempts of each of its jobs (by job, oldest
+        first; a job without any is absent), from one read transaction: a janitor's slice."""
+        ...
+
     def settle_ends(
         self,
         ends: Sequence[tuple[JobId, float]],

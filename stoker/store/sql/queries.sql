@@ -116,6 +116,23 @@ WHERE settled = 0 AND kind = 'job' AND state IN ('FINISHED', 'CANCELED', 'FAILED
 ORDER BY updated_at, job_id
 LIMIT :limit;
 
+-- name: unsettled_attempts
+-- The attempts of the jobs unsettled_page returns for the same cursor and limit, read in its
+-- transaction: the janitor judges a slice from two reads, not one more per job.
+SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
+       log_path, app_attempt, renewals, lease_ttl, cause
+FROM attempts
+WHERE job_id IN (
+    SELECT job_id FROM jobs
+    WHERE settled = 0 AND kind = 'job' AND state IN ('FINISHED', 'CANCELED', 'FAILED')
+      AND (CAST(:after_at AS DOUBLE PRECISION) IS NULL
+           OR updated_at > CAST(:after_at AS DOUBLE PRECISION)
+           OR (updated_at = CAST(:after_at AS DOUBLE PRECISION)
+               AND job_id > CAST(:after_id AS TEXT)))
+    ORDER BY updated_at, job_id
+    LIMIT :limit)
+ORDER BY job_id, attempt;
+
 -- name: settle_end
 -- The janitor owes this end of the job no cleanup: not its to clean (a `stoker run` job), or
 -- resolved for good; with :resolve = 1 (no driver ever ran: nothing can be prepared) resolved

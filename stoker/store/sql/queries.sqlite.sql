@@ -14,3 +14,19 @@ WHERE settled = 0 AND kind = 'job' AND state IN ('FINISHED', 'CANCELED', 'FAILED
        OR (updated_at = CAST(:after_at AS DOUBLE PRECISION) AND job_id > CAST(:after_id AS TEXT)))
 ORDER BY updated_at, job_id
 LIMIT :limit;
+
+-- name: unsettled_attempts
+-- As in queries.sql, through the same index as unsettled_page.
+SELECT job_id, attempt, state, host, pid, pid_started, lease_expires_at, started_at, ended_at, error,
+       log_path, app_attempt, renewals, lease_ttl, cause
+FROM attempts
+WHERE job_id IN (
+    SELECT job_id FROM jobs INDEXED BY jobs_unsettled
+    WHERE settled = 0 AND kind = 'job' AND state IN ('FINISHED', 'CANCELED', 'FAILED')
+      AND (CAST(:after_at AS DOUBLE PRECISION) IS NULL
+           OR updated_at > CAST(:after_at AS DOUBLE PRECISION)
+           OR (updated_at = CAST(:after_at AS DOUBLE PRECISION)
+               AND job_id > CAST(:after_id AS TEXT)))
+    ORDER BY updated_at, job_id
+    LIMIT :limit)
+ORDER BY job_id, attempt;

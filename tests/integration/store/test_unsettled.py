@@ -51,6 +51,26 @@ def test_the_walk_reads_the_unsettled_ended_jobs_in_slices_in_end_order(
     assert _walk(store, 10) == [["a", "c", "d", "e"]]
 
 
+def test_a_slice_comes_with_the_attempts_of_its_jobs(store: Store, clock: ManualClock) -> None:
+    for name in ("a", "b", "c"):
+        clock.advance(1)
+        store.create_job(job_id(name), name, MANAGED, {})
+    for name in ("a", "c"):
+        store.start_attempt(job_id(name), OWNER, TTL, AttemptNo(0))
+        store.attempt_failed(job_id(name), AttemptNo(1), "x", clock.now())
+        store.start_attempt(job_id(name), OWNER, TTL, AttemptNo(1))
+        store.finish_attempt(job_id(name), AttemptNo(2), AttemptState.FAILED, JobState.FAILED)
+    store.set_job_state(job_id("b"), JobState.CANCELED)
+
+    jobs, attempts = store.unsettled_slice(None, 2)
+    assert [j.job_id for j in jobs] == ["a", "b"]  # ended at once: by id
+    assert {j: [a.attempt for a in atts] for j, atts in attempts.items()} == {"a": [1, 2]}
+    assert attempts[job_id("a")] == store.list_attempts(job_id("a"))
+    jobs, attempts = store.unsettled_slice((jobs[-1].updated_at, jobs[-1].job_id), 2)
+    assert [j.job_id for j in jobs] == ["c"]
+    assert list(attempts) == ["c"]
+
+
 def test_settled_ends_leave_the_walk_until_their_job_ends_again(
     store: Store, clock: ManualClock
 ) -> None:
