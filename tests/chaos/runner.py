@@ -671,9 +671,10 @@ def _sink_ids(run: Run) -> list[int]:
 
     try:
         return list(file_sink_ids(run.out))
-    except Exception as e:  # a torn file: the checker says so at the end; wait till then
-        run.log(f"files sink unreadable: {type(e).__name__}: {e}")
-        return []
+    except Exception as e:
+        # A committed epoch's file that cannot be read (empty, torn: a power loss after an
+        # unsynced prepare) never heals: waiting for its ids would only end as stuck.
+        raise Stuck(f"files sink: a committed file cannot be read: {type(e).__name__}: {e}") from e
 
 
 @dataclass
