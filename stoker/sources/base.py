@@ -96,4 +96,5 @@ def invalid_source_in(text: str) -> InvalidSource | None:
     m = _RAISED.search(text)
     if m is None:
         return None
-    return InvalidSource(m.group("field"), m.group("message").strip())
+    message = re.sub(r"\s+SQLSTATE: \w+\s*$", "", m.group("message")).strip()
+    return InvalidSource(m.group("field"), message)

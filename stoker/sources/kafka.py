@@ -54,6 +54,7 @@ SCHEMA = (
     "timestamp timestamp, timestampType int, headers array<struct<key: string, value: binary>>"
 )
 ISOLATIONS = ("read_committed", "read_uncommitted")
+_INVALID = "stoker.errors.InvalidSource: "  # what sources.base.invalid_source_in finds
 
 
 class KafkaDataSource(DataSource):
@@ -203,15 +204,28 @@ def decode_json(
     """The JSON in ``column`` (binary or string) as the columns of ``schema``, beside the
     columns named in ``keep`` (``"key"``, ``"offset"``, ``"timestamp"``...).
 
-    ``strict`` (the default): a value that is not JSON of the schema fails the epoch with
-    Spark's message quoting it (from_json's FAILFAST mode). ``strict=False``: such a value
-    gives nulls."""
+    ``strict`` (the default): a value that is not JSON fails the job as bad input (exit 2),
+    naming its topic, partition and offset (on the source's own columns); JSON that does not
+    fit the schema fails the epoch with Spark's message (from_json's FAILFAST mode).
+    ``strict=False``: such a value gives nulls."""
     from pyspark.sql import functions as F
 
     if isinstance(schema, str) and not schema.strip():
         raise InvalidSource("decode_json.schema", "give a StructType or a DDL string")
     mode = {"mode": "FAILFAST"} if strict else {"mode": "PERMISSIVE"}
-    parsed: Column = F.from_json(F.col(column).cast("string"), schema, mode)
+    text = F.col(column).cast("string")
+    if strict and {"topic", "partition", "offset"} <= set(df.columns):
+        # Name the record: bad input, so the job ends with exit 2 (sources.base).
+        where = F.format_string(
+            f"{_INVALID}kafka.{column}: topic '%s' partition %d offset %d holds no JSON: %s",
+            F.col("topic"),
+            F.col("partition"),
+            F.col("offset"),
+            F.substring(text, 1, 100),
+        )
+        bad = text.isNotNull() & F.try_parse_json(text).isNull()
+        text = F.when(bad, F.raise_error(where)).otherwise(text)
+    parsed: Column = F.from_json(text, schema, mode)
     return df.select(*[F.col(k) for k in keep], parsed.alias("_stoker_json")).select(
         *keep, "_stoker_json.*"
     )

@@ -352,3 +352,22 @@ def test_the_broker_killed_and_back_mid_run_loses_and_repeats_nothing(
         finally:
             _stop_query(spark, jid)
             run.wait()
+
+
+def test_a_value_that_is_not_json_is_bad_input_naming_the_record(
+    spark: SparkSession, kafka_server: ThrowawayKafka, kafka_topic: Any, tmp_path: Path
+) -> None:
+    boot = kafka_server.bootstrap
+    topic = kafka_topic(partitions=1)
+    produce(boot, topic, range(3))
+    prod = Producer({"bootstrap.servers": boot})
+    prod.produce(topic, b"not json {", partition=0)
+    assert prod.flush(30) == 0
+    p = pipeline("ksrc_badjson", boot, topic, tmp_path / "out")
+    run = BackgroundRun(pipeline=p, state_dir=tmp_path / "state", trigger=TRIGGER, spark=spark)
+    run.wait(RUN)
+    err = run.error
+    assert isinstance(err, InvalidSource), repr(err)
+    assert exit_code(err) == 2
+    want = f"kafka.value: topic '{topic}' partition 0 offset 3 holds no JSON: not json {{"
+    assert str(err) == want, str(err)

@@ -80,3 +80,13 @@ def test_control_rate_limits_are_taken_for_a_kafka_source() -> None:
 
     p = Pipeline("k").source(kafka("h:9092", topics="t")).sink(sinks.files("/tmp/k-out"))
     assert supported_rate_keys(p.spec()) == {"rows_per_second", "max_rows_per_epoch"}
+
+
+def test_an_invalid_source_raised_by_a_sql_expression_loses_its_sqlstate() -> None:
+    text = (
+        "[USER_RAISED_EXCEPTION] stoker.errors.InvalidSource: kafka.value: topic 't' "
+        "partition 0 offset 3 holds no JSON: x{ SQLSTATE: P0001"
+    )
+    err = invalid_source_in(text)
+    assert err is not None and err.field == "kafka.value"
+    assert err.message == "topic 't' partition 0 offset 3 holds no JSON: x{"

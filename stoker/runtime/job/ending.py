@@ -15,6 +15,7 @@ from stoker.runtime.job.query import brief
 from stoker.runtime.recovery import recover
 from stoker.runtime.recovery_hold import Hold
 from stoker.sinks.base import TwoPhaseSink
+from stoker.sources.base import invalid_source_in
 from stoker.store import Store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobId, JobState
 
@@ -89,6 +90,8 @@ def fail(
     the error is bad input (exit 2): the same input fails the same way, so the job fails for
     good at once, as a job manager fails its jobs (the default strategy never gives up)."""
     err = proc.error if isinstance(proc.error, StokerError) else e
+    if not isinstance(err, StokerError):  # bad input a source found in Spark's processes
+        err = invalid_source_in(str(err)) or err
     if scope is not None and scope.on_failure is not None and not isinstance(err, InvalidInput):
         # The job's own restart strategy decides, in the transaction that ends the attempt.
         scope.on_failure(store, jid, AttemptNo(attempt), recorded(err))
