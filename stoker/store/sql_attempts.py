@@ -321,6 +321,7 @@ class AttemptsMixin(SqlBase):
                 from_state=done,
                 error=error,
                 now=self.clock.now(),
+                cause=None,  # a FINISHED attempt: no failure's cause
             )
             return bool(cur.rowcount)
 

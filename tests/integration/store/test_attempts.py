@@ -386,3 +386,18 @@ def test_an_attempt_keeps_whose_failure_ended_it(store: Store) -> None:
     store.finish_attempt(JOB, AttemptNo(3), AttemptState.CANCELED, JobState.CANCELED)
     att = store.get_attempt(JOB, AttemptNo(3))
     assert att is not None and att.cause is None and cause_of(att) is None
+
+
+def test_an_error_after_a_finished_attempt_is_noted_on_it(store: Store) -> None:
+    """The app failed after its job ended FINISHED: the error goes on the attempt, which stays
+    FINISHED with no failure's cause (the query binds every parameter, the cause's too)."""
+    running_job(store)
+    store.finish_attempt(JOB, AttemptNo(1), AttemptState.FINISHED, JobState.FINISHED)
+    assert store.note_attempt_error(JOB, AttemptNo(1), "ValueError: after the job")
+    att = store.get_attempt(JOB, AttemptNo(1))
+    assert att is not None
+    assert (att.state, att.error, att.cause) == (
+        AttemptState.FINISHED,
+        "ValueError: after the job",
+        None,
+    )
