@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import file_sink_ids, stoker_cmd
+from tests.support.core import venv_over_this_python
 
 pytestmark = pytest.mark.scenario
 
@@ -326,10 +327,9 @@ def test_a_venv_that_is_not_activated_runs_spark_workers_with_its_own_python(
     ``python3`` first on ``PATH`` (here one that cannot run anything), every worker must still
     be the venv's interpreter: the run finishes."""
     import sys
-    import venv
 
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(env_dir)
+    venv_over_this_python(env_dir)
     bin_dir = tmp_path / "elsewhere"
     bin_dir.mkdir()
     fake = bin_dir / "python3"

@@ -17,6 +17,7 @@ import pytest
 
 from stoker.client import Client
 from stoker.server.routes.managers import ManagersView
+from stoker.version import __version__ as stoker_version
 from tests.e2e.driver_fixtures import cli
 from tests.support import wait_for
 from tests.support.manager import Manager, stop_all
@@ -75,7 +76,12 @@ def test_the_leader_and_the_standby_are_listed_and_shown(managers: list[Manager]
     rows = got["managers"]
     # The two candidates, by the address each serves at; never the --api-only one.
     assert {x["address"] for x in rows} == {one.url, two.url}
-    assert set(rows[0]) == {"holder", "address", "role", "started_at", "seen_at"}
+    assert set(rows[0]) == {
+        *("holder", "address", "role", "started_at", "seen_at"),
+        *("stoker_version", "schema_version"),  # issue 39 item 5: which stoker each runs
+    }
+    assert {x["stoker_version"] for x in rows} == {stoker_version}
+    assert all(isinstance(x["schema_version"], int) for x in rows)
     assert rows[0]["started_at"] <= rows[1]["started_at"]  # oldest first
     assert all(x["started_at"] <= x["seen_at"] for x in rows)
     leader = next(x for x in rows if x["role"] == "leader")

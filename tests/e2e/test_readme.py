@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from tests.support import free_port, wait_for
+from tests.support.core import venv_over_this_python
 
 pytestmark = pytest.mark.scenario
 
@@ -226,7 +227,6 @@ def test_setup_block_runs_the_example_locally(work: Path) -> None:
     install are not repeated here (a download of PySpark): the test makes the same `.venv` over
     the interpreter running it and its `stoker` console script, then runs the line's last part
     as written, with nothing of the venv on PATH."""
-    import venv
 
     (line,) = BLOCKS[0]
     make, install, run = (part.strip() for part in line.split("&&"))
@@ -235,7 +235,7 @@ def test_setup_block_runs_the_example_locally(work: Path) -> None:
     assert run == ".venv/bin/stoker run examples/orders.py"
     env_dir = work / ".venv"
     if not env_dir.exists():
-        venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(env_dir)
+        venv_over_this_python(env_dir)
         script = env_dir / "bin" / "stoker"
         script.write_text(
             f"#!{env_dir / 'bin' / 'python'}\nimport sys\nfrom stoker.cli import main\n"

@@ -3,9 +3,11 @@ options, the one poll (:func:`wait_for`) and the one free port (:func:`free_port
 
 from __future__ import annotations
 
+import site
 import socket
 import sys
 import time
+import venv
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,3 +50,17 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def venv_over_this_python(env_dir: Path) -> Path:
+    """A venv in ``env_dir`` that sees the packages of the interpreter running the tests (PySpark,
+    stoker's dependencies) without a download, as a venv with its own install would: when the
+    tests run from a venv themselves (``.ci/run`` makes ``.venv``), ``system_site_packages``
+    reaches only the base interpreter's packages, so a ``.pth`` file adds this one's. Returns
+    the venv's ``python``."""
+    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    ours = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    (purelib,) = (env_dir / "lib").glob("python*/site-packages")
+    (purelib / "_tests_parent.pth").write_text("".join(f"{p}\n" for p in ours))
+    return python
