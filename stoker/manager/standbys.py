@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from stoker import procs
+from stoker.driverargs import DriverArgs, DriverRole
 from stoker.leases import LeaseWatch
 from stoker.manager import processes
 from stoker.manager.launcher import DriverLauncher
@@ -375,18 +376,21 @@ def job_driver_argv(
     checkpoint), whichever manager launches it; jobs stored without one run under
     ``state_dir``."""
     spec = job.spec
-    return processes.driver_argv(
-        job.job_id,
-        attempt,
-        store_url,
-        Path(job_folder(job, state_dir)),
-        Path(spec["entrypoint"]),
-        list(spec.get("args", [])),
-        dict(spec.get("conf", {})),
-        lease_ttl,
-        from_savepoint=spec.get("from_savepoint"),
-        rewrite_output=bool(spec.get("rewrite_output_after_savepoint")),
-        upgrade=upgrade,
+    return processes.DriverArgv.of(
+        DriverArgs(
+            role=DriverRole.JOB,
+            name=job.job_id,
+            attempt=attempt,
+            store=store_url,
+            state_dir=Path(job_folder(job, state_dir)),
+            lease_ttl=lease_ttl,
+            entrypoint=Path(spec["entrypoint"]),
+            args=tuple(spec.get("args", [])),
+            conf=dict(spec.get("conf", {})),
+            upgrade=upgrade,
+            from_savepoint=spec.get("from_savepoint"),
+            rewrite_output=bool(spec.get("rewrite_output_after_savepoint")),
+        )
     )
 
 
@@ -412,15 +416,18 @@ def app_driver_argv(
             # host's name resolves to.
             conf.setdefault("spark.driver.host", "127.0.0.1")
     app_dir = spec.get(ASSIGNED_STATE_DIR) or state_dir / "apps" / app.job_id
-    return processes.appdriver_argv(
-        app.job_id,
-        attempt,
-        store_url,
-        Path(app_dir),
-        Path(spec["entrypoint"]),
-        list(spec.get("args", [])),
-        conf,
-        lease_ttl,
+    return processes.DriverArgv.of(
+        DriverArgs(
+            role=DriverRole.APP,
+            name=app.job_id,
+            attempt=attempt,
+            store=store_url,
+            state_dir=Path(app_dir),
+            lease_ttl=lease_ttl,
+            entrypoint=Path(spec["entrypoint"]),
+            args=tuple(spec.get("args", [])),
+            conf=conf,
+        )
     )
 
 

@@ -86,8 +86,18 @@ def test_an_application_driver_and_a_cleanup_round_trip() -> None:
 def test_the_managers_argv_keeps_its_shape() -> None:
     """A driver of this version reads the command line managers of earlier versions wrote:
     the shape (flags, order, ``--`` before the app) is kept."""
-    argv = processes.driver_argv(
-        "j", 2, "sqlite:////tmp/s.db", Path("/d"), Path("/a.py"), ["x"], {"k": "v"}, 30.0
+    argv = processes.DriverArgv.of(
+        DriverArgs(
+            role=DriverRole.JOB,
+            name="j",
+            attempt=2,
+            store="sqlite:////tmp/s.db",
+            state_dir=Path("/d"),
+            entrypoint=Path("/a.py"),
+            args=("x",),
+            conf={"k": "v"},
+            lease_ttl=30.0,
+        )
     )
     assert list(argv)[1:] == [
         "-m",

@@ -101,6 +101,6 @@ def test_conf_and_answers_hide_them_too() -> None:
     assert shown["spark.sql.shuffle.partitions"] == "4"
     answer = redact_answer({"spec": {"conf": conf}, "error": "Authorization: Bearer " + JWT})
     assert "hunter2" not in str(answer) and B64 not in str(answer) and JWT not in str(answer)
-    # Off the driver's command line as well (processes.driver_argv uses this).
+    # Off the driver's command line as well (DriverArgs.to_argv uses this).
     assert is_secret_entry("spark.x.header", "Basic " + B64)
     assert is_secret_entry("spark.mongodb.read.connection.uri", "mongodb://u:p/q#r@h/x")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from stoker import procs
+from stoker.driverargs import DriverArgs, DriverRole
 from stoker.errors import InvalidInput, JobConflict, JobOwnedElsewhere, JobTerminal
 from stoker.manager import JobManager
 from stoker.manager import processes as procs_mod
@@ -322,15 +323,21 @@ def test_tail_reads_the_last_lines(tmp_path: Path) -> None:
 
 
 def test_the_application_driver_argv_keeps_secrets_off_its_command_line(tmp_path: Path) -> None:
-    argv = procs_mod.appdriver_argv(
-        "etl",
-        3,
-        "postgresql://u:pw@db/stoker",
-        tmp_path / "apps" / "etl",
-        tmp_path / "etl.py",
-        ["--day", "1"],
-        {"spark.master": "spark://127.0.0.1:7077", "spark.hadoop.fs.s3a.secret.key": "s3cr3t"},
-        10.0,
+    argv = procs_mod.DriverArgv.of(
+        DriverArgs(
+            role=DriverRole.APP,
+            name="etl",
+            attempt=3,
+            store="postgresql://u:pw@db/stoker",
+            state_dir=tmp_path / "apps" / "etl",
+            entrypoint=tmp_path / "etl.py",
+            args=("--day", "1"),
+            conf={
+                "spark.master": "spark://127.0.0.1:7077",
+                "spark.hadoop.fs.s3a.secret.key": "s3cr3t",
+            },
+            lease_ttl=10.0,
+        )
     )
     assert argv[1:11] == [
         "-m",
@@ -359,8 +366,18 @@ def test_secret_values_under_any_key_stay_off_the_drivers_command_line(tmp_path:
         "spark.jdbc.opts": "host=db password=pw-8zz sslmode=require",
         "spark.sql.shuffle.partitions": "4",
     }
-    argv = procs_mod.driver_argv(
-        "etl", 1, "sqlite:////tmp/s.db", tmp_path, tmp_path / "etl.py", [], conf, 10.0
+    argv = procs_mod.DriverArgv.of(
+        DriverArgs(
+            role=DriverRole.JOB,
+            name="etl",
+            attempt=1,
+            store="sqlite:////tmp/s.db",
+            state_dir=tmp_path,
+            entrypoint=tmp_path / "etl.py",
+            args=(),
+            conf=conf,
+            lease_ttl=10.0,
+        )
     )
     shown = " ".join(argv)
     assert "pw-9xq" not in shown and "pw-8zz" not in shown

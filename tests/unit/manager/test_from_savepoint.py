@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from stoker.driverargs import DriverArgs, DriverRole
 from stoker.errors import InvalidInput
 from stoker.manager import processes
 from stoker.manager.submit import check_savepoint_source
@@ -43,12 +44,35 @@ def test_a_savepoint_folder_is_checked_and_resolved(tmp_path: Path) -> None:
 
 def test_every_attempt_of_the_job_gets_the_folder_in_its_environment(tmp_path: Path) -> None:
     app = tmp_path / "app.py"
-    argv = processes.driver_argv(
-        "j", 2, "sqlite:///x.db", tmp_path, app, [], {}, 10.0, from_savepoint="/srv/sp"
+    argv = processes.DriverArgv.of(
+        DriverArgs(
+            role=DriverRole.JOB,
+            name="j",
+            attempt=2,
+            store="sqlite:///x.db",
+            state_dir=tmp_path,
+            entrypoint=app,
+            args=(),
+            conf={},
+            lease_ttl=10.0,
+            from_savepoint="/srv/sp",
+        )
     )
     assert argv.env[processes.FROM_SAVEPOINT_ENV] == "/srv/sp"
     assert "/srv/sp" not in " ".join(argv)  # in the environment, like the store URL
-    plain = processes.driver_argv("j", 1, "sqlite:///x.db", tmp_path, app, [], {}, 10.0)
+    plain = processes.DriverArgv.of(
+        DriverArgs(
+            role=DriverRole.JOB,
+            name="j",
+            attempt=1,
+            store="sqlite:///x.db",
+            state_dir=tmp_path,
+            entrypoint=app,
+            args=(),
+            conf={},
+            lease_ttl=10.0,
+        )
+    )
     assert processes.FROM_SAVEPOINT_ENV not in plain.env
 
 
@@ -72,12 +96,37 @@ def test_rewrite_output_goes_with_a_savepoint_into_the_spec_and_the_drivers_envi
     with pytest.raises(InvalidInput) as e:
         Submission(app, rewrite_output_after_savepoint=True).check_rewrite()
     assert e.value.field == "rewrite_output_after_savepoint" and "from_savepoint" in str(e.value)
-    argv = processes.driver_argv(
-        "j", 1, "sqlite:///x.db", tmp_path, app, [], {}, 10.0, "/srv/sp", rewrite_output=True
+    argv = processes.DriverArgv.of(
+        DriverArgs(
+            role=DriverRole.JOB,
+            name="j",
+            attempt=1,
+            store="sqlite:///x.db",
+            state_dir=tmp_path,
+            entrypoint=app,
+            args=(),
+            conf={},
+            lease_ttl=10.0,
+            from_savepoint="/srv/sp",
+            rewrite_output=True,
+        )
     )
     assert argv.env[processes.REWRITE_OUTPUT_ENV] == "1"
     assert launch.REWRITE_OUTPUT_ENV == processes.REWRITE_OUTPUT_ENV
-    plain = processes.driver_argv("j", 1, "sqlite:///x.db", tmp_path, app, [], {}, 10.0, "/s")
+    plain = processes.DriverArgv.of(
+        DriverArgs(
+            role=DriverRole.JOB,
+            name="j",
+            attempt=1,
+            store="sqlite:///x.db",
+            state_dir=tmp_path,
+            entrypoint=app,
+            args=(),
+            conf={},
+            lease_ttl=10.0,
+            from_savepoint="/s",
+        )
+    )
     assert processes.REWRITE_OUTPUT_ENV not in plain.env
 
 
