@@ -153,3 +153,23 @@ class LiveView:
 
     def say(self, line: str) -> None:
         self.console.print(line, markup=False, highlight=False)
+
+
+def backlog_line(epoch: Mapping[str, Any]) -> str | None:
+    """What the sources had beyond an epoch's end, for ``stoker status``: the total, and where
+    a source has partitions (Kafka), those behind, the furthest first (``90 (orders/0 63,
+    orders/1 27)``); None when the epoch recorded none."""
+    total = epoch.get("backlog")
+    if total is None:
+        return None
+    parts: dict[str, int] = {}
+    left_out = 0
+    for src in (epoch.get("progress") or {}).get("sources") or []:
+        parts.update({str(k): int(v) for k, v in (src.get("partitions") or {}).items()})
+        left_out += int(src.get("partitionsLeftOut") or 0)
+    behind = sorted(((n, p) for p, n in parts.items() if n > 0), key=lambda x: (-x[0], x[1]))
+    if not behind:
+        return f"{int(total):,}"
+    shown = ", ".join(f"{p} {n:,}" for n, p in behind[:8])
+    more = max(0, len(behind) - 8) + left_out
+    return f"{int(total):,} ({shown}{f', {more} more' if more > 0 else ''})"

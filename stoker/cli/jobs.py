@@ -23,6 +23,7 @@ from stoker.cli._common import (
     use_server,
     when,
 )
+from stoker.cli.display import backlog_line
 from stoker.errors import InvalidInput
 from stoker.redact import redact_answer
 from stoker.types import given_config
@@ -115,6 +116,8 @@ def status_cmd(
         click.echo(f"last epoch {e['epoch']} {e['state']} rows {rows} at {at}")
     elif e:
         click.echo(f"last epoch {e['epoch']} {e['state']} (not committed yet)")
+    if e and (behind := backlog_line(e)):
+        click.echo(f"backlog    {behind}")
     click.echo(f"config v{out['control_version']}")
     scaling = scaling_line(out)
     if scaling:

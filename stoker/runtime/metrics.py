@@ -30,9 +30,10 @@ from stoker.runtime.progress_summary import summarize
 from stoker.sources._files_reader import backlog as files_backlog
 from stoker.sources._kafka_reader import KAFKA
 from stoker.sources._kafka_reader import backlog as stoker_kafka_backlog
+from stoker.sources._kafka_reader import partition_backlog as stoker_kafka_partitions
 from stoker.sources.base import SID
 from stoker.sources.generator import backlog as generator_backlog
-from stoker.sources.spark import kafka_backlog
+from stoker.sources.spark import kafka_backlog, kafka_partition_backlog
 from stoker.types import Epoch, JobId
 
 if TYPE_CHECKING:
@@ -81,6 +82,56 @@ def source_backlog(source: Mapping[str, Any]) -> int | None:
         return None
     metrics = source.get("metrics")
     return kafka_backlog(end, latest, metrics if isinstance(metrics, Mapping) else None)
+
+
+# Partitions whose backlog an epoch's summary keeps, over all its sources (the furthest behind
+# of each, shared out evenly), and the characters of a partition's name kept: the summary must
+# stay well under the store's bound of a progress (MAX_PROGRESS_BYTES) whatever the topics.
+MAX_PARTITIONS = 48
+MAX_PARTITION_NAME = 80
+
+
+def source_partitions(source: Mapping[str, Any]) -> dict[str, int] | None:
+    """The backlog of each partition of a Kafka source (stoker's or Spark's) beyond the
+    epoch's end, ``{"topic/partition": records}``; None for a source without partitions or
+    when its latest offsets are unknown."""
+    end, latest = _offset(source.get("endOffset")), _offset(source.get("latestOffset"))
+    if isinstance(end, dict) and SID in end:
+        if isinstance(latest, dict) and latest.get(SID) == end.get(SID) and KAFKA in end:
+            try:
+                return stoker_kafka_partitions(end, latest) if KAFKA in latest else None
+            except (TypeError, ValueError):
+                return None
+        return None
+    return kafka_partition_backlog(end, latest)
+
+
+def with_backlogs(summary: dict[str, Any], progress: Mapping[str, Any]) -> dict[str, Any]:
+    """``summary`` (:func:`summarize`'s) with each source's backlog beyond the epoch's end
+    (``backlog``) and, for a partitioned one, its partitions' (``partitions``: the
+    ``MAX_PARTITIONS`` furthest behind, ``partitionsLeftOut``: how many more there are), so that
+    ``stoker status``, the dashboard and ``/metrics`` show where a backlog is."""
+    spark_sources = [s for s in progress.get("sources") or [] if isinstance(s, Mapping)]
+    entries = summary.get("sources") or []
+    each = MAX_PARTITIONS // max(1, len(entries))
+    for entry, source in zip(entries, spark_sources, strict=False):
+        if (total := source_backlog(source)) is not None:
+            entry["backlog"] = total
+        parts = source_partitions(source)
+        if parts and each > 0:
+            top = sorted(parts.items(), key=lambda kv: (-kv[1], kv[0]))
+            entry["partitions"] = {_partition_name(name): n for name, n in sorted(top[:each])}
+            if len(top) > each:
+                entry["partitionsLeftOut"] = len(top) - each
+    return summary
+
+
+def _partition_name(name: str) -> str:
+    if len(name) <= MAX_PARTITION_NAME:
+        return name
+    topic, _, part = name.rpartition("/")
+    keep = MAX_PARTITION_NAME - len(part) - 4
+    return f"{topic[:keep]}.../{part}"
 
 
 def progress_backlog(progress: Mapping[str, Any]) -> int | None:
@@ -180,7 +231,7 @@ class EpochMetrics:
                 executors=executors if isinstance(executors, int) else None,
                 cores=cores if isinstance(cores, int) else None,
                 work_ms=None if (w := (work or {}).get(epoch)) is None else w * 1000.0,
-                progress=summarize(p, self.source_names),
+                progress=with_backlogs(summarize(p, self.source_names), p),
             )
         self.reported = max([self.reported, *by_epoch]) if by_epoch else self.reported
         if self.reported >= newest:
@@ -217,4 +268,6 @@ __all__ = [
     "progress_backlog",
     "ran_batch",
     "source_backlog",
+    "source_partitions",
+    "with_backlogs",
 ]

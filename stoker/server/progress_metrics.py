@@ -105,10 +105,30 @@ def progress_families(newest: Iterable[tuple[str, EpochRecord | None]]) -> Itera
         "processedRowsPerSecond: its rows over its own time).",
         labels=["job_id"],
     )
+    source_backlog = GaugeMetricFamily(
+        "stoker_job_source_backlog_records",
+        "Records (or files) a source had beyond the newest epoch's end, by source (its "
+        "position and description, as the job page lists it).",
+        labels=["job_id", "source"],
+    )
+    partition_backlog = GaugeMetricFamily(
+        "stoker_job_partition_backlog_records",
+        "Records a Kafka partition had beyond the newest epoch's end (the last stable offset "
+        "minus the epoch's end offset), by source and topic/partition; the partitions "
+        "furthest behind, at most 48 per job.",
+        labels=["job_id", "source", "partition"],
+    )
     for jid, epoch in newest:
         p: dict[str, Any] = (epoch.progress if epoch is not None else None) or {}
         if not p:
             continue
+        for i, src in enumerate(p.get("sources") or []):
+            label = f"{i}:{src.get('description') or 'source'}"
+            if _is_number(total := src.get("backlog")):
+                source_backlog.add_metric([jid, label], float(total))
+            for part, n in sorted((src.get("partitions") or {}).items()):
+                if _is_number(n):
+                    partition_backlog.add_metric([jid, label, str(part)], float(n))
         for i, op in enumerate(p.get("stateOperators") or []):
             label = f"{i}:{op.get('operatorName') or 'stateful'}"
             for name, field, factor, _ in _STATE_SERIES:
@@ -123,7 +143,11 @@ def progress_families(newest: Iterable[tuple[str, EpochRecord | None]]) -> Itera
             if isinstance(value, int | float) and not isinstance(value, bool):
                 family.add_metric([jid], float(value))
     yield from state.values()
-    yield from (phases, offered, processed)
+    yield from (phases, offered, processed, source_backlog, partition_backlog)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 __all__ = ["newest_progress", "progress_families"]

@@ -155,6 +155,17 @@ def kafka_backlog(end: Any, latest: Any, metrics: Mapping[str, Any] | None = Non
         return None
 
 
+def kafka_partition_backlog(end: Any, latest: Any) -> dict[str, int] | None:
+    """:func:`kafka_backlog` per partition (``{"topic/partition": records}``), from Kafka's
+    offsets only; None when either is not a Kafka offset."""
+    ends, latests = _kafka_offsets(end), _kafka_offsets(latest)
+    if ends is None or latests is None:
+        return None
+    return {
+        f"{t}/{p}": max(0, latests[(t, p)] - o) for (t, p), o in ends.items() if (t, p) in latests
+    }
+
+
 def _kafka_offsets(value: Any) -> dict[tuple[str, str], int] | None:
     """``{(topic, partition): offset}`` from Kafka's offset JSON; None for any other shape."""
     if not isinstance(value, dict) or not value:

@@ -162,6 +162,13 @@ def test_rows_like_sparks_and_aborted_or_open_transactions_never_read(
         # max_records_per_epoch=25: the 60 first ids took at least three epochs.
         assert max((e.rows_in or 0) for e in recs) <= 25
         assert any(e.backlog for e in recs), [e.backlog for e in recs]
+        # Where the backlog is: each partition's, kept with the epoch (stoker status, /metrics).
+        behind = [e for e in recs if e.backlog and e.progress]
+        assert behind, [(e.epoch, e.backlog, e.progress) for e in recs]
+        (src,) = behind[0].progress["sources"]
+        assert src["backlog"] == behind[0].backlog
+        assert set(src["partitions"]) <= {f"{topic}/{n}" for n in range(8)}
+        assert sum(src["partitions"].values()) == src["backlog"]
     finally:
         st.close()
 

@@ -29,7 +29,15 @@ _OPERATOR_KEYS = (
     "commitTimeMs",
     "numShufflePartitions",
 )
-_SOURCE_KEYS = ("description", "numInputRows", "inputRowsPerSecond", "processedRowsPerSecond")
+_SOURCE_KEYS = (
+    "description",
+    "numInputRows",
+    "inputRowsPerSecond",
+    "processedRowsPerSecond",
+    "backlog",  # beyond the epoch's end, and a partitioned source's by partition
+    "partitions",
+    "partitionsLeftOut",
+)
 PROGRESS_EPOCHS = 30  # the newest epochs looked at for one with a progress recorded
 EXCEPTIONS_SHOWN = 20
 
