@@ -96,6 +96,9 @@ class ClusterRecord:
     error: str | None
     created_at: float
     updated_at: float
+    # The host whose budget it counts against: its creator's (stoker.procs.host_id());
+    # None for a row of code before migration 0024, counted against every host's.
+    host: str | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> ClusterRecord:
@@ -111,6 +114,7 @@ class ClusterRecord:
             error=r[8],
             created_at=float(r[9]),
             updated_at=float(r[10]),
+            host=r[11] if len(r) > 11 else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,6 +130,7 @@ class ClusterRecord:
             "error": self.error,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "host": self.host,
         }
 
 

@@ -19,6 +19,7 @@ from stoker.errors import (
 )
 from stoker.store._sqlbase import SqlBase
 from stoker.store.fleet_records import ClusterProcess, ClusterRecord
+from stoker.store.protocols.fleet import Admit
 from stoker.store.records import JobRecord
 from stoker.types import CLUSTERS, ClusterKind, ClusterState, JobId, JobKind
 
@@ -27,15 +28,34 @@ class ClustersMixin(SqlBase):
     """Implements :class:`stoker.store.protocols.fleet.ClusterStore`."""
 
     def create_cluster(
-        self, name: str, kind: str, spec: dict[str, Any], owner_app: JobId | None = None
+        self,
+        name: str,
+        kind: str,
+        spec: dict[str, Any],
+        owner_app: JobId | None = None,
+        *,
+        host: str | None = None,
+        admit: Admit | None = None,
     ) -> tuple[ClusterRecord, bool]:
         _check_new_cluster(name, kind, owner_app)
+        _check_budget_host(host, admit)
         now = self.clock.now()
         with self._tx() as cur:
             if owner_app is not None:
                 row = self._x(cur, "get_job", job_id=owner_app).fetchone()
                 if row is None or JobRecord.from_row(row).kind != JobKind.APPLICATION:
                     raise ApplicationNotFound(owner_app)
+            if admit is not None:
+                # 1. The budget's lock, then the host's clusters as they are now: no other
+                #    check sees them until this transaction ends.
+                live = self._budget_locked(cur, str(host))
+                # 2. A cluster of that name already recorded is the caller's to judge (it
+                #    is returned, not created): nothing is added to the budget.
+                row = self._x(cur, "get_cluster", name=name).fetchone()
+                if row is not None:
+                    return ClusterRecord.from_row(row), False
+                # 3. Over the budget: refused (the caller's error), nothing written.
+                admit(live)
             # The primary key decides between two managers starting one cluster.
             created = (
                 self._x(
@@ -47,11 +67,24 @@ class ClustersMixin(SqlBase):
                     spec=json.dumps(spec, sort_keys=True),
                     state=str(ClusterState.STARTING),
                     now=now,
+                    host=host,
                 ).rowcount
                 == 1
             )
             row = self._x(cur, "get_cluster", name=name).fetchone()
         return ClusterRecord.from_row(row), created
+
+    def host_clusters(self, host: str) -> list[ClusterRecord]:
+        with self._tx(write=False) as cur:
+            rows = self._x(cur, "host_clusters", host=host).fetchall()
+        return [ClusterRecord.from_row(r) for r in rows]
+
+    def _budget_locked(self, cur: Any, host: str) -> list[ClusterRecord]:
+        """Take the budget's lock for this transaction (PostgreSQL: an advisory lock; SQLite:
+        the write transaction holds the database already), then read what ``host``'s budget
+        counts. Taken before any cluster's row lock."""
+        self._x(cur, "lock_cluster_budget")
+        return [ClusterRecord.from_row(r) for r in self._x(cur, "host_clusters", host=host)]
 
     def get_cluster(self, name: str) -> ClusterRecord:
         with self._tx(write=False) as cur:
@@ -105,10 +138,18 @@ class ClustersMixin(SqlBase):
         name: str,
         put: Sequence[ClusterProcess] = (),
         drop: Iterable[str] = (),
+        *,
+        host: str | None = None,
+        admit: Admit | None = None,
     ) -> ClusterRecord:
+        _check_budget_host(host, admit)
         now = self.clock.now()
         gone = set(drop)
         with self._tx() as cur:
+            if admit is not None:
+                # Checked and written in one transaction, under the budget's lock: no other
+                # check sees the host's clusters between the two.
+                admit(self._budget_locked(cur, str(host)))
             old = self._locked_cluster(cur, name)
             new = {p.id: p for p in put}
             for p in old.processes:
@@ -151,6 +192,12 @@ class ClustersMixin(SqlBase):
         if row is None:
             raise ClusterNotFound(name)
         return ClusterRecord.from_row(row)
+
+
+def _check_budget_host(host: str | None, admit: Admit | None) -> None:
+    """A budget is a host's: checking one needs the host whose clusters it counts."""
+    if admit is not None and (not isinstance(host, str) or not host.strip()):
+        raise InvalidInput("host", "a budget check needs the host whose clusters it counts")
 
 
 def _check_new_cluster(name: str, kind: str, owner_app: JobId | None) -> None:

@@ -3,7 +3,7 @@ leadership among managers; long REST calls as operations; warm standby drivers."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from stoker.store.fleet_records import (
@@ -27,18 +27,46 @@ from stoker.types import (
     UpgradeState,
 )
 
+# A host's budget as the store checks it: given what the budget counts (the live clusters of
+# the host, and those of no host), it returns if what is asked fits, else raises (the caller's
+# error, e.g. ClusterConflict naming the budget) and nothing is written. The store knows no
+# budget: the manager's HostBudget makes the callable.
+Admit = Callable[[list[ClusterRecord]], None]
+
 
 class ClusterStore(Protocol):
     """Spark standalone clusters stoker started, and their processes: whichever manager leads
-    can stop them. States move only along ``CLUSTER_TRANSITIONS``."""
+    can stop them. States move only along ``CLUSTER_TRANSITIONS``.
+
+    A host's cluster budget is checked and what it admits recorded in one transaction
+    (``admit`` of :meth:`create_cluster` and :meth:`change_cluster_processes`), and those
+    transactions run one at a time across every manager of the store: two managers, or the
+    REST API and the leader, never both take the last room."""
 
     def create_cluster(
-        self, name: str, kind: str, spec: dict[str, Any], owner_app: JobId | None = None
+        self,
+        name: str,
+        kind: str,
+        spec: dict[str, Any],
+        owner_app: JobId | None = None,
+        *,
+        host: str | None = None,
+        admit: Admit | None = None,
     ) -> tuple[ClusterRecord, bool]:
         """Insert the cluster STARTING if the name is free; the record and whether this call
         created it (an existing one is returned as it is). ``kind`` is 'app' (``owner_app``,
         an existing application, required) or 'session' (no ``owner_app``): else
-        :class:`InvalidInput` or :class:`ApplicationNotFound`."""
+        :class:`InvalidInput` or :class:`ApplicationNotFound`. ``host``: whose budget it
+        counts against (:meth:`host_clusters`). With ``admit`` (``host`` then required),
+        a new cluster is first checked against what :meth:`host_clusters` says in the same
+        transaction, one such check at a time across managers: what ``admit`` raises leaves
+        nothing written. A name already taken is returned without a check."""
+        ...
+
+    def host_clusters(self, host: str) -> list[ClusterRecord]:
+        """What ``host``'s budget counts, oldest first: its clusters STARTING, RUNNING or
+        STOPPING, and those recorded with no host (by stoker before the host was recorded;
+        they may run anywhere, so every host counts them)."""
         ...
 
     def get_cluster(self, name: str) -> ClusterRecord:
@@ -68,6 +96,9 @@ class ClusterStore(Protocol):
         name: str,
         put: Sequence[ClusterProcess] = (),
         drop: Iterable[str] = (),
+        *,
+        host: str | None = None,
+        admit: Admit | None = None,
     ) -> ClusterRecord:
         """Change the cluster's process list as it is now, in one transaction on its locked
         row: each of ``put`` replaces the process of its ``id`` or is added, each id of
@@ -75,7 +106,9 @@ class ClusterStore(Protocol):
         other's (a list read earlier and written back whole would lose one). A ``put`` whose
         id is recorded as another live process (both started meanwhile under one id) is
         :class:`ClusterConflict`, nothing changed: the caller stops what it started.
-        :class:`ClusterNotFound` for an unknown name."""
+        :class:`ClusterNotFound` for an unknown name. With ``admit`` (``host`` required), the
+        change is first checked against ``host``'s budget as :meth:`create_cluster` checks a
+        new cluster: how a worker is reserved before its JVM starts."""
         ...
 
     def delete_cluster(self, name: str) -> None:

@@ -52,8 +52,16 @@ FROM jobs WHERE job_id = :job_id FOR SHARE;
 -- name: lock_cluster
 -- Row lock: the cluster's state is read, checked against CLUSTER_TRANSITIONS, then changed.
 SELECT name, kind, owner_app, spec, state, master_url, web_url, processes, error, created_at,
-       updated_at
+       updated_at, host
 FROM clusters WHERE name = :name FOR UPDATE;
+
+-- name: lock_cluster_budget
+-- Every check of a host's cluster budget and the record it admits (a cluster, a worker), one
+-- after the other across managers: the check reads the clusters, and without it two managers
+-- would both read room for one more and both record theirs. Held to the end of the
+-- transaction; a key of its own (74117 is the migrations'). Taken before any cluster's row
+-- lock, and no one waits for it holding one: no deadlock.
+SELECT pg_advisory_xact_lock(74124);
 
 -- name: lock_rescale
 -- Row lock: the rescale's status is read, checked against RESCALE_TRANSITIONS, then changed.

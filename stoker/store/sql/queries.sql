@@ -589,23 +589,39 @@ WHERE job_id = :job_id AND version >= :lo AND version <= :hi AND version <= :cut
 -- Clusters (migration 0007, sql_clusters.py). Moves follow CLUSTER_TRANSITIONS (types.py).
 
 -- name: insert_cluster
-INSERT INTO clusters (name, kind, owner_app, spec, state, processes, created_at, updated_at)
-VALUES (:name, :kind, :owner_app, :spec, :state, '[]', :now, :now)
+-- :host: the host whose budget it counts against (migration 0024); NULL: not recorded.
+INSERT INTO clusters (name, kind, owner_app, spec, state, processes, created_at, updated_at,
+                      host)
+VALUES (:name, :kind, :owner_app, :spec, :state, '[]', :now, :now, :host)
 ON CONFLICT (name) DO NOTHING;
 
 -- name: get_cluster
 SELECT name, kind, owner_app, spec, state, master_url, web_url, processes, error, created_at,
-       updated_at
+       updated_at, host
 FROM clusters WHERE name = :name;
 
 -- name: lock_cluster
 SELECT name, kind, owner_app, spec, state, master_url, web_url, processes, error, created_at,
-       updated_at
+       updated_at, host
 FROM clusters WHERE name = :name;
+
+-- name: lock_cluster_budget
+-- Serializes every check of a host's cluster budget with the record it admits. SQLite's write
+-- transaction (BEGIN IMMEDIATE) is serialized already; PostgreSQL takes a lock of its own.
+SELECT 1;
+
+-- name: host_clusters
+-- What a host's budget counts: the live clusters recorded on it, and those of no host (rows
+-- of code before migration 0024, whose host is unknown).
+SELECT name, kind, owner_app, spec, state, master_url, web_url, processes, error, created_at,
+       updated_at, host
+FROM clusters
+WHERE state IN ('STARTING', 'RUNNING', 'STOPPING') AND (host = :host OR host IS NULL)
+ORDER BY created_at, name;
 
 -- name: list_clusters
 SELECT name, kind, owner_app, spec, state, master_url, web_url, processes, error, created_at,
-       updated_at
+       updated_at, host
 FROM clusters WHERE :include_stopped = 1 OR state <> 'STOPPED'
 ORDER BY created_at, name;
 
