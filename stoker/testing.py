@@ -10,7 +10,10 @@ right before a sink's ``recover`` in recovery run at an attempt's ``start``, at 
 by the janitor's ``cleanup``. The Kafka sink's commit: ``kafka_in_txn`` (a transaction's rows
 produced, not committed) and ``kafka_after_txn`` (a transaction committed in Kafka, before the
 next one and before the store records the commit). The Delta sink's commit: ``delta_after_log``
-(the epoch's Delta commit in the table's log, before the store records it).
+(the epoch's Delta commit in the table's log, before the store records it). The Iceberg sink's
+commit: ``iceberg_before_catalog`` (the snapshot's manifests written, the catalog not yet
+pointing at them) and ``iceberg_after_commit`` (the catalog's commit done, before the store
+records it).
 
 ``stall_<step>:<epoch>`` (e.g. ``stall_after_prepare:2``) hangs there for ever instead: a
 driver that stops making progress with its parts prepared (a cancel timeout must kill it).
@@ -62,6 +65,8 @@ STEPS = (
     "kafka_in_txn",
     "kafka_after_txn",
     "delta_after_log",
+    "iceberg_before_catalog",
+    "iceberg_after_commit",
 )
 
 

@@ -1,5 +1,6 @@
 """Pipeline outputs with exactly-once two-phase commit: :func:`files`, :func:`postgres`,
-:func:`kafka`; and :func:`console` for development (at least once: it prints)."""
+:func:`kafka`, :func:`delta`, :func:`iceberg`; and :func:`console` for development (at least
+once: it prints)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stoker.errors import InvalidSink
+from stoker.sinks._iceberg_catalog import require_pyiceberg
 from stoker.sinks._pg_modes import check_key
 from stoker.sinks.base import Prepared, Recovered, SinkOwner, TwoPhaseSink
 from stoker.sinks.console import ConsoleSink
 from stoker.sinks.delta import DeltaSink, require_deltalake
 from stoker.sinks.files import FilesSink
+from stoker.sinks.iceberg import IcebergSink
 from stoker.sinks.kafka import KafkaSink, require_client
 from stoker.sinks.postgres import PostgresSink
 from stoker.types import Epoch
@@ -20,6 +23,7 @@ __all__ = [
     "ConsoleSink",
     "DeltaSink",
     "FilesSink",
+    "IcebergSink",
     "KafkaSink",
     "PostgresSink",
     "Prepared",
@@ -31,11 +35,12 @@ __all__ = [
     "descriptor_of",
     "files",
     "from_descriptor",
+    "iceberg",
     "kafka",
     "postgres",
 ]
 
-KINDS = ("files", "postgres", "console", "kafka", "delta")
+KINDS = ("files", "postgres", "console", "kafka", "delta", "iceberg")
 
 
 def files(path: str, format: str = "parquet", options: dict[str, str] | None = None) -> FilesSink:
@@ -145,6 +150,43 @@ def delta(
     )
 
 
+def iceberg(
+    catalog: str,
+    table: str,
+    warehouse: str | None = None,
+    key: str | Sequence[str] | None = None,
+    schema_mode: str | None = None,
+) -> IcebergSink:
+    """Each epoch committed to the Apache Iceberg table ``table`` (``namespace.name``) as one
+    snapshot, exactly once, through ``pyiceberg`` and its SQL catalog: no JVM jar. Readers
+    (pyiceberg, Spark or Trino with the same JDBC catalog, DuckDB over pyiceberg) see an
+    epoch whole once its snapshot is current, and never a file of an undecided attempt.
+
+    ``catalog`` is the catalog database's URL: ``sqlite:///path/catalog.db`` on one host,
+    ``postgresql://user:password@host/db`` for several (its password, as every secret, is
+    never logged or shown). ``warehouse`` is the folder (a path or ``file://`` URI, shared by
+    every host of the job) where data files go; default: ``warehouse/`` beside an SQLite
+    catalog's file, required with PostgreSQL.
+
+    The first epoch makes the table from its output (every column optional). Each snapshot's
+    summary carries ``stoker.uid``, ``stoker.sink`` and ``stoker.epoch``: a commit done again
+    finds its epoch there and adds nothing. ``output_mode='update'`` (or a ``key`` in append
+    mode) upserts each epoch's rows on ``key`` (pyiceberg's copy-on-write upsert; two rows of
+    a key in one epoch: the last written); ``complete`` replaces the table's files with each
+    epoch's. An output column the table lacks is refused (exit 2) unless
+    ``schema_mode='merge'``, which adds it. Unpartitioned tables only. Needs ``pyiceberg``
+    (``pip install 'stoker[iceberg]'``).
+    """
+    require_pyiceberg()
+    return IcebergSink(
+        catalog=catalog,
+        table=table,
+        warehouse=warehouse,
+        key=check_key(key),
+        schema_mode=schema_mode,
+    )
+
+
 def console(
     rows: int = 20, truncate: bool | int = True, allow_under_manager: bool = False
 ) -> ConsoleSink:
@@ -192,8 +234,18 @@ def _field(d: Mapping[str, Any], key: str, kind: str) -> str:
 
 def _build(
     d: Mapping[str, Any],
-) -> FilesSink | PostgresSink | ConsoleSink | KafkaSink | DeltaSink | None:
+) -> FilesSink | PostgresSink | ConsoleSink | KafkaSink | DeltaSink | IcebergSink | None:
     kind = d.get("kind")
+    if kind == "iceberg":
+        wh, mode = d.get("warehouse"), d.get("schema_mode")
+        return IcebergSink(
+            catalog=_field(d, "catalog", kind),
+            table=_field(d, "table", kind),
+            warehouse=wh if isinstance(wh, str) else None,
+            key=check_key(d.get("key")),
+            schema_mode=mode if isinstance(mode, str) else None,
+            name=_field(d, "name", kind),
+        )
     if kind == "delta":
         parts, mode = d.get("partition_by"), d.get("schema_mode")
         return DeltaSink(
