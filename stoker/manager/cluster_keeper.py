@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stoker import procs
 from stoker.errors import ClusterConflict, ClusterError, ClusterNotFound, InvalidInput, StokerError
 from stoker.manager import clusters
 from stoker.manager.cluster_records import app_cluster_name, cluster_spec_dict
@@ -47,10 +48,18 @@ class ClusterKeeper:
     own (a start takes tens of seconds): the supervisor's loop never waits for a JVM. One
     piece of work at a time per cluster name."""
 
-    def __init__(self, store: Store, state_dir: Path, budget: HostBudget | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        state_dir: Path,
+        budget: HostBudget | None = None,
+        host: str | None = None,
+    ) -> None:
         self.store = store
         self.state_dir = state_dir
         self.budget = budget or HostBudget()
+        # Whose budget the clusters it starts count against: this host's (a test names one).
+        self.host = host or procs.host_id()
         self._work: dict[str, threading.Thread] = {}
         self._retry: dict[str, float] = {}  # time.monotonic() of a failed stop's retry
         self._looked = float("-inf")
@@ -97,15 +106,20 @@ class ClusterKeeper:
             self.store.delete_cluster(name)  # an earlier run's: this run gets a fresh one
             rec = None
         if rec is None:
+            # Checked and recorded in one transaction of the store: the REST API or another
+            # manager cannot take the same room meanwhile.
+            admit = self.budget.admit_new(spec, f"application {app.job_id}'s own cluster")
             try:
-                self.budget.check_new(
-                    self.store.list_clusters(), spec, f"application {app.job_id}'s own cluster"
+                rec, created = self.store.create_cluster(
+                    name,
+                    ClusterKind.APP,
+                    cluster_spec_dict(spec),
+                    owner_app=app.job_id,
+                    host=self.host,
+                    admit=admit,
                 )
             except ClusterConflict as e:
                 raise CannotRun(str(e)) from None  # its restart strategy decides what next
-            rec, created = self.store.create_cluster(
-                name, ClusterKind.APP, cluster_spec_dict(spec), owner_app=app.job_id
-            )
             if created:
                 log.info("application %s: starting its cluster %s", app.job_id, name)
                 self._in_background(name, self._start, name, spec)

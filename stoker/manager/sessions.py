@@ -9,13 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stoker import procs
 from stoker.errors import ClusterConflict, ClusterError, ClusterNotFound, InvalidInput, JobNotFound
 from stoker.manager import clusters
 from stoker.manager.cluster_records import check_cluster_name, cluster_spec_dict, cluster_view
 from stoker.manager.cluster_start import start_recorded
 from stoker.manager.clusters.budget import HostBudget
+from stoker.manager.clusters.reserve import WorkerReservation
 from stoker.store import Store
-from stoker.store.fleet_records import ClusterProcess, ClusterRecord
+from stoker.store.fleet_records import ClusterRecord
 from stoker.types import ClusterKind, ClusterState, JobId, JobKind
 
 
@@ -26,10 +28,18 @@ class SessionClusters:
     address. Applications' own clusters are the leader's (``supervisor.py``); here they are
     only listed and looked at."""
 
-    def __init__(self, store: Store, folder: Path, budget: HostBudget | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        folder: Path,
+        budget: HostBudget | None = None,
+        host: str | None = None,
+    ) -> None:
         self.store = store
         self.folder = folder  # each cluster's logs and work folders: folder/<name>
         self.budget = budget or HostBudget()
+        # Whose budget its clusters count against: this host's (a test names one).
+        self.host = host or procs.host_id()
         self._lock = threading.Lock()
 
     def find(self, name: str) -> ClusterRecord | None:
@@ -54,7 +64,9 @@ class SessionClusters:
         cluster's view; a failure leaves it FAILED with the error (what was started is
         stopped again) and raises :class:`ClusterError`. A name in use by a cluster that is
         not STOPPED or FAILED is :class:`ClusterConflict`; sizes past the host's budget are
-        refused here, before anything is recorded."""
+        refused here, before anything is recorded: checked first as things are, then again
+        in the store's transaction that records the cluster (another manager may have taken
+        the room meanwhile)."""
         name = check_cluster_name(name if name is not None else f"cluster-{secrets.token_hex(3)}")
         spec = _session_spec(workers, cores, memory)
         with self._lock:
@@ -64,12 +76,18 @@ class SessionClusters:
                     f"cluster {name!r} exists ({old.state}): stop it first "
                     f"(stoker cluster stop {name}) or choose another name"
                 )
-            self.budget.check_new(self.store.list_clusters(), spec, f"cluster {name!r}")
+            what = f"cluster {name!r}"
+            # Refused now, an old record of its name is left as it is.
+            self.budget.check_new(self.store.host_clusters(self.host), spec, what)
             if old is not None:
                 self._stop_recorded(old)
                 self.store.delete_cluster(name)
             _rec, created = self.store.create_cluster(
-                name, ClusterKind.SESSION, cluster_spec_dict(spec)
+                name,
+                ClusterKind.SESSION,
+                cluster_spec_dict(spec),
+                host=self.host,
+                admit=self.budget.admit_new(spec, what),
             )
             if not created:
                 raise ClusterConflict(f"cluster {name!r} was just created by another call")
@@ -129,31 +147,36 @@ class SessionClusters:
         next free loopback address; answers once the master lists it ALIVE. Running
         applications get executors on it (those without ``spark.cores.max``)."""
         with self._lock, clusters.cluster_lock(name):
-            rec, c, m = self.check_add_worker(name, cores, memory)
-            before = list(rec.processes)
-            started: list[str] = []
-
-            def on_process(info: ClusterProcess) -> None:
-                # Recorded before the wait: a manager that dies now leaves it findable.
-                started.append(info.id)
-                self.store.change_cluster_processes(name, put=[info])
-
+            _rec, c, m = self.check_add_worker(name, cores, memory)
+            # Its room is taken in the store before its JVM starts: another manager's check
+            # counts it from now on.
+            hold = WorkerReservation(
+                self.store,
+                name,
+                host=self.host,
+                budget=self.budget,
+                count=1,
+                cores=c,
+                memory=m,
+                what=f"a worker for cluster {name!r}",
+            )
+            rec = hold.reserve()
             try:
                 info = clusters.add_worker(
                     str(rec.master_url),
                     str(rec.web_url),
-                    before,
+                    list(rec.processes),
                     self.folder / name,
                     c,
                     m,
-                    on_process=on_process,
+                    # Recorded before the wait: a manager that dies now leaves it findable.
+                    on_process=hold.on_process,
                 )
             except Exception:
-                # It was stopped again: its record goes (only it: another manager may have
-                # changed the list since).
-                self.store.change_cluster_processes(name, drop=started)
+                # It was stopped again: its record and its reservation go.
+                hold.release()
                 raise
-            rec = self.store.change_cluster_processes(name, put=[info])
+            rec = hold.done([info])
         return {"worker": info.to_json(), "cluster": cluster_view(rec)}
 
     def check_add_worker(
@@ -161,13 +184,14 @@ class SessionClusters:
     ) -> tuple[ClusterRecord, int, str]:
         """What :meth:`add_worker` would refuse at once (the cluster is not RUNNING, sizes
         out of range or past the host's budget), checked without starting anything; the
-        cluster and the new worker's cores and memory (default: the cluster's)."""
+        cluster and the new worker's cores and memory (default: the cluster's). The budget is
+        checked again when :meth:`add_worker` reserves the worker's room."""
         rec = self._running_cluster(name)
         c = int(rec.spec.get("cores", 1)) if cores is None else cores
         m = str(rec.spec.get("memory", "1g")) if memory is None else memory
         _session_spec(1, c, m)  # the same checks as a new cluster's workers
         self.budget.check(
-            self.store.list_clusters(),
+            self.store.host_clusters(self.host),
             clusters=0,
             workers=1,
             cores=c,

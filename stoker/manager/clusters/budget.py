@@ -3,11 +3,15 @@ many workers, and how much worker memory and how many worker cores in all.
 
 Without one, anything that may start a cluster could start them until the host swapped (a
 fuzzer against the API started 11 session clusters, 42 JVMs and about 10 GB, in 9 minutes).
-Every start is checked against what the store says runs now (clusters STARTING, RUNNING or
-STOPPING, of every manager: the store is the one place that knows them all): a session
-cluster, a worker added to one, an application's own cluster. A start over the budget is
-refused before any process starts, naming the budget, what it allows, what runs, and the
-``stoker server`` option that sets it.
+Every start is checked against what the store says runs now on this host (clusters STARTING,
+RUNNING or STOPPING, of every manager on it: the store is the one place that knows them all),
+and recorded in the transaction that checks it (``admit_new``, ``admit_workers``: the store
+runs such transactions one at a time), so two managers, or the REST API and the leader, never
+both take the last room: a session cluster, a worker added to one (``reserve.py``), an
+application's own cluster. Clusters another host's managers recorded on a shared store are
+that host's; those recorded with no host (by stoker before the host was recorded) count
+against every host's. A start over the budget is refused before any process starts, naming
+the budget, what it allows, what runs, and the ``stoker server`` option that sets it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from stoker.errors import ClusterConflict
 from stoker.manager.clusters.spec import ClusterSpec, memory_mb
 from stoker.store.fleet_records import ClusterRecord
+from stoker.store.protocols.fleet import Admit
 from stoker.types import ClusterState
 
 # Clusters whose processes run, or may: a FAILED one's were stopped when it failed.
@@ -86,6 +91,33 @@ class HostBudget:
             memory=spec.memory,
             what=what,
         )
+
+    def admit_new(self, spec: ClusterSpec, what: str) -> Admit:
+        """:meth:`check_new` as the store runs it, on the host's clusters read in the
+        transaction that records the new one (``Store.create_cluster``'s ``admit``)."""
+
+        def admit(live: list[ClusterRecord]) -> None:
+            self.check_new(live, spec, what)
+
+        return admit
+
+    def admit_workers(
+        self, cluster: str, *, workers: int, cores: int, memory: str, what: str
+    ) -> Admit:
+        """:meth:`check` of ``workers`` more workers for RUNNING ``cluster``, as the store runs
+        it in the transaction that reserves them (``Store.change_cluster_processes``'s
+        ``admit``); a cluster no longer RUNNING on this host is :class:`ClusterConflict` too."""
+
+        def admit(live: list[ClusterRecord]) -> None:
+            rec = next((c for c in live if c.name == cluster), None)
+            if rec is None or rec.state != ClusterState.RUNNING:
+                now = "not live on this host" if rec is None else str(rec.state)
+                raise ClusterConflict(
+                    f"cluster {cluster!r} is {now}: workers change on a RUNNING one"
+                )
+            self.check(live, clusters=0, workers=workers, cores=cores, memory=memory, what=what)
+
+        return admit
 
 
 @dataclass(frozen=True)
