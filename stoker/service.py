@@ -130,6 +130,7 @@ def serve(
             tick_s=scaler_tick,
             is_leader=lambda: supervisor.is_leader,
             background=True,
+            budget=cfg.budget,
         )
         if supervisor is not None and scaler_store is not None
         else None

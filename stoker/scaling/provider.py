@@ -13,8 +13,11 @@ import logging
 from pathlib import Path
 from typing import Any, Protocol
 
+from stoker import procs
 from stoker.errors import ClusterError
 from stoker.manager import clusters
+from stoker.manager.clusters.budget import HostBudget
+from stoker.manager.clusters.reserve import WorkerReservation
 from stoker.store import JobRecord, Store
 from stoker.store.fleet_records import ClusterProcess, ClusterRecord
 from stoker.types import ClusterState
@@ -64,6 +67,10 @@ class StandaloneProvider:
     the owner (its host is among the owner's reported executor hosts). Workers busy with other
     applications are never counted nor removed. Removal prefers idle workers, then the
     newest; a worker stoker did not start is never removed.
+
+    Workers are started within the host's cluster budget, their room reserved in the store
+    before their JVMs start (as the REST API's added workers are): past it, :meth:`ensure`
+    raises the budget's :class:`~stoker.errors.ClusterConflict` and starts none.
     """
 
     def __init__(
@@ -74,12 +81,16 @@ class StandaloneProvider:
         *,
         start_timeout: float = 120.0,
         remove_timeout: float = 120.0,
+        budget: HostBudget | None = None,
+        host: str | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
         self.folder = folder  # the cluster's logs and work folders (state_dir/clusters/<name>)
         self.start_timeout = start_timeout
         self.remove_timeout = remove_timeout
+        self.budget = budget or HostBudget()
+        self.host = host or procs.host_id()  # whose budget its workers count against
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "standalone", "cluster": self.cluster}
@@ -168,32 +179,38 @@ class StandaloneProvider:
         return usable, sorted(ours, key=order)
 
     def _add(self, rec: ClusterRecord, cores: int, memory: str, count: int) -> list[ClusterProcess]:
-        before = list(rec.processes)
-        started: dict[str, ClusterProcess] = {}
-
-        def on_process(info: ClusterProcess) -> None:
-            # In the store before the wait: a manager that dies now leaves them findable.
-            started[info.id] = info
-            self.store.change_cluster_processes(self.cluster, put=[info])
-
+        # Their room is taken in the store before their JVMs start: another manager's (or the
+        # REST API's) check counts them from now on; each JVM's record takes a placeholder's
+        # place, in the store before the wait (a manager that dies now leaves them findable).
+        hold = WorkerReservation(
+            self.store,
+            self.cluster,
+            host=self.host,
+            budget=self.budget,
+            count=count,
+            cores=cores,
+            memory=memory,
+            what=f"the scaler's {count} more worker(s) for cluster {self.cluster!r}",
+        )
+        rec = hold.reserve()
         try:
             infos = clusters.add_workers(
                 str(rec.master_url),
                 str(rec.web_url),
-                before,
+                list(rec.processes),
                 self.folder,
                 cores,
                 memory,
                 count,
                 timeout=self.start_timeout,
-                on_process=on_process,
+                on_process=hold.on_process,
             )
         except Exception:
-            # They were stopped again: their records go (only theirs: another manager may
-            # have changed the list since).
-            self.store.change_cluster_processes(self.cluster, drop=list(started))
+            # They were stopped again: their records and their reservations go (only
+            # theirs: another manager may have changed the list since).
+            hold.release()
             raise
-        self.store.change_cluster_processes(self.cluster, put=infos)
+        hold.done(infos)
         for info in infos:
             log.info("cluster %s: worker %s added (%s)", self.cluster, info.id, info.address)
         return infos

@@ -29,6 +29,7 @@ from typing import Any
 from stoker.errors import InvalidInput, InvalidTransition, StokerError
 from stoker.manager import clusters
 from stoker.manager.cluster_records import app_cluster_name
+from stoker.manager.clusters.budget import HostBudget
 from stoker.scalespec import ScalingSpec, parse_scaling
 from stoker.scaling.policy import (
     HOUR,
@@ -86,8 +87,12 @@ class Scaler:
         is_leader: Callable[[], bool] | None = None,
         providers: ProviderFor | None = None,
         background: bool = False,
+        budget: HostBudget | None = None,
     ) -> None:
         self.store = store
+        # The host's cluster budget: workers the scaler starts count against it, as the
+        # REST API's do (None: the default budget).
+        self.budget = budget
         self.state_dir = state_dir
         self.policy: ScalingPolicy = policy if policy is not None else DefaultPolicy()
         self.clock = clock
@@ -158,7 +163,9 @@ class Scaler:
             if spec.kind == "external":
                 return SparkExecutorsOnly(spec.master_url)
             name = app_cluster_name(owner.job_id) if spec.kind == "standalone" else str(spec.name)
-            return StandaloneProvider(self.store, name, self.state_dir / "clusters" / name)
+            return StandaloneProvider(
+                self.store, name, self.state_dir / "clusters" / name, budget=self.budget
+            )
         conf = owner.spec.get("conf") or {}
         master = str(conf.get("spark.master") or conf.get("stoker.master") or "local")
         if master.startswith("local"):

@@ -26,7 +26,9 @@ from stoker.errors import ClusterConflict, ClusterError
 from stoker.manager import clusters
 from stoker.manager.cluster_keeper import CannotRun, ClusterKeeper
 from stoker.manager.clusters.budget import HostBudget
+from stoker.manager.clusters.reserve import is_reserved
 from stoker.manager.sessions import SessionClusters
+from stoker.scaling.provider import StandaloneProvider
 from stoker.store import ClusterProcess, Store
 from stoker.types import ClusterState, JobKind, job_id
 from tests.integration.store.support import OpenStore, race
@@ -261,3 +263,45 @@ def test_a_worker_that_fails_to_start_gives_its_room_back(
     assert [p.id for p in store.get_cluster("c").processes] == ["worker-1"]
     monkeypatch.setattr(clusters, "add_worker", _fake_add_worker)
     assert sessions.add_worker("c")["cluster"]["workers"] == 2  # the room is free again
+
+
+def test_the_scalers_of_two_managers_stay_within_the_budget(
+    store: Store, open_new: OpenStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scaler started workers with no budget at all. Each of N leaders' scalers (one
+    cluster each; one cluster's changes are serialized in a process by its lock) wants two
+    more workers: a budget of N + 2 workers takes one of them whole, the rest are refused."""
+
+    def fake_add_workers(
+        master: str, web: str, procs: list[ClusterProcess], *args: Any, **kw: Any
+    ) -> list[ClusterProcess]:
+        folder, cores, memory, count = args
+        out: list[ClusterProcess] = []
+        for _ in range(count):
+            out.append(_fake_add_worker(master, web, [*procs, *out], folder, cores, memory, **kw))
+        return out
+
+    def status(web_url: str) -> dict[str, Any]:  # the one worker runs another's executors
+        return {"workers": [{"host": "127.0.0.2", "state": "ALIVE", "coresused": 1}]}
+
+    monkeypatch.setattr(clusters, "add_workers", fake_add_workers)
+    monkeypatch.setattr(clusters, "master_status", status)
+    for i in range(N):
+        _running(store, f"c{i}", "host-a")
+    spec = {"kind": "application", "cluster": "c0"}
+    owner, _ = store.create_job(job_id("etl"), "etl", spec, {}, kind=JobKind.APPLICATION)
+    budget = HostBudget(clusters=N, workers=N + 2)
+    providers = [
+        StandaloneProvider(st, f"c{i}", tmp_path / f"c{i}", budget=budget, host="host-a")
+        for i, st in enumerate(_managers(open_new, N, reads=("get_cluster",)))
+    ]
+
+    results = race(N, lambda i: providers[i].ensure(owner, 2))
+
+    done = [r for r in results if isinstance(r, dict)]
+    assert [len(r["added"]) for r in done] == [2], results
+    for r in _refusals([r for r in results if not isinstance(r, dict)]):
+        assert "the scaler's 2 more worker(s) for cluster 'c" in r
+        assert f"workers: {N + 2} in use + 2 asked > {N + 2} allowed" in r
+    workers = [p for c in store.host_clusters("host-a") for p in c.processes]
+    assert len(workers) == N + 2 and not any(is_reserved(p) for p in workers)
