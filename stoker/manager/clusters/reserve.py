@@ -11,7 +11,8 @@ What a crash at each step leaves:
 
 1. :meth:`WorkerReservation.reserve`: refused (nothing written) or the placeholders recorded.
    A manager that dies after it leaves placeholders: they name no process (a stop has nothing
-   to kill for them) and hold their room until the cluster stops.
+   to kill for them) and hold their room until the cluster stops, or until an operator takes
+   one out as any worker (``stoker cluster remove-worker NAME reserved-...``).
 2. :meth:`WorkerReservation.on_process` (a JVM started): its record replaces a placeholder.
 3. :meth:`WorkerReservation.done` (every worker ALIVE) or :meth:`WorkerReservation.release`
    (the start failed and what started was stopped): no placeholder is left.

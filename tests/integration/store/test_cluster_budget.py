@@ -26,7 +26,7 @@ from stoker.errors import ClusterConflict, ClusterError
 from stoker.manager import clusters
 from stoker.manager.cluster_keeper import CannotRun, ClusterKeeper
 from stoker.manager.clusters.budget import HostBudget
-from stoker.manager.clusters.reserve import is_reserved
+from stoker.manager.clusters.reserve import WorkerReservation, is_reserved
 from stoker.manager.sessions import SessionClusters
 from stoker.scaling.provider import StandaloneProvider
 from stoker.store import ClusterProcess, Store
@@ -305,3 +305,27 @@ def test_the_scalers_of_two_managers_stay_within_the_budget(
         assert f"workers: {N + 2} in use + 2 asked > {N + 2} allowed" in r
     workers = [p for c in store.host_clusters("host-a") for p in c.processes]
     assert len(workers) == N + 2 and not any(is_reserved(p) for p in workers)
+
+
+def test_a_reservation_a_dead_manager_left_holds_its_room_until_removed(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manager that died between its reservation and its JVM: the placeholder names no
+    process (a stop has nothing to kill for it) and holds its room; an operator takes it out
+    as any worker (``stoker cluster remove-worker NAME reserved-...``), and the room is free."""
+    _running(store, "c", "host-a")
+    budget = HostBudget(workers=2)
+    left = WorkerReservation(
+        store, "c", host="host-a", budget=budget, count=1, cores=1, memory="1g", what="w"
+    )
+    reserved = [p.id for p in left.reserve().processes if is_reserved(p)]
+    assert len(reserved) == 1  # ... and the manager is gone
+    sessions = SessionClusters(store, tmp_path, budget, host="host-a")
+    monkeypatch.setattr(clusters, "add_worker", _fake_add_worker)
+    with pytest.raises(ClusterConflict, match=r"workers: 2 in use \+ 1 asked > 2 allowed"):
+        sessions.add_worker("c")
+
+    sessions.remove_worker("c", reserved[0])
+
+    assert [p.id for p in store.get_cluster("c").processes] == ["worker-1"]
+    assert sessions.add_worker("c")["cluster"]["workers"] == 2
