@@ -21,7 +21,8 @@ lineage and its outputs before anything is written.
   would write those epochs' rows again. Refused, unless the user asks for exactly that
   (``--rewrite-output-after-savepoint``); a files sink is refused even then, as it never
   writes an epoch folder over an existing one, and so is a Delta sink (its txn marker holds
-  those epochs: their commits would be skipped).
+  those epochs: their commits would be skipped) or an Iceberg sink (the same, with the marker
+  in its snapshots' summaries).
 """
 
 from __future__ import annotations
@@ -48,6 +49,15 @@ log = logging.getLogger("stoker.savepoint")
 
 REWRITE_FLAG = "--rewrite-output-after-savepoint"
 REWRITE_FIELD = "rewrite_output_after_savepoint"
+
+# Sinks whose table marks each epoch committed for the job's uid, and skip a marked epoch.
+_MARKED = {
+    "delta": "a Delta sink never commits an epoch its table's txn marker already holds",
+    "iceberg": (
+        "an Iceberg sink never commits an epoch its table's snapshot marker (stoker.epoch in "
+        "the summary) already holds"
+    ),
+}
 
 
 # the lineage -------------------------------------------------------------------------------------
@@ -107,15 +117,17 @@ def outputs_ahead(
             "from a later savepoint, write to another folder, or delete the epoch folders "
             f"after the savepoint's from {', '.join(map(repr, files))} first",
         )
-    tables = [s.name for s, _ in ahead if descriptor_of(s).get("kind") == "delta"]
+    marked = [(s.name, str(descriptor_of(s).get("kind"))) for s, _ in ahead]
+    tables = [(name, kind) for name, kind in marked if kind in _MARKED]
     if tables:
-        # The restored job goes on under the savepoint's uid, so under the same txn app id:
-        # its commits of those epochs would be skipped as done, not written again.
+        # The restored job goes on under the savepoint's uid, so under the same marker (a
+        # Delta txn app id, an Iceberg snapshot's stoker.uid): its commits of those epochs
+        # would be skipped as done, not written again.
         raise InvalidInput(
             FIELD,
-            f"{went_on}: a Delta sink never commits an epoch its table's txn marker already "
-            "holds, so those epochs would not be written again; start from a later savepoint "
-            f"or write {', '.join(map(repr, tables))} to another table",
+            f"{went_on}: {_MARKED[tables[0][1]]}, so those epochs would not be written again; "
+            "start from a later savepoint or write "
+            f"{', '.join(repr(name) for name, _ in tables)} to another table",
         )
     if not rewrite:
         raise InvalidInput(

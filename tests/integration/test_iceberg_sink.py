@@ -284,6 +284,32 @@ def test_a_postgresql_catalog(spark: Any, tmp_path: Path, pg_dsn: str) -> None:
     assert "s3cr3t" not in json.dumps(redact_answer(descriptor_of(secret)))
 
 
+def test_a_restore_behind_the_table_is_refused_even_to_rewrite(tmp_path: Path) -> None:
+    """A savepoint of epoch 2 while the table's marker for the uid holds epoch 5: the restored
+    job (same uid, so the same marker) would have its commits of epochs 3..5 skipped, so the
+    restore is refused, also with --rewrite-output-after-savepoint."""
+    from stoker.errors import InvalidInput
+    from stoker.pipeline import Pipeline
+    from stoker.runtime.restore_checks import outputs_ahead
+    from stoker.sinks._iceberg_marker import marker
+
+    url, wh = catalog_url(tmp_path), tmp_path / "warehouse"
+    sink = iceberg(url, "db.t")
+    cat = reader(url, wh)
+    cat.create_namespace("db")
+    table = cat.create_table("db.t", schema=pa.schema([pa.field("id", pa.int64())]))
+    table.append(
+        pa.table({"id": pa.array([1], pa.int64())}),
+        snapshot_properties=marker(OWNER.uid, sink.name, 5, 1),
+    )
+    assert sink.committed_epochs(OWNER) == [5]
+    p = Pipeline("ijob").sink(sink)
+    for rewrite in (False, True):
+        with pytest.raises(InvalidInput, match="never commits an epoch its table's snapshot"):
+            outputs_ahead({"epoch": 2}, tmp_path / "sp", p, OWNER, rewrite)
+    assert outputs_ahead({"epoch": 5}, tmp_path / "sp", p, OWNER, False) == ()
+
+
 # real drivers ----------------------------------------------------------------------------------
 JOB = "iids"
 
