@@ -322,21 +322,41 @@ def failure_of(
     attempt records, read only when there are earlier failures. Their times are the ends of
     the job's counted failed attempts (see :func:`counted`), the latest ``failures`` of them:
     none from before the count was last set back by an explicit restart or a reset.
-    ``ran_for``: from the attempt's start to its end, or to ``now`` while it is not ended.
+    ``ran_for``: from the attempt's start (or, with earlier failures, that of the attempts it
+    took over without a failure: :func:`_run_started`) to its end, or to ``now`` while it is
+    not ended.
     """
     earlier: list[float] = []
+    started = None if failed is None else failed.started_at
     if failures:
+        past = list(attempts())
         ended = [
             a.ended_at
-            for a in attempts()
+            for a in past
             if counted(a)
             and (failed is None or a.attempt != failed.attempt)
             and a.ended_at is not None
         ]
         earlier = sorted(ended)[-failures:]
-    ran_for = 0.0 if failed is None else (failed.ended_at or now) - failed.started_at
+        if failed is not None:
+            started = _run_started(past, failed)
+    ran_for = 0.0 if failed is None or started is None else (failed.ended_at or now) - started
     seed = "" if failed is None else f"{failed.job_id}/{failed.attempt}"
     return Failure(failures, max(0.0, ran_for), now, tuple(earlier), seed)
+
+
+def _run_started(past: list[PastAttempt], failed: PastAttempt) -> float:
+    """When the run that ``failed`` ended began: its own start, or that of the attempts it
+    continued without a failure between (each SUPERSEDED by the next: a job re-adopted by
+    its application's next ``main``, issue 39 item 7), so that a healthy run's length is not
+    cut by a re-adoption."""
+    by_number = {a.attempt: a for a in past}
+    started = failed.started_at
+    n = failed.attempt - 1
+    while (prev := by_number.get(n)) is not None and prev.state == AttemptState.SUPERSEDED:
+        started = prev.started_at
+        n -= 1
+    return started
 
 
 def restart_decision(

@@ -124,6 +124,24 @@ def test_the_failing_attempt_and_older_failures_past_the_count_are_left_out() ->
     assert failure.ran_for == 1.0  # to its end, not to now
 
 
+def test_a_run_re_adopted_by_the_applications_next_main_is_one_healthy_run() -> None:
+    """Issue 39 item 7: a rerun of the application's main supersedes the job's attempt; the
+    run goes on, so the healthy time that forgives earlier failures counts from before it."""
+    past = [
+        _failed(1, 0.0, 5.0),
+        Att(2, AttemptState.SUPERSEDED, 6.0, 500.0, "superseded by a newer attempt"),
+        Att(3, AttemptState.SUPERSEDED, 500.0, 700.0, "superseded by a newer attempt"),
+        _failed(4, 700.0, 720.0),
+    ]
+    f = failure_of(1, past[-1], lambda: past, 720.0)
+    assert f.ran_for == 714.0  # from attempt 2's start, not attempt 4's (20 s)
+    d = restart_decision(FixedDelay(1, 1.0, reset_after=600.0), 1, past[-1], lambda: past, 720.0)
+    assert (d.delay, d.reset) == (1.0, True)  # forgiven, not the second failure in a row
+    # A failure in between ends the run: counted from the attempt after it.
+    past[1] = _failed(2, 6.0, 500.0)
+    assert failure_of(1, past[-1], lambda: past, 720.0).ran_for == 220.0
+
+
 def test_without_earlier_failures_the_attempts_are_not_read() -> None:
     failure = failure_of(0, Att(1, AttemptState.RUNNING, 4.0), _never_read, now=10.0)
     assert (failure.failures, failure.ran_for, failure.earlier) == (0, 6.0, ())
