@@ -63,11 +63,22 @@ class FailureCause(StrEnum):
     # The new code of an upgrade failed: the upgrade is rolled back to the old code, which did
     # not fail (stoker.manager.reconciler).
     UPGRADE_ROLLED_BACK = "upgrade-rolled-back"
+    # An application's program raised (its ``main``, or the file did not import): recorded by
+    # its driver, which keeps the application's jobs running until the job manager's strategy
+    # for the application has decided (runtime/appattempt.py).
+    MAIN_RAISED = "main-raised"
+    # The same, for bad input (the error's exit code 2): no restart can fix it.
+    MAIN_BAD_INPUT = "main-bad-input"
 
     @property
     def counted(self) -> bool:
         """Whether a failure of this cause uses up the job's restart budget."""
-        return self is FailureCause.JOB
+        return self in (FailureCause.JOB, FailureCause.MAIN_RAISED, FailureCause.MAIN_BAD_INPUT)
+
+    @property
+    def of_main(self) -> bool:
+        """Whether an application's program raised (its driver said so)."""
+        return self in (FailureCause.MAIN_RAISED, FailureCause.MAIN_BAD_INPUT)
 
 
 # Attempt records of code before the cause was recorded (migration 0023) keep an error text

@@ -161,7 +161,8 @@ class SqlBase:
         cause: str | None = None,
     ) -> bool:
         """End ``attempt`` as ``state`` inside ``cur``'s transaction; whether it moved.
-        ``cause``: whose failure it was (stoker.restart.FailureCause), for a FAILED end.
+        ``cause``: whose failure it was (stoker.restart.FailureCause), for a FAILED end; None:
+        the cause recorded while it ran (``note_main_raised``), else the job's own.
 
         The attempt's row is read (locked on PostgreSQL) and the move checked against
         ``ATTEMPT_TRANSITIONS``: a live attempt that may not become ``state`` is
@@ -174,10 +175,14 @@ class SqlBase:
         row = self._x(cur, "lock_attempt", job_id=job_id, attempt=attempt).fetchone()
         if row is None:
             return False
-        current = AttemptRecord.from_row(row).state
+        rec = AttemptRecord.from_row(row)
+        current = rec.state
         if current.ended:
             return False
         ATTEMPTS.check(current, state)
+        if cause is None and state == AttemptState.FAILED:
+            # What was recorded while it ran (an application's main raised), else the job's.
+            cause = rec.cause or "job"
         self._x(
             cur,
             "end_attempt",
@@ -187,7 +192,7 @@ class SqlBase:
             error=error,
             now=now,
             from_state=str(current),
-            cause=cause if cause is not None or state != AttemptState.FAILED else "job",
+            cause=cause,
         )
         return True
 

@@ -296,6 +296,8 @@ class AttemptsMixin(SqlBase):
         with self._tx() as cur:
             job = self._locked_job(cur, job_id)
             self._end_attempt_in(cur, job_id, attempt, attempt_state, error, now)
+            if job_state == JobState.CANCELED and error is None and job.state == JobState.CANCELING:
+                error = job.last_error  # why the cancel was asked for (fail_application)
             if job_state is not None and job.current_attempt == attempt and job.state != job_state:
                 current = job.state
                 if job_state == JobState.CANCELED and current == JobState.RUNNING:
@@ -307,6 +309,75 @@ class AttemptsMixin(SqlBase):
                 )
                 end_controls_in(self, cur, job_id, job_state, now)
             row = self._x(cur, "get_job", job_id=job_id).fetchone()
+        return JobRecord.from_row(row)
+
+    def note_main_raised(
+        self, app_id: JobId, attempt: AttemptNo, error: str, cause: FailureCause
+    ) -> bool:
+        with self._tx() as cur:
+            n = self._x(
+                cur,
+                "note_main_raised",
+                job_id=app_id,
+                attempt=attempt,
+                error=error,
+                cause=str(cause),
+            ).rowcount
+        return bool(n == 1)
+
+    def fail_application(
+        self, app_id: JobId, attempt: AttemptNo, error: str, jobs_why: str
+    ) -> JobRecord:
+        now = self.clock.now()
+        with self._tx() as cur:
+            app = self._locked_job(cur, app_id)
+            if app.current_attempt != attempt or app.state != JobState.RUNNING:
+                return app  # decided already (or canceled meanwhile): nothing again
+            # 1. Its jobs first, each asked to stop with the reason (a RUNNING one stops after
+            #    its epoch in flight, its driver being the application's). A crash of the
+            #    driver from here on leaves them CANCELING: the leader ends them CANCELED,
+            #    keeping the reason, once the application has ended.
+            rows = self._x(cur, "list_jobs", state=None, kind=str(JobKind.JOB), app_id=app_id)
+            for child in [JobRecord.from_row(r) for r in rows.fetchall()]:
+                if child.state.terminal or child.state == JobState.CANCELING:
+                    continue
+                target = (
+                    JobState.CANCELING if child.state == JobState.RUNNING else JobState.CANCELED
+                )
+                JOBS.check(child.state, target)
+                self._x(
+                    cur,
+                    "cancel_with_reason",
+                    job_id=child.job_id,
+                    state=str(target),
+                    why=jobs_why,
+                    now=now,
+                )
+                if target == JobState.CANCELED and child.current_attempt:
+                    self._end_attempt_in(
+                        cur, child.job_id, child.current_attempt, AttemptState.CANCELED, None, now
+                    )
+                end_controls_in(self, cur, child.job_id, target, now)
+            # 2. The application: CANCELING while its attempt is live (its driver ends it
+            #    FAILED once the jobs have stopped; if it dies, the leader does), else FAILED.
+            arow = self._x(cur, "lock_attempt", job_id=app_id, attempt=attempt).fetchone()
+            live = arow is not None and not AttemptRecord.from_row(arow).state.ended
+            target = JobState.CANCELING if live else JobState.FAILED
+            JOBS.check(app.state, target)
+            self._x(
+                cur,
+                "fail_job_attempt",
+                job_id=app_id,
+                state=str(target),
+                failures=app.failures + 1,
+                next_attempt_at=None,
+                error=error,
+                now=now,
+            )
+            if live:
+                self._x(cur, "request_cancel", job_id=app_id, state=str(target), now=now)
+            end_controls_in(self, cur, app_id, target, now)
+            row = self._x(cur, "get_job", job_id=app_id).fetchone()
         return JobRecord.from_row(row)
 
     def note_attempt_error(self, job_id: JobId, attempt: AttemptNo, error: str) -> bool:

@@ -60,7 +60,16 @@ def test_the_cause_of_a_failure_says_whose_it_was() -> None:
     assert cause_of(_failed(1, 0.0, 5.0, NEVER_LAUNCHED)) is FailureCause.NEVER_LAUNCHED
     assert cause_of(_failed(1, 0.0, 5.0, HANDOVER_LOST)) is FailureCause.HANDOVER_LOST
     assert cause_of(Att(1, AttemptState.FINISHED, 0.0, 5.0)) is None
-    assert [c for c in FailureCause if c.counted] == [FailureCause.JOB]
+    # An application's main that raised is the application's own failure (issue 39 item 7).
+    assert [c for c in FailureCause if c.counted] == [
+        FailureCause.JOB,
+        FailureCause.MAIN_RAISED,
+        FailureCause.MAIN_BAD_INPUT,
+    ]
+    assert [c for c in FailureCause if c.of_main] == [
+        FailureCause.MAIN_RAISED,
+        FailureCause.MAIN_BAD_INPUT,
+    ]
     assert not counted(_failed(1, 0.0, 5.0, HANDOVER_LOST))
 
 

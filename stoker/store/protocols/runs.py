@@ -114,7 +114,31 @@ class AttemptStore(Protocol):
         error: str | None = None,
     ) -> JobRecord:
         """End the attempt and, while it is current, move its job to ``job_state``: one
-        transaction. ``job_state`` None leaves the job to the job manager."""
+        transaction. ``job_state`` None leaves the job to the job manager. A job that ends
+        CANCELED without an ``error`` keeps the reason its cancel was asked for with
+        (:meth:`fail_application`)."""
+        ...
+
+    def note_main_raised(
+        self, app_id: JobId, attempt: AttemptNo, error: str, cause: FailureCause
+    ) -> bool:
+        """Record on a live application attempt that its program raised (``error``, and
+        ``cause``: :attr:`~stoker.restart.FailureCause.of_main`); the attempt stays live, its
+        driver keeping the application's jobs running until the job manager's restart
+        strategy for the application has decided. Whether it was recorded (False: the attempt
+        has ended or is not live)."""
+        ...
+
+    def fail_application(
+        self, app_id: JobId, attempt: AttemptNo, error: str, jobs_why: str
+    ) -> JobRecord:
+        """The application's restart strategy gave up after its program raised in
+        ``attempt``: one transaction, which does nothing unless the application is RUNNING
+        with ``attempt`` current (decided once). Every job of the application that has not
+        ended is canceled with ``jobs_why`` as its error (a RUNNING one CANCELING: its driver
+        stops it after its epoch in flight; the others CANCELED at once). The application,
+        its failure counted and ``error`` its error, goes CANCELING while ``attempt`` is live
+        (its driver ends it FAILED once the jobs have stopped), else FAILED at once."""
         ...
 
     def get_attempt(self, job_id: JobId, attempt: AttemptNo) -> AttemptRecord | None: ...

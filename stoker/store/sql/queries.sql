@@ -201,6 +201,12 @@ UPDATE attempts SET state = :state, error = :error, ended_at = :now, lease_expir
        cause = :cause
 WHERE job_id = :job_id AND attempt = :attempt AND state = :from_state;
 
+-- name: note_main_raised
+-- An application's program raised: said on its live attempt, which stays live (its driver
+-- keeps the jobs running until the job manager's strategy has decided).
+UPDATE attempts SET error = :error, cause = :cause
+WHERE job_id = :job_id AND attempt = :attempt AND state IN ('STARTING', 'RUNNING');
+
 -- name: insert_control_version
 INSERT INTO control_versions (job_id, version, config, state, reason, created_at)
 VALUES (:job_id, :version, :config, :state, :reason, :now);
@@ -322,6 +328,13 @@ WHERE job_id = :job_id AND attempt = :attempt;
 
 -- name: request_cancel
 UPDATE jobs SET state = :state, cancel_requested_at = :now, updated_at = :now,
+                resolved_at = CASE WHEN :state = 'CANCELED' THEN NULL ELSE resolved_at END,
+                settled = CASE WHEN :state = 'CANCELED' THEN 0 ELSE settled END
+WHERE job_id = :job_id;
+
+-- name: cancel_with_reason
+-- request_cancel with why it was asked for, kept as the job's error until it ends CANCELED.
+UPDATE jobs SET state = :state, cancel_requested_at = :now, updated_at = :now, last_error = :why,
                 resolved_at = CASE WHEN :state = 'CANCELED' THEN NULL ELSE resolved_at END,
                 settled = CASE WHEN :state = 'CANCELED' THEN 0 ELSE settled END
 WHERE job_id = :job_id;

@@ -20,6 +20,7 @@ from stoker.errors import (
     JobOwnedElsewhere,
     StaleAttempt,
 )
+from stoker.restart import FailureCause
 from stoker.store import AttemptRecord, EpochRecord, JobRecord, Store, _sql, open_store
 from stoker.types import (
     AttemptNo,
@@ -699,6 +700,79 @@ def test_restarting_an_ended_application_restarts_its_canceled_and_failed_jobs(
     assert store.get_job(elsewhere).state == JobState.CANCELED
     # A live application is returned as it is, its jobs untouched.
     assert store.restart_job(APP, APP_SPEC).state == JobState.RESTARTING
+
+
+# main raised (issue 39 item 7) ---------------------------------------------------------------
+def test_main_raised_is_recorded_on_the_live_attempt_and_kept_when_it_ends(
+    store: Store,
+) -> None:
+    running_app(store)
+    assert store.note_main_raised(APP, AttemptNo(1), "RuntimeError: boom", FailureCause.MAIN_RAISED)
+    att = store.get_attempt(APP, AttemptNo(1))
+    assert att is not None
+    assert (att.state, att.error, att.cause) == (
+        AttemptState.RUNNING,
+        "RuntimeError: boom",
+        "main-raised",
+    )
+    assert store.get_job(APP).state == JobState.RUNNING  # the leader's strategy decides
+    # Ended FAILED without a cause given, the recorded one stays.
+    store.finish_attempt(APP, AttemptNo(1), AttemptState.FAILED, None, "RuntimeError: boom")
+    att = store.get_attempt(APP, AttemptNo(1))
+    assert att is not None and (att.state, att.cause) == (AttemptState.FAILED, "main-raised")
+    # An ended attempt is not written again.
+    assert not store.note_main_raised(APP, AttemptNo(1), "x", FailureCause.MAIN_RAISED)
+
+
+def test_failing_an_application_cancels_its_jobs_with_the_reason_once(store: Store) -> None:
+    """One transaction: every live job of the application canceled naming why (a RUNNING one
+    CANCELING, the others CANCELED at once), the application CANCELING with its error while
+    its attempt is live, its failure counted; a second call changes nothing. A job that then
+    ends CANCELED keeps the reason."""
+    running_app(store)
+    app_job(store)
+    store.start_attempt(APP_JOB, OWNER, LONG, AttemptNo(0), app_attempt=AttemptNo(1))
+    waiting = job_id("app-1.waiting")
+    app_job(store, waiting)
+    done = job_id("app-1.done")
+    app_job(store, done)
+    store.start_attempt(done, OWNER, LONG, AttemptNo(0), app_attempt=AttemptNo(1))
+    store.finish_attempt(done, AttemptNo(1), AttemptState.FINISHED, JobState.FINISHED)
+    why = "application app-1's main raised: RuntimeError: boom"
+
+    app = store.fail_application(APP, AttemptNo(1), "RuntimeError: boom", why)
+
+    assert (app.state, app.failures, app.last_error) == (
+        JobState.CANCELING,
+        1,
+        "RuntimeError: boom",
+    )
+    job = store.get_job(APP_JOB)
+    assert (job.state, job.last_error) == (JobState.CANCELING, why)
+    assert (store.get_job(waiting).state, store.get_job(waiting).last_error) == (
+        JobState.CANCELED,
+        why,
+    )
+    assert store.get_job(done).state == JobState.FINISHED
+    assert store.fail_application(APP, AttemptNo(1), "again", "again").failures == 1
+    store.finish_attempt(APP_JOB, AttemptNo(1), AttemptState.CANCELED, JobState.CANCELED)
+    assert (store.get_job(APP_JOB).state, store.get_job(APP_JOB).last_error) == (
+        JobState.CANCELED,
+        why,
+    )
+    store.finish_attempt(APP, AttemptNo(1), AttemptState.FAILED, JobState.FAILED, "boom")
+    assert store.get_job(APP).state == JobState.FAILED
+
+
+def test_failing_an_application_whose_attempt_ended_fails_it_at_once(store: Store) -> None:
+    running_app(store)
+    store.finish_attempt(APP, AttemptNo(1), AttemptState.FAILED, None, "RuntimeError: boom")
+    app = store.fail_application(APP, AttemptNo(1), "RuntimeError: boom", "why")
+    assert (app.state, app.failures, app.last_error) == (
+        JobState.FAILED,
+        1,
+        "RuntimeError: boom",
+    )
 
 
 def _seen(store: Store) -> tuple[int, float]:
