@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from stoker.errors import EXIT_CODES, InvalidInput, JobNotFound, NotLeader, StokerError
+from stoker.errortext import one_line
 from stoker.leases import FALLBACK_TTL, LeaseWatch
 from stoker.manager.dispatch import Dispatcher, StartFailed
 from stoker.manager.launcher import DriverLauncher
@@ -137,6 +138,11 @@ class JobReconciler:
             if why is not None:
                 self.fail(job, attempt, why)
                 self._take_over(job.job_id)
+            elif job.state == JobState.RUNNING and _main_raised(attempt):
+                # An application's program raised; its driver keeps the jobs running and
+                # waits for this: the strategy's decision, taken once (see fail).
+                self.fail(job, attempt, attempt.error or "the application's main raised")
+                self._take_over(job.job_id)
             elif job.state == JobState.CANCELING:
                 self._enforce_cancel(job, attempt, now)
         elif attempt.state == AttemptState.FAILED:
@@ -242,7 +248,12 @@ class JobReconciler:
         failed, CANCELED otherwise."""
         if app is not None and not app.state.terminal:
             return
-        if app is None:
+        if job.state == JobState.CANCELING:
+            # Asked to stop (its application's main raised, a cancel): it ends CANCELED,
+            # keeping the reason it was asked with; its driver was the application's.
+            ended = "is gone" if app is None else f"ended {app.state}"
+            target, why = JobState.CANCELED, job.last_error or f"application {job.app_id} {ended}"
+        elif app is None:
             target, why = JobState.FAILED, f"application {job.app_id} is gone"
         elif app.state == JobState.FAILED:
             target = JobState.FAILED
@@ -314,6 +325,11 @@ class JobReconciler:
         retried three times)."""
         if self._roll_back(job, attempt, why):
             return
+        if _main_raised(attempt):
+            why = attempt.error or why  # main's error, not how its driver ended after it
+            if job.state == JobState.CANCELING:
+                self._end_main_raised(job, attempt, why)
+                return
         strategy = parse_strategy(job.spec.get("restart_strategy"))
         now = self.store.clock.now()
         decision = restart_decision(
@@ -324,9 +340,15 @@ class JobReconciler:
             # A warm standby takes over at once: the delay spares a host a loop of Spark
             # starts, and a handover starts none (a new standby warms in the background).
             delay = 0.0
-        if self.launcher.exit_code(job.job_id, attempt.attempt) == EXIT_BAD_INPUT:
+        if (
+            self.launcher.exit_code(job.job_id, attempt.attempt) == EXIT_BAD_INPUT
+            or attempt.cause == FailureCause.MAIN_BAD_INPUT
+        ):
             delay = None
             why = f"{why}; bad input: a restart cannot fix it (fix it, then restart the job)"
+        if delay is None and _main_raised(attempt) and job.state == JobState.RUNNING:
+            self._give_up_main(job, attempt, why)
+            return
         # attempt_failed counts the failure only if this call moves the job on: a second
         # manager that briefly also thinks it leads counts nothing again.
         after = self.store.attempt_failed(
@@ -334,6 +356,7 @@ class JobReconciler:
             attempt.attempt,
             why,
             None if delay is None else now + delay,
+            cause=_cause(attempt),
             reset=decision.reset,
         )
         log.warning(
@@ -345,6 +368,46 @@ class JobReconciler:
         )
         # Nothing of a failed attempt may keep running: not when the job has ended, and not
         # beside the next attempt (a driver whose lease lapsed in a slow start is alive).
+        self.launcher.kill(attempt.owner)
+
+    def _give_up_main(self, job: JobRecord, attempt: AttemptRecord, why: str) -> None:
+        """The application's strategy gave up after its ``main`` raised: its jobs are canceled
+        with the reason and the application goes CANCELING, in one transaction (the decision,
+        recorded once: a later step or another leader reads it, and decides nothing again).
+        A driver still alive stops each job after its epoch in flight and ends the application
+        FAILED; it is not killed here (a cancel that does not end in time is, as any cancel).
+        Its attempt ended already (the driver exited): the application is FAILED at once."""
+        after = self.store.fail_application(
+            job.job_id,
+            attempt.attempt,
+            why,
+            f"application {job.job_id}'s main raised: " + one_line(why),
+        )
+        log.warning(
+            "application %s: attempt %d: main raised (%s) and the restart strategy gives up: "
+            "its jobs are canceled; the application is now %s",
+            job.job_id,
+            attempt.attempt,
+            one_line(why),
+            after.state,
+        )
+        if after.state.terminal:
+            self.launcher.kill(attempt.owner)
+
+    def _end_main_raised(self, job: JobRecord, attempt: AttemptRecord, why: str) -> None:
+        """An application whose ``main`` raised, CANCELING (its strategy gave up, or a cancel
+        came meanwhile), whose driver is gone or has ended its attempt: it ends FAILED with
+        main's error, no strategy asked again and no failure counted again. Its jobs still
+        live end CANCELED once it has (:meth:`tend_in_app`)."""
+        after = self.store.finish_attempt(
+            job.job_id, attempt.attempt, AttemptState.FAILED, JobState.FAILED, why
+        )
+        log.warning(
+            "application %s: attempt %d ended after main raised; the application is now %s",
+            job.job_id,
+            attempt.attempt,
+            after.state,
+        )
         self.launcher.kill(attempt.owner)
 
     def _roll_back(self, job: JobRecord, attempt: AttemptRecord, why: str) -> bool:
@@ -377,7 +440,25 @@ class JobReconciler:
             return
         log.warning("job %s: cancel timed out, killing attempt %d", job.job_id, attempt.attempt)
         self.launcher.kill(attempt.owner)
+        if _main_raised(attempt):  # it ends FAILED with main's error all the same
+            self._end_main_raised(job, attempt, attempt.error or "killed: cancel timed out")
+            return
         self.store.attempt_failed(job.job_id, attempt.attempt, "killed: cancel timed out", None)
+
+
+def _main_raised(attempt: AttemptRecord) -> bool:
+    """Whether the attempt's driver said its application's program raised (its cause)."""
+    try:
+        return attempt.cause is not None and FailureCause(attempt.cause).of_main
+    except ValueError:  # a cause of newer code
+        return False
+
+
+def _cause(attempt: AttemptRecord) -> FailureCause:
+    """The cause to end a failed attempt with: what its driver said of it, else the job's."""
+    if attempt.cause is not None and _main_raised(attempt):
+        return FailureCause(attempt.cause)
+    return FailureCause.JOB
 
 
 def _waiting_since(job: JobRecord) -> float:
