@@ -9,6 +9,7 @@ URL may hold a password: it is only ever shown through :func:`stoker.redact.reda
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,11 @@ class Where:
     @property
     def identifier(self) -> str:
         return f"{self.namespace}.{self.name}"
+
+    @property
+    def sqlite_file(self) -> Path | None:
+        """The SQLite catalog's file (None for PostgreSQL)."""
+        return Path(self.url.removeprefix("sqlite:///")) if self.url.startswith("sqlite:") else None
 
     def shown(self) -> str:
         """The catalog as logs and answers show it: no password."""
@@ -124,9 +130,30 @@ def local_folder(location: str, field: str) -> Path:
     return Path(location).expanduser().resolve()
 
 
+def check_writable(where: Where) -> None:
+    """Refuse an SQLite catalog whose file cannot be made (its nearest existing folder is not
+    writable), without making anything."""
+    file = where.sqlite_file
+    if file is None or file.exists():
+        return
+    probe = file.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise InvalidSink(
+            "iceberg.catalog",
+            f"the SQLite catalog {str(file)!r} cannot be made: no folder "
+            f"to write it in ({str(probe)!r} is not writable)",
+        )
+
+
 def open_catalog(where: Where) -> Any:
-    """pyiceberg's SqlCatalog for ``where`` (its tables are created on first use)."""
+    """pyiceberg's SqlCatalog for ``where`` (its tables, and an SQLite catalog's folder, are
+    made on first use)."""
     from pyiceberg.catalog.sql import SqlCatalog
+
+    if where.sqlite_file is not None:
+        where.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
 
     try:
         return SqlCatalog(CATALOG_NAME, uri=where.url, warehouse=where.warehouse)

@@ -44,6 +44,7 @@ from stoker.sinks._iceberg_catalog import (
     FIELD,
     Where,
     check_table,
+    check_writable,
     load,
     open_catalog,
     parse,
@@ -157,6 +158,11 @@ class IcebergSink:
         return self._catalog
 
     def _table(self) -> Any:
+        """The table as the catalog holds it now; None when there is none (an SQLite catalog
+        not made yet holds none: it is not made for asking)."""
+        file = self._where.sqlite_file
+        if file is not None and not file.exists():
+            return None
         return load(self._cat(), self._where)
 
     def validate(self, owner: SinkOwner) -> None:
@@ -166,6 +172,7 @@ class IcebergSink:
             raise InvalidSink(
                 "iceberg.schema_mode", f"must be None or 'merge', got {self.schema_mode!r}"
             )
+        check_writable(self._where)
         table = self._table()
         if table is not None:
             check_table(table, self._where)

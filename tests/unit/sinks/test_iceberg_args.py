@@ -89,6 +89,24 @@ def test_a_bad_schema_mode_is_refused_at_validate(tmp_path: Path) -> None:
     assert e.value.field == "iceberg.schema_mode"
 
 
+def test_an_sqlite_catalog_not_made_yet(tmp_path: Path) -> None:
+    """validate makes nothing and refuses a catalog file that cannot be made, naming it;
+    open makes its folder and the catalog; a sink asks a catalog not made yet for nothing."""
+    url = f"sqlite:///{tmp_path / 'new' / 'deeper' / 'catalog.db'}"
+    sink = sinks.iceberg(url, "db.t")
+    sink.validate(OWNER)
+    assert not (tmp_path / "new").exists()
+    assert sink.committed_epochs(OWNER) == []
+    assert not (tmp_path / "new").exists()
+    sink.open(OWNER, tmp_path)
+    assert (tmp_path / "new" / "deeper" / "catalog.db").is_file()
+    (tmp_path / "file").write_text("x")
+    blocked = sinks.iceberg(f"sqlite:///{tmp_path / 'file' / 'catalog.db'}", "db.t")
+    with pytest.raises(InvalidSink, match="cannot be made") as e:
+        blocked.validate(OWNER)
+    assert e.value.field == "iceberg.catalog"
+
+
 def test_the_password_is_never_shown_and_the_descriptor_rebuilds_the_sink() -> None:
     sink = sinks.iceberg(PG, "db.t", warehouse="/shared/wh", key="k")
     sink.accept_output_mode("update")
