@@ -13,7 +13,9 @@ next one and before the store records the commit). The Delta sink's commit: ``de
 (the epoch's Delta commit in the table's log, before the store records it). The Iceberg sink's
 commit: ``iceberg_before_catalog`` (the snapshot's manifests written, the catalog not yet
 pointing at them) and ``iceberg_after_commit`` (the catalog's commit done, before the store
-records it).
+records it). An application driver whose ``main`` raised: ``app_main_raised`` (main's error
+recorded on the attempt, before the job manager's decision) and ``app_canceling_jobs`` (the
+restart strategy gave up and the jobs were asked to cancel, before they have stopped).
 
 ``stall_<step>:<epoch>`` (e.g. ``stall_after_prepare:2``) hangs there for ever instead: a
 driver that stops making progress with its parts prepared (a cancel timeout must kill it).
@@ -67,6 +69,8 @@ STEPS = (
     "delta_after_log",
     "iceberg_before_catalog",
     "iceberg_after_commit",
+    "app_main_raised",
+    "app_canceling_jobs",
 )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from stoker import errortext
 from stoker.cli._common import (
     Duration,
     client,
@@ -127,9 +128,18 @@ def _follow(c: Any, aid: str, poll: float, quiet: bool) -> dict[str, Any]:
             say(f"application {aid}: {view['state']}{extra}")
         if view["state"] in _TERMINAL:
             if view.get("error"):
-                click.echo(f"application {aid}: {view['error']}", err=True)
+                click.echo(f"application {aid}: {_error_line(aid, view['error'])}", err=True)
             return view
         time.sleep(poll)
+
+
+def _error_line(aid: str, error: str) -> str:
+    """An application's error on one line: the exception first and where the program raised
+    it (its ``main``'s traceback is in the error), and how to see the whole of it."""
+    line = errortext.one_line(error)
+    if line != error.strip():
+        line += f" (the whole error: stoker app status {aid} --json)"
+    return line
 
 
 def _follow_live(c: Any, aid: str, poll: float, live: LiveView) -> dict[str, Any]:
@@ -153,7 +163,7 @@ def _follow_live(c: Any, aid: str, poll: float, live: LiveView) -> dict[str, Any
         live.update(render_view(title, statuses))
         if view["state"] in _TERMINAL:
             if view.get("error"):
-                live.say(f"application {aid}: {view['error']}")
+                live.say(f"application {aid}: {_error_line(aid, view['error'])}")
             return view
         time.sleep(poll)
 

@@ -18,7 +18,9 @@ from pathlib import Path
 from types import FrameType
 
 from stoker.errors import (
+    EXIT_CODES,
     DriverLost,
+    InvalidInput,
     InvalidTransition,
     JobFailed,
     JobSuspended,
@@ -26,21 +28,28 @@ from stoker.errors import (
     StokerError,
     exit_code,
 )
+from stoker.errortext import one_line
 from stoker.redact import redact_text
+from stoker.restart import FailureCause
 from stoker.runtime import application, launch
 from stoker.runtime.attempt import LeaseKeeper
 from stoker.runtime.session import jvm_gone
 from stoker.store import AttemptRecord, Store
+from stoker.testing import fault_point
 from stoker.types import AttemptNo, AttemptState, JobState
 
 log = logging.getLogger("stoker.appdriver")
 
 WATCH_S = 0.2  # how often the application's record is read (cancel, a newer attempt)
+# How long a driver whose main raised keeps its jobs running for the leader's decision (one
+# tick, mostly; a leader's failover or a long first tick after an upgrade take longer).
+VERDICT_WAIT = 120.0
 FENCED_GRACE_S = 10.0  # how long fenced jobs get to stop their queries before the exit
 EXIT_FENCED = exit_code(StaleAttempt(""))
 EXIT_FAILED = exit_code(JobFailed(""))
 EXIT_SUSPENDED = exit_code(JobSuspended())
 EXIT_DRIVER_LOST = exit_code(DriverLost(""))
+EXIT_BAD_INPUT = EXIT_CODES[InvalidInput]
 
 
 class AppSignals:
@@ -175,14 +184,7 @@ class AttemptDriver:
             and not self._stopping()
             and app.failing is None
         ):
-            # The leader's restart strategy for the application decides; the jobs keep
-            # running until this process exits (the next attempt re-adopts them).
-            text = _describe(error)
-            log.error("application %s: the program failed: %s", app.app_id, text)
-            if not isinstance(error, StokerError):
-                traceback.print_exception(error)
-            self._end(AttemptState.FAILED, None, text)
-            return exit_code(error) if isinstance(error, StokerError) else 1
+            return self._main_raised(error)
         self._drain()
         app.stop_resource_watch()  # its jobs are over: nothing more to report or to apply
         if app.fenced() is not None:
@@ -199,6 +201,91 @@ class AttemptDriver:
             return EXIT_FAILED
         self._end(AttemptState.FINISHED, JobState.FINISHED, None)
         return 0
+
+    def _main_raised(self, error: BaseException) -> int:
+        """The program raised: the job manager's restart strategy for the application decides,
+        once, while this process keeps the application's jobs running (nothing is counted
+        against them). The error and its cause are recorded on the attempt, which stays live;
+        then, as the leader has decided:
+
+        1. a new attempt comes (the application RESTARTING, this attempt ended): the leader
+           kills this process; the next attempt's ``main`` re-adopts the jobs;
+        2. the strategy gave up (the application CANCELING, its jobs too, with the reason, in
+           the leader's one transaction): each job stops after its epoch in flight, then the
+           attempt and the application end FAILED with main's error. Killed in between, the
+           leader ends the application FAILED and the jobs CANCELED (their sinks resolved by
+           its janitor): the decision was recorded before anything acted on it.
+
+        No job running here (main raised before any, or they ended), the store unwritable, a
+        signal or no leader's decision within ``VERDICT_WAIT``: the attempt ends FAILED and the
+        process exits, the leader's strategy deciding from that (a give-up ends the jobs still
+        recorded live CANCELED, naming main)."""
+        app = self.app
+        text = _main_error(error)
+        code = exit_code(error) if isinstance(error, StokerError) else 1
+        log.error("application %s: the program failed: %s", app.app_id, one_line(text))
+        if not isinstance(error, StokerError):
+            traceback.print_exception(error)
+        cause = FailureCause.MAIN_BAD_INPUT if code == EXIT_BAD_INPUT else FailureCause.MAIN_RAISED
+        try:
+            noted = self.store.note_main_raised(app.app_id, app.attempt, text, cause)
+        except StokerError as e:
+            log.warning("application %s: recording main's error failed: %s", app.app_id, e)
+            noted = False
+        if noted:
+            fault_point("app_main_raised")
+        if noted and app.running():
+            log.info(
+                "application %s: its jobs go on while the job manager's restart strategy "
+                "decides whether main runs again",
+                app.app_id,
+            )
+            if self._await_verdict():
+                return self._cancel_after_main(text, code)
+            if app.fenced() is not None:  # a new attempt comes: nothing here is ours to end
+                return code
+            self._drain()  # a signal: every job suspends after its epoch in flight
+        self._end(AttemptState.FAILED, None, text)
+        return code
+
+    def _await_verdict(self) -> bool:
+        """Wait for the leader's decision on main's error: True when its strategy gave up
+        (the application CANCELING, seen by the watcher); False for a new attempt (this one
+        fenced), a signal, the JVM lost, or none within ``VERDICT_WAIT``."""
+        app = self.app
+        deadline = time.monotonic() + VERDICT_WAIT
+        while app.fenced() is None and not app.stopped() and app.driver_lost is None:
+            if app.canceling:
+                return True
+            if time.monotonic() > deadline:
+                log.warning(
+                    "application %s: no decision of a job manager within %.0f s: the attempt "
+                    "ends FAILED and the leader decides from that",
+                    app.app_id,
+                    VERDICT_WAIT,
+                )
+                return False
+            time.sleep(WATCH_S)
+        return False
+
+    def _cancel_after_main(self, text: str, code: int) -> int:
+        """The strategy gave up: every job stops after its epoch in flight (the leader asked
+        each to, naming main), then the attempt and the application end FAILED with main's
+        error."""
+        app = self.app
+        log.error(
+            "application %s: the restart strategy gives up on main's error: its jobs are "
+            "canceled gracefully, then it ends FAILED",
+            app.app_id,
+        )
+        fault_point("app_canceling_jobs")
+        self._drain()
+        app.stop_resource_watch()
+        if app.fenced() is not None:
+            log.error("application %s: fenced off, exiting: %s", app.app_id, app.fenced())
+            return EXIT_FENCED
+        self._end(AttemptState.FAILED, JobState.FAILED, text)
+        return code
 
     def _stopping(self) -> bool:
         """A cancel or a signal is under way: an error of the program is its consequence."""
@@ -338,6 +425,17 @@ def _failures(app: application.Application) -> list[str]:
         elif h.result is not None and h.result.state == JobState.FAILED:
             out.append(f"job {h.job_id} failed")
     return out
+
+
+def _main_error(err: BaseException) -> str:
+    """The program's error as the attempt and the application record it: its type and
+    message first, then where it was raised (the traceback's innermost frames), as a job's
+    error is (``runtime/job/ending.recorded``); a stoker error by its type and message."""
+    if isinstance(err, StokerError) or err.__traceback__ is None:
+        return _describe(err)
+    from stoker.runtime.job.ending import recorded
+
+    return redact_text(recorded(err))[:4000]
 
 
 def _describe(err: BaseException, named: bool = True) -> str:

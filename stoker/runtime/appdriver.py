@@ -23,9 +23,17 @@ them. How the attempt ends:
   FAILED naming the job, whether ``main`` waited on that job, on another or on none; the
   application's restart strategy is not used (the job's was);
 - the program raised (an application file that does not import, an error of ``main``): the
-  attempt ends FAILED with the error and the job manager's restart strategy for the
-  application decides. The jobs are not stopped first: the process exits under them, and the
-  next attempt re-adopts them (``main`` runs again; ended jobs are not run again);
+  job manager's restart strategy for the application decides, once, as Flink's application
+  mode has it. The error (its type and message first, then where it was raised) and its cause
+  are recorded on the attempt, which stays live, and the jobs keep running meanwhile
+  (``appattempt.AttemptDriver._main_raised``). When the strategy runs ``main`` again, the
+  leader ends this attempt and kills the process; the next attempt re-adopts the jobs (ended
+  jobs are not run again) and nothing is counted against them. When it gives up, the leader
+  cancels every job of the application naming why ("application A's main raised: ...") and
+  makes the application CANCELING in one store transaction; each job here stops after its
+  epoch in flight, then the attempt and the application end FAILED with main's error. No job
+  running here, or no decision within ``appattempt.VERDICT_WAIT``: the attempt ends FAILED at
+  once and the process exits, the leader deciding from that;
 - the driver's JVM died: the same, exit 17, without using up any job's strategy (a job's
   restart in this process would reuse the dead SparkSession);
 - the application was canceled (its record CANCELING): every job is canceled gracefully,

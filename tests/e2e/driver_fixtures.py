@@ -233,15 +233,20 @@ class World:
 
 @contextlib.contextmanager
 def one_manager(
-    root: Path, extra_args: list[str] | None = None, app_files: Iterable[str] = APP_FILES
+    root: Path,
+    extra_args: list[str] | None = None,
+    app_files: Iterable[str] = APP_FILES,
+    env: dict[str, str] | None = None,
 ) -> Iterator[World]:
-    """A job manager on a SQLite store in ``root`` (``extra_args`` on its command line), the
-    application files ``app_files`` in its allowed folder; on exit it is stopped with every
-    process it or its drivers started."""
+    """A job manager on a SQLite store in ``root`` (``extra_args`` on its command line, ``env``
+    added to its environment and so its drivers'), the application files ``app_files`` in its
+    allowed folder; on exit it is stopped with every process it or its drivers started."""
     apps = copy_apps(root / "apps", app_files)
     state = root / "state"
     store = f"sqlite:///{root / 'store.db'}"
-    m = Manager("driver-mode", store, state, [apps], root / "manager.log", extra_args=extra_args)
+    m = Manager(
+        "driver-mode", store, state, [apps], root / "manager.log", env=env, extra_args=extra_args
+    )
     world = World(root, apps, root / "out", state, m, StoreView(str(root / "store.db")))
     try:
         m.wait_up()
