@@ -197,7 +197,7 @@ def app_group() -> None:
 
 def print_status(view: dict[str, Any]) -> None:
     """An application's view in a few lines: state, driver attempt, cluster, its jobs."""
-    err = f"  ({view['error']})" if view.get("error") else ""
+    err = f"  ({errortext.one_line(view['error'])})" if view.get("error") else ""
     click.echo(f"application {view['app_id']}")
     click.echo(f"state       {view['state']}{err}")
     current = next((a for a in view["attempts"] if a["attempt"] == view["attempt"]), None)
@@ -207,8 +207,8 @@ def print_status(view: dict[str, Any]) -> None:
             f"attempt     {current['attempt']} {current['state']}{where}, "
             f"started {when(current['started_at'])}"
         )
-        if current.get("error"):
-            click.echo(f"  error     {current['error']}")
+        if current.get("error"):  # main's error: its traceback whole with --json
+            click.echo(f"  error     {_error_line(view['app_id'], current['error'])}")
     cl = view["cluster"]
     detail = [str(x) for x in (cl.get("name"), cl.get("state"), cl.get("master_url")) if x]
     if cl.get("workers") is not None:
