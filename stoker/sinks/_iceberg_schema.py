@@ -21,6 +21,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("stoker.sinks.iceberg")
 
 _TRIES = 10
+# A table the sink makes gets one commit per epoch: manifests merged as they pile up (pyiceberg's
+# merge append, Iceberg's default in Java), and old metadata files deleted after each commit
+# (the newest 100 kept), so that neither grows with the epochs.
+NEW_TABLE = {
+    "commit.manifest-merge.enabled": "true",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+}
 
 
 def plain(t: pa.DataType) -> pa.DataType:
@@ -113,7 +121,9 @@ def ready_table(catalog: Any, where: Where, out: pa.Schema, schema_mode: str | N
             optional = pa.schema([f.with_nullable(True) for f in out])
             try:
                 catalog.create_namespace_if_not_exists(where.namespace)
-                table = catalog.create_table(where.identifier, schema=optional)
+                table = catalog.create_table(
+                    where.identifier, schema=optional, properties=NEW_TABLE
+                )
                 log.info("iceberg: created table %s in %s", where.identifier, where.shown())
             except TableAlreadyExistsError:
                 continue  # made meanwhile by another writer: read it

@@ -85,6 +85,7 @@ SCHEMA_MODES = (None, "merge")
 _INTENTS = re.compile(r"^(\d+)\.(\d+)$")
 # Commits lost to other writers before this gives up (each loser reads the marker again).
 _COMMIT_TRIES = 20
+_MERGE = "commit.manifest-merge.enabled"
 
 
 @dataclass
@@ -336,7 +337,12 @@ class IcebergSink:
                     for f in ours:
                         replace.append_data_file(f)
             else:
-                with tx.update_snapshot(snapshot_properties=props).fast_append() as append:
+                # A fast append adds a manifest per epoch; with the table's
+                # commit.manifest-merge.enabled (set on tables the sink makes) small manifests
+                # are merged as the commits go on, so that planning a scan stays fast.
+                update = tx.update_snapshot(snapshot_properties=props)
+                merge = table.metadata.properties.get(_MERGE, "false").lower() == "true"
+                with update.merge_append() if merge else update.fast_append() as append:
                     for f in ours:
                         append.append_data_file(f)
             # Crash here: manifests and a manifest list are written, the catalog does not name

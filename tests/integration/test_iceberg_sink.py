@@ -129,6 +129,7 @@ def test_epochs_commit_once_and_again_commit_nothing(spark: Any, tmp_path: Path)
     fields = pq.read_schema(path)
     assert [f.metadata[b"PARQUET:field_id"] for f in fields] == [b"1", b"2"]
     assert "schema.name-mapping.default" not in t.metadata.properties
+    assert t.metadata.properties["commit.manifest-merge.enabled"] == "true"
     assert sink.committed_epochs(OWNER) == [1]
     assert sink.committed_epochs(SinkOwner(JobId("ijob"), "other")) == []
     assert data_files(wh) == snapshot_files(url, wh)
@@ -159,6 +160,36 @@ def test_abort_and_recovery_remove_files_no_snapshot_names(spark: Any, tmp_path:
     left = data_files(wh) - committed
     assert left == {f["path"].removeprefix("file://") for f in flight.detail["files"]}
     exactly_once(ice_ids(url, wh), 50)
+
+
+def test_manifests_are_merged_as_epochs_go_on(spark: Any, tmp_path: Path) -> None:
+    """A table the sink made merges its manifests (here from 2 on, not 100): after 6 epochs
+    the current snapshot lists at most 2 manifests; every epoch's files are found for the
+    clean-up and recovery, every id once, the marker at the last epoch."""
+    from stoker.sinks._iceberg_marker import epoch_files
+
+    url, wh = catalog_url(tmp_path), tmp_path / "warehouse"
+    sink = opened(url)
+    recorded = []
+    for e in range(6):
+        d = sink.prepare(frame(spark, range(10 * e, 10 * (e + 1)), 1), Epoch(e), AttemptNo(1))
+        recorded.append({f["path"] for f in d.detail["files"]})
+        if e == 0:
+            t = reader(url, wh).load_table("db.t")
+            with t.transaction() as tx:
+                tx.set_properties({"commit.manifest.min-count-to-merge": "2"})
+        sink.commit(Epoch(e), AttemptNo(1), d.detail)
+        sink.commit(Epoch(e), AttemptNo(1), d.detail)
+    t = reader(url, wh).load_table("db.t")
+    assert len(t.current_snapshot().manifests(t.io)) <= 2
+    # What a clean-up of each epoch keeps: exactly its files, found in merged manifests too.
+    assert [epoch_files(t, OWNER.uid, sink.name, e) for e in range(6)] == recorded
+    exactly_once(ice_ids(url, wh), 60)
+    assert sink.committed_epochs(OWNER) == [5]
+    done = sink.recover(lambda e: AttemptNo(1))
+    assert done.aborted == [] and done.strays == []
+    assert data_files(wh) == snapshot_files(url, wh)
+    exactly_once(ice_ids(url, wh), 60)
 
 
 def test_a_concurrent_writer_between_prepare_and_commit(spark: Any, tmp_path: Path) -> None:
