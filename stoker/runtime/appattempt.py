@@ -244,7 +244,8 @@ class AttemptDriver:
                 return self._cancel_after_main(text, code)
             if app.fenced() is not None:  # a new attempt comes: nothing here is ours to end
                 return code
-            self._drain()  # a signal: every job suspends after its epoch in flight
+            if app.stopped() and app.driver_lost is None:
+                self._drain()  # a signal: every job suspends after its epoch in flight
         self._end(AttemptState.FAILED, None, text)
         return code
 

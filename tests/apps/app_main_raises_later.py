@@ -5,7 +5,7 @@ raises RuntimeError while both jobs are healthy.
 
 Settings are the program's arguments, ``key=value``:
 
-- ``out``: the folder of the sinks (required);
+- ``out``: the folder of the sinks (default: the environment's ``APP_OUT``);
 - ``epochs``: committed epochs of each stream before ``main`` raises (default 2);
 - ``once``: ``1``: ``main`` raises in its first run only (a marker file in ``out`` remembers
   it did); a ``main`` run again re-adopts the jobs and waits on them (default: every run);
@@ -15,6 +15,7 @@ Settings are the program's arguments, ``key=value``:
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,7 +44,7 @@ def committed(folder: Path) -> int:
 
 def main() -> None:
     s = settings(sys.argv[1:])
-    out = Path(s["out"])
+    out = Path(s.get("out") or os.environ["APP_OUT"])
     epochs = int(s.get("epochs", "2"))
     rate = float(s.get("rate", "10"))
     per_epoch = int(s.get("per_epoch", "10"))

@@ -550,6 +550,65 @@ def test_main_raising_fails_the_attempt_with_its_error(
     assert run.store.list_jobs(kind=JobKind.JOB, app_id=run.app) == []
 
 
+LATER = APPS / "app_main_raises_later.py"  # main raises once its two streams run
+
+
+def _raised_with_jobs_running(run: AppRun) -> subprocess.Popen[bytes]:
+    """The driver of attempt 1 of LATER, once main's error is on its live attempt: its two
+    jobs still RUNNING, waiting for a job manager's decision (none comes here by itself)."""
+    driver = run.launch(1, LATER)
+
+    def noted() -> bool:
+        att = run.store.list_attempts(run.app)[0]
+        return att.cause == "main-raised" and att.state == AttemptState.RUNNING
+
+    run.wait_for(noted, "main's error on the live attempt")
+    assert [run.state(n) for n in ("a", "b")] == [JobState.RUNNING, JobState.RUNNING]
+    assert "RuntimeError: main gives up" in (run.store.list_attempts(run.app)[0].error or "")
+    return driver
+
+
+def test_main_raising_with_jobs_running_waits_for_the_decision_then_cancels_them(
+    make_run: Callable[..., AppRun],
+) -> None:
+    """Issue 39 item 7, the driver's half: main raised with two healthy jobs; the test gives
+    the leader's give-up (fail_application, as stoker.manager.reconciler does): each job stops
+    after its epoch in flight, CANCELED naming why, then the application ends FAILED with
+    main's error and the driver exits with main's code."""
+    run = make_run("late")
+    driver = _raised_with_jobs_running(run)
+    why = "application late's main raised: RuntimeError: main gives up"
+    error = run.store.list_attempts(run.app)[0].error or ""
+    run.store.fail_application(run.app, AttemptNo(1), error, why)
+    assert run.wait_exit(driver) == 1, run.tail()
+    app = run.store.get_job(run.app)
+    assert (app.state, app.last_error, app.failures) == (JobState.FAILED, error, 1)
+    for name in ("a", "b"):
+        job = run.store.get_job(run.jid(name))
+        assert (job.state, job.last_error) == (JobState.CANCELED, why)
+        assert [a.state for a in run.attempts(name)] == [AttemptState.CANCELED]
+        assert all(e.state == EpochState.COMMITTED for e in run.epochs(name))
+        ids_exactly_once(run, name)
+
+
+def test_a_signal_while_main_raised_waits_suspends_the_jobs(
+    make_run: Callable[..., AppRun],
+) -> None:
+    """SIGTERM while the driver waits for the decision: every job suspends after its epoch in
+    flight, the attempt ends FAILED with main's error, and the application is left to the
+    leader's strategy (which decides from the ended attempt)."""
+    run = make_run("late-term")
+    driver = _raised_with_jobs_running(run)
+    os.kill(driver.pid, signal.SIGTERM)
+    assert run.wait_exit(driver) == 1, run.tail()
+    att = run.store.list_attempts(run.app)[0]
+    assert (att.state, att.cause) == (AttemptState.FAILED, "main-raised")
+    assert run.state() == JobState.RUNNING  # the leader moves it on
+    assert [run.state(n) for n in ("a", "b")] == [JobState.SUSPENDED, JobState.SUSPENDED]
+    for name in ("a", "b"):
+        ids_exactly_once(run, name)
+
+
 def test_a_file_that_does_not_compile_fails_the_attempt(
     make_run: Callable[..., AppRun], tmp_path: Path
 ) -> None:
