@@ -17,6 +17,7 @@ from stoker.sinks._iceberg_catalog import FIELD, Where, check_table, load, redac
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("stoker.sinks.iceberg")
 
@@ -50,6 +51,29 @@ def plain(t: pa.DataType) -> pa.DataType:
     if pa.types.is_map(t):
         return pa.map_(plain(t.key_type), plain(t.item_type))
     return t
+
+
+def arrow_schema(df: DataFrame) -> pa.Schema:
+    """The Arrow schema of ``df``'s output as the tasks get it (timestamps zoned in the
+    session's time zone: pyspark asks for one)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+    return to_arrow_schema(df.schema, timezone=zone)
+
+
+def fits(have: pa.DataType, out: pa.DataType) -> bool:
+    """Whether a column of the table's type ``have`` takes the output's ``out``: the same
+    type, or one Iceberg's own promotions widen to it (a smaller integer into int or long, a
+    float into double). A table made from a Spark ``short`` or ``byte`` column holds ints."""
+    import pyarrow as pa
+
+    have, out = plain(have), plain(out)
+    if have.equals(out):
+        return True
+    if pa.types.is_signed_integer(have) and pa.types.is_signed_integer(out):
+        return bool(out.bit_width <= have.bit_width)
+    return pa.types.is_float64(have) and pa.types.is_float32(out)
 
 
 def table_arrow(table: Any) -> pa.Schema:
@@ -93,7 +117,7 @@ def check_output(
     changed = [
         f"{f.name} ({have.field(f.name).type} in the table, {f.type} in the output)"
         for f in out
-        if f.name in have.names and not plain(have.field(f.name).type).equals(plain(f.type))
+        if f.name in have.names and not fits(have.field(f.name).type, f.type)
     ]
     if changed:
         raise InvalidSink(

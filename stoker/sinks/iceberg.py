@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidSink, SinkError
 from stoker.sinks._delta_merge import last_per_key
-from stoker.sinks._delta_schema import arrow_schema
 from stoker.sinks._files_owner import check_uid
 from stoker.sinks._iceberg_catalog import (
     FIELD,
@@ -53,7 +52,7 @@ from stoker.sinks._iceberg_catalog import (
     table_root,
 )
 from stoker.sinks._iceberg_marker import current_files, epoch_files, marker, newest_epoch
-from stoker.sinks._iceberg_schema import check_output, ready_table
+from stoker.sinks._iceberg_schema import arrow_schema, check_output, ready_table
 from stoker.sinks._iceberg_task import (
     STAGING,
     IcebergTask,

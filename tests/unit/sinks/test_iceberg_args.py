@@ -107,6 +107,27 @@ def test_an_sqlite_catalog_not_made_yet(tmp_path: Path) -> None:
     assert e.value.field == "iceberg.catalog"
 
 
+def test_types_a_table_takes(tmp_path: Path) -> None:
+    """A table made from an output with Spark's byte, short and float columns holds Iceberg
+    int and float: the same output is taken again (cast by the tasks), and a wider one; a
+    narrower or another type is refused naming the column."""
+    import pyarrow as pa
+
+    from stoker.sinks._iceberg_catalog import open_catalog, parse
+    from stoker.sinks._iceberg_schema import check_output, ready_table
+
+    where = parse(f"sqlite:///{tmp_path / 'c.db'}", "db.t", None)
+    out = pa.schema([("b", pa.int8()), ("s", pa.int16()), ("f", pa.float32()), ("t", pa.string())])
+    table = ready_table(open_catalog(where), where, out, None)
+    check_output(out, table, where, None, None)
+    check_output(pa.schema([("s", pa.int32()), ("t", pa.large_string())]), table, where, None, None)
+    with pytest.raises(InvalidSink, match=r"s \(int32 in the table, int64 in the output\)") as e:
+        check_output(pa.schema([("s", pa.int64())]), table, where, None, None)
+    assert e.value.field == "iceberg.schema"
+    with pytest.raises(InvalidSink, match=r"f \(float in the table, double in the output\)"):
+        check_output(pa.schema([("f", pa.float64())]), table, where, None, None)
+
+
 def test_the_password_is_never_shown_and_the_descriptor_rebuilds_the_sink() -> None:
     sink = sinks.iceberg(PG, "db.t", warehouse="/shared/wh", key="k")
     sink.accept_output_mode("update")
