@@ -32,7 +32,7 @@ import re
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,8 +92,8 @@ class IcebergSink:
     """Exactly-once epochs in the Iceberg table ``table`` of the SQL catalog at ``catalog``,
     one snapshot each."""
 
-    catalog: str
-    table: str
+    catalog: str = field(repr=False)  # may hold a password: describe() shows it redacted
+    table: str = ""
     warehouse: str | None = None
     key: tuple[str, ...] | None = None
     schema_mode: str | None = None

@@ -131,7 +131,7 @@ def test_types_a_table_takes(tmp_path: Path) -> None:
 def test_the_password_is_never_shown_and_the_descriptor_rebuilds_the_sink() -> None:
     sink = sinks.iceberg(PG, "db.t", warehouse="/shared/wh", key="k")
     sink.accept_output_mode("update")
-    shown = sink.describe() + sink.target() + sink.name
+    shown = sink.describe() + sink.target() + sink.name + repr(sink)
     assert "s3cr3t" not in shown and "writer:***@db.example" in sink.describe()
     answer = json.dumps(redact_answer(descriptor_of(sink)))
     assert "s3cr3t" not in answer
