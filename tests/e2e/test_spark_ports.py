@@ -13,14 +13,12 @@ total only grows. The test waits until that total reaches the input's, then comp
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
 import signal
-import subprocess
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,15 +26,19 @@ from typing import Any
 
 import pytest
 
-from stoker.store import open_store
-from stoker.types import EpochState, job_id
-from tests.support import JVM_OPTS, REPO, kill_group, stoker_cmd, wait_for
+from tests.support import JVM_OPTS, REPO, kill_group, stoker_cmd
+from tests.support.cli_runs import (
+    RUN_TIMEOUT,
+    SUSPENDED_EXIT,
+    committed,
+    driver,
+    log_tail,
+    wait_running,
+)
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(1200)]
 
 PORTS = REPO / "examples" / "spark_ports"
-RUN_TIMEOUT = 420.0  # a cold Spark driver on 2 cores other suites share, then its epochs
-SUSPENDED_EXIT = 13  # stoker.errors.EXIT_CODES[JobSuspended]
 # The CLI's options, not the ports' code: a light driver for a shared machine.
 LIGHT = ["-D", "stoker.master=local[2]", "-D", f"spark.driver.extraJavaOptions={JVM_OPTS}"]
 
@@ -217,54 +219,6 @@ def snapshot(out: Path) -> list[dict[str, Any]] | None:
         ]
     except FileNotFoundError:
         return None
-
-
-def committed(state: Path, job: str) -> int:
-    db = state / "store.db"
-    if not db.exists():
-        return 0
-    st = open_store(db)
-    try:
-        return sum(e.state == EpochState.COMMITTED for e in st.list_epochs(job_id(job), 10_000))
-    finally:
-        st.close()
-
-
-def log_tail(log: Path, lines: int = 40) -> str:
-    text = log.read_text(errors="replace").splitlines() if log.exists() else []
-    return f"--- last {lines} lines of {log} ---\n" + "\n".join(text[-lines:])
-
-
-@contextlib.contextmanager
-def driver(argv: list[str], cwd: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``stoker run`` as the leader of its own process group (a kill takes its JVM along);
-    killed with it if the test fails while it runs."""
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            kill_group(proc)
-
-
-def wait_running(
-    proc: subprocess.Popen[bytes], what: str | Callable[[], str], cond: Callable[[], Any], log: Path
-) -> Any:
-    """Poll ``cond`` while the driver runs; fail with its log's tail when it ends first."""
-
-    def said() -> str:
-        return f"{what() if callable(what) else what}\n{log_tail(log)}"
-
-    def check() -> Any:
-        value = cond()
-        if not value and proc.poll() is not None:
-            raise AssertionError(f"driver ended (rc {proc.returncode}) waiting for {said()}")
-        return value
-
-    return wait_for(said, check, RUN_TIMEOUT)
 
 
 @pytest.mark.parametrize("port", PORT_LIST, ids=lambda p: p.file.removesuffix(".py"))
