@@ -11,6 +11,7 @@ import gc
 import logging
 import os
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,41 +23,18 @@ from stoker.scaling.policy import DefaultPolicy
 from stoker.scaling.scaler import Scaler
 from stoker.server import create_app
 from stoker.server.guard import allowed_hosts, is_loopback
-from stoker.store import RetentionPolicy, open_store
+from stoker.store import RetentionPolicy, Store, open_store
 
 
-def serve(
-    *,
-    store: str | None,
-    host: str,
-    port: int,
-    state_dir: Path,
-    token: str | None,
-    read_token: str | None = None,
-    insecure_no_token: bool = False,
-    allow_hosts: tuple[str, ...] = (),
-    allow_dirs: list[Path],
-    leader_ttl: float = 3.0,
-    lease_ttl: float = 10.0,
-    startup_ttl: float = 120.0,
-    max_starting: int = 4,
-    cancel_timeout: float = 60.0,
-    supervise: bool = True,
-    retention: RetentionPolicy | None = None,
-    retention_jobs: float | None = None,
-    control_rate: float = 20.0,
-    scaler_tick: float = 1.0,
-    scaler_window: float = 60.0,
-    log_format: str | None = None,
-    budget: HostBudget | None = None,
-    allowed_conf: tuple[str, ...] = (),
-) -> None:
-    """Serve until SIGINT/SIGTERM. Drivers started here keep running after the manager stops.
+@dataclass(frozen=True, kw_only=True)
+class ServerOptions:
+    """What ``stoker server`` runs with (its options, parsed). Drivers started under it keep
+    running after the manager stops.
 
     ``token`` guards every call but ``/healthz``; ``read_token`` (optional) allows reads only.
     No ``token``: the one in ``<state_dir>/token`` (made on the first start, 0600), unless
     ``insecure_no_token``. ``allow_hosts``: names the API answers to besides loopback names
-    and ``host`` (:mod:`stoker.server.guard`).
+    and ``host`` (:mod:`stoker.server.guard`). ``supervise`` False: API only, never leads.
     ``retention``: what the leader keeps of ended jobs' epoch records (default: all);
     ``retention_jobs``: seconds after which the ended records it ran are deleted (None: kept).
     ``control_rate``: control events per second per job (bursts of twice that; 0: no limit).
@@ -69,20 +47,79 @@ def serve(
     defaults of :class:`HostBudget` when None). ``allowed_conf``: submitted conf key
     prefixes allowed to run or load code (refused otherwise).
     """
-    import uvicorn
 
-    from stoker.server.headlimit import BoundedHeadProtocol
+    store: str | None
+    host: str
+    port: int
+    state_dir: Path
+    token: str | None
+    read_token: str | None = None
+    insecure_no_token: bool = False
+    allow_hosts: tuple[str, ...] = ()
+    allow_dirs: list[Path]
+    leader_ttl: float = 3.0
+    lease_ttl: float = 10.0
+    startup_ttl: float = 120.0
+    max_starting: int = 4
+    cancel_timeout: float = 60.0
+    supervise: bool = True
+    retention: RetentionPolicy | None = None
+    retention_jobs: float | None = None
+    control_rate: float = 20.0
+    scaler_tick: float = 1.0
+    scaler_window: float = 60.0
+    log_format: str | None = None
+    budget: HostBudget | None = None
+    allowed_conf: tuple[str, ...] = ()
 
-    logformat.configure(log_format)
+
+@dataclass
+class _Parts:
+    """The manager process's pieces, each with the store connection it alone uses: a slow
+    HTTP request never delays a lease renewal, nor a worker start the scaler waits for."""
+
+    url: str
+    api_store: Store
+    sup_store: Store
+    scaler_store: Store | None
+    supervisor: Supervisor | None
+    scaler: Scaler | None
+    manager: JobManager
+
+    def close(self) -> None:
+        if self.scaler is not None:
+            self.scaler.stop()  # before the lease goes: no pass runs once another may lead
+        if self.supervisor is not None:
+            self.supervisor.stop(resign=True)
+        self.manager.close()
+        self.api_store.close()
+        self.sup_store.close()
+        if self.scaler_store is not None:
+            self.scaler_store.close()
+
+
+def serve(opts: ServerOptions) -> None:
+    """Serve until SIGINT/SIGTERM: the state folder made private and the token settled, the
+    pieces composed over the store, then the HTTP API until a signal stops it."""
+    logformat.configure(opts.log_format)
     redact_logs()  # a store URL's password or a secret conf value never reaches the log
+    state_dir, token = _prepare(opts)
+    parts = _compose(opts, state_dir)
+    _run_http(opts, parts, token)
+
+
+def _prepare(opts: ServerOptions) -> tuple[Path, str | None]:
+    """The state folder, private, and the token every call but ``/healthz`` needs; the
+    operator is told where it is, and warned of what is not secure."""
     # What the manager and the drivers it starts (they inherit it) write is theirs alone: the
-    # store (secret conf in it), the driver logs, the checkpoints (issue 22, item 7).
+    # store (secret conf in it), the driver logs, the checkpoints.
     os.umask(0o077)
-    state_dir = state_dir.resolve()
+    state_dir = opts.state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
-    for line in tokens.private_state_dir(state_dir):  # an older install's modes (issue 39)
+    for line in tokens.private_state_dir(state_dir):  # an older install's modes
         say(f"stoker server: {line}")
-    if token is None and not insecure_no_token:
+    token = opts.token
+    if token is None and not opts.insecure_no_token:
         token, path, made = tokens.server_token(state_dir)
         say(
             f"stoker server: every call but /healthz needs the token in {path} "
@@ -95,81 +132,90 @@ def serve(
             "stoker server: WARNING: no token (--insecure-no-token): any local user or program "
             "may submit, cancel and read jobs"
         )
-    if not is_loopback(host):
+    if not is_loopback(opts.host):
         say(
-            f"stoker server: WARNING: listening on {host} in plain HTTP: tokens and answers "
-            "cross the network unencrypted; keep --host 127.0.0.1 behind a TLS proxy (and "
-            "--allow-host its name)"
+            f"stoker server: WARNING: listening on {opts.host} in plain HTTP: tokens and "
+            "answers cross the network unencrypted; keep --host 127.0.0.1 behind a TLS proxy "
+            "(and --allow-host its name)"
         )
-    url = store or f"sqlite:///{state_dir / 'store.db'}"
+    return state_dir, token
+
+
+def _compose(opts: ServerOptions, state_dir: Path) -> _Parts:
+    """The supervisor (unless API only), the scaler acting while it leads, and the
+    :class:`JobManager` the API serves, each on a store connection of its own."""
+    url = opts.store or f"sqlite:///{state_dir / 'store.db'}"
     api_store = open_store(url)
-    # The supervisor has its own connection: a slow HTTP request never delays a lease renewal.
     sup_store = open_store(url)
     cfg = SupervisorConfig(
         state_dir=state_dir,
         store_url=url,
-        address=f"http://{host}:{port}",
-        leader_ttl=leader_ttl,
-        lease_ttl=lease_ttl,
-        startup_ttl=startup_ttl,
-        max_starting=max_starting,
-        cancel_timeout=cancel_timeout,
-        retention=retention or RetentionPolicy(),
-        retention_jobs=retention_jobs,
-        budget=budget or HostBudget(),
+        address=f"http://{opts.host}:{opts.port}",
+        leader_ttl=opts.leader_ttl,
+        lease_ttl=opts.lease_ttl,
+        startup_ttl=opts.startup_ttl,
+        max_starting=opts.max_starting,
+        cancel_timeout=opts.cancel_timeout,
+        retention=opts.retention or RetentionPolicy(),
+        retention_jobs=opts.retention_jobs,
+        budget=opts.budget or HostBudget(),
     )
-    supervisor = Supervisor(sup_store, cfg) if supervise else None
-    # The scaler acts only while the supervisor leads, on a connection of its own (a worker
-    # start it waits for never delays a lease renewal or a request).
-    scaler_store = open_store(url) if supervisor is not None else None
-    scaler = (
-        Scaler(
+    supervisor = Supervisor(sup_store, cfg) if opts.supervise else None
+    scaler_store = scaler = None
+    if supervisor is not None:
+        scaler_store = open_store(url)
+        scaler = Scaler(
             scaler_store,
             state_dir,
-            DefaultPolicy(window_s=scaler_window),
-            tick_s=scaler_tick,
+            DefaultPolicy(window_s=opts.scaler_window),
+            tick_s=opts.scaler_tick,
             is_leader=lambda: supervisor.is_leader,
             background=True,
             budget=cfg.budget,
         )
-        if supervisor is not None and scaler_store is not None
-        else None
-    )
     manager = JobManager(
         api_store,
         state_dir,
-        allow_dirs,
-        leader_ttl=leader_ttl,
-        budget=budget,
-        allowed_conf=allowed_conf,
+        opts.allow_dirs,
+        leader_ttl=opts.leader_ttl,
+        budget=opts.budget,
+        allowed_conf=opts.allowed_conf,
     )
+    return _Parts(url, api_store, sup_store, scaler_store, supervisor, scaler, manager)
+
+
+def _run_http(opts: ServerOptions, parts: _Parts, token: str | None) -> None:
+    """The HTTP API over ``parts`` until SIGINT/SIGTERM, then everything closed in order."""
+    import uvicorn
+
+    from stoker.server.headlimit import BoundedHeadProtocol
+
     app = create_app(
-        manager,
-        supervisor,
+        parts.manager,
+        parts.supervisor,
         token,
-        read_token,
-        control_rate=control_rate,
-        hosts=allowed_hosts(host, allow_hosts),
+        opts.read_token,
+        control_rate=opts.control_rate,
+        hosts=allowed_hosts(opts.host, opts.allow_hosts),
     )
-    if supervisor is not None:
-        supervisor.start()
-    if scaler is not None:
-        scaler.start()
+    if parts.supervisor is not None:
+        parts.supervisor.start()
+    if parts.scaler is not None:
+        parts.scaler.start()
     # proxy_headers off: uvicorn would take X-Forwarded-For from any client on loopback as the
-    # client address, and the control audit records it (issue 22, item 8); no proxy is
-    # configured to trust.
+    # client address, and the control audit records it; no proxy is configured to trust.
     # The head of a request (its line and headers) is bounded in the parser, before the app:
-    # 431 past 64 KiB (server/headlimit.py; issue 39 item 9).
+    # 431 past 64 KiB (server/headlimit.py).
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
+        host=opts.host,
+        port=opts.port,
         log_level="warning",
         access_log=False,
         proxy_headers=False,
         http=BoundedHeadProtocol,
     )
-    role = "API only, never leads" if supervisor is None else "leader candidate"
+    role = "API only, never leads" if parts.supervisor is None else "leader candidate"
 
     class Server(uvicorn.Server):
         listening: str | None = None
@@ -179,8 +225,9 @@ def serve(
             if self.should_exit or not self.servers:
                 return  # could not bind: uvicorn has said why
             bound = self.servers[0].sockets[0].getsockname()  # the real port, also for 0
-            self.listening = f"http://{_url_host(host)}:{bound[1]}"
-            say(f"stoker server: listening on {self.listening} ({role}); store {redact_url(url)}")
+            self.listening = f"http://{_url_host(opts.host)}:{bound[1]}"
+            store = redact_url(parts.url)
+            say(f"stoker server: listening on {self.listening} ({role}); store {store}")
             say(f"stoker server: API docs at {self.listening}/docs")
 
     server = Server(config)
@@ -207,15 +254,7 @@ def serve(
     try:
         server.run()
     finally:
-        if scaler is not None:
-            scaler.stop()  # before the lease goes: no pass runs once another may lead
-        if supervisor is not None:
-            supervisor.stop(resign=True)
-        manager.close()
-        api_store.close()
-        sup_store.close()
-        if scaler_store is not None:
-            scaler_store.close()
+        parts.close()
         if server.listening is not None:
             why = f" ({stopped_by[0]})" if stopped_by else ""
             say(

@@ -213,7 +213,7 @@ def server_cmd(
     """Run a job manager: REST API (docs at /docs), dispatcher and supervisor."""
     from stoker.manager.clusters import memory_mb
     from stoker.manager.clusters.budget import HostBudget
-    from stoker.service import serve
+    from stoker.service import ServerOptions, serve
     from stoker.settings import parse_window
     from stoker.store import RetentionPolicy
 
@@ -247,30 +247,32 @@ def server_cmd(
     )
 
     serve(
-        store=store,
-        host=host,
-        port=port,
-        state_dir=Path(state_dir),
-        token=token,
-        read_token=read_token,
-        insecure_no_token=insecure_no_token,
-        allow_hosts=allow_hosts,
-        allow_dirs=[Path(d) for d in allow_dirs] or [Path.cwd()],
-        leader_ttl=leader_ttl,
-        lease_ttl=lease_ttl,
-        startup_ttl=startup_ttl,
-        max_starting=max_starting,
-        cancel_timeout=cancel_timeout,
-        supervise=not api_only,
-        retention=retention,
-        retention_jobs=None
-        if retention_jobs is None
-        else parse_window(retention_jobs, "--retention-jobs"),
-        control_rate=control_rate,
-        scaler_window=scaler_window,
-        log_format=log_format,
-        budget=budget,
-        allowed_conf=allow_conf,
+        ServerOptions(
+            store=store,
+            host=host,
+            port=port,
+            state_dir=Path(state_dir),
+            token=token,
+            read_token=read_token,
+            insecure_no_token=insecure_no_token,
+            allow_hosts=allow_hosts,
+            allow_dirs=[Path(d) for d in allow_dirs] or [Path.cwd()],
+            leader_ttl=leader_ttl,
+            lease_ttl=lease_ttl,
+            startup_ttl=startup_ttl,
+            max_starting=max_starting,
+            cancel_timeout=cancel_timeout,
+            supervise=not api_only,
+            retention=retention,
+            retention_jobs=None
+            if retention_jobs is None
+            else parse_window(retention_jobs, "--retention-jobs"),
+            control_rate=control_rate,
+            scaler_window=scaler_window,
+            log_format=log_format,
+            budget=budget,
+            allowed_conf=allow_conf,
+        )
     )
 
 

@@ -170,3 +170,61 @@ def test_the_list_of_longer_modules_is_current() -> None:
     counts = _line_counts()
     stale = [name for name in LONGER if counts.get(name, 0) <= MAX_LINES]
     assert not stale, f"no longer over {MAX_LINES} lines (or gone): remove from LONGER: {stale}"
+
+
+# Functions ---------------------------------------------------------------------------------------
+# A function past MAX_FUNCTION_LINES does several things a reader must hold at once: split it into
+# named steps, and its many parameters into one options object (as stoker.service.ServerOptions).
+MAX_FUNCTION_LINES = 80
+
+# Functions still past the limit, each with the most lines it may have: the ceiling stops them
+# growing until they are split (the review that asked for this check counted them; each is a
+# candidate for the next change that touches it). A function that shrinks under the limit must
+# leave this table (checked below), so the table only gets shorter.
+LONGER_FUNCTIONS: dict[str, int] = {
+    "stoker/scaling/policy.py:decide": 186,
+    "stoker/cli/run.py:run_cmd": 171,
+    "stoker/server/ui/routes.py:mount": 152,  # one route per page, registered in a closure
+    "stoker/runtime/job/plan.py:plan_job": 116,
+    "stoker/store/sql_attempts.py:start_attempt": 103,  # one transaction, read in order
+    "stoker/runtime/recovery.py:recover": 97,
+    "stoker/runtime/epoch.py:_run": 95,  # the epoch protocol's numbered steps, in order
+    "stoker/runtime/job/api.py:run": 92,
+    "stoker/cli/server.py:server_cmd": 92,  # one line per option of stoker server
+    "stoker/cli/jobs.py:status_cmd": 87,
+    "stoker/sinks/iceberg.py:_commit_snapshot": 85,
+    "stoker/sinks/delta.py:_commit_log": 83,
+}
+
+
+def _function_lengths() -> dict[str, int]:
+    """``path:name`` of every function and method (nested ones too, by their own name) ->
+    its lines, decorators left out."""
+    out: dict[str, int] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                key = f"{rel}:{node.name}"
+                out[key] = max(n, out.get(key, 0))
+    return out
+
+
+def test_no_function_over_the_limit() -> None:
+    over = {
+        key: n
+        for key, n in _function_lengths().items()
+        if n > LONGER_FUNCTIONS.get(key, MAX_FUNCTION_LINES)
+    }
+    assert not over, (
+        f"functions over {MAX_FUNCTION_LINES} lines, or past their ceiling in LONGER_FUNCTIONS "
+        "(split them into named steps):\n"
+        + "\n".join(f"{key}: {n}" for key, n in sorted(over.items()))
+    )
+
+
+def test_the_list_of_longer_functions_is_current() -> None:
+    lengths = _function_lengths()
+    stale = [k for k in LONGER_FUNCTIONS if lengths.get(k, 0) <= MAX_FUNCTION_LINES]
+    assert not stale, f"no longer over {MAX_FUNCTION_LINES} lines (or gone): remove: {stale}"
