@@ -45,6 +45,7 @@ class _Sighting:
     value: Hashable
     since: float  # monotonic seconds when ``value`` was first seen
     touched: float  # monotonic seconds of the last look
+    changes: int = 0  # how often the value changed under this observer's watch
 
 
 class LeaseWatch:
@@ -66,11 +67,17 @@ class LeaseWatch:
         now = self._mono()
         s = self._seen.get(key)
         if s is None or s.value != value:
-            self._seen[key] = _Sighting(value, now, now)
+            self._seen[key] = _Sighting(value, now, now, 0 if s is None else s.changes + 1)
             self._prune(now, ttl)
             return False
         s.touched = now
         return now - s.since > ttl * (1 + DRIFT_MARGIN)
+
+    def renewed(self, key: Hashable) -> bool:
+        """Whether this observer has seen ``key``'s value change (its holder renewed it) since
+        it first looked: the holder is alive by what this observer saw itself."""
+        s = self._seen.get(key)
+        return s is not None and s.changes > 0
 
     def unseen_for(self, key: Hashable) -> float:
         """Seconds since ``key``'s current value was first seen (0 for an unknown key)."""

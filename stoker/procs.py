@@ -248,6 +248,20 @@ def owner_is_dead(owner: Owner) -> bool:
     return marker != UNKNOWN and owner.pid_started != UNKNOWN and marker != owner.pid_started
 
 
+def owner_is_alive(owner: Owner) -> bool:
+    """True only when we can see for sure that the owner's process runs: on this host, with
+    the start marker it was recorded with (not a later process that took its pid)."""
+    if not owner.pid or not is_this_host(owner.host) or owner.pid_started == UNKNOWN:
+        return False
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: its marker still tells
+    return process_start_marker(owner.pid) == owner.pid_started
+
+
 def remove_orphaned_folders(prefix: str) -> None:
     """Remove the temp dir's folders named ``<prefix><pid>-...`` whose process is gone (it
     was killed before its ``finally`` removed them); another user's live process's stay."""
@@ -286,6 +300,7 @@ __all__ = [
     "host_id",
     "is_this_host",
     "memory_total_mb",
+    "owner_is_alive",
     "owner_is_dead",
     "pids",
     "process_start_marker",

@@ -18,7 +18,7 @@ from typing import Any
 from stoker.errors import ApplicationNotFound, InvalidInput, JobNotFound
 from stoker.manager import clusters, control, rescales
 from stoker.manager.cluster_records import app_cluster_name
-from stoker.manager.jobs import standby_view
+from stoker.manager.jobs import leader_token, reconciling, standby_view
 from stoker.manager.pages import read_page
 from stoker.store import AttemptRecord, JobRecord, Store
 from stoker.store.fleet_records import ClusterRecord
@@ -82,15 +82,19 @@ def application_view(
     app = app_record(store, app_id)
     attempts = store.list_attempts(app.job_id)
     jobs = store.list_jobs(kind=JobKind.JOB, app_id=app.job_id)
+    # Its driver not judged yet by the current leader (a failover): RECONCILING, as its jobs.
+    token = None if app.state.terminal else leader_token(store)
+    unjudged = reconciling(app, token)
     return {
         "app_id": app.job_id,
-        "state": str(app.state),
+        "state": "RECONCILING" if unjudged else str(app.state),
+        "reconciling": unjudged,
         "attempt": app.current_attempt,
         "attempts": [attempt_view(a) for a in attempts],
         "driver": driver_of(attempts, app.current_attempt),
         "cluster": cluster_of(app, find_cluster),
         "standby": standby_view(store, app),  # a warm standby driver, when asked for
-        "jobs": [_app_job(store, j) for j in jobs],
+        "jobs": [_app_job(store, j, app, token) for j in jobs],
         **rescales.scaling_fields(store, app, app),
         "error": app.last_error,
         "spec": app.spec,
@@ -102,9 +106,13 @@ def application_view(
     }
 
 
-def _app_job(store: Store, job: JobRecord) -> dict[str, Any]:
+def _app_job(
+    store: Store, job: JobRecord, app: JobRecord | None = None, token: int | None = None
+) -> dict[str, Any]:
     last = store.list_epochs(job.job_id, limit=1)
     state, _paused = control.display_state(store, job)
+    if job.state in (JobState.RUNNING, JobState.CANCELING) and app is not None:
+        state = "RECONCILING" if reconciling(app, token) else state
     return {
         "job_id": job.job_id,
         "state": state,

@@ -12,7 +12,7 @@ from stoker.manager import control, rescales
 from stoker.manager.pages import read_page
 from stoker.store import AttemptRecord, ControlEvent, EpochRecord, JobRecord, Store
 from stoker.store.fleet_records import RescaleRecord
-from stoker.types import JobId, JobKind, JobState, job_id
+from stoker.types import JobId, JobKind, JobState, SpecKind, job_id
 
 
 def job_record(store: Store, jid: str) -> JobRecord:
@@ -39,14 +39,49 @@ def list_views(store: Store, state: JobState | None = None) -> list[dict[str, An
 
 
 def _views(store: Store, records: Iterable[JobRecord]) -> list[dict[str, Any]]:
-    """Jobs as the API lists them, each application they belong to read once."""
+    """Jobs as the API lists them, each application they belong to read once, the leader
+    once for all."""
     owners: dict[JobId, JobRecord] = {}
+    token = leader_token(store)
     out = []
     for j in records:
         if j.app_id is not None and j.app_id not in owners:
             owners[j.app_id] = store.get_job(j.app_id)
-        out.append(job_dict(store, j, owners.get(j.app_id) if j.app_id else None))
+        out.append(job_dict(store, j, owners.get(j.app_id) if j.app_id else None, token))
     return out
+
+
+# The first schema whose leaders judge drivers (migration 0025, Store.mark_judged): under an
+# older stoker's leader (a rolling upgrade) nothing would ever be judged, so nothing is shown
+# RECONCILING then.
+JUDGING_SCHEMA = 25
+
+
+def leader_token(store: Store) -> int | None:
+    """The fencing token of the leader lease as recorded; None when no manager leads (none
+    ever did, or the last one resigned) or its stoker does not judge drivers."""
+    lease = store.get_leader()
+    if lease is None or lease.resigned:
+        return None
+    heartbeat = next((m for m in store.list_managers(3600.0) if m.holder == lease.holder), None)
+    schema = None if heartbeat is None else heartbeat.schema_version
+    return lease.token if schema is not None and schema >= JUDGING_SCHEMA else None
+
+
+# The states of a record whose driver runs, and the records a job manager runs the drivers of.
+_DRIVEN = (JobState.RUNNING, JobState.CANCELING)
+_MANAGED = (SpecKind.MANAGED, SpecKind.APPLICATION)
+
+
+def reconciling(record: JobRecord, token: int | None) -> bool:
+    """Whether a record whose driver runs has not been judged yet by the leader of ``token``:
+    after a manager restart or a failover, the new leader knows a driver once it started it,
+    sees its process on its host, or has seen its lease renewed (JobReconciler); until then
+    the job is shown RECONCILING, as Flink shows a job after its JobManager's failover. A job
+    of an application is judged with its application (its driver)."""
+    if token is None or record.state not in _DRIVEN or record.spec.get("kind") not in _MANAGED:
+        return False
+    return (record.judged_by or 0) < token
 
 
 def list_page(
@@ -58,11 +93,23 @@ def list_page(
     return _views(store, rows), nxt
 
 
-def job_dict(store: Store, job: JobRecord, owner: JobRecord | None = None) -> dict[str, Any]:
+def job_dict(
+    store: Store, job: JobRecord, owner: JobRecord | None = None, token: int | None = -1
+) -> dict[str, Any]:
     """A job as the API shows it; its scaling is its owner's (its application's, if
-    any): ``scaling``, ``executor_target``, ``resources``, ``max_parallelism``."""
+    any): ``scaling``, ``executor_target``, ``resources``, ``max_parallelism``. ``token``: the
+    leader's (:func:`leader_token`; -1: read here). A job whose driver the current leader has
+    not judged yet shows ``"state": "RECONCILING"`` and ``"reconciling": true``."""
     out = job.to_dict()
     out["state"], out["paused"] = control.display_state(store, job)
+    if job.app_id is not None and owner is None and job.state in _DRIVEN:
+        owner = store.get_job(job.app_id)
+    if token == -1:
+        token = leader_token(store) if job.state in _DRIVEN else None
+    driven_by = owner if job.app_id is not None and owner is not None else job
+    out["reconciling"] = job.state in _DRIVEN and reconciling(driven_by, token)
+    if out["reconciling"]:
+        out["state"] = "RECONCILING"
     out["app_id"] = job.app_id
     out.update(rescales.scaling_fields(store, job, owner))
     return out

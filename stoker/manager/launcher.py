@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from stoker.manager import processes
-from stoker.procs import host_id, is_this_host, reap_adopted
+from stoker.procs import host_id, is_this_host, owner_is_alive, reap_adopted
 from stoker.store import Owner
 from stoker.types import AttemptNo, JobId, StandbyRole
 
@@ -97,6 +97,11 @@ class DriverLauncher(Protocol):
     def is_gone(self, owner: Owner) -> bool:
         """Whether the driver recorded as ``owner`` is provably gone (started anywhere: False
         when it cannot be told)."""
+        ...
+
+    def sees_alive(self, owner: Owner) -> bool:
+        """Whether the driver recorded as ``owner`` provably runs (started anywhere: False when
+        it cannot be told, e.g. on another host: its lease's renewals tell there)."""
         ...
 
     def still_running(self, owner: Owner) -> bool:
@@ -202,6 +207,12 @@ class LocalProcessLauncher:
         if child is None:
             return self._exited.get((job_id, attempt))
         return child.poll()
+
+    def sees_alive(self, owner: Owner) -> bool:
+        proc = self._pids.get(owner.pid) if owner.pid else None
+        if proc is not None and proc.poll() is not None:
+            return False  # our child, exited
+        return owner_is_alive(owner)
 
     def is_gone(self, owner: Owner) -> bool:
         if not owner.pid:

@@ -16,6 +16,7 @@ from stoker.errors import EXIT_CODES, InvalidInput, JobNotFound, NotLeader, Stok
 from stoker.errortext import one_line
 from stoker.leases import FALLBACK_TTL, LeaseWatch
 from stoker.manager.dispatch import Dispatcher, StartFailed
+from stoker.manager.judged import JudgedDrivers, seen_alive
 from stoker.manager.launcher import DriverLauncher
 from stoker.manager.leader import LeaderLease
 from stoker.manager.state import repartition_holder
@@ -61,6 +62,8 @@ class JobReconciler:
         # The drivers' leases as this manager saw them, on its monotonic clock. Empty for a
         # new leader: it judges a lease lapsed only after watching it for a whole TTL.
         self._leases = LeaseWatch(store.clock.monotonic)
+        # The records whose drivers this term has judged: until then shown RECONCILING.
+        self.judged = JudgedDrivers(store, lease)
 
     def tend_all(
         self,
@@ -78,6 +81,7 @@ class JobReconciler:
         drivers starting at once, the records waiting to start are started in the order they
         came to wait, and none waits behind newer ones for ever."""
         self.dispatcher.new_step()
+        self.judged.new_tick()
         for job in sorted(records, key=_waiting_since):
             if job.state.terminal:
                 continue
@@ -92,7 +96,7 @@ class JobReconciler:
                 return False
             except StokerError as e:
                 log.info("job %s: %s", job.job_id, e)
-        return True
+        return self.judged.record()
 
     def _ended_app(self, app_id: JobId) -> JobRecord | None:
         """An application not among the live records: its record as it ended, or None if it
@@ -135,6 +139,8 @@ class JobReconciler:
                 )
                 return
             why = self._dead_because(attempt, now)
+            if why is None and seen_alive(self.launcher, self._leases, attempt):
+                self.judged.judge(job.job_id)
             if why is not None:
                 self.fail(job, attempt, why)
                 self._take_over(job.job_id)
@@ -212,6 +218,8 @@ class JobReconciler:
             self.dispatcher.start(job)
         except StartFailed as e:
             self.fail(job, e.attempt, e.why)
+            return
+        self.judged.judge(job.job_id)  # its driver is this term's: never shown RECONCILING
 
     def _repair(self, job: JobRecord, attempt: AttemptRecord) -> None:
         """A live job whose current attempt has ended otherwise than FAILED.

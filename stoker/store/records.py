@@ -55,6 +55,8 @@ class JobRecord:
     scaling: dict[str, Any] | None = None
     executor_target: int | None = None
     resources: dict[str, Any] | None = None
+    # The fencing token of the leader that last judged the record's driver (migration 0025).
+    judged_by: int | None = None
 
     @classmethod
     def from_row(cls, r: Any) -> JobRecord:
@@ -78,6 +80,7 @@ class JobRecord:
             scaling=_json_or_none(r[16]),
             executor_target=None if r[17] is None else int(r[17]),
             resources=_json_or_none(r[18]),
+            judged_by=None if len(r) < 20 or r[19] is None else int(r[19]),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -344,6 +344,12 @@ class JobsMixin(SqlBase):
                 ).rowcount
         return n
 
+    def mark_judged(self, job_ids: Sequence[JobId], leader: tuple[str, int]) -> None:
+        with self._tx() as cur:
+            self._check_fence(cur, leader)
+            for jid in job_ids:
+                self._x(cur, "mark_judged", job_id=jid, token=leader[1])
+
     def _check_fence(self, cur: Any, leader: tuple[str, int] | None) -> None:
         """A write the leader makes as the leader: :class:`NotLeader` unless its lease (holder,
         fencing token) is still the one recorded, read in the write's own transaction."""

@@ -99,6 +99,14 @@ class JobStore(Protocol):
         one read transaction: the leader's tick (a query for both, not one per job)."""
         ...
 
+    def mark_judged(self, job_ids: Sequence[JobId], leader: tuple[str, int]) -> None:
+        """The leader (holder, fencing token) has judged these records' drivers: it started
+        their current attempts, or saw their drivers alive. Their ``judged_by`` becomes its
+        token (never lower); :class:`~stoker.errors.NotLeader` if its lease is no longer the
+        one recorded, and nothing is written. Until then the API shows such a record
+        RECONCILING under a new leader."""
+        ...
+
     def set_job_state(self, job_id: JobId, state: JobState, error: str | None = None) -> JobRecord:
         """Move the job to ``state`` if the transition table allows it."""
         ...

@@ -4,7 +4,7 @@
 -- Row lock: two managers starting an attempt for one job serialise here.
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
        cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
-       scaling, executor_target, resources
+       scaling, executor_target, resources, judged_by
 FROM jobs WHERE job_id = :job_id FOR UPDATE;
 
 -- name: decide_epoch
@@ -46,7 +46,7 @@ FROM control_events WHERE job_id = :job_id AND control_id = :control_id FOR UPDA
 -- FOR UPDATE) while an attempt of one of its jobs starts under it; its jobs may start together.
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
        cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
-       scaling, executor_target, resources
+       scaling, executor_target, resources, judged_by
 FROM jobs WHERE job_id = :job_id FOR SHARE;
 
 -- name: lock_cluster

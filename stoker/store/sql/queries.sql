@@ -10,27 +10,27 @@ ON CONFLICT (job_id) DO NOTHING;
 -- name: get_job
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
        cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
-       scaling, executor_target, resources
+       scaling, executor_target, resources, judged_by
 FROM jobs WHERE job_id = :job_id;
 
 -- name: lock_job
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
        cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
-       scaling, executor_target, resources
+       scaling, executor_target, resources, judged_by
 FROM jobs WHERE job_id = :job_id;
 
 -- name: share_job
 -- lock_job for readers that may hold it together (PostgreSQL: FOR SHARE).
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
        cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
-       scaling, executor_target, resources
+       scaling, executor_target, resources, judged_by
 FROM jobs WHERE job_id = :job_id;
 
 -- name: list_jobs
 -- Filters given as NULL match everything (the CASTs give PostgreSQL the parameters' types).
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
        cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
-       scaling, executor_target, resources
+       scaling, executor_target, resources, judged_by
 FROM jobs
 WHERE (CAST(:state AS TEXT) IS NULL OR state = CAST(:state AS TEXT))
   AND (CAST(:kind AS TEXT) IS NULL OR kind = CAST(:kind AS TEXT))
@@ -42,7 +42,7 @@ ORDER BY created_at, job_id;
 -- the start), through jobs_by_created.
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
        cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
-       scaling, executor_target, resources
+       scaling, executor_target, resources, judged_by
 FROM jobs
 WHERE kind = :kind
   AND (CAST(:state AS TEXT) IS NULL OR state = CAST(:state AS TEXT))
@@ -58,7 +58,7 @@ LIMIT :limit;
 -- 10,000 ended jobs returns the few that matter instead of every row each second.
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
        cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
-       scaling, executor_target, resources
+       scaling, executor_target, resources, judged_by
 FROM jobs
 WHERE kind = 'job' AND state IN ('FINISHED', 'CANCELED', 'FAILED')
   AND settled = 0 AND (resolved_at IS NULL OR resolved_at < updated_at + :settle)
@@ -68,7 +68,7 @@ ORDER BY updated_at, job_id;
 -- Every record that has not ended, jobs and applications (through the jobs_by_state index).
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
        cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
-       scaling, executor_target, resources
+       scaling, executor_target, resources, judged_by
 FROM jobs
 WHERE state IN ('CREATED', 'RUNNING', 'RESTARTING', 'CANCELING', 'SUSPENDED')
 ORDER BY created_at, job_id;
@@ -107,7 +107,7 @@ WHERE job_id = :job_id AND updated_at = :ended_at AND resolved_at IS NOT NULL
 -- janitor settles it (it owes it nothing), and it leaves the index.
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
        cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
-       scaling, executor_target, resources
+       scaling, executor_target, resources, judged_by
 FROM jobs
 WHERE settled = 0 AND kind = 'job' AND state IN ('FINISHED', 'CANCELED', 'FAILED')
   AND (CAST(:after_at AS DOUBLE PRECISION) IS NULL
@@ -909,3 +909,9 @@ WHERE upgrade_id = :upgrade_id AND state = 'SWAPPED' AND swap_attempt IS NULL;
 -- name: upgrade_ended
 UPDATE upgrades SET state = :state, detail = :detail, ended_at = :now
 WHERE upgrade_id = :upgrade_id AND state = :from_state;
+
+-- name: mark_judged
+-- The leader (fenced in the same transaction) has judged the record's driver; not a change of
+-- the record (updated_at kept: the janitor's and the lists' order do not move).
+UPDATE jobs SET judged_by = :token
+WHERE job_id = :job_id AND (judged_by IS NULL OR judged_by < :token);

@@ -6,7 +6,7 @@
 -- reads every job the store keeps and sorts them.
 SELECT job_id, name, state, spec, current_attempt, control_version, last_error, created_at, updated_at,
        cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
-       scaling, executor_target, resources
+       scaling, executor_target, resources, judged_by
 FROM jobs INDEXED BY jobs_unsettled
 WHERE settled = 0 AND kind = 'job' AND state IN ('FINISHED', 'CANCELED', 'FAILED')
   AND (CAST(:after_at AS DOUBLE PRECISION) IS NULL

@@ -103,7 +103,8 @@ def test_the_migration_seeds_the_counts_from_existing_rows(
     _raw_exec(
         store_url,
         "DROP TABLE counters",
-        "ALTER TABLE clusters DROP COLUMN host",  # migration 24, re-applied with 4
+        "ALTER TABLE jobs DROP COLUMN judged_by",  # migration 25, re-applied with 4
+        "ALTER TABLE clusters DROP COLUMN host",  # migration 24, likewise
         "ALTER TABLE attempts DROP COLUMN cause",  # migration 23, likewise
         "ALTER TABLE epochs DROP COLUMN progress",  # migration 22, likewise
         "DROP INDEX jobs_unsettled",  # migration 21, likewise

@@ -12,6 +12,7 @@ import pytest
 
 from stoker.clock import ManualClock
 from stoker.manager import JobManager, Supervisor, SupervisorConfig, processes
+from stoker.manager.jobs import job_view
 from stoker.manager.launcher import LocalProcessLauncher, this_host
 from stoker.manager.reconciler import SUSPEND_BACKOFF
 from stoker.procs import group_pids, process_start_marker, this_owner
@@ -595,6 +596,9 @@ class FakeLauncher:
     def is_gone(self, owner: Owner) -> bool:
         return False
 
+    def sees_alive(self, owner: Owner) -> bool:
+        return False  # a pod is not seen from here: its lease's renewals tell
+
     def still_running(self, owner: Owner) -> bool:
         return False  # nothing of a pod can be seen from here: leases and fencing decide
 
@@ -636,4 +640,86 @@ def test_a_launcher_starts_watches_and_kills_the_drivers(tmp_path: Path) -> None
     assert launcher.killed == [Owner("pod", 1001, f"uid-{jid}-1")]  # nothing may keep running
     sup.step()
     assert launcher.exits == {}  # judged: forgotten
+    store.close()
+
+
+# RECONCILING after a failover (issue 39 item 7) -----------------------------------------------
+def _shown(store: Store, jid: JobId) -> tuple[str, bool]:
+    v = job_view(store, jid)
+    return v["state"], v["reconciling"]
+
+
+def test_a_job_is_reconciling_until_the_new_leader_has_judged_its_driver(tmp_path: Path) -> None:
+    """A job whose driver runs on another host (no process to see): RUNNING in the store, but
+    shown RECONCILING under a leader that has not seen its lease renewed; RUNNING once it has;
+    RECONCILING again after a failover until the next leader has seen it too. The leader of a
+    fresh store judges nothing it has not seen either: a record's word is not enough."""
+    clock, a = _setup(tmp_path)
+    store = a.store
+    b = Supervisor(
+        open_store(tmp_path / "store.db", clock),
+        SupervisorConfig(state_dir=tmp_path, store_url=store.url),
+        FakeLauncher(),
+    )
+    jid = job_id("far-away")
+    store.create_job(jid, "far-away", SPEC, {})
+    store.start_attempt(jid, Owner("another-host", 4242, "x"), 10.0, AttemptNo(0))
+    assert _shown(store, jid) == ("RUNNING", False)  # no manager leads: nothing to reconcile
+    a.step()
+    b.step()  # b is a standby: it watches a's lease
+    assert a.is_leader and not b.is_leader
+    assert _shown(store, jid) == ("RECONCILING", True)
+    assert store.renew_lease(jid, AttemptNo(1), 10.0)  # the driver renews
+    a.step()
+    assert _shown(store, jid) == ("RUNNING", False)
+    assert store.get_job(jid).judged_by == a.token
+    # a dies; b takes over with a higher token: the job is b's to judge.
+    clock.advance(a.cfg.leader_ttl + 0.1)
+    b.step()
+    assert b.is_leader and _shown(store, jid) == ("RECONCILING", True)
+    b.step()  # b looks again, no renewal seen yet
+    assert _shown(store, jid) == ("RECONCILING", True)
+    assert store.renew_lease(jid, AttemptNo(1), 10.0)
+    b.step()
+    assert _shown(store, jid) == ("RUNNING", False)
+    assert store.get_job(jid).state == JobState.RUNNING and store.get_job(jid).failures == 0
+    b.store.close()
+
+
+def test_a_job_the_leader_starts_or_sees_running_here_is_never_reconciling(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock()
+    store = open_store(tmp_path / "store.db", clock)
+    sup = Supervisor(
+        store, SupervisorConfig(state_dir=tmp_path, store_url=store.url), FakeLauncher()
+    )
+    started = job_id("started-here")
+    store.create_job(started, "started-here", SPEC, {})
+    sup.step()  # the leader starts its attempt: judged as it starts it
+    assert store.get_job(started).judged_by == sup.token
+    store.claim_attempt(started, AttemptNo(1), Owner("pod", 1001, "x"), 10.0)
+    assert _shown(store, started) == ("RUNNING", False)
+    # A job stoker run runs in its own process (no kind in its spec) is no manager's: never.
+    alone = job_id("run-alone")
+    store.create_job(alone, "run-alone", {"entrypoint": "/x.py"}, {})
+    store.start_attempt(alone, Owner("another-host", 7, "x"), 10.0, AttemptNo(0))
+    sup.step()
+    assert _shown(store, alone) == ("RUNNING", False)
+    store.close()
+
+
+def test_a_driver_whose_process_this_host_sees_is_judged_at_the_first_look(
+    tmp_path: Path,
+) -> None:
+    """A driver another manager started on this host (here: this test's process, alive):
+    judged in the new leader's first look, before any renewal."""
+    _clock, sup = _setup(tmp_path)
+    store = sup.store
+    here = job_id("seen-here")
+    store.create_job(here, "seen-here", SPEC, {})
+    store.start_attempt(here, this_owner(), 10.0, AttemptNo(0))
+    sup.step()
+    assert _shown(store, here) == ("RUNNING", False)
+    assert store.get_job(here).judged_by == sup.token
     store.close()
