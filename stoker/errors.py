@@ -131,7 +131,7 @@ class ControlNotFound(StokerError):
         self.control_id = control_id
 
 
-# The reasons of the two ControlConflicts a CLI verb takes as done already (issue 23 item 7):
+# The reasons of the two ControlConflicts a CLI verb takes as done already:
 # `stoker pause` of a paused job and `stoker resume` of a running one exit 0 with a note.
 ALREADY_PAUSED = "is paused already"
 NOT_PAUSED = "is not paused: there is nothing to resume"

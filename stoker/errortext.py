@@ -1,4 +1,4 @@
-"""A job's error, cut to what its user acts on (issue 41 item 5).
+"""A job's error, cut to what its user acts on.
 
 A failure in a Spark task reaches stoker as text: PySpark's message, a Java exception's, with
 the Python worker's traceback inside it (``PythonException: ... Traceback (most recent call

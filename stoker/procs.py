@@ -214,8 +214,8 @@ def reap_adopted() -> list[int]:
 
     When this process is PID 1 (a container's entry point) or a child subreaper, the kernel
     hands it every orphan below it: a driver's JVM that outlives its Python for a moment is
-    one. Nobody waits for those, and they stay ``<defunct>`` for as long as this process lives
-    (issue 23 item 10). A child this process started leads its own process group
+    one. Nobody waits for those, and they stay ``<defunct>`` for as long as this process lives.
+    A child this process started leads its own process group
     (``start_new_session``) or shares ours (a short helper run to its end); an adopted one is in
     a group of someone else's. Only those are collected: the exit code of a child we started
     belongs to its ``Popen``."""

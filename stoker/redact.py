@@ -31,7 +31,7 @@ _WORDS = "|".join(SECRET_WORDS)
 # Python's possessive quantifiers (*+, ++) never give back what they took, and each pattern
 # that could start inside a run matches the whole run instead (the decision is made in
 # Python on the match), so the scan resumes after it. The old patterns took 27 s on a 24 KB
-# string of "a.a.a..." (issue 22, item 4).
+# string of "a.a.a...".
 
 # scheme://user:password@host -> scheme://user:***@host: found by a scan (_mask_urls), not a
 # pattern, so that a password holding '@' is hidden whole (the host follows the last '@').
@@ -125,7 +125,7 @@ def _mask_urls(text: str) -> str:
 
 
 # Plurals of the secret words, bare: in prose ("declared keys: rate, window", "tokens: 2")
-# they introduce a list of names, not a secret's value (issue 41 item 6).
+# they introduce a list of names, not a secret's value.
 _PROSE_WORDS = frozenset(f"{w}s" for w in SECRET_WORDS)
 
 

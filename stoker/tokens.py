@@ -1,5 +1,5 @@
 """The job manager's token when none is given: made once into ``<state dir>/token`` (0600) by
-``stoker server``, and found there again by the CLI (issue 22 item 1: no open door on a fresh
+``stoker server``, and found there again by the CLI (no open door on a fresh
 install).
 
 The server reads the file on every start (a restarted manager keeps its token; delete the

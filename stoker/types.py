@@ -353,7 +353,7 @@ class StandbyRole(enum.StrEnum):
 
 
 class UpgradeState(enum.StrEnum):
-    """Lifecycle of an upgrade to new code (``upgrades``, migration 0017; issue 24)."""
+    """Lifecycle of an upgrade to new code (``upgrades``, migration 0017)."""
 
     PENDING = "PENDING"  # the new code warms and is checked; the old code runs
     SWAPPED = "SWAPPED"  # the new code runs, watched; the old code is kept warm

@@ -56,7 +56,7 @@ def debug_option() -> click.Option:
 def one_line(text: str) -> str:
     """The first non-empty line of ``text``, cut to a readable length; for a text that
     carries a Python traceback (a task's failure inside Spark's error), the user's exception
-    and the line of their code that raised it (issue 41 item 5), not the traceback's header."""
+    and the line of their code that raised it, not the traceback's header."""
     from stoker.cli import errortext
 
     if "Traceback (most recent call last):" in text:
@@ -78,7 +78,7 @@ def _hint(err: BaseException) -> str:
 
 def _fail(err: BaseException) -> None:
     if isinstance(err, JobSuspended):
-        # A graceful stop by a signal is what was asked for, not an error (issue 41 item 6):
+        # A graceful stop by a signal is what was asked for, not an error:
         # one plain line, and the exit code that says "suspended, run it again" (13).
         click.echo(f"stoker: {clean(one_line(str(err)))}", err=True)
         sys.exit(exit_code(err))
@@ -98,7 +98,7 @@ def _fail(err: BaseException) -> None:
 def _reader_gone() -> None:
     """The reader of stdout closed it (``stoker epochs JOB | head -2``): nothing more to say
     to anyone. Leave quietly, exit 0, with stdout pointed at /dev/null so that Python's own
-    flush at exit does not complain (issue 23 item 9)."""
+    flush at exit does not complain."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
@@ -171,7 +171,7 @@ class Duration(click.ParamType):
 def use_server(server: str | None) -> str | None:
     """``server``, unless it came from STOKER_SERVER while the command line names a local
     store (``--store``, ``--store-file`` or ``--state-dir``): what is typed wins over the
-    environment (issue 23 item 9). None: read the store."""
+    environment. None: read the store."""
     if not server:
         return None
     ctx = click.get_current_context(silent=True)

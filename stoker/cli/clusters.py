@@ -124,7 +124,7 @@ def status_cmd(name: str, server: str | None, token: str | None, as_json: bool) 
 def master_line(status: dict[str, Any]) -> str:
     """What the master says of its workers: the live ones (and their cores), as the cluster's
     own line counts them; a removed worker stays in the master's list as DEAD for a while
-    (issue 23 item 7: "workers 2" beside "master 3 workers")."""
+    ("workers 2" beside "master 3 workers")."""
     workers = status.get("workers", [])
     alive = [w for w in workers if str(w.get("state", "ALIVE")).upper() == "ALIVE"]
     used = sum(int(w.get("coresused", 0)) for w in alive)

@@ -301,7 +301,7 @@ def _send_idempotent(
 ) -> None:
     """:func:`_send`, where the refusal ``done_already`` means what was asked holds already:
     a note on stderr (JSON on stdout under --json) and exit 0, as ``kubectl`` and systemd
-    treat a verb whose state holds (issue 23 item 7: it was exit 9, "live with another
+    treat a verb whose state holds (it was exit 9, "live with another
     spec")."""
     try:
         _send(job, body, **kw)
@@ -351,7 +351,7 @@ def savepoint_cmd(job: str, stop: bool, folder: str | None, wait: bool, **kw: An
     body = {"kind": "savepoint", "stop": stop, "dir": folder}
     v = _send(job, body, wait="committed" if wait else None, **kw)
     if not wait and not kw.get("as_json"):
-        # The folder is known once the driver wrote it (issue 23 item 5): say how to get it.
+        # The folder is known once the driver wrote it: say how to get it.
         where = "".join(_where_args(kw))
         click.echo(
             f"its folder, once written: stoker control {job} status {v['control_id']}{where} "
@@ -394,7 +394,7 @@ def config_cmd(
 
 
 def trigger_line(config: dict[str, Any], job: dict[str, Any] | None) -> str:
-    """The trigger in force and where it comes from (issue 41 item 6: ``trigger -`` for a
+    """The trigger in force and where it comes from (``trigger -`` for a
     trigger set in the pipeline file): a control event's, else the one the job started with
     (``-D stoker.trigger``, the program's ``stoker.run(..., trigger=...)``, or the default)."""
     from stoker.settings import Settings

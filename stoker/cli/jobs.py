@@ -83,7 +83,7 @@ def status_cmd(
         return
     click.echo(f"job        {out['job_id']}")
     click.echo(f"state      {out['state']}")
-    # The error first, once: the user's exception and their line (issue 41 item 5).
+    # The error first, once: the user's exception and their line.
     last_error = out.get("last_error")
     if last_error:
         for line in status_lines(last_error, verbose):
@@ -146,7 +146,7 @@ def status_cmd(
 
 def _driver_gone(attempt: dict[str, Any]) -> bool:
     """Whether a live attempt's driver process is seen gone on this host (a ``kill -9``): its
-    record says RUNNING until its lease ends (issue 41 item 6)."""
+    record says RUNNING until its lease ends."""
     from stoker.procs import UNKNOWN, owner_is_dead
     from stoker.store import Owner
 

@@ -265,7 +265,7 @@ def run_cmd(
     # Ctrl-C does; while it runs, stoker.run's own handlers stop it gracefully.
     signal.signal(signal.SIGTERM, _interrupt)
     # Under --json, stdout carries the JSON lines only: what the program itself prints goes
-    # to stderr (issue 23 item 9: the example's summary came first on stdout).
+    # to stderr (the example's summary came first on stdout).
     program_out = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     try:
         with program_out:

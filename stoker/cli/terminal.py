@@ -1,5 +1,4 @@
-"""Text from a job manager or a store shown on a terminal as text, never as terminal commands
-(issue 22, low list).
+"""Text from a job manager or a store shown on a terminal as text, never as terminal commands.
 
 A job's error, a log line, a job's name or a control event's payload comes from whoever could
 submit or write it; an escape sequence in it (``ESC ] 0 ; title BEL``, ``ESC [ 2 J``, a

@@ -1,4 +1,4 @@
-"""Upgrades from the command line (issue 24): ``stoker upgrade JOB NEW_FILE`` moves a job
+"""Upgrades from the command line: ``stoker upgrade JOB NEW_FILE`` moves a job
 running under a job manager to new code at an epoch boundary and follows the upgrade to its
 end; ``stoker upgrades JOB`` lists a job's upgrades.
 

@@ -1,4 +1,4 @@
-"""An application stopped to be resumed later (issue 21 item 3), as a lone job is with
+"""An application stopped to be resumed later, as a lone job is with
 ``stoker savepoint JOB --stop`` and ``stoker run --restart``.
 
 - **Stop** (``POST /v1/applications/{id}/stop``, ``stoker app stop APP [--savepoint]``, an

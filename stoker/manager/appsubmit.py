@@ -43,7 +43,7 @@ class ApplicationSubmission:
     conf: dict[str, str] = field(default_factory=dict)
     restart_strategy: dict[str, Any] | None = None
     scaling: ScalingSpec | None = None  # the executors of all its jobs; None: fixed
-    standby: bool = False  # a warm standby driver kept beside the running one (issue 24)
+    standby: bool = False  # a warm standby driver kept beside the running one
 
     def spec(self) -> dict[str, Any]:
         """The application's spec as stored; two submissions are one application iff their

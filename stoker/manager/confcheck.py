@@ -1,5 +1,5 @@
 """What a submission's ``conf`` may set under a job manager: an allow-list of keys and of the
-shapes of their values (issue 39 item 9).
+shapes of their values.
 
 A token holder may run the entrypoints of ``--allow-dir`` and nothing else. Spark has many
 settings that run a program, load a class or a jar, or read a file when it starts (a Python

@@ -242,7 +242,7 @@ def display_state(store: Store, job: JobRecord) -> tuple[str, bool]:
     """The state to show for ``job`` and whether control paused it: a RUNNING job whose latest
     control version is paused shows ``PAUSED`` (the store keeps it RUNNING). An ended job is
     not paused, and its control is not read: a page of a list of ended jobs costs no read per
-    job (issue 21 item 9)."""
+    job."""
     if job.state.terminal:
         return str(job.state), False
     paused = store.control_snapshot(job.job_id).paused

@@ -19,10 +19,10 @@ When (``settle`` is the grace period, default 60 s):
   at ``settle`` after the end. A job resolved at or after ``settle`` is settled for good
   (store-computable, so a new leader agrees); one resolved by a cleanup that began once every
   process was gone, or for which no driver ever ran, is recorded settled in the store
-  (``set_settled``): no leader, this one restarted or the next, resolves it again (issue 23
-  item 10: a manager's start no longer re-runs the cleanup of every ended job).
+  (``set_settled``): no leader, this one restarted or the next, resolves it again (a
+  manager's start no longer re-runs the cleanup of every ended job).
 
-The janitor walks the unsettled jobs a slice at a time (issue 39 item 3: after an upgrade
+The janitor walks the unsettled jobs a slice at a time (after an upgrade
 over thousands of them, one look took 6.7-56 s of the leader's tick and lost its lease):
 ``slice`` jobs per read (``Store.unsettled_page``, through an index of the unsettled jobs
 only), as many slices as fit in ``budget`` seconds of a tick (one at least), the rest in the

@@ -134,7 +134,7 @@ def job_view(store: Store, jid: str) -> dict[str, Any]:
     out["trigger_s"] = trigger
     out["standby"] = standby_view(store, job)
     live = None if job.state.terminal else store.live_upgrade(job.job_id)
-    out["upgrade"] = None if live is None else live.to_dict()  # one under way (issue 24)
+    out["upgrade"] = None if live is None else live.to_dict()  # one under way
     return out
 
 

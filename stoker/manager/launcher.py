@@ -29,7 +29,7 @@ ADOPTED_EVERY = 2.0
 EXITED_KEPT = 1000  # exit codes of reaped drivers remembered (the newest)
 # A driver seen alive as its very process (its pid's start marker, read from /proc) is trusted
 # for this long on its pid alone (one signal 0, no file read): the leader asks about every live
-# driver every tick (issue 39 item 3). A pid reused within it delays seeing the death by as much.
+# driver every tick. A pid reused within it delays seeing the death by as much.
 VERIFY_EVERY = 1.0
 
 

@@ -115,7 +115,7 @@ def served_log(recorded: str, jid: str, attempt: int) -> Path:
     """The log file an attempt's record names, if it is one a job manager writes
     (``<state dir>/logs/<id>/attempt-<n>.log``, absolute, no ``..``, no symbolic link on the
     way): a driver holds the store's credentials and could record any path, and the API would
-    serve that file (issue 22, low). :class:`InvalidInput` on ``attempt`` otherwise."""
+    serve that file. :class:`InvalidInput` on ``attempt`` otherwise."""
     path = Path(recorded)
     shaped = (
         path.is_absolute()

@@ -1,4 +1,4 @@
-"""Long REST calls as operations (issue 21 item 8): a session cluster's start, a worker added
+"""Long REST calls as operations: a session cluster's start, a worker added
 or removed, a stopped job's state repartitioned. Each took from seconds to an hour on the
 request's thread; now the call checks what it can at once (a 4xx then, nothing started),
 records an operation RUNNING and answers 202 with it; the slow part runs on a small pool of

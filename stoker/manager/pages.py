@@ -5,7 +5,7 @@ A cursor is a position in that order, ``<created_at>~<id>`` (``1764316953.25~ord
 record made while a client pages never shifts a page it has read (new records come after
 every cursor handed out), and a record deleted meanwhile is simply not there. Any position is
 a cursor, so the API's schema states the whole grammar (:data:`CURSOR_PATTERN`) and a string
-it admits is never refused (issue 23 item 12: the base64 cursor before could not be described,
+it admits is never refused (the base64 cursor before could not be described,
 and schema-valid strings were 422). Anything else is bad input (422), checked before any read.
 """
 

@@ -270,7 +270,7 @@ def job_series(store: Store, records: Iterable[JobRecord]) -> dict[str, dict[str
         "executor_target": {},
         "backlog": {},
         "utilization": {},
-        # An application's own, by its id (issue 23 item 7: it was labelled job_id).
+        # An application's own, by its id (it was labelled job_id).
         "application_executors": {},
         "application_executor_target": {},
     }

@@ -6,7 +6,7 @@ application too; application records have no epochs), in a walk over the jobs be
 ``every`` seconds, a few batches per job, so that the supervisor's loop stays responsive (a
 task the supervisor owns and steps while it leads). The walk reads the jobs a page at a time
 and goes on while ``BUDGET`` seconds of the tick last, the rest in the next ticks: a tick's
-share does not grow with the jobs the store keeps (issue 39 item 3: one tick a minute read
+share does not grow with the jobs the store keeps (one tick a minute read
 every job and pruned every ended one). What is kept is the store's rule
 (``stoker/store/_retention.py``): the final and latest epochs, anything not committed,
 anything with a prepared sink part.
@@ -36,7 +36,7 @@ BUDGET = 0.01  # seconds of a tick the walk may take (one page read at least)
 class Retention:
     """Prunes the ended jobs' epoch records under the server's policy, every ``every`` s; and
     with ``jobs_after`` (``stoker server --retention-jobs``) deletes whole records that ended
-    longer ago than that (issue 21 item 9: jobs were never deleted), with their folders."""
+    longer ago than that (jobs were never deleted), with their folders."""
 
     def __init__(
         self,

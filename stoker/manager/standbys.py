@@ -1,4 +1,4 @@
-"""Warm standby drivers (issue 24): for a job submitted with ``standby``, the leader keeps a
+"""Warm standby drivers: for a job submitted with ``standby``, the leader keeps a
 second driver process warm (the app imported, Spark up, the sources' stream analyzed,
 holding no attempt: ``runtime/job/standby.py``) and hands it the job's next attempt when the
 running driver dies, is fenced or stops.

@@ -36,7 +36,7 @@ class Submission:
     fork: bool = False
     ignore_unreachable_stores: bool = False
     scaling: ScalingSpec | None = None  # checked; None: fixed (the default)
-    standby: bool = False  # a warm standby driver kept beside the running one (issue 24)
+    standby: bool = False  # a warm standby driver kept beside the running one
 
     def check_rewrite(self) -> None:
         """``rewrite_output_after_savepoint`` and ``fork`` only go with ``from_savepoint``
@@ -200,7 +200,7 @@ def validate_submission(
     :func:`stoker.manager.confcheck.check_conf`.
     """
     # Where it points is checked before whether it exists: a caller learns nothing of the
-    # host's files outside the allowed folders (issue 22, low).
+    # host's files outside the allowed folders.
     if not isinstance(entrypoint, str) or not entrypoint or "\x00" in entrypoint:
         raise InvalidInput("entrypoint", f"expects a file path, got {entrypoint!r}")
     try:
@@ -273,7 +273,7 @@ def _both_defaults(key: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
 
 
 def _shown(value: Any) -> str:
-    """A spec value as a person reads it (issue 23 item 7: ``None`` and dict reprs were shown):
+    """A spec value as a person reads it (``None`` and dict reprs were shown):
     absent is "not set", a mapping ``k=v`` pairs as ``-D``/``--config`` take them."""
     if value is None:
         return "not set"

@@ -1,4 +1,4 @@
-"""Zero-downtime upgrades (issue 24): a running job moves to new code at an epoch boundary,
+"""Zero-downtime upgrades: a running job moves to new code at an epoch boundary,
 with no cold start, and back to its old code if the new one fails while it is watched.
 
 An upgrade (``upgrades``, PENDING -> SWAPPED -> CONFIRMED | ROLLED_BACK, or REFUSED):

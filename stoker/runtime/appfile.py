@@ -154,7 +154,7 @@ _BAD_CALL = re.compile(
 
 def _bad_call_site(err: TypeError) -> str | None:
     """``file:line`` of the call whose arguments did not fit, when that call is the user's
-    own line (issue 23 item 3: ``sinks.files(..., fromat=...)`` was exit 1 with a bare
+    own line (``sinks.files(..., fromat=...)`` was exit 1 with a bare
     TypeError): the innermost frame of the traceback, outside stoker. None otherwise."""
     if not _BAD_CALL.search(str(err)):
         return None

@@ -229,7 +229,7 @@ def existing_job(store_url: str | Path, jid: JobId, refuse_live: bool = False) -
     An SQLite store file that does not exist is not created here: bad input must leave nothing.
     ``refuse_live``: a job whose current attempt holds a live lease of a live process is
     :class:`~stoker.errors.DuplicateJob` (exit 4) now, before Spark starts (20-30 s on a loaded
-    machine), as the store would refuse it once Spark is up (issue 23 item 4); the store's own
+    machine), as the store would refuse it once Spark is up; the store's own
     check when the attempt starts stays the one that counts.
     """
     text = str(store_url)
@@ -252,7 +252,7 @@ def existing_job(store_url: str | Path, jid: JobId, refuse_live: bool = False) -
 
 def committed_nothing(store_url: str | Path, jid: JobId) -> bool:
     """Whether job ``jid`` decided no epoch at all (nothing of it reached a sink's output):
-    a FAILED such job runs again as it is, without ``--restart`` (issue 23 item 3: every
+    a FAILED such job runs again as it is, without ``--restart`` (every
     fix-and-rerun of a mistake needed it)."""
     st = open_store(store_url)
     try:

@@ -21,7 +21,7 @@ next recovery commits the part of the sink left out).
 A sink whose output belongs to another job now (a files sink's folder handed over to a new
 job by a restore from a savepoint, or claimed by another job) is left out, named in the log:
 the restore waited for this job's resolution, so nothing of this job's is left in it, and the
-new owner's recovery answers for what is there (issue 23 item 10: such a cleanup used to fail
+new owner's recovery answers for what is there (such a cleanup used to fail
 with exit 2, and be retried by every manager start).
 
 A job that is not ended (restarted meanwhile) is left alone: its live attempt recovers at its

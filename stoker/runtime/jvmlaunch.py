@@ -68,7 +68,7 @@ def jvm_launch() -> Iterator[None]:
 
 
 # What the JVM prints on every start because Spark 4 adds `--add-modules jdk.incubator.vector`
-# to its options: no JVM flag silences it (issue 23 item 8: only stoker's lines on stderr).
+# to its options: no JVM flag silences it (only stoker's lines on stderr).
 _JVM_NOISE = (b"WARNING: Using incubator modules: jdk.incubator.vector",)
 
 

@@ -1,5 +1,5 @@
-"""What Spark's ``StreamingQueryProgress`` says of one epoch, cut to what a dashboard shows
-(issue 41 item 8), recorded with the epoch (``Store.set_epoch_metrics(progress=...)``).
+"""What Spark's ``StreamingQueryProgress`` says of one epoch, cut to what a dashboard shows,
+recorded with the epoch (``Store.set_epoch_metrics(progress=...)``).
 
 The job manager reads it from the store (it never runs Spark): its job page draws the query as
 its sources, its stateful operators and its sink with each one's figures, and ``/metrics``

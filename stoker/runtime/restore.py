@@ -367,7 +367,7 @@ def shape_difference(manifest: dict[str, Any], pipeline: Pipeline) -> list[str]:
 def sink_changes(manifest: dict[str, Any], pipeline: Pipeline) -> tuple[list[str], list[str]]:
     """The pipeline's sinks the savepoint's job did not have (they get every epoch after the
     savepoint's), and the savepoint's sinks the pipeline does not write (left to the old job,
-    untouched). A fork may change both (issue 23 item 5): exactly once holds per output; the
+    untouched). A fork may change both: exactly once holds per output; the
     sources and the state are what must fit."""
     old_sinks = [str(s.get("name")) for s in manifest.get("sinks") or []]
     new_sinks = [s["name"] for s in sink_shape(pipeline)]

@@ -224,8 +224,7 @@ _started: list[SparkSession] = []
 def _quiet_query_context_loggers() -> None:
     """PySpark logs an analysis error's whole query context as one JSON line (11.5 KB seen)
     before stoker's own one-line error; stoker reports the error itself (the whole exception
-    with --debug). Its loggers are made here, as PySpark makes them, and disabled (issue 23
-    item 8)."""
+    with --debug). Its loggers are made here, as PySpark makes them, and disabled."""
     try:
         from pyspark.logger import PySparkLogger
     except ImportError:  # an older PySpark: no such logging
@@ -244,7 +243,7 @@ def jvm_gone() -> str | None:
     PySpark keeps the JVM's process (``SparkContext._gateway.proc``, a child of this one);
     polling it is cheap and, unlike a call into the JVM, cannot hang. A JVM that died takes
     the SparkSession with it: every later call fails, so an in-process restart of a job is
-    pointless and only a new driver process helps (issue 21 item 2)."""
+    pointless and only a new driver process helps."""
     if "pyspark" not in sys.modules:
         return None  # nothing here started a JVM
     from pyspark import SparkContext
@@ -281,7 +280,7 @@ def _pin_worker_python(settings: Settings) -> None:
     that is not activated (``.venv/bin/stoker``, as services and cron run it) that is another
     Python, without stoker or pyspark, and the first source failed with a traceback from the
     worker. The JVM inherits this process's environment, so setting it here, before the JVM
-    starts, reaches every worker it starts (issue 23 item 1). A user's own
+    starts, reaches every worker it starts. A user's own
     ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` is left alone."""
     if "spark.pyspark.python" in settings.spark_conf:
         return
@@ -339,7 +338,7 @@ def _java_properties_escape(text: str, key: bool) -> str:
 def _secret_properties(secret: Mapping[str, str]) -> Iterator[None]:
     """Hand ``secret`` conf entries to the driver's JVM in a properties file only this user
     can read, not as ``--conf k=v`` arguments, which PySpark puts on the JVM's command line
-    for anyone on the host to read in ``/proc`` (issue 22 item 2). spark-submit reads the
+    for anyone on the host to read in ``/proc``. spark-submit reads the
     file (``--extra-properties-file``, on top of the defaults file) while the JVM starts; it
     is deleted once the SparkSession is up, and the environment is as it was."""
     if not secret:

@@ -3,7 +3,7 @@
 A driver holds its STARTING attempt from its first second and renews the lease while the app
 imports and Spark starts (runtime/attempt.py's ``hold_start``), so a driver hung in the app's
 import or in the code its ``main`` runs before ``stoker.run`` would hold the attempt, and a
-``--max-starting`` slot, for ever (issue 39 item 4: four such drivers kept a fifth job
+``--max-starting`` slot, for ever (four such drivers kept a fifth job
 CREATED). This watch bounds the start: from the hold until the job's query is about to run,
 the phases the driver goes through are timed, and once the time spent in counted phases passes
 ``stoker.startup_timeout`` the driver ends its attempt FAILED with the phase, the file and line

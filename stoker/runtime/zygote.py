@@ -1,4 +1,4 @@
-"""A warm Python for the source runners Spark starts per query (issue 24: the pause of a
+"""A warm Python for the source runners Spark starts per query (the pause of a
 takeover and of an upgrade).
 
 Every streaming query over a Python data source (stoker's generator and files sources) makes

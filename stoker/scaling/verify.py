@@ -1,4 +1,4 @@
-"""Whether a scale-up helped (issue 21 item 7; Flink's autoscaler calls it scaling
+"""Whether a scale-up helped (Flink's autoscaler calls it scaling
 effectiveness). A scale-up is decided for a rate the current executors cannot reach; if the
 job's work does not shrink with more executors (a bottleneck elsewhere: a sink, a source with
 one partition, a skewed key), the new executors cost and give nothing, and the next decision

@@ -49,9 +49,9 @@ CONTROLS_READ = 20
 RESCALES_READ = 10
 IDLE_STOP_S = 30.0  # the poller stops this long after its last client left
 HEARTBEAT_S = 15.0  # a comment line keeps proxies from closing a quiet stream
-MAX_STREAMS = 64  # event streams open at once; the next is 429 (issue 22 item 5)
+MAX_STREAMS = 64  # event streams open at once; the next is 429
 # Of those, what the read-only token may hold: a reader cannot take every stream from the
-# full token's clients (issue 39 item 9).
+# full token's clients.
 MAX_READ_STREAMS = MAX_STREAMS // 2
 KINDS = ("job", "epoch", "control", "rescale")
 

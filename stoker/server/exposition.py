@@ -1,7 +1,7 @@
 """Prometheus text for ``/metrics``, written faster than ``prometheus_client`` writes it.
 
 ``generate_latest`` validates and escapes every metric and label name of every sample: at
-100 live jobs' histograms (~8,000 lines) that was most of a scrape (issue 39 item 2). The
+100 live jobs' histograms (~8,000 lines) that was most of a scrape. The
 names here are stoker's own constants, all valid, so only the label values and the help
 texts are escaped; the bytes are the library's (a unit test compares them).
 """
@@ -20,7 +20,7 @@ _TYPES = {"stateset": "gauge", "gaugehistogram": "histogram", "unknown": "untype
 def render(metrics: Iterable[Metric]) -> bytes:
     """``prometheus_client.generate_latest``'s text, byte for byte, for families whose metric
     and label names are valid Prometheus names (all of stoker's are): it escapes only the
-    label values and the help. Ten times faster (issue 39 item 2): ``generate_latest``
+    label values and the help. Ten times faster: ``generate_latest``
     validates and escapes every name of every sample, most of a scrape's time at 100 live
     jobs' histograms."""
     out: list[str] = []

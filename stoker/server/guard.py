@@ -1,5 +1,5 @@
 """Who may reach the API from a browser: the Host allow-list and the same-origin rule for
-calls that change state (issue 22 item 1).
+calls that change state.
 
 A web page the operator visits can make the browser send requests to the manager: simple
 requests (a form post, a ``text/plain`` or body-less ``fetch``) need no CORS preflight, and

@@ -1,5 +1,5 @@
 """A limit on a request's head (its request line and headers), in the HTTP parser itself, before
-the app, the guard and the token check see anything (issue 39 item 9: a 64 MB header was read
+the app, the guard and the token check see anything (a 64 MB header was read
 whole and parsed before the 401).
 
 uvicorn's httptools protocol has no such limit (its h11 one has

@@ -1,4 +1,4 @@
-"""A limit on request bodies, before anything parses them (issue 22, item 5: a 150 MB body
+"""A limit on request bodies, before anything parses them (a 150 MB body
 took 671 MB of memory and the manager lost its leader lease).
 
 The outermost layer of the app, in front of the token check too: a body whose

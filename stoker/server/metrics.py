@@ -4,7 +4,7 @@ Per-job series are the live jobs' only (not FINISHED, CANCELED or FAILED): a job
 leaves the scrape, and the fleet-wide series (jobs by state, attempts, epochs committed)
 keep their totals from the store's counts. Each scrape reads the jobs table once
 (``Store.fleet_snapshot``), so its time and size follow the live jobs, not every job the
-store keeps (issue 39 item 2: 34-53 s and 65.5 MB at 10,000 jobs). It runs on the server's
+store keeps (a scrape of every job took 34-53 s and 65.5 MB at 10,000 jobs). It runs on the server's
 request threads (``GET /metrics`` is a sync route: Starlette's threadpool), never on the
 supervisor's.
 
@@ -200,7 +200,7 @@ class StokerCollector(Collector):
         self._live_owners: set[str] | None = None  # owners live at the last scrape (rescales)
 
     def collect(self) -> Iterator[Metric]:
-        # One read of the jobs table per scrape (issue 39 item 2): the live records, a count
+        # One read of the jobs table per scrape: the live records, a count
         # per state of all of them, the counters. At 10,000 jobs the scrape read every job
         # three times and wrote series for each; it is now bounded by the live ones.
         snap = self.manager.store.fleet_snapshot()

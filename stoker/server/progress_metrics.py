@@ -1,4 +1,4 @@
-"""``/metrics``' series from Spark's progress of each live job's newest epoch (issue 41 item 8):
+"""``/metrics``' series from Spark's progress of each live job's newest epoch:
 the dashboard's figures (stoker/server/ui/dashboard.py) for Prometheus, with their units in
 their names (seconds, bytes, rows) and in their HELP text.
 

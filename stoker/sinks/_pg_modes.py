@@ -90,7 +90,7 @@ def check_mode(mode: str, key: tuple[str, ...] | None, table: str) -> None:
 def ensure_stage(conn: Any, stage: tuple[str, ...], schema: StructType) -> list[str]:
     """Create the stage if it is missing: its own columns, then the epoch's, all nullable
     (a head row holds no values). A stage that exists takes the epoch's columns it lacks,
-    nullable, as the table does (new code adding an output column, issue 41): a part COPYs
+    nullable, as the table does (new code adding an output column): a part COPYs
     every output column into it. The columns added to an existing stage."""
     from psycopg import errors, sql
 

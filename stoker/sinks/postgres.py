@@ -271,7 +271,7 @@ class PostgresSink:
                 )
             types = {f.name: _type_hint(f.dataType) for f in schema.fields}
             if self.create_table:
-                # A table the sink made takes the columns new code adds (an upgrade, issue 24):
+                # A table the sink made takes the columns new code adds (an upgrade):
                 # nullable, so the rows written before, and older code's, hold NULL there.
                 added = add_missing_columns(
                     conn, self._where, {f.name: _pg_type(f.dataType) for f in schema.fields}

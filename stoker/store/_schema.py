@@ -1,4 +1,4 @@
-"""Which stoker may use a store: its schema version against the code's (issue 39 item 5).
+"""Which stoker may use a store: its schema version against the code's.
 
 Drivers outlive their manager and managers are upgraded one at a time, so two versions of
 stoker meet on one store. Every migration from 0020 on says on its first line what it does to

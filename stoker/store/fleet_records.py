@@ -206,7 +206,7 @@ class ManagerRecord:
         }
 
 
-# Rescales (issue 11). What made the row: the autoscaler's decision, executors that came or
+# Rescales. What made the row: the autoscaler's decision, executors that came or
 # went by themselves (reactive mode: joins and losses), or a user setting scaling or bounds.
 RESCALE_KINDS = ("decision", "observed", "bounds")
 # The statuses a rescale of each kind may be recorded with.
@@ -291,7 +291,7 @@ class RescaleRecord:
         }
 
 
-# Operations (issue 21 item 8): long REST calls that answer 202 and are polled.
+# Operations: long REST calls that answer 202 and are polled.
 OPERATION_COLUMNS = (
     "op_id, kind, target, request, state, holder, result, error, error_type, created_at, ended_at"
 )
@@ -395,7 +395,7 @@ class StandbyRecord:
 
 @dataclass(frozen=True)
 class UpgradeRecord:
-    """An upgrade of a running job to new code (``upgrades``; issue 24): the job's spec
+    """An upgrade of a running job to new code (``upgrades``): the job's spec
     before and after, the watch window, what the checks found, and how far it got."""
 
     upgrade_id: str

@@ -49,7 +49,7 @@ class JobRecord:
     kind: JobKind = JobKind.JOB
     # The application whose driver runs this job; None for a job whose driver is its own.
     app_id: JobId | None = None
-    # Scaling (issue 11), set on an owner of executors (a lone job or an application): its
+    # Scaling, set on an owner of executors (a lone job or an application): its
     # ScalingSpec.to_dict() (None: mode fixed), the executor count the scaler wants (None: none
     # set) and what its driver last reported having (see ``ScalingStore.report_resources``).
     scaling: dict[str, Any] | None = None
@@ -215,7 +215,7 @@ class EpochRecord:
     pinned_at: float
     decided_at: float | None
     committed_at: float | None
-    # What the epoch cost and left behind (issue 11); None where unknown: Spark's
+    # What the epoch cost and left behind; None where unknown: Spark's
     # triggerExecution, the rows/files the sources had beyond its end, and the executors and
     # their cores at its end.
     duration_ms: float | None = None

@@ -385,7 +385,7 @@ class JobsMixin(SqlBase):
         }
 
     def fleet_snapshot(self) -> FleetSnapshot:
-        """One read for ``/metrics`` (issue 39 item 2): the live records through the state
+        """One read for ``/metrics``: the live records through the state
         index, a count per kind and state (ended records are counted, never read: the scrape
         stays bounded by the live ones at any number of jobs) and the counters table."""
         with self._tx(write=False) as cur:

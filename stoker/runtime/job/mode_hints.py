@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def mode_hint(refusal: str) -> str:
     """What to change for Spark's refusal ``refusal`` of an output mode, by Spark's rules: the
-    hint follows the operation Spark names (issue 41 item 6: a session window refused in
+    hint follows the operation Spark names (a session window refused in
     ``update`` mode was told to use ``update``)."""
     low = refusal.lower()
     if "session window" in low:

@@ -223,14 +223,14 @@ def check_transform(
     stream: DataFrame, pipeline: Pipeline, jid: JobId, config: Mapping[str, Any]
 ) -> None:
     """Run the per-epoch transform once on an empty batch of the stream's schema, before the
-    job is recorded and before the first epoch (issue 23 item 3), with ``ctx.epoch`` -1 and
+    job is recorded and before the first epoch, with ``ctx.epoch`` -1 and
     ``ctx.attempt`` 0 (a transform can tell this call from an epoch's): what Spark cannot analyse
     (a column that does not exist, a function on the wrong type) is the pipeline's mistake,
     :class:`InvalidPipeline` on ``transform`` (exit 2, nothing recorded, the fixed file runs
     again as it is), not a job failure after its first epoch. Any other error of the user's
     code on an empty batch is left to the epochs (it may not happen on real rows).
 
-    A transform whose plan aggregates or deduplicates does so per epoch (issue 23 item 2):
+    A transform whose plan aggregates or deduplicates does so per epoch:
     said once, with what to write instead."""
     from pyspark.errors import AnalysisException
 
@@ -286,7 +286,7 @@ def check_transform(
 def check_sinks(pipeline: Pipeline, out: DataFrame) -> None:
     """Each sink's optional ``check_output(df)`` on the transform's output of the check run:
     an output a sink cannot write (a column name PostgreSQL would cut; a plan Spark cannot
-    analyse for the sink) is bad input before the job is recorded (issue 41 item 3), not a
+    analyse for the sink) is bad input before the job is recorded, not a
     failure of its first epoch."""
     from pyspark.errors import AnalysisException
 

@@ -37,7 +37,7 @@ class JobResult:
     def command(self, verb: str) -> str:
         """The CLI command that reads this job where it ran (``verb``: status, epochs, ...):
         ``--server`` under a job manager, else ``--state-dir`` when the store is the state
-        folder's own, else ``--store`` (its password never shown). Issue 23 item 11: a hint
+        folder's own, else ``--store`` (its password never shown). A hint
         names what is true where the job runs."""
         if self.manager_url:
             where = f"--server {shlex.quote(self.manager_url)}"

@@ -1,4 +1,4 @@
-"""A driver process kept warm for a job (issue 24): the app imported, Spark up, the sources'
+"""A driver process kept warm for a job: the app imported, Spark up, the sources'
 stream opened and the transform analyzed, holding no attempt, until the leader hands it the
 job's next attempt.
 

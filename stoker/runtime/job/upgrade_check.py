@@ -1,4 +1,4 @@
-"""An upgrade's state check (issue 24): the state schema the new code's stateful operators
+"""An upgrade's state check: the state schema the new code's stateful operators
 would keep, against the schema Spark recorded in the checkpoint for each (Spark refuses an
 incompatible one when the query starts; an upgrade should be refused before the swap).
 

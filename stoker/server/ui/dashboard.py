@@ -1,4 +1,4 @@
-"""The job page's dashboard (issue 41 item 8): the query as its operators with their figures,
+"""The job page's dashboard: the query as its operators with their figures,
 back pressure, and the exception history; read from the store through the job manager.
 
 The figures are Spark's ``StreamingQueryProgress``, summarized by the driver with each epoch

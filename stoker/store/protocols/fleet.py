@@ -251,7 +251,7 @@ class LeaderStore(Protocol):
 
 
 class OperationStore(Protocol):
-    """Long REST calls run as operations (issue 21 item 8): made RUNNING by the manager that
+    """Long REST calls run as operations: made RUNNING by the manager that
     runs them (``holder``), ended once (``OPERATIONS``), found again by a retry of the same
     request, dropped by retention some time after they end."""
 
@@ -311,7 +311,7 @@ class OperationStore(Protocol):
 
 
 class StandbyStore(Protocol):
-    """Warm standby drivers (issue 24): per job and role (``standby``: the job's own;
+    """Warm standby drivers: per job and role (``standby``: the job's own;
     ``upgrade``: an upgrade's new code), recorded WARMING by the manager that starts it, READY
     once warm (the standby says so), TAKEN when the leader hands it the job's next attempt
     (``STANDBYS``). The standby renews its own lease while it warms and waits."""
@@ -372,7 +372,7 @@ class StandbyStore(Protocol):
 
 
 class UpgradeStore(Protocol):
-    """Upgrades of running jobs to new code (issue 24, ``upgrades``): PENDING -> SWAPPED ->
+    """Upgrades of running jobs to new code (``upgrades``): PENDING -> SWAPPED ->
     CONFIRMED | ROLLED_BACK, or PENDING -> REFUSED; at most one live (PENDING, SWAPPED) per
     job. Each move is one statement's condition; the moves that change which code the job
     runs (SWAPPED, ROLLED_BACK) set the job's spec in the same transaction."""
