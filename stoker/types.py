@@ -73,6 +73,10 @@ class JobState(enum.StrEnum):
     SUSPENDED = "SUSPENDED"
     FINISHED = "FINISHED"
     CANCELED = "CANCELED"
+    # The job failed for good, but its driver's processes still run where the leader can see
+    # them (it is killing them): not FAILED while anything of it may still write (Flink's
+    # FAILING). FAILED once they are gone.
+    FAILING = "FAILING"
     FAILED = "FAILED"
 
     @property
@@ -92,12 +96,14 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
             JobState.CANCELING,
             JobState.RESTARTING,
             JobState.SUSPENDED,
+            JobState.FAILING,
             JobState.FAILED,
         }
     ),
     JobState.RESTARTING: frozenset({JobState.RUNNING, JobState.CANCELED, JobState.FAILED}),
     JobState.SUSPENDED: frozenset({JobState.RESTARTING, JobState.CANCELED, JobState.FAILED}),
     JobState.CANCELING: frozenset({JobState.CANCELED, JobState.FINISHED, JobState.FAILED}),
+    JobState.FAILING: frozenset({JobState.FAILED}),
     JobState.FINISHED: frozenset({JobState.RESTARTING}),
     JobState.CANCELED: frozenset({JobState.RESTARTING}),
     JobState.FAILED: frozenset({JobState.RESTARTING}),

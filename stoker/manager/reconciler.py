@@ -16,6 +16,7 @@ from stoker.errors import EXIT_CODES, InvalidInput, JobNotFound, NotLeader, Stok
 from stoker.errortext import one_line
 from stoker.leases import FALLBACK_TTL, LeaseWatch
 from stoker.manager.dispatch import Dispatcher, StartFailed
+from stoker.manager.endings import end_failing, repair
 from stoker.manager.judged import JudgedDrivers, seen_alive
 from stoker.manager.launcher import DriverLauncher
 from stoker.manager.leader import LeaderLease
@@ -113,6 +114,9 @@ class JobReconciler:
             if job.next_attempt_at is None or job.next_attempt_at <= now:
                 self._start(job)
             return
+        if job.state == JobState.FAILING:
+            end_failing(self.store, self.launcher, job, now)
+            return
         if job.state == JobState.SUSPENDED:
             # Its driver was stopped by a signal (host shutdown, container stop) and let its
             # last epoch commit: resume at once. A suspension is no failure: no restart is
@@ -157,7 +161,7 @@ class JobReconciler:
             self.fail(job, attempt, attempt.error or "the driver failed")
             self._take_over(job.job_id)
         else:
-            self._repair(job, attempt)
+            repair(self.store, job, attempt)
 
     def _take_over(self, jid: JobId) -> None:
         """Right after a failure: a job whose warm standby is ready gets its next attempt in
@@ -220,33 +224,6 @@ class JobReconciler:
             self.fail(job, e.attempt, e.why)
             return
         self.judged.judge(job.job_id)  # its driver is this term's: never shown RECONCILING
-
-    def _repair(self, job: JobRecord, attempt: AttemptRecord) -> None:
-        """A live job whose current attempt has ended otherwise than FAILED.
-
-        A driver ends its attempt and moves its job in one transaction (``finish_attempt``);
-        this state is left by an older version that did it in two, killed in between. The job
-        goes where the attempt's end says; a suspended attempt under a job being canceled
-        ends the job CANCELED (the cancel was asked for explicitly).
-        """
-        target = {
-            AttemptState.FINISHED: JobState.FINISHED,
-            AttemptState.CANCELED: JobState.CANCELED,
-            AttemptState.SUSPENDED: JobState.SUSPENDED,
-        }.get(attempt.state)
-        if target is None:
-            return  # SUPERSEDED is never current: the newer attempt is
-        if target == JobState.SUSPENDED and job.state == JobState.CANCELING:
-            target = JobState.CANCELED
-        after = self.store.finish_attempt(job.job_id, attempt.attempt, attempt.state, target)
-        log.warning(
-            "job %s: attempt %d had ended %s under a %s job; job is now %s",
-            job.job_id,
-            attempt.attempt,
-            attempt.state,
-            job.state,
-            after.state,
-        )
 
     # jobs of applications ------------------------------------------------------------------
     def tend_in_app(self, job: JobRecord, app: JobRecord | None) -> None:
@@ -358,7 +335,8 @@ class JobReconciler:
             self._give_up_main(job, attempt, why)
             return
         # attempt_failed counts the failure only if this call moves the job on: a second
-        # manager that briefly also thinks it leads counts nothing again.
+        # manager that briefly also thinks it leads counts nothing again. A job that fails for
+        # good while its driver's processes still run here is FAILING until they are gone.
         after = self.store.attempt_failed(
             job.job_id,
             attempt.attempt,
@@ -366,6 +344,7 @@ class JobReconciler:
             None if delay is None else now + delay,
             cause=_cause(attempt),
             reset=decision.reset,
+            driver_running=delay is None and self.launcher.still_running(attempt.owner),
         )
         log.warning(
             "job %s: attempt %d failed (%s); job is now %s",

@@ -238,9 +238,12 @@ class AttemptsMixin(SqlBase):
         next_attempt_at: float | None,
         cause: FailureCause = FailureCause.JOB,
         reset: bool = False,
+        driver_running: bool = False,
     ) -> JobRecord:
         """End ``attempt`` FAILED for ``cause`` and move its job on: RESTARTING at
-        ``next_attempt_at``, FAILED when that is None, CANCELED if a cancel was asked for. A
+        ``next_attempt_at``, FAILED when that is None (FAILING while ``driver_running``: the
+        caller still sees its processes, and ends it FAILED once they are gone), CANCELED if a
+        cancel was asked for. A
         no-op for the job if ``attempt`` is no longer its current one. The job's failure count
         grows only for a cause that counts (the job's own). ``reset``: the earlier failures are
         forgiven (the count starts afresh with this one)."""
@@ -260,7 +263,8 @@ class AttemptsMixin(SqlBase):
                 if job.state == JobState.CANCELING:
                     target, nxt = JobState.CANCELED, None
                 elif next_attempt_at is None:
-                    target, nxt = JobState.FAILED, None
+                    target = JobState.FAILING if driver_running else JobState.FAILED
+                    nxt = None
                 else:
                     target, nxt = JobState.RESTARTING, next_attempt_at
                 JOBS.check(job.state, target)

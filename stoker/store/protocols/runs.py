@@ -95,8 +95,11 @@ class AttemptStore(Protocol):
         next_attempt_at: float | None,
         cause: FailureCause = FailureCause.JOB,
         reset: bool = False,
+        driver_running: bool = False,
     ) -> JobRecord:
-        """End the attempt FAILED; its job restarts at ``next_attempt_at`` or fails.
+        """End the attempt FAILED; its job restarts at ``next_attempt_at`` or fails (FAILING
+        while ``driver_running``: its processes are still seen, being killed; the caller ends
+        the job FAILED once they are gone).
 
         ``cause``: whose failure it was, recorded on the attempt; one that is not the job's
         (the manager's: :attr:`~stoker.restart.FailureCause.counted` False) uses no restart up.

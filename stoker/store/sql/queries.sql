@@ -70,7 +70,7 @@ SELECT job_id, name, state, spec, current_attempt, control_version, last_error, 
        cancel_requested_at, failures, next_attempt_at, uid, resolved_at, kind, app_id,
        scaling, executor_target, resources, judged_by
 FROM jobs
-WHERE state IN ('CREATED', 'RUNNING', 'RESTARTING', 'CANCELING', 'SUSPENDED')
+WHERE state IN ('CREATED', 'RUNNING', 'RESTARTING', 'CANCELING', 'SUSPENDED', 'FAILING')
 ORDER BY created_at, job_id;
 
 -- name: live_attempts
@@ -80,7 +80,7 @@ SELECT a.job_id, a.attempt, a.state, a.host, a.pid, a.pid_started, a.lease_expir
        a.started_at, a.ended_at, a.error, a.log_path, a.app_attempt, a.renewals, a.lease_ttl,
        a.cause
 FROM jobs j JOIN attempts a ON a.job_id = j.job_id AND a.attempt = j.current_attempt
-WHERE j.state IN ('CREATED', 'RUNNING', 'RESTARTING', 'CANCELING', 'SUSPENDED');
+WHERE j.state IN ('CREATED', 'RUNNING', 'RESTARTING', 'CANCELING', 'SUSPENDED', 'FAILING');
 
 -- name: set_job_state
 -- Entering a terminal state makes the resolution of the job's sinks owed (resolved_at NULL).

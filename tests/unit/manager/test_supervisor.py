@@ -574,6 +574,7 @@ class FakeLauncher:
         self.started: list[tuple[JobId, AttemptNo, list[str], dict[str, str]]] = []
         self.exits: dict[tuple[JobId, AttemptNo], int] = {}
         self.killed: list[Owner] = []
+        self.lingering: set[Owner] = set()
 
     def start(
         self,
@@ -600,7 +601,9 @@ class FakeLauncher:
         return False  # a pod is not seen from here: its lease's renewals tell
 
     def still_running(self, owner: Owner) -> bool:
-        return False  # nothing of a pod can be seen from here: leases and fencing decide
+        # Nothing of a pod can be seen from here (leases and fencing decide), unless the test
+        # says a pod's processes still run (``lingering``).
+        return owner in self.lingering
 
     def kill(self, owner: Owner) -> None:
         self.killed.append(owner)
@@ -722,4 +725,50 @@ def test_a_driver_whose_process_this_host_sees_is_judged_at_the_first_look(
     sup.step()
     assert _shown(store, here) == ("RUNNING", False)
     assert store.get_job(here).judged_by == sup.token
+    store.close()
+
+
+# FAILING while the driver's processes still run (issue 39 item 7) ----------------------------
+def test_a_job_failing_for_good_is_failing_until_its_drivers_processes_are_gone(
+    tmp_path: Path,
+) -> None:
+    """The strategy gives up while the driver's processes are still seen: the job is FAILING
+    (not ended: the janitor does not resolve its sinks, nothing lists it FAILED) and they are
+    killed again each tick; FAILED, with the same error, once nothing of them is left."""
+    store = open_store(tmp_path / "store.db", ManualClock())
+    launcher = FakeLauncher()
+    sup = Supervisor(store, SupervisorConfig(state_dir=tmp_path, store_url=store.url), launcher)
+    jid = job_id("dying")
+    store.create_job(jid, "dying", {**SPEC, "restart_strategy": {"strategy": "none"}}, {})
+    sup.step()
+    owner = Owner("pod", 1001, f"uid-{jid}-1")
+    launcher.lingering.add(owner)  # its JVM outlives the driver for a while
+    launcher.exits[(jid, AttemptNo(1))] = 3
+    sup.step()
+    job = store.get_job(jid)
+    error = "the driver exited with code 3 without ending its attempt"
+    assert (job.state, job.last_error, job.failures) == (JobState.FAILING, error, 1)
+    assert not job.state.terminal and launcher.killed == [owner]
+    assert jid not in [j.job_id for j in store.list_jobs(JobState.FAILED)]
+    sup.step()  # still seen: killed again, still FAILING
+    assert store.get_job(jid).state == JobState.FAILING and launcher.killed == [owner] * 2
+    launcher.lingering.clear()
+    sup.step()
+    job = store.get_job(jid)
+    assert (job.state, job.last_error, job.failures) == (JobState.FAILED, error, 1)
+    store.close()
+
+
+def test_a_job_failing_for_good_with_nothing_left_running_is_failed_at_once(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "store.db", ManualClock())
+    launcher = FakeLauncher()
+    sup = Supervisor(store, SupervisorConfig(state_dir=tmp_path, store_url=store.url), launcher)
+    jid = job_id("gone")
+    store.create_job(jid, "gone", {**SPEC, "restart_strategy": {"strategy": "none"}}, {})
+    sup.step()
+    launcher.exits[(jid, AttemptNo(1))] = 3
+    sup.step()
+    assert store.get_job(jid).state == JobState.FAILED
     store.close()
