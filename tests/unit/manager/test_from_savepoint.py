@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,37 +43,27 @@ def test_a_savepoint_folder_is_checked_and_resolved(tmp_path: Path) -> None:
         check_savepoint_source(str(sp), allowed)
 
 
+def _job_argv(state: Path, app: Path, attempt: int, **given: Any) -> processes.DriverArgv:
+    """A job driver's command line and environment as the manager makes them."""
+    args = DriverArgs(
+        role=DriverRole.JOB,
+        name="j",
+        attempt=attempt,
+        store="sqlite:///x.db",
+        state_dir=state,
+        entrypoint=app,
+        lease_ttl=10.0,
+        **given,
+    )
+    return processes.DriverArgv.of(args)
+
+
 def test_every_attempt_of_the_job_gets_the_folder_in_its_environment(tmp_path: Path) -> None:
     app = tmp_path / "app.py"
-    argv = processes.DriverArgv.of(
-        DriverArgs(
-            role=DriverRole.JOB,
-            name="j",
-            attempt=2,
-            store="sqlite:///x.db",
-            state_dir=tmp_path,
-            entrypoint=app,
-            args=(),
-            conf={},
-            lease_ttl=10.0,
-            from_savepoint="/srv/sp",
-        )
-    )
+    argv = _job_argv(tmp_path, app, 2, from_savepoint="/srv/sp")
     assert argv.env[processes.FROM_SAVEPOINT_ENV] == "/srv/sp"
     assert "/srv/sp" not in " ".join(argv)  # in the environment, like the store URL
-    plain = processes.DriverArgv.of(
-        DriverArgs(
-            role=DriverRole.JOB,
-            name="j",
-            attempt=1,
-            store="sqlite:///x.db",
-            state_dir=tmp_path,
-            entrypoint=app,
-            args=(),
-            conf={},
-            lease_ttl=10.0,
-        )
-    )
+    plain = _job_argv(tmp_path, app, 1)
     assert processes.FROM_SAVEPOINT_ENV not in plain.env
 
 
@@ -96,37 +87,10 @@ def test_rewrite_output_goes_with_a_savepoint_into_the_spec_and_the_drivers_envi
     with pytest.raises(InvalidInput) as e:
         Submission(app, rewrite_output_after_savepoint=True).check_rewrite()
     assert e.value.field == "rewrite_output_after_savepoint" and "from_savepoint" in str(e.value)
-    argv = processes.DriverArgv.of(
-        DriverArgs(
-            role=DriverRole.JOB,
-            name="j",
-            attempt=1,
-            store="sqlite:///x.db",
-            state_dir=tmp_path,
-            entrypoint=app,
-            args=(),
-            conf={},
-            lease_ttl=10.0,
-            from_savepoint="/srv/sp",
-            rewrite_output=True,
-        )
-    )
+    argv = _job_argv(tmp_path, app, 1, from_savepoint="/srv/sp", rewrite_output=True)
     assert argv.env[processes.REWRITE_OUTPUT_ENV] == "1"
     assert launch.REWRITE_OUTPUT_ENV == processes.REWRITE_OUTPUT_ENV
-    plain = processes.DriverArgv.of(
-        DriverArgs(
-            role=DriverRole.JOB,
-            name="j",
-            attempt=1,
-            store="sqlite:///x.db",
-            state_dir=tmp_path,
-            entrypoint=app,
-            args=(),
-            conf={},
-            lease_ttl=10.0,
-            from_savepoint="/s",
-        )
-    )
+    plain = _job_argv(tmp_path, app, 1, from_savepoint="/s")
     assert processes.REWRITE_OUTPUT_ENV not in plain.env
 
 
