@@ -102,7 +102,11 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     ),
     JobState.RESTARTING: frozenset({JobState.RUNNING, JobState.CANCELED, JobState.FAILED}),
     JobState.SUSPENDED: frozenset({JobState.RESTARTING, JobState.CANCELED, JobState.FAILED}),
-    JobState.CANCELING: frozenset({JobState.CANCELED, JobState.FINISHED, JobState.FAILED}),
+    # FAILING: an application whose main raised ends FAILED, not CANCELED, and waits there
+    # while its driver's processes are still seen.
+    JobState.CANCELING: frozenset(
+        {JobState.CANCELED, JobState.FINISHED, JobState.FAILING, JobState.FAILED}
+    ),
     JobState.FAILING: frozenset({JobState.FAILED}),
     JobState.FINISHED: frozenset({JobState.RESTARTING}),
     JobState.CANCELED: frozenset({JobState.RESTARTING}),

@@ -369,6 +369,7 @@ class JobReconciler:
             attempt.attempt,
             why,
             f"application {job.job_id}'s main raised: " + one_line(why),
+            driver_running=self.launcher.still_running(attempt.owner),
         )
         log.warning(
             "application %s: attempt %d: main raised (%s) and the restart strategy gives up: "
@@ -378,7 +379,7 @@ class JobReconciler:
             one_line(why),
             after.state,
         )
-        if after.state.terminal:
+        if after.state != JobState.CANCELING:  # FAILED, or FAILING until they are gone
             self.launcher.kill(attempt.owner)
 
     def _end_main_raised(self, job: JobRecord, attempt: AttemptRecord, why: str) -> None:
@@ -386,8 +387,12 @@ class JobReconciler:
         came meanwhile), whose driver is gone or has ended its attempt: it ends FAILED with
         main's error, no strategy asked again and no failure counted again. Its jobs still
         live end CANCELED once it has (:meth:`tend_in_app`)."""
+        self.launcher.kill(attempt.owner)
+        # Not FAILED while its driver's processes are still seen (FAILING: its jobs wait).
+        running = self.launcher.still_running(attempt.owner)
+        target = JobState.FAILING if running else JobState.FAILED
         after = self.store.finish_attempt(
-            job.job_id, attempt.attempt, AttemptState.FAILED, JobState.FAILED, why
+            job.job_id, attempt.attempt, AttemptState.FAILED, target, why
         )
         log.warning(
             "application %s: attempt %d ended after main raised; the application is now %s",
@@ -395,7 +400,6 @@ class JobReconciler:
             attempt.attempt,
             after.state,
         )
-        self.launcher.kill(attempt.owner)
 
     def _roll_back(self, job: JobRecord, attempt: AttemptRecord, why: str) -> bool:
         """An attempt of an upgrade's new code failed in its watch window: the upgrade is

@@ -330,7 +330,12 @@ class AttemptsMixin(SqlBase):
         return bool(n == 1)
 
     def fail_application(
-        self, app_id: JobId, attempt: AttemptNo, error: str, jobs_why: str
+        self,
+        app_id: JobId,
+        attempt: AttemptNo,
+        error: str,
+        jobs_why: str,
+        driver_running: bool = False,
     ) -> JobRecord:
         now = self.clock.now()
         with self._tx() as cur:
@@ -363,10 +368,14 @@ class AttemptsMixin(SqlBase):
                     )
                 end_controls_in(self, cur, child.job_id, target, now)
             # 2. The application: CANCELING while its attempt is live (its driver ends it
-            #    FAILED once the jobs have stopped; if it dies, the leader does), else FAILED.
+            #    FAILED once the jobs have stopped; if it dies, the leader does), else FAILED
+            #    (FAILING while the caller still sees the driver's processes).
             arow = self._x(cur, "lock_attempt", job_id=app_id, attempt=attempt).fetchone()
             live = arow is not None and not AttemptRecord.from_row(arow).state.ended
-            target = JobState.CANCELING if live else JobState.FAILED
+            if live:
+                target = JobState.CANCELING
+            else:
+                target = JobState.FAILING if driver_running else JobState.FAILED
             JOBS.check(app.state, target)
             self._x(
                 cur,

@@ -133,7 +133,12 @@ class AttemptStore(Protocol):
         ...
 
     def fail_application(
-        self, app_id: JobId, attempt: AttemptNo, error: str, jobs_why: str
+        self,
+        app_id: JobId,
+        attempt: AttemptNo,
+        error: str,
+        jobs_why: str,
+        driver_running: bool = False,
     ) -> JobRecord:
         """The application's restart strategy gave up after its program raised in
         ``attempt``: one transaction, which does nothing unless the application is RUNNING
@@ -141,7 +146,9 @@ class AttemptStore(Protocol):
         ended is canceled with ``jobs_why`` as its error (a RUNNING one CANCELING: its driver
         stops it after its epoch in flight; the others CANCELED at once). The application,
         its failure counted and ``error`` its error, goes CANCELING while ``attempt`` is live
-        (its driver ends it FAILED once the jobs have stopped), else FAILED at once."""
+        (its driver ends it FAILED once the jobs have stopped), else FAILED at once (FAILING
+        while ``driver_running``: the caller still sees its processes and ends it FAILED once
+        they are gone)."""
         ...
 
     def get_attempt(self, job_id: JobId, attempt: AttemptNo) -> AttemptRecord | None: ...

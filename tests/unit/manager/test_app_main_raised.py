@@ -182,3 +182,36 @@ def test_bad_input_from_main_is_not_run_again(sup: Supervisor) -> None:
     assert (state, failures) == (JobState.CANCELING, 1)
     assert error is not None and error.startswith(ERROR) and "bad input" in error
     assert _state(store, "app.a")[0] == JobState.CANCELING
+
+
+def test_the_application_is_failing_while_its_drivers_processes_are_seen(
+    tmp_path: Path,
+) -> None:
+    """The driver ended its attempt after main raised and is still exiting when the strategy
+    gives up: the application is FAILING (not ended: its jobs wait, nothing resolves their
+    sinks under a writer) while its processes are killed, FAILED once they are gone; then its
+    jobs end CANCELED naming main."""
+    from tests.unit.manager.test_supervisor import FakeLauncher
+
+    store = open_store(tmp_path / "store.db", ManualClock())
+    launcher = FakeLauncher()
+    sup = Supervisor(store, SupervisorConfig(tmp_path, store.url), launcher)
+    app = _app(store, NONE)
+    _raised(store, app)
+    store.finish_attempt(app, AttemptNo(1), AttemptState.FAILED, None, ERROR)
+    att = store.get_attempt(app, AttemptNo(1))
+    assert att is not None
+    launcher.lingering.add(att.owner)
+    sup.step()
+    assert _state(store, "app") == (JobState.FAILING, 1, ERROR)
+    assert _state(store, "app.a") == (JobState.CANCELING, 0, REASON)
+    sup.step()
+    assert _state(store, "app")[0] == JobState.FAILING
+    assert _state(store, "app.a")[0] == JobState.CANCELING  # not while the driver may write
+    assert launcher.killed == [att.owner] * 2
+    launcher.lingering.clear()
+    sup.step()
+    sup.step()
+    assert _state(store, "app") == (JobState.FAILED, 1, ERROR)
+    assert _state(store, "app.a") == (JobState.CANCELED, 0, REASON)
+    store.close()
