@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidSink, SinkError
+from stoker.sinks._arrow import output_arrow_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -22,10 +23,8 @@ _BAD_NAME = re.compile(r"[ ,;{}()\n\t=]")
 
 
 def arrow_schema(df: DataFrame) -> pa.Schema:
-    """The Arrow schema Spark hands the writer tasks for ``df``."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(df.schema)
+    """The Arrow schema the writer tasks get for ``df``."""
+    return output_arrow_schema(df)
 
 
 def check_output(

@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidSink, SinkError
+from stoker.sinks._arrow import output_arrow_schema
 from stoker.sinks._iceberg_catalog import FIELD, Where, check_table, load, redacted
 
 if TYPE_CHECKING:
@@ -54,12 +55,8 @@ def plain(t: pa.DataType) -> pa.DataType:
 
 
 def arrow_schema(df: DataFrame) -> pa.Schema:
-    """The Arrow schema of ``df``'s output as the tasks get it (timestamps zoned in the
-    session's time zone: pyspark asks for one)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-    return to_arrow_schema(df.schema, timezone=zone)
+    """The Arrow schema the writer tasks get for ``df``."""
+    return output_arrow_schema(df)
 
 
 def fits(have: pa.DataType, out: pa.DataType) -> bool:

@@ -121,6 +121,23 @@ def test_epochs_commit_once_and_again_commit_nothing(spark: Any, tmp_path: Path)
     assert deltalake.DeltaTable(str(root)).version() == 1
 
 
+def test_a_timestamp_column_is_written_as_delta_takes_it(spark: Any, tmp_path: Path) -> None:
+    """Almost every event-time job has one: pyspark 4.3 asks for a time zone to turn a
+    timestamp into Arrow, and the sink's schema check failed before anything was written."""
+    from pyspark.sql import functions as F
+
+    root = tmp_path / "t"
+    sink = opened(root)
+    df = spark.range(0, 10, 1, 2).select("id", F.timestamp_seconds(F.col("id") * 60).alias("at"))
+    d0 = sink.prepare(df, Epoch(0), AttemptNo(1))
+    sink.commit(Epoch(0), AttemptNo(1), d0.detail)
+    table = deltalake.DeltaTable(str(root)).to_pyarrow_table()
+    assert sorted(table.column("id").to_pylist()) == list(range(10))
+    assert pa.types.is_timestamp(table.schema.field("at").type)
+    at = {r["id"]: r["at"] for r in table.to_pylist()}
+    assert int(at[3].timestamp()) == 180
+
+
 def test_abort_and_recovery_remove_files_no_log_names(spark: Any, tmp_path: Path) -> None:
     """An attempt never decided (aborted, or left by a crash), and a decided epoch's leftover
     copy: their files go; the committed files never do."""
