@@ -110,13 +110,15 @@ def status_cmd(
         to = (up.get("to") or {}).get("entrypoint")
         click.echo(f"upgrade    {up['upgrade_id']} {up['state']} to {to}")
     e = out.get("last_epoch")
+    # What the sources had beyond the epoch: for a job that still reads them, not an ended one.
+    job_ended = out["state"] in ("FINISHED", "CANCELED", "FAILED")
     if e and e.get("committed_at") is not None:
         rows = "-" if e.get("rows") is None else e["rows"]
         at = when(e["committed_at"])
         click.echo(f"last epoch {e['epoch']} {e['state']} rows {rows} at {at}")
     elif e:
         click.echo(f"last epoch {e['epoch']} {e['state']} (not committed yet)")
-    if e and (behind := backlog_line(e)):
+    if e and not job_ended and (behind := backlog_line(e)):
         click.echo(f"backlog    {behind}")
     click.echo(f"config v{out['control_version']}")
     scaling = scaling_line(out)

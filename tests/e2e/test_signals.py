@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from stoker.driverargs import DriverArgs, DriverRole
 from stoker.manager import processes
 from stoker.store import Owner, open_store
 from stoker.types import AttemptNo, AttemptState, EpochState, JobState, TxnState, job_id
@@ -342,7 +343,17 @@ def test_a_driver_signalled_before_its_job_runs_suspends_its_attempt(tmp_path: P
         )
         app = tmp_path / "early.py"
         app.write_text(SLOW_IMPORT_APP)
-        argv = processes.driver_argv(jid, 1, store_url, tmp_path / "state", app, [], {}, 10.0)
+        argv = processes.DriverArgv.of(
+            DriverArgs(
+                role=DriverRole.JOB,
+                name=jid,
+                attempt=1,
+                store=store_url,
+                state_dir=tmp_path / "state",
+                entrypoint=app,
+                lease_ttl=10.0,
+            )
+        )
         log = tmp_path / "driver.log"
         with open(log, "ab") as out:
             proc = subprocess.Popen(
