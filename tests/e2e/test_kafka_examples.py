@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from tests.support import (
-    JVM_OPTS,
     REPO,
     exactly_once,
     file_sink_ids,
@@ -28,6 +27,7 @@ from tests.support import (
     stoker_cmd,
 )
 from tests.support.cli_runs import (
+    LIGHT,
     RUN_TIMEOUT,
     SUSPENDED_EXIT,
     committed,
@@ -38,7 +38,6 @@ from tests.support.cli_runs import (
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(1200)]
 
-LIGHT = ["-D", "stoker.master=local[2]", "-D", f"spark.driver.extraJavaOptions={JVM_OPTS}"]
 BEFORE, AFTER = 300, 200  # orders produced before the first run, and while the job is down
 
 

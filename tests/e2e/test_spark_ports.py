@@ -26,8 +26,9 @@ from typing import Any
 
 import pytest
 
-from tests.support import JVM_OPTS, REPO, kill_group, stoker_cmd
+from tests.support import REPO, kill_group, stoker_cmd
 from tests.support.cli_runs import (
+    LIGHT,
     RUN_TIMEOUT,
     SUSPENDED_EXIT,
     committed,
@@ -39,8 +40,6 @@ from tests.support.cli_runs import (
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(1200)]
 
 PORTS = REPO / "examples" / "spark_ports"
-# The CLI's options, not the ports' code: a light driver for a shared machine.
-LIGHT = ["-D", "stoker.master=local[2]", "-D", f"spark.driver.extraJavaOptions={JVM_OPTS}"]
 
 WORDS = ["spark", "stoker", "flink", "epoch", "state", "sink", "kafka"]
 BASE = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC)

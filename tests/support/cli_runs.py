@@ -12,11 +12,13 @@ from typing import Any
 
 from stoker.store import open_store
 from stoker.types import EpochState, job_id
-from tests.support.core import wait_for
+from tests.support.core import JVM_OPTS, wait_for
 from tests.support.drivers import kill_group
 
 RUN_TIMEOUT = 420.0  # a cold Spark driver on 2 cores other suites share, then its epochs
 SUSPENDED_EXIT = 13  # stoker.errors.EXIT_CODES[JobSuspended]: a graceful stop by SIGTERM
+# The CLI's options for a light driver on a shared 2-core machine (not the example's code).
+LIGHT = ["-D", "stoker.master=local[2]", "-D", f"spark.driver.extraJavaOptions={JVM_OPTS}"]
 
 
 def committed(state: Path, job: str) -> int:
