@@ -88,6 +88,15 @@ def status_cmd(
     if last_error:
         for line in status_lines(last_error, verbose):
             click.echo(line)
+    _echo_attempt(out, last_error, verbose)
+    _echo_epoch(out)
+    _echo_settings(out)
+
+
+def _echo_attempt(out: dict[str, Any], last_error: Any, verbose: bool) -> None:
+    """``stoker status``'s lines of the current attempt, its standby and its upgrade."""
+    from stoker.cli.errortext import status_lines
+
     a = out.get("attempt")
     if a:
         click.echo(
@@ -109,6 +118,10 @@ def status_cmd(
     if up:
         to = (up.get("to") or {}).get("entrypoint")
         click.echo(f"upgrade    {up['upgrade_id']} {up['state']} to {to}")
+
+
+def _echo_epoch(out: dict[str, Any]) -> None:
+    """The last epoch's line and, for a job that still reads its sources, its backlog."""
     e = out.get("last_epoch")
     # What the sources had beyond the epoch: for a job that still reads them, not an ended one.
     job_ended = out["state"] in ("FINISHED", "CANCELED", "FAILED")
@@ -120,6 +133,10 @@ def status_cmd(
         click.echo(f"last epoch {e['epoch']} {e['state']} (not committed yet)")
     if e and not job_ended and (behind := backlog_line(e)):
         click.echo(f"backlog    {behind}")
+
+
+def _echo_settings(out: dict[str, Any]) -> None:
+    """What the job runs with: config version, scaling, partitions, trigger, delivery, conf."""
     click.echo(f"config v{out['control_version']}")
     scaling = scaling_line(out)
     if scaling:
