@@ -11,7 +11,6 @@ tests share one cluster.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +26,6 @@ from stoker.manager.clusters import (
     stop_processes,
 )
 from stoker.store import ClusterProcess
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -3,6 +3,8 @@ options, the one poll (:func:`wait_for`) and the one free port (:func:`free_port
 
 from __future__ import annotations
 
+import os
+import random
 import site
 import socket
 import sys
@@ -46,10 +48,52 @@ def wait_for(
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` now (the OS picks it; a server started next binds it)."""
-    with socket.socket() as s:
+    """A TCP port free on ``host`` now, for a server the test starts next.
+
+    Taken below the kernel's ephemeral range: a port the OS hands out for ``bind(0)`` is also
+    what every outgoing connection and every Spark listener on port 0 gets, so one of them could
+    take it between this check and the server's bind (seen in CI: a dashboard's manager failed
+    with "address already in use" on port 39969). Below the range only servers given a port
+    explicitly bind, and those take theirs from here: each pytest worker draws from a slice of
+    its own, and this process never hands a port out twice."""
+    low, _high = _ephemeral_range()
+    first, last = 10000, max(10001, low - 1)
+    slices = max(1, _WORKERS)
+    width = (last - first) // slices
+    start = first + width * (_WORKER % slices)
+    for _ in range(200):
+        port = _rng.randrange(start, start + width)
+        if port in _given:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind((host, port))
+        except OSError:
+            continue
+        _given.add(port)
+        return port
+    with socket.socket() as s:  # a crowded slice: the OS's pick, as before
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _worker_number(name: str) -> int:
+    digits = name.removeprefix("gw")
+    return int(digits) if digits.isdigit() else 0
+
+
+_WORKER = _worker_number(os.environ.get("PYTEST_XDIST_WORKER", ""))
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+_rng = random.Random(os.getpid() ^ time.time_ns())
+_given: set[int] = set()
 
 
 def venv_over_this_python(env_dir: Path) -> Path:
