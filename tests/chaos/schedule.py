@@ -66,6 +66,11 @@ WEIGHTS: dict[str, int] = {
     "crash_at": 3,  # the driver started again armed to SIGKILL itself at CRASH_POINTS[arg]
     "zombie": 2,  # a driver frozen at ZOMBIE_POINTS[arg], a second one takes over, it wakes
     "power_loss": 1,  # killed after a decide, the files sink's unsynced writes dropped
+    # Network partitions (issue 39 item 8), drawn from a seventh stream, only for a run with
+    # hosts in network namespaces (``--netns``: tests/chaos/netns.py): every other schedule,
+    # recorded or not, stays as it was.
+    "partition": 3,  # the driver's host cut from PostgreSQL's (one way or both) arg seconds
+    "heal": 1,  # every cut healed now (else each heals by itself after its seconds)
 }
 ADDED = {"savepoint_restore", "rescale", "executor_kill", "executor_stall", "spark_worker_kill"}
 MANAGER_ONLY = {"leader_kill", "manager_stall", "clock_skew"}
@@ -84,6 +89,11 @@ STANDBY_SHARE = 0.5  # of the managed workloads drawn with the later kinds: with
 STANDBY_STEPS = 0.2  # of a standby workload's steps: a fault of its standby
 CLUSTER_SHARE = 0.2  # of the schedules under `stoker run` (~13% of all): on a standalone cluster
 PROTOCOL_ONLY = {"crash_at", "zombie", "power_loss"}
+NETNS_ONLY = {"partition", "heal"}
+NETNS_STEPS = 0.3  # of a schedule's steps with hosts: a partition or a heal
+PARTITION_MIN, PARTITION_MAX = 3.0, 60.0  # seconds a partition lasts unless healed before
+# Which way a partition cuts: both, or only what the first host sends to the second.
+PARTITION_WAYS = ("mgr<->data", "mgr->data", "data->mgr")
 PROTOCOL_FROM_SEED = 400  # above every recorded seed
 PROTOCOL_STEPS = 0.4  # of such a schedule's steps: a fault inside the protocol
 # Where a crash_at's driver kills itself (stoker.testing's fault points): before and after the
@@ -145,8 +155,9 @@ class Step:
     # a clock step's or skew's seconds (signed)
     arg: float
     # whose clocks a clock_step moves: "leader" (the leading manager and its drivers; under
-    # `stoker run` the driver) or "all" (every manager and driver). Empty for other kinds, and
-    # then left out of the JSON (the recorded schedules' digests stay as they were).
+    # `stoker run` the driver) or "all" (every manager and driver); which way a partition
+    # cuts (PARTITION_WAYS). Empty for other kinds, and then left out of the JSON (the
+    # recorded schedules' digests stay as they were).
     scope: str = ""
 
 
@@ -195,7 +206,11 @@ def fmt_step(s: Step) -> str:
 
 
 def generate(
-    seed: int, faults: int = 20, allow: set[str] | None = None, added: bool = True
+    seed: int,
+    faults: int = 20,
+    allow: set[str] | None = None,
+    added: bool = True,
+    hosts: bool = False,
 ) -> Schedule:
     """The schedule of ``seed``: a workload and ``faults`` steps of the allowed kinds.
 
@@ -204,22 +219,31 @@ def generate(
     becomes an added kind with the added kinds' share of the weights. So an old seed keeps its
     workload (but a fifth of those under `stoker run` now run on a cluster) and every step but
     those an added kind replaced; ``added=False`` gives the schedule as it was before them
-    (the recorded runs of docs/chaos-runs)."""
+    (the recorded runs of docs/chaos-runs).
+
+    ``hosts``: the run has hosts in network namespaces (tests/chaos/netns.py), and the
+    partitions and heals are drawn among the steps (a seventh stream). Such a workload is
+    never managed nor on a cluster: the managers' REST and the cluster's addresses are
+    loopback ones, which a namespace does not share (the first-stream draws are made
+    all the same)."""
     rng = random.Random(seed)
     more = random.Random(seed * 1_000_003 + 0xADD)
     files = rng.choice([0, 0, 6, 10])
-    pg_sink = rng.random() < 0.8
+    # With hosts always a PostgreSQL sink, and more often the store there too: a partition
+    # cuts the driver from PostgreSQL, and without it would cut nothing.
+    pg_sink = rng.random() < 0.8 or hosts
     per_epoch = rng.choice([100, 200, 300])
     # The draw is made either way, so that limiting the kinds changes nothing else.
     disk = rng.random() < 0.3 and (allow is None or "disk_full" in allow)
-    pg_store = pg_sink and rng.random() < 0.3
-    managed = rng.random() < 0.35 and (allow is None or bool(MANAGER_ONLY & allow))
+    pg_store = pg_sink and rng.random() < (0.5 if hosts else 0.3)
+    managed = rng.random() < 0.35 and (allow is None or bool(MANAGER_ONLY & allow)) and not hosts
     # Kinds that only a cluster has to be done to, and nothing else: a cluster, always.
     only_cluster = allow is not None and bool(allow) and allow <= CLUSTER_ONLY
     cluster = (
         added
         and (more.random() < CLUSTER_SHARE or only_cluster)
         and not managed
+        and not hosts
         and (allow is None or bool(CLUSTER_ONLY & allow))
     )
     # A third stream for the standby (issue 24): nothing above or below draws from it.
@@ -262,7 +286,7 @@ def generate(
     named = (
         allow is not None
         and bool(PROTOCOL_ONLY & allow)
-        and not set(WEIGHTS) - PROTOCOL_ONLY - CLOCK_ONLY <= allow
+        and not set(WEIGHTS) - PROTOCOL_ONLY - CLOCK_ONLY - NETNS_ONLY <= allow
     )
     protocol = (
         bool(protocol_weights)
@@ -274,8 +298,13 @@ def generate(
         k: v
         for k, v in WEIGHTS.items()
         if (allow is None or k in allow)
-        and k not in STANDBY_ONLY | UPGRADE_ONLY | CLOCK_ONLY | PROTOCOL_ONLY
+        and k not in STANDBY_ONLY | UPGRADE_ONLY | CLOCK_ONLY | PROTOCOL_ONLY | NETNS_ONLY
     }
+    # A seventh stream for the partitions (issue 39 item 8), only with hosts.
+    seventh = random.Random(seed * 17_000_041 + 0x4E7)
+    netns_weights = {k: WEIGHTS[k] for k in sorted(NETNS_ONLY) if allow is None or k in allow}
+    only_netns = allow is not None and bool(allow) and allow <= NETNS_ONLY
+    partitions = hosts and bool(netns_weights)
     for k in LOCAL_ONLY if managed else MANAGER_ONLY:
         kinds.pop(k, None)
     if not pg_sink:
@@ -315,6 +344,12 @@ def generate(
             kind = sixth.choices(list(protocol_weights), list(protocol_weights.values()))[0]
             arg = _protocol_arg(sixth, kind)
             scope = ""
+        if partitions and (seventh.random() < NETNS_STEPS or only_netns):
+            kind = seventh.choices(list(netns_weights), list(netns_weights.values()))[0]
+            arg, scope = 0.0, ""
+            if kind == "partition":
+                arg = _partition_arg(seventh)
+                scope = seventh.choice(PARTITION_WAYS)
         steps.append(Step(i, after_epochs, delay, kind, arg, scope))
     # Enough epochs for every step to land before the job ends, and some after the last; an
     # added fault the job runs through (a worker down for seconds) gets the epochs it may
@@ -380,6 +415,12 @@ def _protocol_arg(rng: random.Random, kind: str) -> float:
     if kind == "zombie":
         return 0.0 if rng.random() < 0.5 else float(rng.randrange(1, len(ZOMBIE_POINTS)))
     return 0.0
+
+
+def _partition_arg(rng: random.Random) -> float:
+    """A partition's seconds, log-uniform from a few (inside one epoch's store calls) to a
+    minute (past the drivers' 60 s progress watchdog)."""
+    return round(math.exp(rng.uniform(math.log(PARTITION_MIN), math.log(PARTITION_MAX))), 1)
 
 
 def _clock_arg(rng: random.Random) -> float:

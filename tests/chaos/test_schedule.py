@@ -12,6 +12,10 @@ from tests.chaos.schedule import (
     CLUSTER_ONLY,
     CRASH_POINTS,
     LOCAL_ONLY,
+    NETNS_ONLY,
+    PARTITION_MAX,
+    PARTITION_MIN,
+    PARTITION_WAYS,
     PROTOCOL_FROM_SEED,
     PROTOCOL_ONLY,
     STANDBY_ONLY,
@@ -75,7 +79,7 @@ def test_faults_fit_the_workload_and_every_kind_is_drawn_over_many_seeds() -> No
         # The generator has epochs for every step to land on, and some after the last.
         assert w.gen >= (sum(st.after_epochs for st in s.steps) + 8) * w.per_epoch
         seen |= kinds
-    assert seen == set(WEIGHTS) - CLOCK_ONLY - PROTOCOL_ONLY
+    assert seen == set(WEIGHTS) - CLOCK_ONLY - PROTOCOL_ONLY - NETNS_ONLY
 
 
 def test_clock_faults_come_from_their_seed_on_and_leave_the_other_draws_alone() -> None:
@@ -195,3 +199,46 @@ def test_protocol_faults_come_from_their_seed_on_for_local_workloads() -> None:
     )
     s = generate(7, faults=6, allow={"zombie"})
     assert [st.kind for st in s.steps] == ["zombie"] * 6 and not s.workload.managed
+
+
+def test_partitions_are_drawn_only_with_hosts_and_leave_every_other_draw_alone() -> None:
+    with_partition = steps = cuts = stores = 0
+    for seed in range(0, 600, 3):
+        plain, hosted = generate(seed), generate(seed, hosts=True)
+        assert not {st.kind for st in plain.steps} & NETNS_ONLY
+        w = hosted.workload
+        assert not w.managed and not w.cluster and not w.standby and not w.upgrades
+        kinds = {st.kind for st in hosted.steps}
+        assert not kinds & ({"leader_kill", "manager_stall", "clock_skew"} | CLUSTER_ONLY)
+        with_partition += "partition" in kinds
+        for st in hosted.steps:
+            steps += 1
+            if st.kind == "partition":
+                cuts += 1
+                assert PARTITION_MIN <= st.arg <= PARTITION_MAX, st
+                assert st.scope in PARTITION_WAYS, st
+            elif st.kind == "heal":
+                assert st.arg == 0.0 and st.scope == "", st
+        # Always a PostgreSQL sink (else a partition would cut nothing). A workload the hosts
+        # did not change (not managed, not a cluster, a PostgreSQL sink, the store where it
+        # was) keeps its steps but those a partition or a heal replaced (and the ids a
+        # replaced added kind needed).
+        assert w.pg_sink
+        if w.pg_store:
+            stores += 1
+        p = plain.workload
+        if not p.managed and not p.cluster and p.pg_sink and p.pg_store == w.pg_store:
+            a, b = plain.to_json()["workload"], hosted.to_json()["workload"]
+            a.pop("gen"), b.pop("gen")
+            assert a == b, seed
+            for x, y in zip(plain.steps, hosted.steps, strict=True):
+                assert x == y or y.kind in NETNS_ONLY, (seed, x, y)
+    assert 0.15 < cuts / steps < 0.35, (cuts, steps)
+    assert with_partition > 150, with_partition
+    assert 70 < stores < 130, stores  # the store on PostgreSQL in half of them
+    # Asked for by name: every step a partition or a heal; not drawn when left out.
+    s = generate(7, faults=6, allow=set(NETNS_ONLY), hosts=True)
+    assert all(st.kind in NETNS_ONLY for st in s.steps) and len(s.steps) == 6
+    assert load(json.dumps(s.to_json())).to_json() == s.to_json()
+    s = generate(7, faults=30, allow=set(WEIGHTS) - NETNS_ONLY, hosts=True)
+    assert not {st.kind for st in s.steps} & NETNS_ONLY
