@@ -89,6 +89,7 @@ LEASE_BREAKERS = {
     "standby_kill",
     "standby_stall",
     "pg_down",
+    "partition",  # the driver cut off a store on PostgreSQL renews nothing either
 }
 # Faults that fail no attempt: with only these and clock faults, no failure may be counted.
 QUIET = CLOCK_FAULTS | {

@@ -48,14 +48,16 @@ EXPECTED_EXITS = {0, 2, 8, 13, 16, -9}
 # before it started: a server down as it started, a disk full before).
 _KILLS = {"worker_kill", "executor_kill", "executor_stall", "spark_worker_kill", "crash_at"}
 _STALLS = {"driver_stall", "jvm_stall", "zombie", "power_loss"}
+# A partition cuts the driver off PostgreSQL as a crash of the server does (issue 39 item 8).
+_SERVER_LOST = {"pg_down", "partition"}
 EXPLAINED_BY: dict[int, set[str]] = {
-    8: _KILLS | _STALLS | {"pg_down", "disk_full", "upgrade_bad", "clock_step", "clock_skew"},
-    16: {"pg_down", "disk_full"},
+    8: _KILLS | _STALLS | _SERVER_LOST | {"disk_full", "upgrade_bad", "clock_step", "clock_skew"},
+    16: _SERVER_LOST | {"disk_full"},
     2: {"checkpoint_lost"},
 }
 EXPLAIN_SLACK = 60.0
 UNEXPLAINED_STOP = 3  # driver exits no fault explains: the schedule stops (it has failed)
-# With the store on PostgreSQL, whose server the nemesis crashes (pg_down): the store
+# With the store on PostgreSQL, whose server the nemesis crashes (pg_down) or cuts off: the store
 # unavailable (StoreError), the attempt given up; the same command starts it again (run E,
 # seed 35: three such exits, every id once).
 STORE_DOWN_EXIT = 7
@@ -161,7 +163,8 @@ class Local:
         self.clock = f"driver-{self.starts + 1:02d}"
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
-                stoker_cmd("run", str(run.app), *args, "--quiet"),
+                # In the driver's host when the run has hosts (nsenter execs: the same pid)
+                run.on_driver_host(stoker_cmd("run", str(run.app), *args, "--quiet")),
                 env={**os.environ, **run.env(), **run.clock_env(self.clock), **armed},
                 stdout=out,
                 stderr=subprocess.STDOUT,

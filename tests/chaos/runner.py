@@ -27,13 +27,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.chaos import nemesis, operators, protocol
 from tests.chaos.checker import Verdict, check, check_zombies
 from tests.chaos.operators import Stuck
 from tests.chaos.schedule import CLOCK_MAX, Schedule, Step, fmt_step
 from tests.support import APPS
+
+if TYPE_CHECKING:
+    from tests.chaos.netns import Hosts
 
 APP = APPS / "chaos_app.py"
 # Put first on a process's PYTHONPATH, it adds the seconds its offset file holds to
@@ -106,6 +109,9 @@ class Run:
     # one being injected ends at infinity until it is done
     faults: list[tuple[float, float, str]] = field(default_factory=list)
     zombies: list[Any] = field(default_factory=list)  # protocol.Zombie, each woken
+    # Hosts in network namespaces (``--netns``): the driver runs in "mgr", PostgreSQL in
+    # "data", the runner in neither (it sees the store whatever the partition).
+    hosts: Hosts | None = None
 
     def __post_init__(self) -> None:
         self.job = self.job or self.schedule.workload.job
@@ -131,6 +137,10 @@ class Run:
         """The current job's code: the app as it is, or its k-th changed version."""
         k = len(self.switches)
         return self.base / "app" / ("chaos_app.py" if k == 0 else f"chaos_app_r{k}.py")
+
+    def on_driver_host(self, argv: list[str]) -> list[str]:
+        """``argv`` as run on the driver's host: in the "mgr" namespace when there are hosts."""
+        return argv if self.hosts is None else [*self.hosts.prefix_argv("mgr"), *argv]
 
     def log(self, what: str) -> None:
         e = Event(time.monotonic() - self.t0, what)
@@ -292,6 +302,10 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
         if k == "zombie":
             return protocol.zombie(run, step, rng)
         return protocol.crash_at(run, step) if k == "crash_at" else protocol.power_loss(run, step)
+    if k in ("partition", "heal"):
+        if run.hosts is None:
+            return None
+        return run.hosts.heal() if k == "heal" else run.hosts.partition_for(step.scope, step.arg)
     if k in ("clock_step", "clock_skew"):
         return run.op.clock_fault(k, step.arg, step.scope)
     if k in ("leader_kill", "manager_stall"):
@@ -732,12 +746,21 @@ class Result:
 
 
 def run_schedule(
-    schedule: Schedule, base: Path, pg: nemesis.BouncingPostgres | None, keep: bool = False
+    schedule: Schedule,
+    base: Path,
+    pg: nemesis.BouncingPostgres | None,
+    keep: bool = False,
+    hosts: Hosts | None = None,
 ) -> Result:
-    """Run ``schedule`` in the folder ``base`` (made here) against the server ``pg``."""
+    """Run ``schedule`` in the folder ``base`` (made here) against the server ``pg``.
+
+    With ``hosts`` (tests/chaos/netns.py; ``pg`` then a NetnsPostgres in its "data" host)
+    the driver runs in the "mgr" host and the partitions cut between the two."""
     w = schedule.workload
+    if hosts is not None and (w.managed or w.cluster):
+        raise ValueError("hosts in namespaces: only `stoker run` on local[N,F] workloads yet")
     base.mkdir(parents=True)
-    run = Run(schedule, base, pg, marker=f"{w.job}-{os.getpid()}-{time.time_ns()}")
+    run = Run(schedule, base, pg, marker=f"{w.job}-{os.getpid()}-{time.time_ns()}", hosts=hosts)
     rng = random.Random(schedule.seed * 7919 + 1)
     error: str | None = None
     verdict: Verdict | None = None
@@ -779,7 +802,9 @@ def run_schedule(
             if done is None:
                 run.log(f"{fmt_step(step)}: nothing to do it to")
                 continue
-            run.faults.append((began, time.monotonic() - run.t0, step.kind))
+            # A partition goes on after its step: it ends when it heals (at the latest).
+            lasts = step.arg if step.kind == "partition" else 0.0
+            run.faults.append((began, time.monotonic() - run.t0 + lasts, step.kind))
             run.injected[step.kind] = run.injected.get(step.kind, 0) + 1
             run.log(f"{fmt_step(step)}: {done}")
         finish(run)
@@ -824,6 +849,9 @@ def run_schedule(
     except Exception as e:  # the harness's own failure is a failure too, with its history
         error = f"{type(e).__name__}: {e}"
     finally:
+        if hosts is not None:
+            with contextlib.suppress(Exception):
+                hosts.heal()  # a partition still on ends with its schedule
         for z in run.zombies:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(z.pid, signal.SIGKILL)
