@@ -1,5 +1,6 @@
-"""The Kafka examples as a user runs them (issue 42 item 6): ``stoker run
-examples/kafka_to_files.py`` and ``examples/kafka_to_postgres.py`` against a real broker, with
+"""The Kafka examples as a user runs them (issue 42 item 6, issue 43 item 5): ``stoker run
+examples/kafka_to_files.py``, ``kafka_to_postgres.py`` and ``kafka_to_delta.py`` against a real
+broker, with
 the settings the examples read from the environment. Each is killed with SIGKILL (its whole
 process group) once epochs have committed, more orders are produced while it is down, and the
 same command runs again: every order reaches the sink once. Then SIGTERM stops it gracefully
@@ -35,6 +36,7 @@ from tests.support.cli_runs import (
     log_tail,
     wait_running,
 )
+from tests.support.sinks import delta_ids, delta_txn_versions
 
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(1200)]
 
@@ -124,3 +126,26 @@ def test_kafka_to_postgres_killed_mid_run_writes_each_order_once(
         lambda: pg_ids(pg_dsn, "orders", "order_id"),
     )
     assert pg_prepared(pg_dsn) == []  # nothing left prepared
+
+
+def test_kafka_to_delta_killed_mid_run_commits_each_epoch_once(
+    kafka_server: Any, kafka_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """The table MERGEs on order_id, which would hide an epoch written twice in its rows: the
+    Delta log is read too, each epoch's ``txn`` in exactly one commit."""
+    topic = kafka_topic(partitions=3)
+    boot = kafka_server.bootstrap
+    produce(boot, topic, range(BEFORE), 3)
+    table = tmp_path / "orders_delta"
+    env = _env(KAFKA=boot, TOPIC=topic, TABLE=str(table))
+    run_killed_and_again(
+        "kafka_to_delta.py",
+        "kafka_to_delta",
+        env,
+        tmp_path,
+        lambda: produce(boot, topic, range(BEFORE, BEFORE + AFTER), 3),
+        lambda: delta_ids(table, "order_id"),
+    )
+    epochs = delta_txn_versions(table)
+    assert epochs and epochs == sorted(set(epochs)), epochs  # each epoch once, in order
+    assert not list(table.glob("**/_stoker_*")), "staged files left"

@@ -54,3 +54,28 @@ def exactly_once(ids: Counter[int], total: int) -> None:
         f"duplicates {dupes[:10]} ({len(dupes)}), missing {missing[:10]} ({len(missing)}), "
         f"unexpected {extra[:10]} ({len(extra)})"
     )
+
+
+def delta_ids(path: Path, column: str = "id") -> Counter[int]:
+    """Every value of ``column`` a Delta reader (deltalake) sees in the table at ``path``."""
+    import deltalake
+
+    if not (path / "_delta_log").is_dir():
+        return Counter()
+    table = deltalake.DeltaTable(str(path)).to_pyarrow_table(columns=[column])
+    return Counter(int(x) for x in table.column(column).to_pylist())
+
+
+def delta_txn_versions(path: Path) -> list[int]:
+    """The ``txn`` versions (stoker's epochs) of every commit in the Delta log at ``path``, in
+    commit order: an epoch committed twice shows twice (a MERGE on a key would hide it in the
+    rows)."""
+    import json
+
+    versions: list[int] = []
+    for entry in sorted((path / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "txn" in action:
+                versions.append(int(action["txn"]["version"]))
+    return versions
