@@ -179,6 +179,33 @@ def load(catalog: Any, where: Where) -> Any:
         ) from e
 
 
+def unreachable(e: BaseException) -> bool:
+    """Whether ``e`` (or what it was raised from) says the catalog's database could not be
+    reached or dropped the connection: worth another try once it is back. SQLAlchemy's
+    ``OperationalError`` and ``InterfaceError`` (a refused or lost connection, a server
+    restarting, SQLite's lock timeout) and the drivers' own; never a conflict or bad input."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        kind = type(cur)
+        names = {f"{k.__module__}.{k.__qualname__}" for k in kind.__mro__}
+        if names & _UNREACHABLE:
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+_UNREACHABLE = {
+    "sqlalchemy.exc.OperationalError",
+    "sqlalchemy.exc.InterfaceError",
+    "sqlalchemy.exc.DisconnectionError",
+    "psycopg.OperationalError",
+    "psycopg.InterfaceError",
+    "sqlite3.OperationalError",
+}
+
+
 def redacted(e: BaseException) -> str:
     from stoker.redact import redact_text
 

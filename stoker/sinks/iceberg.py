@@ -19,6 +19,10 @@ after a ``CommitFailedException`` reads the marker again first: another writer's
 simply committed after, a commit of the same epoch by another attempt of the job (a recovery
 beside a stalled driver) is never repeated.
 
+A catalog that cannot be reached at the commit (its PostgreSQL down or restarting) is waited
+out, up to ``OUTAGE_S``, each try reading the marker first: the epoch is committed once when
+the database is back, the attempt fails only after that.
+
 Files of aborted attempts and of task copies Spark did not keep are deleted by abort, by the
 commit's clean-up and by recovery, from the intents the tasks wrote before their files; a
 file a snapshot of the epoch names is never deleted.
@@ -26,12 +30,13 @@ file a snapshot of the epoch names is never deleted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +55,7 @@ from stoker.sinks._iceberg_catalog import (
     redacted,
     require_pyiceberg,
     table_root,
+    unreachable,
 )
 from stoker.sinks._iceberg_marker import current_files, epoch_files, marker, newest_epoch
 from stoker.sinks._iceberg_schema import arrow_schema, check_output, ready_table
@@ -85,6 +91,9 @@ _INTENTS = re.compile(r"^(\d+)\.(\d+)$")
 # Commits lost to other writers before this gives up (each loser reads the marker again).
 _COMMIT_TRIES = 20
 _MERGE = "commit.manifest-merge.enabled"
+# How long a decided epoch's commit waits out a catalog it cannot reach (its database down or
+# restarting) before the attempt fails; the Kafka sink waits as long for its broker.
+OUTAGE_S = 600.0
 
 
 @dataclass
@@ -107,6 +116,7 @@ class IcebergSink:
         self._mode = "append"
         self._catalog: Any = None
         self._checked: pa.Schema | None = None
+        self.outage_s = OUTAGE_S
 
     def describe(self) -> str:
         extra = f", schema_mode={self.schema_mode!r}" if self.schema_mode else ""
@@ -272,7 +282,9 @@ class IcebergSink:
                 f"epoch {epoch} of attempt {attempt}: the recorded part names no files "
                 f"(detail {dict(detail)!r}); nothing can be committed exactly",
             )
-        table = self._commit_snapshot(owner.uid, epoch, attempt, files)
+        table = self._through_outages(
+            epoch, lambda: self._commit_snapshot(owner.uid, epoch, attempt, files)
+        )
         # Crash here: the epoch is in the table, the store does not know yet; the commit done
         # again finds the marker and only cleans up.
         fault_point("iceberg_after_commit", epoch)
@@ -280,6 +292,39 @@ class IcebergSink:
             # An upsert's prepared files never enter the table (pyiceberg wrote its own).
             kept = set() if self._upsert else {str(f["name"]) for f in files}
             self._clean(table, owner.uid, epoch, attempt, kept)
+
+    def _through_outages(self, epoch: Epoch, commit: Callable[[], Any]) -> Any:
+        """``commit()``, again while the catalog's database cannot be reached (down, restarting,
+        a connection it dropped), with a fresh catalog each time, for up to ``OUTAGE_S``. Each
+        try starts by reading the marker: a try whose catalog commit went through before its
+        answer was lost finds the epoch committed and adds nothing."""
+        deadline = time.monotonic() + self.outage_s
+        pause = 0.2
+        while True:
+            try:
+                return commit()
+            except Exception as e:
+                if not unreachable(e) or time.monotonic() + pause > deadline:
+                    raise
+                log.warning(
+                    "%s: epoch %d: the Iceberg catalog cannot be reached (%s); trying again in "
+                    "%.1fs",
+                    self.name,
+                    epoch,
+                    redacted(e).splitlines()[0] if str(e) else type(e).__name__,
+                    pause,
+                )
+                self._forget_catalog()
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
+
+    def _forget_catalog(self) -> None:
+        """Drop the catalog and its connections: the next use opens them anew."""
+        cat, self._catalog = self._catalog, None
+        engine = getattr(cat, "engine", None)
+        if engine is not None:
+            with contextlib.suppress(Exception):
+                engine.dispose()
 
     def _commit_snapshot(
         self, uid: str, epoch: Epoch, attempt: AttemptNo, files: list[dict[str, Any]]

@@ -409,11 +409,20 @@ def finish(proc: subprocess.Popen[bytes], log: Path, expect: int) -> None:
     assert rc == expect, f"driver ended with rc {rc}, expected {expect}\n{tail(log)}"
 
 
-def assert_done(tmp_path: Path, state: Path, total: int, log: Path, others: int = 0) -> None:
+def assert_done(
+    tmp_path: Path,
+    state: Path,
+    total: int,
+    log: Path,
+    others: int = 0,
+    url: str | None = None,
+    wh: Path | None = None,
+) -> None:
     """Each id once for pyiceberg's reader (``others`` more rows of another writer); no data
     file outside the snapshots; the job FINISHED, every epoch COMMITTED, each in one snapshot
-    of the table, no sink part PREPARED."""
-    url, wh = catalog_url(tmp_path), tmp_path / "warehouse"
+    of the table, no sink part PREPARED. The catalog is ``url`` (the test's SQLite one by
+    default), the warehouse ``wh``."""
+    url, wh = url or catalog_url(tmp_path), wh or tmp_path / "warehouse"
     ids = ice_ids(url, wh)
     for extra in range(10_000, 10_000 + others):
         assert ids.pop(extra, 0) == 1, f"the other writer's row {extra}"
@@ -542,3 +551,59 @@ def test_a_column_the_pipeline_adds_is_refused_before_anything_is_written(
     assert epochs_in(url, wh) == snapshots
     assert data_files(wh) == files
     assert reader(url, wh).load_table("db.t").schema().column_names == ["id", "bucket"]
+
+
+def test_the_catalogs_postgresql_down_at_the_commit(tmp_path: Path) -> None:
+    """The catalog in a PostgreSQL server of the test's own. The driver is frozen right before
+    epoch 2's catalog commit, the server crashes (immediate stop), the driver is let go: its
+    commit fails on the dead connection and waits the outage out, trying again (each try
+    reads the marker first) until the server is back with its data on the same port; then the
+    decided epoch is committed once, in the same attempt, and the job goes on to the end.
+    Every id once, each epoch in one snapshot, no file outside them. Before: the attempt
+    failed at the first refused connection and `stoker run` ended FAILED (exit 8)."""
+    from tests.chaos.nemesis import BouncingPostgres
+
+    server = BouncingPostgres().start()
+    try:
+        url = server.create_database("iceberg_catalog")
+        wh = tmp_path / "pg-warehouse"
+        state = tmp_path / "state"
+        env = iids_env(
+            tmp_path, total=1000, per_epoch=200, IIDS_CATALOG=url, IIDS_WAREHOUSE=str(wh)
+        )
+        log = tmp_path / "driver.log"
+        proc = start_iids(state, {**env, "STOKER_FAULT": "sigstop_iceberg_before_catalog:2"}, log)
+        try:
+            wait_for(
+                lambda: f"the driver frozen before epoch 2's catalog commit\n{tail(log)}",
+                lambda: (
+                    "injected sigstop at iceberg_before_catalog epoch 2"
+                    in log.read_text(errors="replace")
+                    and stopped(proc.pid)
+                ),
+                RUN,
+                0.2,
+            )
+            server.crash()
+            os.killpg(proc.pid, signal.SIGCONT)
+            waiting = "epoch 2: the Iceberg catalog cannot be reached"
+            wait_for(
+                lambda: f"epoch 2's commit to wait for the catalog\n{tail(log)}",
+                lambda: waiting in log.read_text(errors="replace"),
+                RUN,
+                0.5,
+            )
+            assert proc.poll() is None, tail(log)
+            server.come_back()
+            finish(proc, log, 0)
+        finally:
+            if proc.poll() is None:
+                kill_group(proc)
+        assert_done(tmp_path, state, 1000, log, url=url, wh=wh)
+        st = open_store(state / "store.db")
+        try:
+            assert len(st.list_attempts(job_id(JOB))) == 1  # waited out, no attempt failed
+        finally:
+            st.close()
+    finally:
+        server.stop()
