@@ -22,9 +22,10 @@ SHORT = [9001, 9002]
 PROTOCOL = {9003: 4}
 # Schedules that found a bug (the finding and its fix in docs/reliability.md), replayed as they
 # were drawn: seed -> (faults, kinds allowed or None for all, drawn with the later kinds).
+# Finding 4's seed (7: an idle job the runner, not stoker, took for stuck; 20 faults, the
+# longest schedule here at 3-3.5 minutes) is replayed by the long runs, not in CI, whose time
+# budget it did not fit: `python -m tests.chaos --seed 7 --faults 20 --without-added-kinds`.
 KEPT: dict[int, tuple[int, set[str] | None, bool]] = {
-    # finding 4: an idle job the runner took for stuck (drawn before the later kinds)
-    7: (20, None, False),
     # finding 5: a restore through a job manager made under a fresh uid (800 ids twice)
     118: (6, {"savepoint_restore", "rescale", "leader_kill", "worker_kill"}, True),
 }
