@@ -2,7 +2,8 @@
 
 Environment: KIDS_BOOTSTRAP, KIDS_TOPIC (required), KIDS_TOTAL (default 2000),
 KIDS_PER_EPOCH (default 200), KIDS_MAX_TXN_BYTES (optional: the sink's bytes per transaction),
-KIDS_JOB (job id, default "kids"). Run it with
+KIDS_TXN_TIMEOUT_MS (optional: the producers' transaction.timeout.ms), KIDS_JOB (job id,
+default "kids"). Run it with
 ``stoker run tests/apps/kafka_ids_app.py -D stoker.state_dir=...``.
 """
 
@@ -27,7 +28,12 @@ p.transform(
         F.array(F.struct(F.lit("src").alias("key"), F.lit(b"gen").alias("value"))).alias("h"),
     )
 )
-sink = sinks.kafka(os.environ["KIDS_BOOTSTRAP"], os.environ["KIDS_TOPIC"], headers="h")
+options = {}
+if os.environ.get("KIDS_TXN_TIMEOUT_MS"):
+    options["transaction.timeout.ms"] = os.environ["KIDS_TXN_TIMEOUT_MS"]
+sink = sinks.kafka(
+    os.environ["KIDS_BOOTSTRAP"], os.environ["KIDS_TOPIC"], headers="h", options=options
+)
 if os.environ.get("KIDS_MAX_TXN_BYTES"):
     sink.max_transaction_bytes = int(os.environ["KIDS_MAX_TXN_BYTES"])
 p.sink(sink)
