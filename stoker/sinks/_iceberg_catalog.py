@@ -9,14 +9,20 @@ URL may hold a password: it is only ever shown through :func:`stoker.redact.reda
 
 from __future__ import annotations
 
+import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from stoker.errors import InvalidSink, SinkError
 from stoker.redact import redact_url
+
+log = logging.getLogger("stoker.sinks.iceberg")
+T = TypeVar("T")
 
 FIELD = "iceberg"
 CATALOG_NAME = "default"
@@ -179,6 +185,37 @@ def load(catalog: Any, where: Where) -> Any:
         ) from e
 
 
+# How long a decided epoch's commit waits out a catalog it cannot reach (its database down or
+# restarting) before the attempt fails; the Kafka sink waits as long for its broker.
+OUTAGE_S = 600.0
+
+
+def through_outages(
+    what: str, commit: Callable[[], T], reset: Callable[[], None], seconds: float
+) -> T:
+    """``commit()``, again while the catalog's database cannot be reached (down, restarting,
+    a connection it dropped), after ``reset()`` (a fresh catalog) each time, for up to
+    ``seconds``. The sink's commit starts by reading the marker: a try whose catalog commit
+    went through before its answer was lost finds the epoch committed and adds nothing."""
+    deadline = time.monotonic() + seconds
+    pause = 0.2
+    while True:
+        try:
+            return commit()
+        except Exception as e:
+            if not unreachable(e) or time.monotonic() + pause > deadline:
+                raise
+            log.warning(
+                "%s: the Iceberg catalog cannot be reached (%s); trying again in %.1fs",
+                what,
+                redacted(e).splitlines()[0] if str(e) else type(e).__name__,
+                pause,
+            )
+            reset()
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
+
+
 def unreachable(e: BaseException) -> bool:
     """Whether ``e`` (or what it was raised from) says the catalog's database could not be
     reached or dropped the connection: worth another try once it is back. SQLAlchemy's
@@ -228,3 +265,19 @@ def check_table(table: Any, where: Where) -> None:
             f"the Iceberg table {where.identifier} is partitioned ({spec}); the sink writes "
             "unpartitioned tables only: write to a new table, or one without a partition spec",
         )
+
+
+def without_retries(table: Any) -> Any:
+    """``table`` with pyiceberg's commit retries off (``commit.retry.num-retries=0`` in this
+    copy's metadata only: the catalog's commit applies the updates to its own current
+    metadata, so the property is never written)."""
+    from pyiceberg.table import Table
+
+    props = {**table.metadata.properties, "commit.retry.num-retries": "0"}
+    return Table(
+        table.name(),
+        metadata=table.metadata.model_copy(update={"properties": props}),
+        metadata_location=table.metadata_location,
+        io=table.io,
+        catalog=table.catalog,
+    )

@@ -36,7 +36,7 @@ import logging
 import re
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +46,7 @@ from stoker.sinks._delta_merge import last_per_key
 from stoker.sinks._files_owner import check_uid
 from stoker.sinks._iceberg_catalog import (
     FIELD,
+    OUTAGE_S,
     Where,
     check_table,
     check_writable,
@@ -55,7 +56,8 @@ from stoker.sinks._iceberg_catalog import (
     redacted,
     require_pyiceberg,
     table_root,
-    unreachable,
+    through_outages,
+    without_retries,
 )
 from stoker.sinks._iceberg_marker import current_files, epoch_files, marker, newest_epoch
 from stoker.sinks._iceberg_schema import arrow_schema, check_output, ready_table
@@ -91,9 +93,6 @@ _INTENTS = re.compile(r"^(\d+)\.(\d+)$")
 # Commits lost to other writers before this gives up (each loser reads the marker again).
 _COMMIT_TRIES = 20
 _MERGE = "commit.manifest-merge.enabled"
-# How long a decided epoch's commit waits out a catalog it cannot reach (its database down or
-# restarting) before the attempt fails; the Kafka sink waits as long for its broker.
-OUTAGE_S = 600.0
 
 
 @dataclass
@@ -116,7 +115,7 @@ class IcebergSink:
         self._mode = "append"
         self._catalog: Any = None
         self._checked: pa.Schema | None = None
-        self.outage_s = OUTAGE_S
+        self.outage_s = OUTAGE_S  # how long a commit waits out a catalog it cannot reach
 
     def describe(self) -> str:
         extra = f", schema_mode={self.schema_mode!r}" if self.schema_mode else ""
@@ -282,8 +281,11 @@ class IcebergSink:
                 f"epoch {epoch} of attempt {attempt}: the recorded part names no files "
                 f"(detail {dict(detail)!r}); nothing can be committed exactly",
             )
-        table = self._through_outages(
-            epoch, lambda: self._commit_snapshot(owner.uid, epoch, attempt, files)
+        table = through_outages(
+            f"{self.name}: epoch {epoch}",
+            lambda: self._commit_snapshot(owner.uid, epoch, attempt, files),
+            self._forget_catalog,
+            self.outage_s,
         )
         # Crash here: the epoch is in the table, the store does not know yet; the commit done
         # again finds the marker and only cleans up.
@@ -292,31 +294,6 @@ class IcebergSink:
             # An upsert's prepared files never enter the table (pyiceberg wrote its own).
             kept = set() if self._upsert else {str(f["name"]) for f in files}
             self._clean(table, owner.uid, epoch, attempt, kept)
-
-    def _through_outages(self, epoch: Epoch, commit: Callable[[], Any]) -> Any:
-        """``commit()``, again while the catalog's database cannot be reached (down, restarting,
-        a connection it dropped), with a fresh catalog each time, for up to ``OUTAGE_S``. Each
-        try starts by reading the marker: a try whose catalog commit went through before its
-        answer was lost finds the epoch committed and adds nothing."""
-        deadline = time.monotonic() + self.outage_s
-        pause = 0.2
-        while True:
-            try:
-                return commit()
-            except Exception as e:
-                if not unreachable(e) or time.monotonic() + pause > deadline:
-                    raise
-                log.warning(
-                    "%s: epoch %d: the Iceberg catalog cannot be reached (%s); trying again in "
-                    "%.1fs",
-                    self.name,
-                    epoch,
-                    redacted(e).splitlines()[0] if str(e) else type(e).__name__,
-                    pause,
-                )
-                self._forget_catalog()
-                time.sleep(pause)
-                pause = min(pause * 2, 5.0)
 
     def _forget_catalog(self) -> None:
         """Drop the catalog and its connections: the next use opens them anew."""
@@ -361,34 +338,7 @@ class IcebergSink:
                 return table  # nothing to add: no snapshot (the marker stays where it is)
             # 3. The snapshot, built against the table as just read, pyiceberg's own retries
             #    off (a retry must read the marker again: step 1).
-            tx = _without_retries(table).transaction()
-            props = marker(uid, self.name, int(epoch), int(attempt))
-            spec_id = table.metadata.default_spec_id
-            ours = [data_file(f, spec_id) for f in files]
-            if self._upsert:
-                rows = self._epoch_rows(root, files)
-                if rows.num_rows:
-                    assert self.key
-                    tx.upsert(
-                        last_per_key(rows, self.key),
-                        join_cols=list(self.key),
-                        snapshot_properties=props,
-                    )
-            elif self._mode == "complete":
-                with tx.update_snapshot(snapshot_properties=props).overwrite() as replace:
-                    for old in current_files(table):
-                        replace.delete_data_file(old)
-                    for f in ours:
-                        replace.append_data_file(f)
-            else:
-                # A fast append adds a manifest per epoch; with the table's
-                # commit.manifest-merge.enabled (set on tables the sink makes) small manifests
-                # are merged as the commits go on, so that planning a scan stays fast.
-                update = tx.update_snapshot(snapshot_properties=props)
-                merge = table.metadata.properties.get(_MERGE, "false").lower() == "true"
-                with update.merge_append() if merge else update.fast_append() as append:
-                    for f in ours:
-                        append.append_data_file(f)
+            tx = self._snapshot(table, root, uid, epoch, attempt, files)
             # Crash here: manifests and a manifest list are written, the catalog does not name
             # them (orphans no reader sees); the epoch is committed again from step 1.
             fault_point("iceberg_before_catalog", epoch)
@@ -411,6 +361,48 @@ class IcebergSink:
             f"{redacted(last) if last else None}; the epoch stays decided and is committed "
             "when the job runs again",
         )
+
+    def _snapshot(
+        self,
+        table: Any,
+        root: Path,
+        uid: str,
+        epoch: Epoch,
+        attempt: AttemptNo,
+        files: list[dict[str, Any]],
+    ) -> Any:
+        """The epoch's snapshot in a transaction on ``table`` (not committed yet), with the
+        marker in its summary: an upsert on the key, an overwrite of every current file
+        (``complete``), or an append."""
+        tx = without_retries(table).transaction()
+        props = marker(uid, self.name, int(epoch), int(attempt))
+        spec_id = table.metadata.default_spec_id
+        ours = [data_file(f, spec_id) for f in files]
+        if self._upsert:
+            rows = self._epoch_rows(root, files)
+            if rows.num_rows:
+                assert self.key
+                tx.upsert(
+                    last_per_key(rows, self.key),
+                    join_cols=list(self.key),
+                    snapshot_properties=props,
+                )
+        elif self._mode == "complete":
+            with tx.update_snapshot(snapshot_properties=props).overwrite() as replace:
+                for old in current_files(table):
+                    replace.delete_data_file(old)
+                for f in ours:
+                    replace.append_data_file(f)
+        else:
+            # A fast append adds a manifest per epoch; with the table's
+            # commit.manifest-merge.enabled (set on tables the sink makes) small manifests are
+            # merged as the commits go on, so that planning a scan stays fast.
+            update = tx.update_snapshot(snapshot_properties=props)
+            merge = table.metadata.properties.get(_MERGE, "false").lower() == "true"
+            with update.merge_append() if merge else update.fast_append() as append:
+                for f in ours:
+                    append.append_data_file(f)
+        return tx
 
     def _epoch_rows(self, root: Path, files: list[dict[str, Any]]) -> pa.Table:
         """The rows of the epoch's prepared files, in the order of the files (an upsert's
@@ -492,19 +484,3 @@ class IcebergSink:
             else:
                 done.aborted.append((epoch, attempt))
         return done
-
-
-def _without_retries(table: Any) -> Any:
-    """``table`` with pyiceberg's commit retries off (``commit.retry.num-retries=0`` in this
-    copy's metadata only: the catalog's commit applies the updates to its own current
-    metadata, so the property is never written)."""
-    from pyiceberg.table import Table
-
-    props = {**table.metadata.properties, "commit.retry.num-retries": "0"}
-    return Table(
-        table.name(),
-        metadata=table.metadata.model_copy(update={"properties": props}),
-        metadata_location=table.metadata_location,
-        io=table.io,
-        catalog=table.catalog,
-    )

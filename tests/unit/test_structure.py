@@ -191,7 +191,6 @@ LONGER_FUNCTIONS: dict[str, int] = {
     "stoker/runtime/epoch.py:_run": 95,  # the epoch protocol's numbered steps, in order
     "stoker/runtime/job/api.py:run": 92,
     "stoker/cli/server.py:server_cmd": 92,  # one line per option of stoker server
-    "stoker/sinks/iceberg.py:_commit_snapshot": 85,
     "stoker/sinks/delta.py:_commit_log": 83,
 }
 
