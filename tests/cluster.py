@@ -68,6 +68,26 @@ class StandaloneCluster:
             p.read_text(errors="replace") for p in sorted(self.folder.glob("work-*/*/*/stderr"))
         )
 
+    def speculating_driver_args(self, executor_fault: str) -> list[str]:
+        """``-D`` arguments of a driver on this cluster with two one-core executors and Spark's
+        speculation quick to copy a slow task (a task 1.5x the median of half its stage's done
+        tasks, after 1 s); ``executor_fault`` is the executors' ``STOKER_FAULT`` (a
+        ``task_slow`` plan, say)."""
+        conf = {
+            "stoker.master": self.url,
+            "spark.driver.host": "127.0.0.1",
+            "spark.cores.max": "2",
+            "spark.executor.cores": "1",
+            "spark.executor.memory": "512m",
+            "spark.speculation": "true",
+            "spark.speculation.interval": "100ms",
+            "spark.speculation.multiplier": "1.5",
+            "spark.speculation.quantile": "0.5",
+            "spark.speculation.minTaskRuntime": "1s",
+            "spark.executorEnv.STOKER_FAULT": executor_fault,
+        }
+        return [a for k, v in conf.items() for a in ("-D", f"{k}={v}")]
+
     def stop(self) -> None:
         stop_processes(self.reported)
         self.reported.clear()

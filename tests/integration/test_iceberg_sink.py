@@ -499,6 +499,21 @@ def stopped(pid: int) -> bool:
         return False
 
 
+def wait_frozen_before_catalog(proc: subprocess.Popen[bytes], log: Path, epoch: int) -> None:
+    """Until the driver has stopped itself (``sigstop_iceberg_before_catalog:<epoch>``) with
+    the epoch's snapshot built, right before the catalog's commit."""
+    wait_for(
+        lambda: f"the driver frozen before epoch {epoch}'s catalog commit\n{tail(log)}",
+        lambda: (
+            f"injected sigstop at iceberg_before_catalog epoch {epoch}"
+            in log.read_text(errors="replace")
+            and stopped(proc.pid)
+        ),
+        RUN,
+        0.2,
+    )
+
+
 def test_a_writer_commits_while_the_driver_is_about_to(tmp_path: Path) -> None:
     """The driver is frozen (SIGSTOP of its group) with epoch 2's snapshot built against the
     table as it read it, right before the catalog's commit; another program appends to the
@@ -509,16 +524,7 @@ def test_a_writer_commits_while_the_driver_is_about_to(tmp_path: Path) -> None:
     log = tmp_path / "driver.log"
     proc = start_iids(state, {**env, "STOKER_FAULT": "sigstop_iceberg_before_catalog:2"}, log)
     try:
-        wait_for(
-            lambda: f"the driver frozen before epoch 2's catalog commit\n{tail(log)}",
-            lambda: (
-                "injected sigstop at iceberg_before_catalog epoch 2"
-                in log.read_text(errors="replace")
-                and stopped(proc.pid)
-            ),
-            RUN,
-            0.2,
-        )
+        wait_frozen_before_catalog(proc, log, 2)
         other = pa.table(
             {"id": pa.array([10_000, 10_001], pa.int64()), "bucket": pa.array([0, 1], pa.int32())}
         )
@@ -574,16 +580,7 @@ def test_the_catalogs_postgresql_down_at_the_commit(tmp_path: Path) -> None:
         log = tmp_path / "driver.log"
         proc = start_iids(state, {**env, "STOKER_FAULT": "sigstop_iceberg_before_catalog:2"}, log)
         try:
-            wait_for(
-                lambda: f"the driver frozen before epoch 2's catalog commit\n{tail(log)}",
-                lambda: (
-                    "injected sigstop at iceberg_before_catalog epoch 2"
-                    in log.read_text(errors="replace")
-                    and stopped(proc.pid)
-                ),
-                RUN,
-                0.2,
-            )
+            wait_frozen_before_catalog(proc, log, 2)
             server.crash()
             os.killpg(proc.pid, signal.SIGCONT)
             waiting = "epoch 2: the Iceberg catalog cannot be reached"

@@ -171,21 +171,10 @@ def test_speculative_copy_wins_over_a_slow_prepared_first_attempt(
     # The first attempt of partition 0's writer in epochs 1 and 3 sleeps 40 s right after its
     # PREPARE: prepared, and then not kept once the speculative copy on the other worker wins.
     slow = "task_slow:1:0:40,task_slow:3:0:40"
-    conf = {
-        "stoker.master": spark_cluster.url,
-        "spark.driver.host": "127.0.0.1",
-        "spark.cores.max": "2",
-        "spark.executor.cores": "1",
-        "spark.executor.memory": "512m",
-        "spark.speculation": "true",
-        "spark.speculation.interval": "100ms",
-        "spark.speculation.multiplier": "1.5",
-        "spark.speculation.quantile": "0.5",
-        "spark.speculation.minTaskRuntime": "1s",
-        "spark.executorEnv.STOKER_FAULT": slow,
-        "spark.executorEnv.STOKER_FAULT_DIR": str(tmp_path),
-    }
-    args = [a for k, v in conf.items() for a in ("-D", f"{k}={v}")]
+    args = [
+        *spark_cluster.speculating_driver_args(slow),
+        *("-D", f"spark.executorEnv.STOKER_FAULT_DIR={tmp_path}"),
+    ]
     log1, log2 = tmp_path / "driver-1.log", tmp_path / "driver-2.log"
     # The driver dies right after preparing epoch 3: the slow attempt's part and the
     # speculative copy's are both prepared then; recovery must roll back both.

@@ -70,20 +70,7 @@ def test_speculative_copies_of_table_writers_never_reach_the_tables(
         "TIDS_JOB": JOB,
         "STOKER_FAULT": "",
     }
-    conf = {
-        "stoker.master": spark_cluster.url,
-        "spark.driver.host": "127.0.0.1",
-        "spark.cores.max": "2",
-        "spark.executor.cores": "1",
-        "spark.executor.memory": "512m",
-        "spark.speculation": "true",
-        "spark.speculation.interval": "100ms",
-        "spark.speculation.multiplier": "1.5",
-        "spark.speculation.quantile": "0.5",
-        "spark.speculation.minTaskRuntime": "1s",
-        "spark.executorEnv.STOKER_FAULT": "task_slow:1:0:40,task_slow:3:0:40",
-    }
-    args = [a for k, v in conf.items() for a in ("-D", f"{k}={v}")]
+    args = spark_cluster.speculating_driver_args("task_slow:1:0:40,task_slow:3:0:40")
     log1, log2 = tmp_path / "driver-1.log", tmp_path / "driver-2.log"
     run(state, {**env, "STOKER_FAULT": "after_prepare:3"}, log1, args, -9)
     delta_sink = f"delta:{table.resolve()}"
