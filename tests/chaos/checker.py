@@ -8,6 +8,7 @@ PostgreSQL's prepared transactions and the process table, as a user or an operat
 - each job in the state it ends in: one stopped with a savepoint FINISHED at the savepoint's
   epoch, the job restored from it going on at the next epoch with the same uid; the last job
   FINISHED (CANCELED for an unbounded workload);
+- one driver deciding for a job at a time: epochs decided in the order of their attempts;
 - control versions strictly increasing, epochs' pinned versions never going back, and no
   REJECTED pause or config in effect;
 - no process of the run left behind (on a cluster: no executor of the run once its driver
@@ -209,6 +210,16 @@ def _check_job(run: Run, jid: str, expected: str, v: Verdict) -> None:
     ]
     if short:
         v.add(f"store: epochs of {jid} not COMMITTED {short[:5]}")
+    # One writer at a time (issue 39 item 8, a driver cut off while another takes its job
+    # over): epochs are decided in the order of the attempts that decided them. An attempt
+    # deciding an epoch after a newer attempt decided an earlier one is two drivers committing
+    # for one job.
+    decided = sorted((int(e.epoch), int(e.decided_by)) for e in epochs if e.decided_by is not None)
+    back = [(a, b) for a, b in itertools.pairwise(decided) if b[1] < a[1]]
+    if back:
+        v.add(
+            f"store: {jid}: an older attempt decided after a newer one (epoch, attempt) {back[:3]}"
+        )
     if seen["txns"]:
         v.add(f"store: sink transactions of {jid} still PREPARED {seen['txns'][:3]}")
     _control_checks(seen, v, ControlKind, ControlStatus)

@@ -3,14 +3,21 @@
 :class:`Hosts` makes, per run, a bridge in the root namespace and a namespace per host, each
 joined to the bridge by a veth pair and given an address of one /24:
 
-- ``mgr``: the driver (``stoker run``) and everything it starts (its JVM, its Python workers);
-- ``data``: the PostgreSQL server of the store and the sinks (:class:`NetnsPostgres`).
+- ``mgr``: the driver (``stoker run``) and everything it starts (its JVM, its Python workers),
+  or under two job managers the first manager and every driver it starts;
+- ``data``: the PostgreSQL server of the store and the sinks (:class:`NetnsPostgres`);
+- ``mgr2``: the second job manager and the drivers it starts (unused under ``stoker run``).
+
+The partitions cut ``mgr`` from ``data``: one manager and its drivers lose the store and the
+sinks while the other keeps them, so the other may take over the job while the cut-off
+driver still runs (the case a fence must hold).
 
 The runner itself stays in the root namespace, on the bridge's address, as Jepsen's control
 node does: it reads the store and the sinks whatever the partition, so a partition never
-blinds the checker or the runner's "stuck" clock. A third host for a standalone Spark worker
-is not made yet: the cluster and the job managers' workloads are not drawn with hosts (their
-REST and Spark addresses are loopback ones).
+blinds the checker or the runner's "stuck" clock. The job managers listen on their host's
+address, with a token (a manager refuses ``--insecure-no-token`` off loopback). A host for a
+standalone Spark worker is not made yet: cluster workloads are not drawn with hosts (the
+runner's cluster lives on loopback addresses).
 
 A partition is what TCP sees as one: packets silently dropped on a host's veth as they
 leave, so that a connect or a send waits and times out, never fails at once as a refused
@@ -18,9 +25,10 @@ connection or a ``blackhole`` route would. ``a -> b`` drops what ``a`` sends to 
 ways drops both. The drop is a classic BPF filter in direct-action mode on a ``clsact``
 qdisc (``tc filter ... egress bpf da bytecode``: "IPv4 to this address: TC_ACT_SHOT"), not
 the usual ``prio`` qdisc and ``u32 ... action drop``: those need the kernel's sch_prio and
-act_gact, which kernels built small (this machine's CI kernel among them) leave out, while
-clsact and cls_bpf are there wherever tc filters are. Nothing but iproute2's ``ip`` and
-``tc`` and util-linux's ``nsenter`` is needed (root only), no nft or iptables.
+act_gact, which kernels built small leave out (this machine's among them: no sch_prio, no
+act_gact, no netem), while clsact (NET_SCH_INGRESS) and cls_bpf are built in. Nothing but
+iproute2's ``ip`` and ``tc`` and util-linux's ``nsenter`` is needed (root only), no nft or
+iptables.
 
 Namespaces, bridges and veths outlive the process that made them: their names carry a per-run
 prefix (``sk`` and the pid: interface names have at most 15 characters), :meth:`Hosts.close`
@@ -40,7 +48,7 @@ from types import TracebackType
 
 from tests.chaos.nemesis import BouncingPostgres
 
-HOSTS = ("mgr", "data")
+HOSTS = ("mgr", "data", "mgr2")
 PREFIX = "sk"  # every namespace and interface of the harness starts with it
 NETNS_DIR = Path("/run/netns")
 
@@ -104,7 +112,8 @@ class Hosts:
         return f"{self.subnet}.{self.hosts.index(host) + 2}"
 
     def _veth(self, host: str, inside: bool) -> str:
-        return f"{self.prefix}{host[0]}{1 if inside else 0}"  # e.g. sk12345m1
+        # e.g. sk12345h01: the host's index, then 0 for the bridge's end, 1 for the host's
+        return f"{self.prefix}h{self.hosts.index(host)}{1 if inside else 0}"
 
     def prefix_argv(self, host: str) -> list[str]:
         """What to put before an argv to run it in ``host``'s namespace. nsenter execs the

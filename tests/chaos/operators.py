@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 # one-core executors) and one.
 MASTERS = ("local[2,8]", "local[3,8]")
 CLUSTER_CORES = (None, "1")
+# The hosts of the two managers when the run has hosts (tests/chaos/netns.py): a partition
+# cuts the first one (and its drivers) from PostgreSQL, the second keeps it.
+MANAGER_HOSTS = ("mgr", "mgr2")
 GRACEFUL_STOP = 300.0  # seconds a graceful stop (its epoch in flight commits) may take
 MAX_STARTS = 40  # more driver (or manager) starts than this in one schedule: a restart loop
 # The drivers' progress watchdog (stoker.progress_timeout): well inside the runner's 180 s
@@ -344,6 +347,15 @@ class Managed:
             raise Stuck(f"managers started {self.starts} times")
         run = self.run
         self.starts += 1
+        where: dict[str, Any] = {}
+        if run.hosts is not None:
+            # On its host, listening on the host's address: off loopback, with a token.
+            host = MANAGER_HOSTS[i]
+            where = {
+                "wrap": run.hosts.prefix_argv(host),
+                "extra_args": ["--host", run.hosts.addr(host)],
+                "token": run.token,
+            }
         m = Manager(
             f"manager-{i}",
             run.store_url,
@@ -354,7 +366,15 @@ class Managed:
             env={**run.env(), **run.clock_env(f"manager-{i}")},
             lease_ttl=5.0,
             leader_ttl=2.0,
+            **where,
         )
+        if run.hosts is not None:
+            import httpx
+
+            m.http.close()
+            m.url = f"http://{run.hosts.addr(MANAGER_HOSTS[i])}:{m.port}"
+            auth = {"Authorization": f"Bearer {run.token}"}
+            m.http = httpx.Client(base_url=m.url, timeout=60.0, headers=auth)
         self.managers[i] = m
         m.wait_up()
         run.log(f"manager {i} started (pid {m.proc.pid})")

@@ -112,6 +112,7 @@ class Run:
     # Hosts in network namespaces (``--netns``): the driver runs in "mgr", PostgreSQL in
     # "data", the runner in neither (it sees the store whatever the partition).
     hosts: Hosts | None = None
+    token: str = ""  # the managers' API token, when they listen off loopback (hosts)
 
     def __post_init__(self) -> None:
         self.job = self.job or self.schedule.workload.job
@@ -179,6 +180,8 @@ class Run:
             # Every fsync of a stoker process, for the power loss (tests/chaos/protocol.py).
             "STOKER_TEST_FSYNC_LEDGER": str(self.base / "fsync-ledger"),
         }
+        if self.token:
+            env["STOKER_TOKEN"] = self.token  # the CLI's `--server` calls send it
         return env
 
     # the wall clocks ---------------------------------------------------------------------------
@@ -755,12 +758,17 @@ def run_schedule(
     """Run ``schedule`` in the folder ``base`` (made here) against the server ``pg``.
 
     With ``hosts`` (tests/chaos/netns.py; ``pg`` then a NetnsPostgres in its "data" host)
-    the driver runs in the "mgr" host and the partitions cut between the two."""
+    the driver runs in the "mgr" host (under managers: the first manager there, the second
+    in "mgr2", each with the drivers it starts) and the partitions cut "mgr" from "data"."""
     w = schedule.workload
-    if hosts is not None and (w.managed or w.cluster):
-        raise ValueError("hosts in namespaces: only `stoker run` on local[N,F] workloads yet")
+    if hosts is not None and w.cluster:
+        raise ValueError("hosts in namespaces: no cluster workloads yet")
     base.mkdir(parents=True)
     run = Run(schedule, base, pg, marker=f"{w.job}-{os.getpid()}-{time.time_ns()}", hosts=hosts)
+    if hosts is not None and w.managed:
+        import secrets
+
+        run.token = secrets.token_hex(16)
     rng = random.Random(schedule.seed * 7919 + 1)
     error: str | None = None
     verdict: Verdict | None = None

@@ -222,10 +222,10 @@ def generate(
     (the recorded runs of docs/chaos-runs).
 
     ``hosts``: the run has hosts in network namespaces (tests/chaos/netns.py), and the
-    partitions and heals are drawn among the steps (a seventh stream). Such a workload is
-    never managed nor on a cluster: the managers' REST and the cluster's addresses are
-    loopback ones, which a namespace does not share (the first-stream draws are made
-    all the same)."""
+    partitions and heals are drawn among the steps (a seventh stream). Such a workload always
+    has a PostgreSQL sink (else a partition would cut nothing) and is never on a cluster: the
+    cluster's addresses are loopback ones, which a namespace does not share (the first-stream
+    draws are made all the same)."""
     rng = random.Random(seed)
     more = random.Random(seed * 1_000_003 + 0xADD)
     files = rng.choice([0, 0, 6, 10])
@@ -236,7 +236,7 @@ def generate(
     # The draw is made either way, so that limiting the kinds changes nothing else.
     disk = rng.random() < 0.3 and (allow is None or "disk_full" in allow)
     pg_store = pg_sink and rng.random() < (0.5 if hosts else 0.3)
-    managed = rng.random() < 0.35 and (allow is None or bool(MANAGER_ONLY & allow)) and not hosts
+    managed = rng.random() < 0.35 and (allow is None or bool(MANAGER_ONLY & allow))
     # Kinds that only a cluster has to be done to, and nothing else: a cluster, always.
     only_cluster = allow is not None and bool(allow) and allow <= CLUSTER_ONLY
     cluster = (

@@ -207,9 +207,9 @@ def test_partitions_are_drawn_only_with_hosts_and_leave_every_other_draw_alone()
         plain, hosted = generate(seed), generate(seed, hosts=True)
         assert not {st.kind for st in plain.steps} & NETNS_ONLY
         w = hosted.workload
-        assert not w.managed and not w.cluster and not w.standby and not w.upgrades
+        assert not w.cluster
         kinds = {st.kind for st in hosted.steps}
-        assert not kinds & ({"leader_kill", "manager_stall", "clock_skew"} | CLUSTER_ONLY)
+        assert not kinds & CLUSTER_ONLY
         with_partition += "partition" in kinds
         for st in hosted.steps:
             steps += 1
@@ -220,14 +220,14 @@ def test_partitions_are_drawn_only_with_hosts_and_leave_every_other_draw_alone()
             elif st.kind == "heal":
                 assert st.arg == 0.0 and st.scope == "", st
         # Always a PostgreSQL sink (else a partition would cut nothing). A workload the hosts
-        # did not change (not managed, not a cluster, a PostgreSQL sink, the store where it
-        # was) keeps its steps but those a partition or a heal replaced (and the ids a
-        # replaced added kind needed).
+        # did not change (not a cluster, a PostgreSQL sink, the store where it was) keeps
+        # its steps but those a partition or a heal replaced (and the ids a replaced added
+        # kind needed).
         assert w.pg_sink
         if w.pg_store:
             stores += 1
         p = plain.workload
-        if not p.managed and not p.cluster and p.pg_sink and p.pg_store == w.pg_store:
+        if not p.cluster and p.pg_sink and p.pg_store == w.pg_store:
             a, b = plain.to_json()["workload"], hosted.to_json()["workload"]
             a.pop("gen"), b.pop("gen")
             assert a == b, seed
