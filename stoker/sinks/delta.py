@@ -106,6 +106,7 @@ class DeltaSink:
         self._owner: SinkOwner | None = None
         self._mode = "append"
         self._checked: pa.Schema | None = None
+        self._dt: Any = None  # the DeltaTable opened last (see _table)
 
     def describe(self) -> str:
         extra = f", partition_by={list(self.partition_by)!r}" if self.partition_by else ""
@@ -211,13 +212,25 @@ class DeltaSink:
         return self._owner
 
     def _table(self) -> Any:
-        """The table as its log stands now, or None when there is none yet."""
+        """The table as its log stands now, or None when there is none yet. The table opened
+        before is brought up to date with the log entries written since (``update_incremental``)
+        rather than opened again: an open reads the last checkpoint and every file it names,
+        each epoch, and the table grows by an epoch's files every epoch."""
         from deltalake import DeltaTable
 
         if not (self._root / "_delta_log").is_dir():
+            self._dt = None
             return None
+        if self._dt is not None:
+            try:
+                self._dt.update_incremental()
+                return self._dt
+            except Exception as e:  # the entries after it are gone (log clean-up): open it
+                log.info("%s: opening the Delta log again (%s)", self.name, e)
+                self._dt = None
         try:
-            return DeltaTable(str(self._root))
+            self._dt = DeltaTable(str(self._root))
+            return self._dt
         except Exception as e:
             from deltalake.exceptions import TableNotFoundError
 
@@ -254,8 +267,9 @@ class DeltaSink:
             return write_partition(t, batches)
 
         out = write_plan(df, write)
-        n = out.rdd.getNumPartitions()
         results = out.collect()
+        # From the plan the collect ran (planned once): ``out.rdd`` would plan it again.
+        n = out._jdf.queryExecution().executedPlan().execute().getNumPartitions()
         first: dict[int, Any] = {}  # partition -> its result row (one task attempt each)
         rows: dict[int, int] = {}
         adds: list[dict[str, Any]] = []
