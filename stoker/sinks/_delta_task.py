@@ -14,8 +14,10 @@ The task is handed a :class:`DeltaTask` (pickled into it) and yields one result 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -28,11 +30,14 @@ from stoker.testing import kill_task_worker, task_fault, task_note
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
     WriteFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 STAGING = "_stoker"  # Delta readers and VACUUM pass by names starting with '_'
 RESULT = "part int, task long, task_attempt int, rows long, add string"
+# A column name mapInArrow can take as it is: ``df[name]`` reads dots and backticks as a path.
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -51,12 +56,35 @@ def intents_dir(root: Path, uid: str, epoch: int, attempt: int) -> Path:
     return root / STAGING / uid / f"{epoch}.{attempt}"
 
 
+@functools.cache
+def result_schema() -> StructType:
+    """:data:`RESULT` as a StructType, made once: given as text, every epoch's ``mapInArrow``
+    had the JVM parse it (a few ms of the driver's time per epoch)."""
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    return StructType(
+        [
+            StructField("part", IntegerType()),
+            StructField("task", LongType()),
+            StructField("task_attempt", IntegerType()),
+            StructField("rows", LongType()),
+            StructField("add", StringType()),
+        ]
+    )
+
+
 def write_plan(df: DataFrame, write: WriteFn | None) -> DataFrame:
     """An epoch's frame through its writer tasks (``write``; None: a plan only analysed).
-    Columns are renamed by position first (a name Spark generates reads as a path in
-    ``mapInArrow``); the tasks name them back from their :class:`DeltaTask`."""
-    plain = df.toDF(*(f"_{i}" for i in range(len(df.columns))))
-    return plain.mapInArrow(write or _never, RESULT)
+    Columns whose names ``mapInArrow`` would read as a path (a name Spark generates, with a
+    dot), or that clash, are renamed by position first; the tasks name them back from their
+    :class:`DeltaTask`. Plain names are kept: a rename is one more plan analysed each epoch."""
+    names = df.columns
+    plain = all(_PLAIN_NAME.fullmatch(n) for n in names) and len(
+        {n.casefold() for n in names}
+    ) == len(names)
+    if not plain:
+        df = df.toDF(*(f"_{i}" for i in range(len(names))))
+    return df.mapInArrow(write or _never, result_schema())
 
 
 def _never(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -138,6 +138,28 @@ def test_a_timestamp_column_is_written_as_delta_takes_it(spark: Any, tmp_path: P
     assert int(at[3].timestamp()) == 180
 
 
+def test_names_mapinarrow_reads_as_paths_are_written_as_named(spark: Any, tmp_path: Path) -> None:
+    """The writer tasks take plain names as they are and rename the others by position (a
+    dot reads as a struct path in ``mapInArrow``, names differing only in case clash); the
+    table gets the output's own names either way, over epochs with both kinds."""
+    from pyspark.sql import functions as F
+
+    root = tmp_path / "t"
+    sink = opened(root, schema_mode="merge")
+    d0 = sink.prepare(frame(spark, range(0, 20)), Epoch(0), AttemptNo(1))
+    sink.commit(Epoch(0), AttemptNo(1), d0.detail)
+    odd = frame(spark, range(20, 40)).select(
+        "id", "bucket", (F.col("id") * 2).alias("x.y"), F.lit(1).alias("Id_2")
+    )
+    d1 = sink.prepare(odd, Epoch(1), AttemptNo(1))
+    sink.commit(Epoch(1), AttemptNo(1), d1.detail)
+    table = deltalake.DeltaTable(str(root)).to_pyarrow_table()
+    assert table.column_names == ["id", "bucket", "x.y", "Id_2"]
+    doubled = {r["id"]: r["x.y"] for r in table.to_pylist() if r["id"] >= 20}
+    assert doubled == {i: 2 * i for i in range(20, 40)}
+    exactly_once(delta_ids(root), 40)
+
+
 def test_abort_and_recovery_remove_files_no_log_names(spark: Any, tmp_path: Path) -> None:
     """An attempt never decided (aborted, or left by a crash), and a decided epoch's leftover
     copy: their files go; the committed files never do."""
