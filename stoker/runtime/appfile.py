@@ -218,13 +218,24 @@ def inspect_pipeline(app: Path) -> Pipeline:
 
     A Pipeline defined at module level is found by importing the file (its main does not run);
     a file that builds its pipeline in its main and calls ``stoker.run(p)`` is run in collect
-    mode, where that call hands ``p`` back instead of running it.
+    mode, where that call hands ``p`` back instead of running it. The import is in collect
+    mode too: a file that calls ``stoker.run(p)`` at module level, with no main guard (as a
+    script may), hands ``p`` back there rather than running the job in the process that reads
+    it (a job manager's inspection, before the job is even recorded).
     """
     from stoker.pipeline import Pipeline
 
     sys.path.insert(0, str(app.parent))
     try:
-        namespace = runpy.run_path(str(app), run_name="stoker_inspect")
+        with launch.launched(launch.LaunchContext(collect=True)):
+            namespace = runpy.run_path(str(app), run_name="stoker_inspect")
+    except launch.Collected as handed:
+        if not isinstance(handed.pipeline, Pipeline):
+            raise InvalidInput(
+                "app", f"{app} called stoker.run with a {type(handed.pipeline).__name__}"
+            ) from None
+        handed.pipeline.check_managed()
+        return handed.pipeline
     finally:
         sys.path.remove(str(app.parent))
     found = [v for v in namespace.values() if isinstance(v, Pipeline)]

@@ -71,6 +71,27 @@ def test_the_name_and_config_of_a_file_that_calls_stoker_run_in_its_main(tmp_pat
     assert e.value.field == "config.j"
 
 
+def test_a_file_that_calls_stoker_run_at_module_level_is_read_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script with no main guard (the README's shape, as a newcomer writes it) read by a job
+    manager's inspection: its module-level stoker.run hands the pipeline back. Before, the
+    inspection ran the whole job in the manager's inspecting process (found by a newcomer
+    walk: it took the sink's table and committed epochs before the job was even recorded)."""
+    monkeypatch.chdir(tmp_path)
+    app = tmp_path / "noguard.py"
+    app.write_text(
+        "import stoker\n"
+        "from stoker import Pipeline, sinks, sources\n"
+        "p = Pipeline('no-guard', config={'k': 1})\n"
+        "p.source(sources.generator(total=1)).sink(sinks.files('out'))\n"
+        "stoker.run(p)\n"
+        "raise SystemExit('must not get here')\n"
+    )
+    assert inspect_app(app, {"k": 2}) == ("no-guard", {"k": 2})
+    assert not (tmp_path / ".stoker").exists() and not (tmp_path / "out").exists()
+
+
 def _reader(folder: Path, state: Path) -> _FilesReader:
     opts = {
         "sid": "s0",
