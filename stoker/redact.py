@@ -131,8 +131,20 @@ _PROSE_WORDS = frozenset(f"{w}s" for w in SECRET_WORDS)
 
 def _is_prose(key: str, eq: str) -> bool:
     """Whether ``key`` before the separator ``eq`` is a word of prose, not a key: a plural
-    secret word alone followed by ':' (``keys: a, b``)."""
-    return eq.strip() == ":" and key.lower() in _PROSE_WORDS
+    secret word alone followed by ':' (``keys: a, b``), or an exception's class name before
+    its message (``KeyError: 'OUT_DIR'`` names the missing key, which the user must see)."""
+    if eq.strip() != ":":
+        return False
+    return key.lower() in _PROSE_WORDS or _is_exception_name(key)
+
+
+def _is_exception_name(key: str) -> bool:
+    """A Python exception's class name, dotted or not: KeyError, jwt.InvalidKeyError."""
+    name = key.rpartition(".")[2]
+    return name[:1].isupper() and name.isidentifier() and name.endswith(_EXCEPTION_ENDS)
+
+
+_EXCEPTION_ENDS = ("Error", "Exception", "Warning")
 
 
 def _mask_pairs(text: str) -> str:

@@ -167,3 +167,13 @@ def test_a_secret_looking_pair_is_still_hidden_next_to_prose() -> None:
     assert redact_text("declared keys: rate; key: abc password=pw") == (
         "declared keys: rate; key: *** password=***"
     )
+
+
+def test_an_exceptions_message_after_its_class_name_is_not_a_secret() -> None:
+    """``KeyError: 'OUT_DIR'`` names the environment variable a user's file lacks: masked, it
+    read ``KeyError: '***'`` (found by a newcomer walk). A key that merely looks like one is
+    still masked."""
+    assert redact_text("failed: KeyError: 'OUT_DIR'") == "failed: KeyError: 'OUT_DIR'"
+    assert redact_text("jwt.InvalidKeyError: bad header") == "jwt.InvalidKeyError: bad header"
+    assert redact_text("KeyErrorx: abc") == "KeyErrorx: ***"
+    assert redact_text("api_key: abc, password=x") == "api_key: ***, password=***"
