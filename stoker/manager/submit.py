@@ -243,6 +243,8 @@ def job_folder(job: Any, state_dir: Path) -> Path:
 # Fixed when the job is created and changed only by `stoker state repartition`: a later
 # submission of the same job (whatever its -D) keeps the job's own.
 MAX_PARALLELISM = "max_parallelism"
+# Recorded by the job's driver (the trigger it runs with), never by a submission.
+DRIVER_TRIGGER = "trigger_s"
 
 
 def spec_difference(old: dict[str, Any], new: dict[str, Any], was: str = "live") -> str | None:
@@ -250,9 +252,10 @@ def spec_difference(old: dict[str, Any], new: dict[str, Any], was: str = "live")
     (``was`` says what ``old`` is: the live job's, or an ended one's).
 
     The job manager's own keys (the job's state folder) are no part of what was submitted,
-    nor is the maximum parallelism, which the job keeps from its creation.
+    nor is the maximum parallelism, which the job keeps from its creation, nor the trigger its
+    driver records.
     """
-    keys = sorted((set(old) | set(new)) - {ASSIGNED_STATE_DIR, MAX_PARALLELISM})
+    keys = sorted((set(old) | set(new)) - {ASSIGNED_STATE_DIR, MAX_PARALLELISM, DRIVER_TRIGGER})
     diff = [k for k in keys if old.get(k) != new.get(k) and not _both_defaults(k, old, new)]
     if not diff:
         return None

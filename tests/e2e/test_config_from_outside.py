@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from stoker.settings import Settings
 from tests.support import file_sink_ids, stoker_cmd, wait_for
 from tests.support.manager import Manager
 
@@ -184,6 +185,9 @@ def test_rest_config_is_checked_part_of_the_spec_and_version_0(
 
     job = wait_for("cfgrest to end", finished, SPARK)
     assert job["state"] == "FINISHED", job
+    # The trigger the driver ran with, recorded by it (before: null under a job manager, and
+    # `stoker config` said the job had not started yet while it ran).
+    assert job["trigger_s"] == Settings().trigger, job
     assert sorted(file_sink_ids(out)) == list(range(35, 40))
     assert config_versions(tmp_path / "store.db", "cfgrest")[0] == (
         0,

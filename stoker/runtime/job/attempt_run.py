@@ -231,8 +231,15 @@ class AttemptRun:
             if "from_savepoint" in job.spec and "from_savepoint" not in spec:
                 spec["from_savepoint"] = job.spec["from_savepoint"]  # where the job came from
             store.set_job_spec(jid, {**spec, "max_parallelism": max_par})
-        elif job.spec.get("max_parallelism") != max_par:
-            store.set_job_spec(jid, {**store.get_job(jid).spec, "max_parallelism": max_par})
+        else:
+            # A job manager's job keeps its submission's spec; the driver adds what only it
+            # knows: the state partitions, and the trigger it runs with (the program's
+            # stoker.run(..., trigger=...), -D stoker.trigger, or the default), which
+            # `stoker status` and `stoker config` show as the job's own.
+            known = {"max_parallelism": max_par, "trigger_s": self.settings.trigger}
+            current = store.get_job(jid).spec
+            if any(current.get(k) != v for k, v in known.items()):
+                store.set_job_spec(jid, {**current, **known})
         if job.uid and job.uid != self.owner.uid and self.plan.reset is None:
             # Made meanwhile by someone else (a job manager): the sinks work for that record.
             self.owner = SinkOwner(jid, job.uid)

@@ -73,6 +73,8 @@ def test_a_difference_reads_as_a_person_would_write_it() -> None:
     assert spec_difference({"conf": {"a.b": "1"}}, {"conf": {}}) == (
         "conf: a.b=1 (live) vs none (submitted)"
     )
+    # What the driver recorded (the trigger it runs with) is no part of the submission.
+    assert spec_difference({"args": [], "trigger_s": 0.5}, {"args": []}) is None
 
 
 def test_a_job_with_the_former_default_strategy_is_the_same_job_submitted_without_one(
