@@ -127,7 +127,7 @@ class _JobTotals:
             if e.committed_at is None or e.epoch <= self.last_epoch:
                 continue
             self.last_epoch = e.epoch
-            self.rows += e.rows_in or 0
+            self.rows += e.rows_read or 0
             self.recent.append(e)
             for step, seconds in epoch_steps(e).items():
                 self.steps[step].observe(seconds)
@@ -168,7 +168,7 @@ def rates(recent: Sequence[EpochRecord], now: float) -> tuple[float, float]:
     from the first one's pin until ``now``, and rows over the time the epochs took."""
     if not recent:
         return 0.0, 0.0
-    rows = sum(e.rows_in or 0 for e in recent)
+    rows = sum(e.rows_read or 0 for e in recent)
     wall = now - min(e.pinned_at for e in recent)
     busy = 0.0
     for e in recent:

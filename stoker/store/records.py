@@ -228,6 +228,16 @@ class EpochRecord:
     # driver's summary, a small JSON object (stoker.runtime.progress_summary).
     progress: dict[str, Any] | None = None
 
+    @property
+    def rows_read(self) -> int | None:
+        """The rows the epoch read from its sources: Spark's ``numInputRows`` where its
+        progress was recorded, else the rows it wrote (``rows_in``, the epoch's output rows:
+        the same for a job that keeps its rows, fewer for an aggregation or a filter)."""
+        n = (self.progress or {}).get("numInputRows")
+        if isinstance(n, int | float) and not isinstance(n, bool) and n >= 0:
+            return int(n)
+        return self.rows_in
+
     @classmethod
     def from_row(cls, r: Any) -> EpochRecord:
         return cls(

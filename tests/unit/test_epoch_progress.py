@@ -168,3 +168,41 @@ def test_sources_are_named_as_the_pipeline_names_them_when_as_many() -> None:
     assert named["spark"] == "stoker_generator"  # Spark's kept beside
     # Not as many (a source Spark lists twice, or a name missing): Spark's descriptions.
     assert summarize(PROGRESS, ["a", "b"])["sources"][0]["description"] == "stoker_generator"
+
+
+def test_rates_count_the_rows_read_not_the_rows_written() -> None:
+    """An aggregation writes a few rows for the many it reads: the input and processing rates
+    (the job page's chart, the jobs list, /metrics) count Spark's numInputRows where the
+    epoch's progress has it (before: the rows written; a windowed count reading 100-200 rows/s
+    showed 0.35-1.3, found by a newcomer walk), and the rows written without one."""
+    from dataclasses import replace
+
+    from stoker.server.metrics import rates
+    from stoker.server.ui.views import epoch_series
+    from stoker.store.records import EpochRecord
+    from stoker.types import EpochState
+
+    def epoch(n: int, pinned: float, progress: dict[str, Any] | None) -> EpochRecord:
+        return EpochRecord(
+            job_id=job_id("counts"),
+            epoch=Epoch(n),
+            control_version=ControlVersion(0),
+            state=EpochState.COMMITTED,
+            pinned_by=AttemptNo(1),
+            decided_by=AttemptNo(1),
+            rows_in=3,  # the windows' counts written
+            final=False,
+            pinned_at=pinned,
+            decided_at=pinned + 0.5,
+            committed_at=pinned + 1.0,
+            duration_ms=1000.0,
+            progress=progress,
+        )
+
+    read = summarize(PROGRESS)  # numInputRows 120
+    first, second = epoch(0, 100.0, read), epoch(1, 102.0, read)
+    assert second.rows_read == 120 and replace(second, progress=None).rows_read == 3
+    series = epoch_series([second, first])
+    assert series["rows"] == [3, 3]  # what the epochs wrote
+    assert series["input_rate"][1] == 60.0 and series["process_rate"][1] == 120.0
+    assert rates([first, second], now=104.0) == (60.0, 120.0)

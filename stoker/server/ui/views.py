@@ -92,7 +92,7 @@ def job_rows(manager: JobManager, state: str | None) -> list[dict[str, Any]]:
                 "state": v["state"],
                 "attempt": v["current_attempt"],
                 "last_epoch": last.epoch if last else None,
-                "rows_per_s": _rate(last.rows_in, _epoch_gap(last, prev)) if last else None,
+                "rows_per_s": _rate(last.rows_read, _epoch_gap(last, prev)) if last else None,
                 "duration_ms": last.duration_ms if last else None,
                 "scaling": (v.get("scaling") or {}).get("mode"),
                 "executors": _executors(v),
@@ -130,9 +130,11 @@ def epoch_series(epochs: list[EpochRecord]) -> dict[str, list[Any]]:
     for e in ordered:
         out["t"].append(round(e.pinned_at, 3))
         out["rows"].append(e.rows_in)
-        out["input_rate"].append(_round(_rate(e.rows_in, _epoch_gap(e, prev))))
+        # Rates of the rows read (Spark's numInputRows), not written: an aggregation writes
+        # a few rows for the many it reads.
+        out["input_rate"].append(_round(_rate(e.rows_read, _epoch_gap(e, prev))))
         secs = None if e.duration_ms is None else e.duration_ms / 1000
-        out["process_rate"].append(_round(_rate(e.rows_in, secs)))
+        out["process_rate"].append(_round(_rate(e.rows_read, secs)))
         out["spark_ms"].append(_round(e.duration_ms))
         # stoker's steps inside Spark's batch, as /metrics splits them: pin to decide (the
         # transform and the sinks' prepare), decide to committed (the sinks' commit).
