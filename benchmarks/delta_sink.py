@@ -27,57 +27,18 @@ every 100 commits) and on a copy whose checkpoints were removed (every JSON entr
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
-import threading
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import _common as C
-from pyspark.sql.streaming import StreamingQueryListener
+from _sink_bench import compare, report
 
 import stoker
 from stoker import sinks, sources
 from stoker.sources.generator import FORMAT
-
-
-class _Progress(StreamingQueryListener):
-    """The progress of every micro-batch that read rows, by query name and batch id."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.batches: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        p = event.progress
-        if p.numInputRows:
-            with self.lock:
-                self.batches[p.name][p.batchId] = (
-                    float(p.durationMs.get("triggerExecution", 0)),
-                    float(p.numInputRows),
-                )
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
-
-    def take(self, name: str, n: int, timeout: float = 30.0) -> list[tuple[float, float]]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.lock:
-                got = dict(self.batches.get(name, {}))
-            if len(got) >= n:
-                return [got[k] for k in sorted(got)]
-            time.sleep(0.05)
-        raise RuntimeError(f"query {name}: progress of {len(got)} of {n} epochs only")
 
 
 def run_stoker(spark: Any, work: Path, tag: str, total: int, per_epoch: int) -> str:
@@ -188,64 +149,20 @@ def main() -> None:
     session = local_session("local[2]", "delta-sink-bench")
     spark = next(session)
     spark.sparkContext.setLogLevel("ERROR")
-    progress = _Progress()
-    spark.streams.addListener(progress)
-    epochs = -(-args.total // args.per_epoch)
-    runs = {"stoker": run_stoker, "baseline": run_baseline}
-    got: dict[str, list[list[tuple[float, float]]]] = {"stoker": [], "baseline": []}
-    loads: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for r in range(-1, args.rounds):  # round -1: the unmeasured warm-up
-            order = ["stoker", "baseline"] if r % 2 == 0 else ["baseline", "stoker"]
-            for side in order:
-                d = work / f"{side}{r + 1}"
-                loads.append(os.getloadavg()[0])
-                name = runs[side](spark, d, f"r{r + 1}", args.total, args.per_epoch)
-                if _rows(d / "out") != args.total:
-                    raise RuntimeError(f"{side}: {_rows(d / 'out')} rows, not {args.total}")
-                if r >= 0:
-                    got[side].append(progress.take(name, epochs))
-                shutil.rmtree(d, ignore_errors=True)
-            if r >= 0:
-                s = C.median(t for t, _ in got["stoker"][-1])
-                b = C.median(t for t, _ in got["baseline"][-1])
-                print(f"round {r}: median epoch stoker {s:.0f} ms, baseline {b:.0f} ms")
-                C.flush()
+        result = compare(
+            spark,
+            {"stoker": run_stoker, "baseline": run_baseline},
+            lambda d: _rows(d / "out"),
+            work,
+            args.total,
+            args.per_epoch,
+            args.rounds,
+        )
         log = log_open(work, args.log_epochs) if args.log_epochs else {}
-
-    def steady(side: str) -> float:
-        return sum(n for run in got[side] for _, n in run) / (
-            sum(t for run in got[side] for t, _ in run) / 1000
-        )
-
-    med = {side: C.median(t for run in got[side] for t, _ in run) for side in got}
-    result = {
-        "machine": info,
-        "load_1m": [round(x, 2) for x in loads],
-        "rounds": args.rounds,
-        "rows_per_epoch": args.per_epoch,
-        "epochs_per_run": epochs,
-        "median_epoch_ms": med,
-        "overhead_ms_per_epoch": med["stoker"] - med["baseline"],
-        "steady_rows_per_s": {side: steady(side) for side in got},
-        "steady_throughput_ratio": steady("stoker") / steady("baseline"),
-        "log": log,
-    }
-    print(
-        C.table(
-            ["", "median epoch (ms)", "steady rows/s"],
-            [
-                [side, C.fmt(med[side]), C.fmt(result["steady_rows_per_s"][side], 0)]
-                for side in ("baseline", "stoker")
-            ],
-        )
-    )
-    print(
-        f"overhead {result['overhead_ms_per_epoch']:.1f} ms per epoch of {args.per_epoch} rows; "
-        f"steady throughput stoker/baseline {result['steady_throughput_ratio']:.3f}; "
-        f"load {min(loads):.1f}..{max(loads):.1f}"
-    )
+    result = {"machine": info, **result, "log": log}
+    report(result)
     if log:
         print(
             f"log of {log['epochs']} epochs ({log['checkpoints']} checkpoints, "

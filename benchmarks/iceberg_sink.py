@@ -21,14 +21,12 @@ each epoch timed by Spark (``durationMs.triggerExecution``):
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import _common as C
-from delta_sink import _Progress
+from _sink_bench import compare, report
 
 import stoker
 from stoker import sinks, sources
@@ -104,62 +102,18 @@ def main() -> None:
     session = local_session("local[2]", "iceberg-sink-bench")
     spark = next(session)
     spark.sparkContext.setLogLevel("ERROR")
-    progress = _Progress()
-    spark.streams.addListener(progress)
-    epochs = -(-args.total // args.per_epoch)
-    runs = {"stoker": run_stoker, "baseline": run_baseline}
-    got: dict[str, list[list[tuple[float, float]]]] = {"stoker": [], "baseline": []}
-    loads: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        for r in range(-1, args.rounds):  # round -1: the unmeasured warm-up
-            order = ["stoker", "baseline"] if r % 2 == 0 else ["baseline", "stoker"]
-            for side in order:
-                d = work / f"{side}{r + 1}"
-                loads.append(os.getloadavg()[0])
-                name = runs[side](spark, d, f"r{r + 1}", args.total, args.per_epoch)
-                if _rows(d) != args.total:
-                    raise RuntimeError(f"{side}: {_rows(d)} rows, not {args.total}")
-                if r >= 0:
-                    got[side].append(progress.take(name, epochs))
-                shutil.rmtree(d, ignore_errors=True)
-            if r >= 0:
-                s = C.median(t for t, _ in got["stoker"][-1])
-                b = C.median(t for t, _ in got["baseline"][-1])
-                print(f"round {r}: median epoch stoker {s:.0f} ms, baseline {b:.0f} ms")
-                C.flush()
-
-    def steady(side: str) -> float:
-        return sum(n for run in got[side] for _, n in run) / (
-            sum(t for run in got[side] for t, _ in run) / 1000
+        result = compare(
+            spark,
+            {"stoker": run_stoker, "baseline": run_baseline},
+            _rows,
+            Path(tmp),
+            args.total,
+            args.per_epoch,
+            args.rounds,
         )
-
-    med = {side: C.median(t for run in got[side] for t, _ in run) for side in got}
-    result = {
-        "machine": info,
-        "load_1m": [round(x, 2) for x in loads],
-        "rounds": args.rounds,
-        "rows_per_epoch": args.per_epoch,
-        "epochs_per_run": epochs,
-        "median_epoch_ms": med,
-        "overhead_ms_per_epoch": med["stoker"] - med["baseline"],
-        "steady_rows_per_s": {side: steady(side) for side in got},
-        "steady_throughput_ratio": steady("stoker") / steady("baseline"),
-    }
-    print(
-        C.table(
-            ["", "median epoch (ms)", "steady rows/s"],
-            [
-                [side, C.fmt(med[side]), C.fmt(result["steady_rows_per_s"][side], 0)]
-                for side in ("baseline", "stoker")
-            ],
-        )
-    )
-    print(
-        f"overhead {result['overhead_ms_per_epoch']:.1f} ms per epoch of {args.per_epoch} rows; "
-        f"steady throughput stoker/baseline {result['steady_throughput_ratio']:.3f}; "
-        f"load {min(loads):.1f}..{max(loads):.1f}"
-    )
+    result = {"machine": info, **result}
+    report(result)
     C.write_json(args.json, result)
     session.close()
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
-from delta_sink import _Progress
+from _sink_bench import Progress
 from kafka_source_read import plain
 
 import stoker
@@ -85,7 +85,7 @@ class Background:
 
 
 def run_stoker(
-    spark: Any, progress: _Progress, boot: str, topic: str, work: Path, a: Any
+    spark: Any, progress: Progress, boot: str, topic: str, work: Path, a: Any
 ) -> dict[str, float]:
     name = f"ksrc-{work.name}"
     p = stoker.Pipeline(name)
@@ -176,7 +176,7 @@ def main() -> None:
     session = local_session("local[2]", "kafka-source-job-bench")
     spark = next(session)
     spark.sparkContext.setLogLevel("ERROR")
-    progress = _Progress()
+    progress = Progress()
     spark.streams.addListener(progress)
     rates: dict[str, list[float]] = {"plain": [], "stoker": [], "stoker_wall": []}
     loads: list[float] = []
