@@ -62,6 +62,33 @@ class Progress(StreamingQueryListener):
         raise RuntimeError(f"query {name}: progress of {len(got)} of {n} epochs only")
 
 
+def foreach_batch(
+    spark: Any, work: Path, name: str, total: int, per_epoch: int, batch: Callable[[Any, int], None]
+) -> str:
+    """The baseline's shape: stoker's generator source read by plain Structured Streaming at
+    trigger 0 (``total`` rows, ``per_epoch`` an epoch, two partitions) into ``batch`` through
+    ``foreachBatch``, with a checkpoint under ``work``, run until every row is in; its name."""
+    from stoker.sources.generator import FORMAT
+
+    stream = (
+        spark.readStream.format(FORMAT)
+        .options(sid="s0", total=str(total), max_rows_per_epoch=str(per_epoch), partitions="2")
+        .load()
+    )
+    q = (
+        stream.writeStream.foreachBatch(batch)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .queryName(name)
+        .trigger(processingTime="0 milliseconds")
+        .start()
+    )
+    q.processAllAvailable()
+    q.stop()
+    if q.exception() is not None:
+        raise RuntimeError(f"baseline failed: {q.exception()}")
+    return name
+
+
 def compare(
     spark: Any,
     runs: Mapping[str, Run],

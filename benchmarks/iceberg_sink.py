@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
-from _sink_bench import compare, report
+from _sink_bench import compare, foreach_batch, report
 
 import stoker
 from stoker import sinks, sources
 from stoker.sinks._iceberg_catalog import CATALOG_NAME
-from stoker.sources.generator import FORMAT
 
 
 def _catalog(work: Path) -> Any:
@@ -65,23 +64,7 @@ def run_baseline(spark: Any, work: Path, tag: str, total: int, per_epoch: int) -
         table = catalog.create_table_if_not_exists("db.t", schema=rows.schema)
         table.append(rows)
 
-    stream = (
-        spark.readStream.format(FORMAT)
-        .options(sid="s0", total=str(total), max_rows_per_epoch=str(per_epoch), partitions="2")
-        .load()
-    )
-    q = (
-        stream.writeStream.foreachBatch(batch)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .queryName(name)
-        .trigger(processingTime="0 milliseconds")
-        .start()
-    )
-    q.processAllAvailable()
-    q.stop()
-    if q.exception() is not None:
-        raise RuntimeError(f"baseline failed: {q.exception()}")
-    return name
+    return foreach_batch(spark, work, name, total, per_epoch, batch)
 
 
 def _rows(work: Path) -> int:
