@@ -242,9 +242,11 @@ class IcebergSink:
             return write_partition(t, batches)
 
         out = write_plan(df, write)
-        n = out.rdd.getNumPartitions()
+        results = out.collect()
+        # From the plan the collect ran (planned once): ``out.rdd`` would plan it again.
+        n = out._jdf.queryExecution().executedPlan().execute().getNumPartitions()
         first: dict[int, Any] = {}  # partition -> its result row (one task attempt each)
-        for r in out.collect():
+        for r in results:
             first.setdefault(int(r["part"]), r)
         got = sorted(first)
         if got != list(range(n)):
