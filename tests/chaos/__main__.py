@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             from tests.chaos.netns import Hosts
 
             hosts = stack.enter_context(Hosts())
-            print(f"chaos: hosts {hosts.prefix}-mgr, {hosts.prefix}-data", flush=True)
+            named = ", ".join(f"{h} {hosts.netns(h)} {hosts.addr(h)}" for h in hosts.hosts)
+            print(f"chaos: hosts {named}", flush=True)
         pg = _server(hosts)
         stack.callback(pg.stop)
         failed, total_faults = _run_seeds(args, seeds, root, pg, hosts)
