@@ -183,13 +183,16 @@ def test_a_driver_killed_after_main_raised_ends_everything_once(tmp_path: Path, 
         note(t0, f"ended after the driver killed at {fault}")
         assert f"injected crash at {fault}" in w.logs(app)
         check_failed_with_main_error(w, app)
-        check_canceled_once(w, app)
-        # The janitor resolves what the killed attempt left prepared.
+        # The janitor resolves what the killed attempt left prepared or decided: until it has,
+        # an epoch the driver committed to the sink but did not mark in the store is DECIDED,
+        # its ids in the sink and not yet among the committed epochs' rows (seen in CI: 20
+        # ids, each once, against 10 rows of COMMITTED epochs).
         jobs = [JobId(f"{app}.{name}") for name in STREAMS]
         wait_for(
             lambda: f"the jobs' sinks resolved: {w.logs(app)}",
             lambda: all(w.view.store.get_job(j).resolved_at is not None for j in jobs),
             60,
         )
+        check_canceled_once(w, app)
         for name in STREAMS:
             ids_once(w.out / app / name)
