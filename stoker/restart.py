@@ -359,7 +359,7 @@ def failure_of(
 def _run_started(past: list[PastAttempt], failed: PastAttempt) -> float:
     """When the run that ``failed`` ended began: its own start, or that of the attempts it
     continued without a failure between (each SUPERSEDED by the next: a job re-adopted by
-    its application's next ``main``, issue 39 item 7), so that a healthy run's length is not
+    its application's next ``main``), so that a healthy run's length is not
     cut by a re-adoption."""
     by_number = {a.attempt: a for a in past}
     started = failed.started_at

@@ -306,8 +306,8 @@ class JobReconciler:
         """End the attempt FAILED; the job's restart strategy decides whether it restarts,
         unless the driver said its input is bad (exit 2: an analysis error, an output another
         job owns, a setting Spark refuses): the same input fails the same way, so the job fails
-        for good at once, as Flink does with a non-recoverable failure (issue 23 item 3; it was
-        retried three times)."""
+        for good at once, as Flink does with a non-recoverable failure (a restart would only
+        repeat it)."""
         if self._roll_back(job, attempt, why):
             return
         if _main_raised(attempt):

@@ -153,7 +153,7 @@ def _main(ns: DriverArgs, store_url: str, signals: AppSignals) -> int:
 
 
 class _Standby:
-    """This process as an application's warm standby (issue 24): its row in the store's
+    """This process as an application's warm standby: its row in the store's
     ``standbys`` table (``runtime/job/standby.py``'s :class:`StandbyWait`), and the attempt's
     driver once the leader hands it one.
 
