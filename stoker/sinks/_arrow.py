@@ -1,8 +1,9 @@
-"""The Arrow schema of an epoch's output as the table sinks' writer tasks get it."""
+"""What the table sinks' writer plans share: the Arrow schema of an epoch's output as their
+writer tasks get it, and the run of a writer plan."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -16,3 +17,10 @@ def output_arrow_schema(df: DataFrame) -> pa.Schema:
 
     zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
     return to_arrow_schema(df.schema, timezone=zone)
+
+
+def collect_parts(out: DataFrame) -> tuple[list[Any], int]:
+    """Run a writer plan: the rows its tasks returned and its partition count, the count read
+    from the plan the collect ran (``out.rdd`` would plan the query a second time)."""
+    results = out.collect()
+    return results, int(out._jdf.queryExecution().executedPlan().execute().getNumPartitions())

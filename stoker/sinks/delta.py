@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidSink, SinkError
+from stoker.sinks._arrow import collect_parts
 from stoker.sinks._delta_merge import merge_epoch
 from stoker.sinks._delta_schema import (
     arrow_schema,
@@ -267,9 +268,7 @@ class DeltaSink:
             return write_partition(t, batches)
 
         out = write_plan(df, write)
-        results = out.collect()
-        # From the plan the collect ran (planned once): ``out.rdd`` would plan it again.
-        n = out._jdf.queryExecution().executedPlan().execute().getNumPartitions()
+        results, n = collect_parts(out)
         first: dict[int, Any] = {}  # partition -> its result row (one task attempt each)
         rows: dict[int, int] = {}
         adds: list[dict[str, Any]] = []

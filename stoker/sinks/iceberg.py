@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidSink, SinkError
+from stoker.sinks._arrow import collect_parts
 from stoker.sinks._delta_merge import last_per_key
 from stoker.sinks._files_owner import check_uid
 from stoker.sinks._iceberg_catalog import (
@@ -242,9 +243,7 @@ class IcebergSink:
             return write_partition(t, batches)
 
         out = write_plan(df, write)
-        results = out.collect()
-        # From the plan the collect ran (planned once): ``out.rdd`` would plan it again.
-        n = out._jdf.queryExecution().executedPlan().execute().getNumPartitions()
+        results, n = collect_parts(out)
         first: dict[int, Any] = {}  # partition -> its result row (one task attempt each)
         for r in results:
             first.setdefault(int(r["part"]), r)
