@@ -198,13 +198,21 @@ def collect_pipeline(
         with launch.launched(launch.LaunchContext(collect=True)):
             namespace = runpy.run_path(str(app), run_name="__main__")
     except launch.Collected as handed:
-        if not isinstance(handed.pipeline, Pipeline):
-            raise InvalidInput(
-                "app", f"{app} called stoker.run with a {type(handed.pipeline).__name__}"
-            ) from None
-        return handed.pipeline
+        return _handed(handed, app)
     found = {k: v for k, v in namespace.items() if isinstance(v, Pipeline)}
     return _pick(found, app, pipeline_name)
+
+
+def _handed(handed: launch.Collected, app: Path) -> Pipeline:
+    """The Pipeline a file's ``stoker.run`` handed back in collect mode; anything else it was
+    given is bad input, named."""
+    from stoker.pipeline import Pipeline
+
+    if not isinstance(handed.pipeline, Pipeline):
+        raise InvalidInput(
+            "app", f"{app} called stoker.run with a {type(handed.pipeline).__name__}"
+        ) from None
+    return handed.pipeline
 
 
 def pipeline_name_of(app: Path) -> str:
@@ -230,12 +238,9 @@ def inspect_pipeline(app: Path) -> Pipeline:
         with launch.launched(launch.LaunchContext(collect=True)):
             namespace = runpy.run_path(str(app), run_name="stoker_inspect")
     except launch.Collected as handed:
-        if not isinstance(handed.pipeline, Pipeline):
-            raise InvalidInput(
-                "app", f"{app} called stoker.run with a {type(handed.pipeline).__name__}"
-            ) from None
-        handed.pipeline.check_managed()
-        return handed.pipeline
+        pipeline = _handed(handed, app)
+        pipeline.check_managed()
+        return pipeline
     finally:
         sys.path.remove(str(app.parent))
     found = [v for v in namespace.values() if isinstance(v, Pipeline)]
