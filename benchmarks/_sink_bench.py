@@ -10,12 +10,13 @@ stoker's over the baseline's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,23 @@ class Progress(StreamingQueryListener):
                 return [got[k] for k in sorted(got)]
             time.sleep(0.05)
         raise RuntimeError(f"query {name}: progress of {len(got)} of {n} epochs only")
+
+
+@contextlib.contextmanager
+def spark_session(app: str) -> Iterator[Any]:
+    """The tests' ``local[2]`` session (stoker's get_session: a loaded machine can delay the
+    Python data source runner's connection back past the 15 s default, which it raises), its
+    log at ERROR, closed however the benchmark ends: left open after an error, its JVM kept
+    the failed benchmark's process alive (seen: an hour)."""
+    from tests.support.spark import local_session
+
+    session = local_session("local[2]", app)
+    spark = next(session)
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        yield spark
+    finally:
+        session.close()
 
 
 def foreach_batch(

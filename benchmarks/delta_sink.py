@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
-from _sink_bench import compare, foreach_batch, report
+from _sink_bench import compare, foreach_batch, report, spark_session
 
 import stoker
 from stoker import sinks, sources
@@ -125,36 +125,29 @@ def main() -> None:
     C.quiet_stoker_logs()
     info = C.machine()
     C.print_machine(info)
-    # The tests' session (stoker's get_session): a loaded machine can delay the Python data
-    # source runner's connection back past the 15 s default, which it raises.
-    from tests.support.spark import local_session
-
-    session = local_session("local[2]", "delta-sink-bench")
-    spark = next(session)
-    spark.sparkContext.setLogLevel("ERROR")
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        result = compare(
-            spark,
-            {"stoker": run_stoker, "baseline": run_baseline},
-            lambda d: _rows(d / "out"),
-            work,
-            args.total,
-            args.per_epoch,
-            args.rounds,
-        )
-        log = log_open(work, args.log_epochs) if args.log_epochs else {}
-    result = {"machine": info, **result, "log": log}
-    report(result)
-    if log:
-        print(
-            f"log of {log['epochs']} epochs ({log['checkpoints']} checkpoints, "
-            f"{log['commit_ms_per_tiny_epoch']:.1f} ms per one-row commit): open "
-            f"{log['open_ms_with_checkpoints']:.1f} ms with checkpoints, "
-            f"{log['open_ms_without_checkpoints']:.1f} ms without"
-        )
-    C.write_json(args.json, result)
-    session.close()
+    with spark_session("delta-sink-bench") as spark:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            result = compare(
+                spark,
+                {"stoker": run_stoker, "baseline": run_baseline},
+                lambda d: _rows(d / "out"),
+                work,
+                args.total,
+                args.per_epoch,
+                args.rounds,
+            )
+            log = log_open(work, args.log_epochs) if args.log_epochs else {}
+        result = {"machine": info, **result, "log": log}
+        report(result)
+        if log:
+            print(
+                f"log of {log['epochs']} epochs ({log['checkpoints']} checkpoints, "
+                f"{log['commit_ms_per_tiny_epoch']:.1f} ms per one-row commit): open "
+                f"{log['open_ms_with_checkpoints']:.1f} ms with checkpoints, "
+                f"{log['open_ms_without_checkpoints']:.1f} ms without"
+            )
+        C.write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
-from _sink_bench import compare, foreach_batch, report
+from _sink_bench import compare, foreach_batch, report, spark_session
 
 import stoker
 from stoker import sinks, sources
@@ -80,25 +80,20 @@ def main() -> None:
     C.quiet_stoker_logs()
     info = C.machine()
     C.print_machine(info)
-    from tests.support.spark import local_session
-
-    session = local_session("local[2]", "iceberg-sink-bench")
-    spark = next(session)
-    spark.sparkContext.setLogLevel("ERROR")
-    with tempfile.TemporaryDirectory() as tmp:
-        result = compare(
-            spark,
-            {"stoker": run_stoker, "baseline": run_baseline},
-            _rows,
-            Path(tmp),
-            args.total,
-            args.per_epoch,
-            args.rounds,
-        )
-    result = {"machine": info, **result}
-    report(result)
-    C.write_json(args.json, result)
-    session.close()
+    with spark_session("iceberg-sink-bench") as spark:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = compare(
+                spark,
+                {"stoker": run_stoker, "baseline": run_baseline},
+                _rows,
+                Path(tmp),
+                args.total,
+                args.per_epoch,
+                args.rounds,
+            )
+        result = {"machine": info, **result}
+        report(result)
+        C.write_json(args.json, result)
 
 
 if __name__ == "__main__":

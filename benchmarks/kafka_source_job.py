@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
-from _sink_bench import Progress
+from _sink_bench import Progress, spark_session
 from kafka_source_read import plain
 
 import stoker
@@ -171,73 +171,70 @@ def main() -> None:
     C.quiet_stoker_logs()
     info = C.machine()
     C.print_machine(info)
-    from tests.support.spark import local_session
-
-    session = local_session("local[2]", "kafka-source-job-bench")
-    spark = next(session)
-    spark.sparkContext.setLogLevel("ERROR")
-    progress = Progress()
-    spark.streams.addListener(progress)
-    rates: dict[str, list[float]] = {"plain": [], "stoker": [], "stoker_wall": []}
-    loads: list[float] = []
-    with tempfile.TemporaryDirectory() as tmp, ThrowawayKafka(jvm_opts=("-Xmx1g",)) as k:
-        work = Path(tmp)
-        k.create_topic("bench", a.partitions)
-        t = time.perf_counter()
-        produce(k.bootstrap, "bench", a.records, a.partitions)
-        print(f"produced {a.records} records in {time.perf_counter() - t:.1f}s")
-        per = a.records // a.partitions
-        for r in range(a.rounds):
-            for side in ["plain", "stoker"] if r % 2 == 0 else ["stoker", "plain"]:
-                loads.append(os.getloadavg()[0])
-                if side == "plain":
-                    t = time.perf_counter()
-                    n = sum(plain(k.bootstrap, "bench", q, per) for q in range(a.partitions))
-                    assert n == a.records, n
-                    rates["plain"].append(n / (time.perf_counter() - t))
-                else:
-                    d = work / f"r{r}"
-                    got = run_stoker(spark, progress, k.bootstrap, "bench", d, a)
-                    rates["stoker"].append(got["records"] / got["epochs_s"])
-                    rates["stoker_wall"].append(got["records"] / got["wall_s"])
-                    shutil.rmtree(d, ignore_errors=True)
-            print(
-                f"round {r}: plain {rates['plain'][-1]:,.0f}/s, stoker "
-                f"{rates['stoker'][-1]:,.0f}/s (epochs), {rates['stoker_wall'][-1]:,.0f}/s (wall)"
-            )
-            C.flush()
-        lat = latency(spark, k, work, a.seconds, a.every) if a.seconds else []
-    med = {side: C.median(v) for side, v in rates.items()}
-    result = {
-        "machine": info,
-        "load_1m": [round(x, 2) for x in loads],
-        "records": a.records,
-        "partitions": a.partitions,
-        "per_epoch": a.per_epoch,
-        "records_per_s": med,
-        "ratio_epochs": med["stoker"] / med["plain"],
-        "ratio_wall": med["stoker_wall"] / med["plain"],
-    }
-    if lat:
-        lat.sort()
-        result["latency_ms"] = {
-            "n": len(lat),
-            "p50": 1000 * lat[len(lat) // 2],
-            "p99": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
-            "max": 1000 * lat[-1],
+    with spark_session("kafka-source-job-bench") as spark:
+        progress = Progress()
+        spark.streams.addListener(progress)
+        rates: dict[str, list[float]] = {"plain": [], "stoker": [], "stoker_wall": []}
+        loads: list[float] = []
+        with tempfile.TemporaryDirectory() as tmp, ThrowawayKafka(jvm_opts=("-Xmx1g",)) as k:
+            work = Path(tmp)
+            k.create_topic("bench", a.partitions)
+            t = time.perf_counter()
+            produce(k.bootstrap, "bench", a.records, a.partitions)
+            print(f"produced {a.records} records in {time.perf_counter() - t:.1f}s")
+            per = a.records // a.partitions
+            for r in range(a.rounds):
+                for side in ["plain", "stoker"] if r % 2 == 0 else ["stoker", "plain"]:
+                    loads.append(os.getloadavg()[0])
+                    if side == "plain":
+                        t = time.perf_counter()
+                        n = sum(plain(k.bootstrap, "bench", q, per) for q in range(a.partitions))
+                        assert n == a.records, n
+                        rates["plain"].append(n / (time.perf_counter() - t))
+                    else:
+                        d = work / f"r{r}"
+                        got = run_stoker(spark, progress, k.bootstrap, "bench", d, a)
+                        rates["stoker"].append(got["records"] / got["epochs_s"])
+                        rates["stoker_wall"].append(got["records"] / got["wall_s"])
+                        shutil.rmtree(d, ignore_errors=True)
+                print(
+                    f"round {r}: plain {rates['plain'][-1]:,.0f}/s, stoker "
+                    f"{rates['stoker'][-1]:,.0f}/s (epochs), "
+                    f"{rates['stoker_wall'][-1]:,.0f}/s (wall)"
+                )
+                C.flush()
+            lat = latency(spark, k, work, a.seconds, a.every) if a.seconds else []
+        med = {side: C.median(v) for side, v in rates.items()}
+        result = {
+            "machine": info,
+            "load_1m": [round(x, 2) for x in loads],
+            "records": a.records,
+            "partitions": a.partitions,
+            "per_epoch": a.per_epoch,
+            "records_per_s": med,
+            "ratio_epochs": med["stoker"] / med["plain"],
+            "ratio_wall": med["stoker_wall"] / med["plain"],
         }
-    print(
-        f"plain {med['plain']:,.0f} records/s; stoker {med['stoker']:,.0f} (epochs, ratio "
-        f"{result['ratio_epochs']:.2f}), {med['stoker_wall']:,.0f} (wall, ratio "
-        f"{result['ratio_wall']:.2f}); load {min(loads):.1f}..{max(loads):.1f}"
-    )
-    if lat:
-        m = result["latency_ms"]
+        if lat:
+            lat.sort()
+            result["latency_ms"] = {
+                "n": len(lat),
+                "p50": 1000 * lat[len(lat) // 2],
+                "p99": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+                "max": 1000 * lat[-1],
+            }
         print(
-            f"latency produce -> visible: p50 {m['p50']:.0f} ms, p99 {m['p99']:.0f} ms (n {m['n']})"
+            f"plain {med['plain']:,.0f} records/s; stoker {med['stoker']:,.0f} (epochs, ratio "
+            f"{result['ratio_epochs']:.2f}), {med['stoker_wall']:,.0f} (wall, ratio "
+            f"{result['ratio_wall']:.2f}); load {min(loads):.1f}..{max(loads):.1f}"
         )
-    C.write_json(a.json, result)
-    session.close()
+        if lat:
+            m = result["latency_ms"]
+            print(
+                f"latency produce -> visible: p50 {m['p50']:.0f} ms, p99 {m['p99']:.0f} ms "
+                f"(n {m['n']})"
+            )
+        C.write_json(a.json, result)
 
 
 if __name__ == "__main__":
