@@ -35,6 +35,9 @@ import sys
 import time
 from pathlib import Path
 
+from stoker.runtime import hadoop_local
+from stoker.runtime.cachedir import cache_dir
+
 log = logging.getLogger("stoker.jvmcache")
 
 ENV_SWITCH = "STOKER_JVM_CDS"
@@ -68,14 +71,6 @@ def enabled(java_options: str) -> bool:
     return not any(o.startswith(_USER_OWNS) for o in java_options.split())
 
 
-def cache_dir() -> Path:
-    given = os.environ.get("STOKER_CACHE_DIR")
-    if given:
-        return Path(given) / "jvm"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "stoker" / "jvm"
-
-
 def _java() -> Path | None:
     home = os.environ.get("JAVA_HOME")
     found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
@@ -92,7 +87,10 @@ def archive_path() -> Path | None:
     jars = Path(pyspark.__file__).resolve().parent / "jars"
     names = sorted(p.name for p in jars.glob("*.jar")) if jars.is_dir() else []
     st = java.stat()
-    key = "\n".join([str(java), str(st.st_size), str(st.st_mtime_ns), pyspark.__version__, *names])
+    extra = _extra_class_path()  # on the class path ahead of Spark's: the archive must match
+    key = "\n".join(
+        [str(java), str(st.st_size), str(st.st_mtime_ns), pyspark.__version__, extra, *names]
+    )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_dir() / f"driver-{pyspark.__version__}-{digest}.jsa"
 
@@ -189,20 +187,31 @@ def build() -> Path | None:
             lock.unlink()
 
 
+def _extra_class_path() -> str:
+    """What every driver has ahead of Spark's jars on its class path: stoker's Hadoop
+    classes (runtime/hadoop_local), or nothing."""
+    conf: dict[str, str] = {}
+    hadoop_local.add_to(conf, master="")
+    return conf.get(hadoop_local.CLASS_PATH_KEY, "")
+
+
 def _dump(tmp: Path) -> None:
     """A JVM that starts Spark as a driver does, runs a small SQL job, and writes the classes
     it loaded to ``tmp`` as it exits."""
     from pyspark.sql import SparkSession
 
     opts = driver_java_options(None) + f" -XX:ArchiveClassesAtExit={tmp} " + " ".join(QUIET)
-    spark = (
+    builder = (
         SparkSession.builder.master("local[1]")
         .appName("stoker-jvm-class-archive")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", opts)
-        .getOrCreate()
     )
+    extra = _extra_class_path()
+    if extra:
+        builder = builder.config("spark.driver.extraClassPath", extra)
+    spark = builder.getOrCreate()
     try:
         df = spark.range(1000).selectExpr("id % 7 AS k", "id")
         df.groupBy("k").count().collect()

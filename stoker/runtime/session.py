@@ -26,7 +26,7 @@ from stoker.checkpoint_layout import (
 from stoker.durations import parse_partitions
 from stoker.errors import DriverLost, InvalidInput
 from stoker.redact import is_secret_entry
-from stoker.runtime import jvmcache, zygote
+from stoker.runtime import hadoop_local, jvmcache, zygote
 from stoker.runtime.jvmlaunch import jvm_launch
 from stoker.settings import Settings
 
@@ -139,6 +139,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     if master.startswith("local"):
         for key in LOOPBACK_KEYS:
             conf.setdefault(key, LOOPBACK)
+    hadoop_local.add_to(conf, master)  # Hadoop's local file system, less its forks
     # Hadoop writes the checkpoint (and what a sink writes through it) with the modes of its
     # own umask setting, 022 by default, whatever the process's: give it the process's, so a
     # driver of `stoker server` (umask 077) writes files its user alone can read.

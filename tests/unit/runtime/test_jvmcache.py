@@ -34,7 +34,7 @@ def test_the_users_own_sharing_options_or_the_switch_turn_it_off(
 def test_an_archive_in_place_is_mapped_quietly(cache: Path) -> None:
     path = jvmcache.archive_path()
     assert path is not None and path.parent == cache
-    cache.mkdir(parents=True)
+    cache.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"archive")
     opts = jvmcache.driver_options("-Xss16m")
     assert opts == [f"-XX:SharedArchiveFile={path}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
@@ -59,7 +59,7 @@ def test_no_archive_yet_starts_without_one_and_a_held_lock_starts_no_second_buil
 def test_a_stale_lock_of_a_builder_that_died_is_taken_over(cache: Path) -> None:
     path = jvmcache.archive_path()
     assert path is not None
-    cache.mkdir(parents=True)
+    cache.mkdir(parents=True, exist_ok=True)
     lock = path.with_suffix(".lock")
     lock.write_text("999999999")
     old = lock.stat().st_mtime - 3600
