@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,21 @@ class JobResult:
                 where = "--store ..."  # a password: not printed
             else:
                 where = f"--store {shlex.quote(store)}"
-        return f"stoker {verb} {self.job_id} {where}"
+        return f"{program()} {verb} {self.job_id} {where}"
+
+
+def program() -> str:
+    """How to call stoker's CLI where this runs: ``stoker`` when that is on ``PATH``, else the
+    script of this interpreter's environment, as typed when it is the one running
+    (``.venv/bin/stoker`` from a venv that is not activated, as the README's first command
+    runs it): a hint that names a command the shell cannot find helps nobody."""
+    if shutil.which("stoker"):
+        return "stoker"
+    running = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    for script in (running, Path(sys.executable).parent / "stoker"):
+        if script is not None and script.name == "stoker" and script.is_file():
+            return shlex.quote(str(script))
+    return "stoker"
 
 
 def describe(result: JobResult) -> dict[str, Any]:

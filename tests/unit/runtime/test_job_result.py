@@ -3,11 +3,13 @@ the job ran: the job manager that started it, else its state folder, else its st
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from stoker.runtime.job.result import MANAGER_URL_ENV, JobResult
+from stoker.runtime.job.result import MANAGER_URL_ENV, JobResult, program
 from stoker.types import JobId, JobState
 
 
@@ -23,6 +25,30 @@ def _result(state_dir: Path, store: str, manager: str | None = None) -> JobResul
         store_url=store,
         manager_url=manager,
     )
+
+
+@pytest.fixture(autouse=True)
+def stoker_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``stoker`` on PATH (this interpreter's environment's scripts first), as in an activated
+    venv; the test of a venv that is not activated takes it off."""
+    bin_dir = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", os.pathsep.join([bin_dir, os.environ.get("PATH", "")]))
+
+
+def test_a_venv_not_activated_gets_the_scripts_path_as_typed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = Path(sys.executable).parent
+    assert (bin_dir / "stoker").is_file()  # the README's .venv/bin/stoker
+    monkeypatch.setenv("PATH", str(tmp_path))  # no stoker along PATH
+    monkeypatch.chdir(bin_dir.parent.parent)
+    monkeypatch.setattr(sys, "argv", [f"{bin_dir.parent.name}/bin/stoker", "run", "x.py"])
+    assert program() == f"{bin_dir.parent.name}/bin/stoker"
+    r = _result(tmp_path / "s", f"sqlite:///{tmp_path / 's' / 'store.db'}")
+    assert r.command("epochs").startswith(f"{bin_dir.parent.name}/bin/stoker epochs orders ")
+    # run as `python app.py`: this interpreter's own script, where it is
+    monkeypatch.setattr(sys, "argv", ["app.py"])
+    assert program() == str(bin_dir / "stoker")
 
 
 def test_under_a_manager_the_command_names_the_manager(tmp_path: Path) -> None:
