@@ -46,6 +46,7 @@ class Reading:
         cores = self.cores - sum(self._cores_of(e) for e in self.executors if e.id in gone)
         return {
             "executors": len(self.executors),
+            "local": self.local,  # tasks run in the driver: 0 executors is not 0 capacity
             "cores": max(cores, 1) if self.executors else self.cores,
             "warming": sum(1 for e in self.executors if e.id in gone),
             "executor_ids": sorted((e.id for e in self.executors), key=_id_order),

@@ -68,7 +68,13 @@ def _epoch_gap(newer: EpochRecord, older: EpochRecord | None) -> float | None:
 
 
 def _executors(view: dict[str, Any]) -> Any:
+    """The jobs table's executors cell: their number, or for a driver in local mode (its
+    tasks run in the driver, with no executor) "local" and its cores, not a 0 that reads as a
+    job with nothing to run on."""
     res = view.get("resources") or {}
+    if res.get("local"):
+        cores = res.get("cores")
+        return f"local, {cores} cores" if isinstance(cores, int) else "local"
     return res.get("executors")
 
 

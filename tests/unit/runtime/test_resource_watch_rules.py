@@ -43,6 +43,7 @@ def test_report_shape() -> None:
     r = Reading(False, (ex("10"), ex("2"), Executor("3", None, None, 0, 0)), 3)
     assert r.resources(2, 12.5) == {
         "executors": 3,
+        "local": False,
         "cores": 3,
         "warming": 0,
         "executor_ids": ["2", "3", "10"],
@@ -52,6 +53,7 @@ def test_report_shape() -> None:
     }
     local = Reading(True, (), 4).resources(None, 1.0)
     assert (local["executors"], local["cores"], local["requested"]) == (0, 4, None)
+    assert local["local"] is True
 
 
 def test_cold_executors_are_reported_and_their_cores_held_back() -> None:
