@@ -156,6 +156,7 @@ def iceberg(
     warehouse: str | None = None,
     key: str | Sequence[str] | None = None,
     schema_mode: str | None = None,
+    keep_snapshots: int | None = None,
 ) -> IcebergSink:
     """Each epoch committed to the Apache Iceberg table ``table`` (``namespace.name``) as one
     snapshot, exactly once, through ``pyiceberg`` and its SQL catalog: no JVM jar. Readers
@@ -176,6 +177,11 @@ def iceberg(
     epoch's. An output column the table lacks is refused (exit 2) unless
     ``schema_mode='merge'``, which adds it. Unpartitioned tables only. Needs ``pyiceberg``
     (``pip install 'stoker[iceberg]'``).
+
+    ``keep_snapshots=N`` expires the table's older snapshots as the job goes (when the current
+    ancestry reaches 2N, all but the newest N), never the newest snapshot of any stoker job's
+    marker or one after it: each commit copies the whole metadata, so without expiry it slows
+    as snapshots pile up. Default: none expired (expire them from outside).
     """
     require_pyiceberg()
     return IcebergSink(
@@ -184,6 +190,7 @@ def iceberg(
         warehouse=warehouse,
         key=check_key(key),
         schema_mode=schema_mode,
+        keep_snapshots=keep_snapshots,
     )
 
 
@@ -245,6 +252,7 @@ def _build(
             key=check_key(d.get("key")),
             schema_mode=mode if isinstance(mode, str) else None,
             name=_field(d, "name", kind),
+            keep_snapshots=d.get("keep_snapshots"),
         )
     if kind == "delta":
         parts, mode = d.get("partition_by"), d.get("schema_mode")

@@ -60,6 +60,7 @@ from stoker.sinks._iceberg_catalog import (
     through_outages,
     without_retries,
 )
+from stoker.sinks._iceberg_expire import expire
 from stoker.sinks._iceberg_marker import current_files, epoch_files, marker, newest_epoch
 from stoker.sinks._iceberg_schema import arrow_schema, check_output, ready_table
 from stoker.sinks._iceberg_task import (
@@ -107,9 +108,15 @@ class IcebergSink:
     key: tuple[str, ...] | None = None
     schema_mode: str | None = None
     name: str = ""
+    keep_snapshots: int | None = None  # expire older snapshots (sinks/_iceberg_expire.py)
 
     def __post_init__(self) -> None:
         self._where: Where = parse(self.catalog, self.table, self.warehouse)
+        keep = self.keep_snapshots
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+            raise InvalidSink(
+                "iceberg.keep_snapshots", f"must be a whole number of at least 1, got {keep!r}"
+            )
         if not self.name:
             self.name = f"iceberg:{self._where.identifier}"
         self._owner: SinkOwner | None = None
@@ -135,6 +142,7 @@ class IcebergSink:
             "key": list(self.key) if self.key else None,
             "schema_mode": self.schema_mode,
             "output_mode": self._mode,
+            **({"keep_snapshots": self.keep_snapshots} if self.keep_snapshots else {}),
         }
 
     def target(self) -> str:
@@ -295,6 +303,8 @@ class IcebergSink:
             # An upsert's prepared files never enter the table (pyiceberg wrote its own).
             kept = set() if self._upsert else {str(f["name"]) for f in files}
             self._clean(table, owner.uid, epoch, attempt, kept)
+            if self.keep_snapshots:
+                expire(table, self.keep_snapshots, self.name)
 
     def _forget_catalog(self) -> None:
         """Drop the catalog and its connections: the next use opens them anew."""

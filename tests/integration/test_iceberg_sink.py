@@ -604,3 +604,24 @@ def test_the_catalogs_postgresql_down_at_the_commit(tmp_path: Path) -> None:
             st.close()
     finally:
         server.stop()
+
+
+def test_keep_snapshots_bounds_the_tables_snapshots_as_the_job_goes(
+    spark: Any, tmp_path: Path
+) -> None:
+    """With ``keep_snapshots=2`` the table never holds more than 3 snapshots after a commit
+    (expired each time the ancestry reaches 4); every row is read once, the marker still
+    found, an epoch committed again adds nothing."""
+    url, wh = catalog_url(tmp_path), tmp_path / "warehouse"
+    sink = opened(url, keep_snapshots=2)
+    held = []
+    detail: Any = None
+    for e in range(8):
+        detail = sink.prepare(frame(spark, range(e * 10, e * 10 + 10)), Epoch(e), AttemptNo(1))
+        sink.commit(Epoch(e), AttemptNo(1), detail.detail)
+        held.append(len(reader(url, wh).load_table("db.t").snapshots()))
+    assert max(held) <= 3 and held[-1] <= 3, held
+    sink.commit(Epoch(7), AttemptNo(1), detail.detail)  # after a crash: nothing again
+    exactly_once(ice_ids(url, wh), 80)
+    assert sink.committed_epochs(OWNER) == [7]
+    assert epochs_in(url, wh)[-1] == 7
