@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidSink, SinkError
 from stoker.redact import is_secret_entry
+from stoker.sinks._arrow import collect_parts
 from stoker.sinks._kafka_publish import Publisher, names
 from stoker.sinks._kafka_stage import (
     RESULT,
@@ -342,8 +343,7 @@ class KafkaSink:
             return stage_partition(t, batches)
 
         out = df.select(*self._columns(df)).mapInArrow(stage, RESULT)
-        n = out.rdd.getNumPartitions()
-        results = out.collect()
+        results, n = collect_parts(out)  # planned once (out.rdd would plan it again)
         parts = sorted(
             (
                 PreparedPart(

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stoker.errors import InvalidSink, SinkError
+from stoker.sinks._arrow import collect_parts
 from stoker.sinks._pg_modes import (
     STAGE_COLUMNS,
     apply_stage,
@@ -326,8 +327,7 @@ class PostgresSink:
             return _write_partition(t, batches)
 
         out = write_plan(df, self.writers(), write)
-        n = out.rdd.getNumPartitions()
-        results = out.collect()
+        results, n = collect_parts(out)  # planned once (out.rdd would plan it again)
         # The kept results: one per partition, from the task attempt whose result Spark kept.
         parts = sorted(
             (
