@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from stoker.runtime.job.result import program
 from tests.support import LIGHT_JVM, file_sink_ids, stoker_cmd
 
 pytestmark = pytest.mark.scenario
@@ -201,7 +202,7 @@ def test_a_module_level_udf_with_a_ddl_type_runs_quietly_with_progress_and_a_sum
         "job udf-job FINISHED (attempt 1): 2 epochs, 200 rows, last epoch 1",
         f"  output  files({str(out)!r}, format='parquet')",
         f"  state   {state}",
-        f"  status  stoker status udf-job --state-dir {state}",
+        f"  status  {program()} status udf-job --state-dir {state}",
     ]
     status = _stoker("status", "udf-job", "--state-dir", str(state), cwd=tmp_path)
     assert status.returncode == 0, status.stderr
