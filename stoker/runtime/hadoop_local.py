@@ -24,17 +24,17 @@ other behaviour, the checksum files included, is Hadoop's own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 import zipfile
 from collections.abc import MutableMapping
 from pathlib import Path
 
-from stoker.runtime.cachedir import cache_dir
+from stoker.runtime.cachedir import cache_dir, jdk_tool
 
 log = logging.getLogger("stoker.hadoop_local")
 
@@ -68,46 +68,48 @@ def add_to(conf: MutableMapping[str, str], master: str) -> None:
             conf.setdefault(key, cls)
 
 
-def _javac() -> Path | None:
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / "javac") if home else shutil.which("javac")
-    if not found or not Path(found).is_file():
-        return None
-    return Path(found).resolve()
-
-
-def _hadoop_api() -> Path | None:
+def _tools() -> tuple[Path, Path] | None:
+    """The ``javac`` and Hadoop API jar the classes compile with; None when either is missing."""
     import pyspark
 
+    javac = jdk_tool("javac")
     jars = Path(pyspark.__file__).resolve().parent / "jars"
-    found = sorted(jars.glob("hadoop-client-api-*.jar")) if jars.is_dir() else []
-    return found[-1] if found else None
+    api = sorted(jars.glob("hadoop-client-api-*.jar")) if jars.is_dir() else []
+    if javac is None or not javac.is_file() or not api:
+        return None
+    return javac, api[-1]
 
 
-def jar_path() -> Path | None:
-    """Where the jar for these sources, this ``javac`` and this Hadoop lives (None: no javac,
-    no Hadoop jar, disabled)."""
-    if not enabled():
-        return None
-    javac, api = _javac(), _hadoop_api()
-    if javac is None or api is None:
-        return None
+@functools.cache
+def _sources() -> tuple[tuple[Path, ...], str]:
+    """The Java sources and the digest of their text: read once per process (a driver asks
+    for the jar's path at its start, for its settings and for its class archive's name)."""
+    paths = tuple(sorted(SOURCES.glob("*.java")))
     h = hashlib.sha256()
-    for source in sorted(SOURCES.glob("*.java")):
+    for source in paths:
         h.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
-    h.update(f"{javac}\0{api.name}".encode())
-    return cache_dir() / f"stoker-hadoop-{h.hexdigest()[:16]}.jar"
+    return paths, h.hexdigest()
+
+
+def _jar_path(javac: Path, api: Path) -> Path:
+    """Where the jar for these sources, this ``javac`` and this Hadoop lives."""
+    key = f"{_sources()[1]}\0{javac}\0{api.name}"
+    return cache_dir() / f"stoker-hadoop-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jar"
 
 
 def jar() -> Path | None:
     """The compiled jar, made now if missing (about a second, once per machine); None where it
-    cannot be (see :func:`jar_path`), or its compile failed (remembered, not tried again)."""
+    cannot be (disabled, no ``javac`` or no Hadoop jar), or its compile failed (remembered, not
+    tried again)."""
+    if not enabled():
+        return None
     try:
-        path = jar_path()
+        tools = _tools()
+        if tools is None:
+            return None
+        path = _jar_path(*tools)
     except OSError as e:
         log.debug("no stoker Hadoop classes: %s", e)
-        return None
-    if path is None:
         return None
     if path.is_file():
         return path
@@ -115,7 +117,7 @@ def jar() -> Path | None:
     if failed.exists():
         return None
     try:
-        _compile(path)
+        _compile(path, *tools)
     except (OSError, subprocess.SubprocessError) as e:
         log.warning("stoker's Hadoop classes did not compile (Hadoop's own in use): %s", e)
         with contextlib.suppress(OSError):
@@ -124,16 +126,14 @@ def jar() -> Path | None:
     return path
 
 
-def _compile(path: Path) -> None:
+def _compile(path: Path, javac: Path, api: Path) -> None:
     """Compile the sources into ``path``, whole or not at all (drivers that start together
     each compile their own copy; the last rename wins, and they are the same)."""
-    javac, api = _javac(), _hadoop_api()
-    assert javac is not None and api is not None
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".hadoop-classes-") as tmp:
         out = Path(tmp) / "classes"
         out.mkdir()
-        sources = [str(p) for p in sorted(SOURCES.glob("*.java"))]
+        sources = [str(p) for p in _sources()[0]]
         done = subprocess.run(  # our own sources and fixed arguments: no user input
             [str(javac), "--release", "17", "-nowarn", "-cp", str(api), "-d", str(out), *sources],
             stdin=subprocess.DEVNULL,

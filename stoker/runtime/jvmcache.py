@@ -29,14 +29,13 @@ import contextlib
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from stoker.runtime import hadoop_local
-from stoker.runtime.cachedir import cache_dir
+from stoker.runtime.cachedir import cache_dir, jdk_tool
 
 log = logging.getLogger("stoker.jvmcache")
 
@@ -71,15 +70,9 @@ def enabled(java_options: str) -> bool:
     return not any(o.startswith(_USER_OWNS) for o in java_options.split())
 
 
-def _java() -> Path | None:
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    return Path(found).resolve() if found else None
-
-
 def archive_path() -> Path | None:
     """Where the archive for this machine's java and PySpark lives (None: no java found)."""
-    java = _java()
+    java = jdk_tool("java")
     if java is None or not java.exists():
         return None
     import pyspark
@@ -190,9 +183,8 @@ def build() -> Path | None:
 def _extra_class_path() -> str:
     """What every driver has ahead of Spark's jars on its class path: stoker's Hadoop
     classes (runtime/hadoop_local), or nothing."""
-    conf: dict[str, str] = {}
-    hadoop_local.add_to(conf, master="")
-    return conf.get(hadoop_local.CLASS_PATH_KEY, "")
+    jar = hadoop_local.jar()
+    return str(jar) if jar is not None else ""
 
 
 def _dump(tmp: Path) -> None:
