@@ -34,6 +34,8 @@ from typing import Any
 
 import _common as C
 
+from tests.support.procs import counting_wrappers
+
 KINDS = ("plain-hadoop", "plain-nio", "stoker-hadoop", "stoker-nio")
 SPARK_STEPS = (
     "latestOffset",
@@ -93,23 +95,13 @@ def child(kind: str, epochs: int) -> dict[str, Any]:
     }
 
 
-def _wrappers(folder: Path, log: Path) -> None:
-    folder.mkdir(parents=True)
-    for name in FORKED:
-        real = shutil.which(name)
-        if real is None:
-            continue
-        (folder / name).write_text(f'#!/bin/sh\necho {name} >> "{log}"\nexec {real} "$@"\n')
-        (folder / name).chmod(0o755)
-
-
 def spawn(kind: str, epochs: int, count_forks: bool = False) -> dict[str, Any]:
     env = {**os.environ, "STOKER_HADOOP_NIO": "0" if kind.endswith("hadoop") else "1"}
     with tempfile.TemporaryDirectory(prefix="epoch-floor-forks-") as tmp:
         log = Path(tmp) / "forks.log"
         log.touch()
         if count_forks:
-            _wrappers(Path(tmp) / "bin", log)
+            counting_wrappers(Path(tmp) / "bin", log, FORKED)
             env["PATH"] = f"{tmp}/bin{os.pathsep}{env['PATH']}"
         done = subprocess.run(
             [sys.executable, __file__, "--child", kind, "--epochs", str(epochs)],

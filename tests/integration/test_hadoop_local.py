@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -20,23 +19,11 @@ import pytest
 
 from tests.support.cli_runs import LIGHT, RUN_TIMEOUT, log_tail
 from tests.support.core import APPS, stoker_cmd
+from tests.support.procs import counting_wrappers
 
 pytestmark = [pytest.mark.timeout(900)]
 
 COUNTED = ("chmod", "readlink", "stat", "ls")
-
-
-def _wrappers(folder: Path, log: Path) -> Path:
-    """A folder of scripts named like the commands Hadoop forks, each noting its name in
-    ``log`` before it runs the real one."""
-    folder.mkdir()
-    for name in COUNTED:
-        real = shutil.which(name)
-        assert real is not None, name
-        script = folder / name
-        script.write_text(f'#!/bin/sh\necho {name} >> "{log}"\nexec {real} "$@"\n')
-        script.chmod(0o755)
-    return folder
 
 
 def _run(tmp: Path, name: str, nio: bool) -> tuple[list[str], Path, Path]:
@@ -45,7 +32,8 @@ def _run(tmp: Path, name: str, nio: bool) -> tuple[list[str], Path, Path]:
     work.mkdir()
     forks = work / "forks.log"
     forks.touch()
-    path = _wrappers(work / "bin", forks)
+    path = work / "bin"
+    assert counting_wrappers(path, forks, COUNTED) == set(COUNTED)
     out, state, log = work / "out", work / "state", work / "run.log"
     env = {
         **os.environ,

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from stoker import procs
 
@@ -130,3 +132,21 @@ def kill_all(procs: Iterable[Proc]) -> None:
 
 def describe(procs: Iterable[Proc]) -> str:
     return "; ".join(f"{p.pid} (pgid {p.pgid}): {' '.join(p.argv)[:120]}" for p in procs)
+
+
+def counting_wrappers(folder: Path, log: Path, names: Iterable[str]) -> set[str]:
+    """Scripts in ``folder`` named like the commands in ``names``, each noting its name in
+    ``log`` before it runs the real one: put ``folder`` first on a process's ``PATH`` to count
+    what it starts by name (Hadoop's ``chmod`` and ``readlink``). The names wrapped (a command
+    this machine lacks is left out)."""
+    folder.mkdir(parents=True)
+    made = set()
+    for name in names:
+        real = shutil.which(name)
+        if real is None:
+            continue
+        script = folder / name
+        script.write_text(f'#!/bin/sh\necho {name} >> "{log}"\nexec {real} "$@"\n')
+        script.chmod(0o755)
+        made.add(name)
+    return made
