@@ -447,11 +447,9 @@ def _stop_quietly() -> None:
 
 
 def register_sources(spark: SparkSession) -> None:
-    from stoker.sources.files import FilesDataSource
-    from stoker.sources.generator import GeneratorDataSource
-    from stoker.sources.kafka import KafkaDataSource
+    from stoker.sources import data_sources
 
-    for source in (GeneratorDataSource, FilesDataSource, KafkaDataSource):
+    for source in data_sources():
         _register(spark, source)
 
 

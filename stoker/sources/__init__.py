@@ -1,5 +1,5 @@
-"""Pipeline inputs: :func:`files`, :func:`generator`, :func:`kafka`, and any Spark source via
-:func:`spark`."""
+"""Pipeline inputs: :func:`files`, :func:`generator`, :func:`kafka`, :func:`socket`, and any
+Spark source via :func:`spark`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from stoker.sources.files import FilesSource
 from stoker.sources.generator import GeneratorSource
 from stoker.sources.kafka import KafkaSource, decode_json, decode_strings
 from stoker.sources.spark import SparkSource
+from stoker.sources.textsocket import SocketSource
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -18,15 +19,28 @@ __all__ = [
     "FilesSource",
     "GeneratorSource",
     "KafkaSource",
+    "SocketSource",
     "Source",
     "SparkSource",
+    "data_sources",
     "decode_json",
     "decode_strings",
     "files",
     "generator",
     "kafka",
+    "socket",
     "spark",
 ]
+
+
+def data_sources() -> tuple[type, ...]:
+    """The Spark data sources behind stoker's own sources, each registered in every session."""
+    from stoker.sources.files import FilesDataSource
+    from stoker.sources.generator import GeneratorDataSource
+    from stoker.sources.kafka import KafkaDataSource
+    from stoker.sources.textsocket import SocketDataSource
+
+    return (GeneratorDataSource, FilesDataSource, KafkaDataSource, SocketDataSource)
 
 
 def files(
@@ -97,6 +111,33 @@ def generator(
     )
 
 
+def socket(
+    host: str,
+    port: int,
+    include_timestamp: bool = False,
+    max_lines_per_epoch: int | None = None,
+    partitions: int | None = None,
+) -> SocketSource:
+    """Lines of text from a TCP server at ``host:port`` (Spark's ``socket`` source, made
+    replayable): column ``value``, and ``timestamp`` (when the line was received) with
+    ``include_timestamp=True``. Unbounded.
+
+    The source connects to the server (as ``nc -lk 9999`` serves) and keeps every line it
+    receives in the job's state folder before an epoch names it, so an epoch replayed after a
+    crash reads the same lines: exactly once from there on. Lines the server sent that had not
+    reached that log when the driver died are lost (a socket has no acknowledgement). A lost
+    connection is opened again every second. ``max_lines_per_epoch`` caps an epoch;
+    ``partitions``: how many pieces an epoch is split into (None: one per core).
+    """
+    return SocketSource(
+        host=host,
+        port=port,
+        include_timestamp=include_timestamp,
+        max_lines_per_epoch=max_lines_per_epoch,
+        partitions=partitions,
+    )
+
+
 def spark(
     format: str,
     options: dict[str, str] | None = None,
@@ -105,11 +146,12 @@ def spark(
 ) -> SparkSource:
     """One of Spark's own streaming sources (e.g. ``rate-micro-batch``, ``kafka``): unbounded.
 
-    A format that cannot replay an epoch after a crash (``socket``; any format not known to
-    replay, see :data:`stoker.sources.spark.REPLAYABLE`) is refused: exactly once is
-    impossible with it. ``at_least_once=True`` runs it anyway, without that guarantee (a
-    crash may lose or repeat the rows of the epoch in flight); the job's spec and
-    ``stoker status`` show it."""
+    A format that cannot replay an epoch after a crash (any format not known to replay, see
+    :data:`stoker.sources.spark.REPLAYABLE`) is refused: exactly once is impossible with it.
+    ``at_least_once=True`` runs it anyway, without that guarantee (a crash may lose or repeat
+    the rows of the epoch in flight); the job's spec and ``stoker status`` show it. Spark's
+    ``socket`` is refused even so (it cannot restart under its own checkpoint): use
+    :func:`socket`."""
     return SparkSource(
         format=format, options=dict(options or {}), schema=schema, at_least_once=at_least_once
     )

@@ -2,10 +2,12 @@
 
 Exactly once needs a source that can replay: after a crash, Spark runs the epoch in flight
 again with the offsets its checkpoint logged, and the source must give the same rows for them.
-The formats known to do so are :data:`REPLAYABLE`; any other (``socket``, whose lines are gone
-once read, and a format stoker does not know) is refused when the pipeline is checked, unless
-the user takes at least once on purpose (``at_least_once=True``), which the job then shows (its
-spec's ``at_least_once_sources``, the source's description, ``stoker status``).
+The formats known to do so are :data:`REPLAYABLE`; any other (a format stoker does not know)
+is refused when the pipeline is checked, unless the user takes at least once on purpose
+(``at_least_once=True``), which the job then shows (its spec's ``at_least_once_sources``, the
+source's description, ``stoker status``). Spark's ``socket`` is refused even then (:data:`NEVER`:
+it cannot restart under its own checkpoint); :mod:`stoker.sources.textsocket` reads a socket
+replayably instead.
 
 Their backlog comes from the query's progress where the source reports one: Kafka's latest
 offsets (or its ``avgOffsetsBehindLatest`` metric), see :func:`kafka_backlog`.
@@ -66,6 +68,19 @@ REFUSED: dict[str, str] = {
 }
 
 
+# Formats refused even at least once, and what to use instead: they cannot run again at all
+# under their own checkpoint.
+NEVER: dict[str, str] = {
+    "socket": (
+        "Spark's socket source cannot restart under its own checkpoint: its offsets start "
+        'again at 0 below the logged ones, and the restart fails for good ("Offsets committed '
+        'out of order"). Use sources.socket(host, port) instead: the same lines and columns '
+        "(include_timestamp=True for Spark's includeTimestamp), kept in the job's state "
+        "folder as they arrive, so an epoch replayed after a crash reads them again"
+    ),
+}
+
+
 def replay_refusal(fmt: str) -> str | None:
     """Why a Spark source of format ``fmt`` is refused for exactly once; None if it
     replays."""
@@ -110,6 +125,9 @@ class SparkSource:
             raise InvalidSource(
                 "spark.at_least_once", f"must be True or False, got {self.at_least_once!r}"
             )
+        never = NEVER.get(self.format.strip().lower())
+        if never is not None:
+            raise InvalidSource("spark.format", f"format {self.format!r} is refused: {never}")
         refusal = replay_refusal(self.format)
         if refusal is not None and not self.at_least_once:
             raise InvalidSource("spark.format", refusal)
