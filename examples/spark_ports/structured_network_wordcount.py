@@ -29,10 +29,12 @@ lines). Ctrl-C stops it; the same command again goes on from where it stopped.
 Ported to stoker from Apache Spark's
 examples/src/main/python/sql/streaming/structured_network_wordcount.py (Apache License 2.0,
 the header above). The query is Spark's, unchanged. What differs: the input is a folder of
-text files instead of a socket (a socket cannot read an epoch again after a crash, so it
-cannot be exactly once), the output is files instead of the console (each epoch's table
-written exactly once), and stoker.run replaces start() and awaitTermination(); the checkpoint
-is the job's state folder (./.stoker/StructuredNetworkWordCount), no directory to pass.
+text files instead of a socket (sources.socket("localhost", 9999) reads Spark's socket
+replayably, but lines a server sends while the driver is down are lost: a folder keeps them,
+and the test of this port can count exactly after a kill -9), the output is files instead of
+the console (each epoch's table written exactly once), and stoker.run replaces start() and
+awaitTermination(); the checkpoint is the job's state folder
+(./.stoker/StructuredNetworkWordCount), no directory to pass.
 """
 
 import sys

@@ -40,7 +40,9 @@ Ported to stoker from Apache Spark's
 examples/src/main/python/sql/streaming/structured_network_wordcount_windowed.py (Apache
 License 2.0, the header above). The query is Spark's, unchanged. What differs: the input is a
 folder of JSON lines files with the columns the socket source's includeTimestamp gives (value,
-timestamp) instead of a socket (which cannot read an epoch again after a crash), the output is
+timestamp) instead of a socket (sources.socket(host, port,
+include_timestamp=True) would read it, with the time each line arrived: files give times a
+test can count exactly), the output is
 files instead of the console (each epoch's table written exactly once), and stoker.run
 replaces start() and awaitTermination().
 """

@@ -32,7 +32,9 @@ Ported to stoker from Apache Spark's
 examples/src/main/python/sql/streaming/structured_sessionization.py (Apache License 2.0, the
 header above). The query is Spark's, unchanged. What differs: the input is a folder of JSON
 lines files with the columns the socket source's includeTimestamp gives (value, timestamp)
-instead of a socket (which cannot read an epoch again after a crash), the output is files
+instead of a socket (sources.socket(host, port,
+include_timestamp=True) would read it, with the time each line arrived: files give times a
+test can count exactly), the output is files
 instead of the console (each epoch's table written exactly once), stoker.run replaces
 start() and awaitTermination(), and the output mode is 'complete': Spark 4 refuses session
 windows in 'update' mode, the example's ('append' would need a watermark).
