@@ -32,6 +32,9 @@ _WRAPPERS = (
 _LIBRARY_PARTS = frozenset({"pyspark", "py4j", "stoker", "cloudpickle"})
 _STOKER_DIR = str(Path(__file__).resolve().parent)
 _MAX_LINE = 400
+# A text without a traceback is one of stoker's own messages (or a line it carries): it ends
+# with what to do, so it is shown whole up to this bound.
+_MAX_PLAIN_LINE = 4000
 
 
 @dataclass(frozen=True)
@@ -55,13 +58,18 @@ class ErrorSummary:
     exception: str  # "ValueError: boom", else the text's first meaningful line
     frame: Frame | None  # the innermost frame of the user's code, when there is a traceback
     lead: str  # what the text says before the error it carries ("job 'x' failed: ")
+    traced: bool = True  # the text carries a traceback (else: a message, shown whole)
+
+    @property
+    def limit(self) -> int:
+        return _MAX_LINE if self.traced else _MAX_PLAIN_LINE
 
     def one_line(self) -> str:
         """``lead`` + the exception + where the user's code raised it, on one line."""
         line = f"{self.lead}{self.exception}"
         if self.frame is not None:
             line += f" (at {self.frame.where()})"
-        return line if len(line) <= _MAX_LINE else line[: _MAX_LINE - 3] + "..."
+        return line if len(line) <= self.limit else line[: self.limit - 3] + "..."
 
 
 def is_library(path: str) -> bool:
@@ -114,7 +122,7 @@ def summarize(text: str) -> ErrorSummary:
         first = meaningful[0]
         if first.endswith(":") and len(meaningful) > 1:
             first = f"{first} {meaningful[1]}"
-        return ErrorSummary(first, None, "")
+        return ErrorSummary(first, None, "", traced=False)
     mine = [f for f in frames if not is_library(f.path)]
     return ErrorSummary(exception, mine[-1] if mine else None, _lead(meaningful[0]))
 
@@ -130,7 +138,7 @@ def status_lines(text: str, verbose: bool, label: str = "error") -> list[str]:
     raised it (its source line too); with ``verbose`` the whole text after them, else a line
     saying how to see it."""
     s = summarize(text)
-    exception = s.exception if len(s.exception) <= _MAX_LINE else s.exception[:_MAX_LINE] + "..."
+    exception = s.exception if len(s.exception) <= s.limit else s.exception[: s.limit] + "..."
     out = [f"{label:<10} {exception}"]
     if s.frame is not None:
         src = f": {s.frame.source}" if s.frame.source else ""

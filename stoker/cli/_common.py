@@ -28,6 +28,9 @@ from stoker.types import job_id as _job_id
 
 # A message longer than this (a Java stack trace folded into an error) is cut on the one line.
 _MAX_LINE = 400
+# stoker's own messages end with what to do (the way out, the flag, the job to name): shown
+# whole, up to a bound that only a foreign text carried inside one could reach.
+_MAX_OWN_LINE = 4000
 _debug = [False]
 
 
@@ -53,8 +56,8 @@ def debug_option() -> click.Option:
     )
 
 
-def one_line(text: str) -> str:
-    """The first non-empty line of ``text``, cut to a readable length; for a text that
+def one_line(text: str, limit: int = _MAX_LINE) -> str:
+    """The first non-empty line of ``text``, cut to ``limit`` characters; for a text that
     carries a Python traceback (a task's failure inside Spark's error), the user's exception
     and the line of their code that raised it, not the traceback's header."""
     from stoker.cli import errortext
@@ -64,7 +67,7 @@ def one_line(text: str) -> str:
         job = named.group(1) if named else "JOB"
         return errortext.one_line(text) + f" (the whole error: stoker status {job} --verbose)"
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return first if len(first) <= _MAX_LINE else first[: _MAX_LINE - 3] + "..."
+    return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
 def _hint(err: BaseException) -> str:
@@ -85,7 +88,7 @@ def _fail(err: BaseException) -> None:
     if debug_enabled():
         traceback.print_exception(err, file=sys.stderr)
     if isinstance(err, StokerError):
-        msg = one_line(str(err)) + _hint(err)
+        msg = one_line(str(err), _MAX_OWN_LINE) + _hint(err)
     else:
         # Not one of stoker's own errors: name its type, keep the one line, say how to see more.
         msg = f"{type(err).__name__}: {one_line(str(err))}"

@@ -85,3 +85,38 @@ def test_the_clis_one_line_names_the_command_for_the_whole_error() -> None:
         "job 'sessions' failed: ValueError: boom (at /home/me/jobs/sessions.py, line 30, in "
         "check) (the whole error: stoker status sessions --verbose)"
     )
+
+
+# stoker's own refusal as a job's attempt records it: long, and its way out comes last.
+OWNED = (
+    "files sink /data/out is owned by job 'orders-a' (uid 5d1c...; attempt 3, driver pid 4242 "
+    "on host-a): two jobs would write one folder and each one's recovery would roll back the "
+    "other's parts. "
+    + "Stop that job first, or give this job its own folder. " * 6
+    + "Last: DELETE FROM stoker_owners WHERE sink = '/data/out' once job 'orders-a' is gone."
+)
+
+
+def test_stokers_own_message_is_shown_whole_and_a_traceback_still_cut() -> None:
+    assert len(OWNED) > 600
+    assert one_line(OWNED) == OWNED
+    assert status_lines(OWNED, verbose=False)[0] == f"error      {OWNED}"
+    huge = "ValueError: " + "x" * 5000
+    traced = SPARK_TEXT.replace("ValueError: boom", huge)
+    assert one_line(traced).endswith("...")
+    assert len(one_line(traced)) <= 400
+    plain = "y" * 9000  # a foreign text without a traceback: bounded all the same
+    assert len(one_line(plain)) == 4000 and one_line(plain).endswith("...")
+
+
+def test_the_clis_error_line_keeps_stokers_message_whole(capsys: object) -> None:
+    import pytest
+
+    from stoker.cli._common import _fail
+    from stoker.errors import InvalidInput
+
+    with pytest.raises(SystemExit) as e:
+        _fail(InvalidInput("app", OWNED))
+    assert e.value.code == 2
+    err = capsys.readouterr().err  # type: ignore[attr-defined]
+    assert err.rstrip().endswith("once job 'orders-a' is gone."), err
