@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from stoker.errors import InvalidInput
 from stoker.paths import check_app_path
 from stoker.runtime import launch
+from stoker.runtime.unported import own_queries_refused
 
 if TYPE_CHECKING:
     from stoker.pipeline import Pipeline
@@ -63,8 +64,9 @@ def run_app(
     ctx = replace(ctx, on_result=(*ctx.on_result, results.append))
     sys.path.insert(0, str(app.parent))
     sys.argv = [str(app), *(argv or [])]
-    # A file's own stoker.run of another pipeline than --pipeline names is refused.
-    with launch.launched(replace(ctx, wanted_pipeline=pipeline_name)):
+    # A file's own stoker.run of another pipeline than --pipeline names is refused, and so
+    # is a streaming query it starts itself (a Spark program not ported).
+    with launch.launched(replace(ctx, wanted_pipeline=pipeline_name)), own_queries_refused():
         try:
             namespace = _run_main(app)
         except Exception as e:
@@ -81,7 +83,7 @@ def run_app(
             namespace = _run_main(app)
     if not results:
         found = {k: v for k, v in namespace.items() if isinstance(v, Pipeline)}
-        with launch.launched(ctx):
+        with launch.launched(ctx), own_queries_refused():
             run_pipeline(_pick(found, app, pipeline_name))  # reports its result to `results`
     return results
 
@@ -102,10 +104,17 @@ def run_program(
     application's driver installed it for the program). A syntax error is
     :class:`InvalidInput` naming file and line; any other error of the program propagates.
     """
-    from stoker.pipeline import Pipeline
-
     sys.path.insert(0, str(app.parent))
     sys.argv = [str(app), *argv]
+    with own_queries_refused():  # a streaming query the program starts itself: not ported
+        _run_program_file(app, submitted, name, ctx)
+
+
+def _run_program_file(
+    app: Path, submitted: Callable[[], int], name: str, ctx: launch.LaunchContext
+) -> None:
+    from stoker.pipeline import Pipeline
+
     try:
         namespace = _run_main(app)
     except Exception as e:
