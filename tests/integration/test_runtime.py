@@ -387,6 +387,19 @@ def _two_schemas(t: Path) -> Pipeline:
     )
 
 
+def _unknown_column(df: DataFrame) -> DataFrame:
+    return df.selectExpr("id", "nope + 1 AS x")  # the line the refusal must name
+
+
+def _bad_column(t: Path) -> Pipeline:
+    return (
+        Pipeline("late")
+        .source(sources.generator(total=10))
+        .stream(_unknown_column)
+        .sink(sinks.files(str(t / "out")))
+    )
+
+
 # Bad input that only Spark can see: found when the sources are opened, after the job record.
 SEEN_BY_SPARK: dict[str, tuple[Callable[[Path], Pipeline], type[Exception], str, str]] = {
     "sources of different schemas": (
@@ -394,6 +407,12 @@ SEEN_BY_SPARK: dict[str, tuple[Callable[[Path], Pipeline], type[Exception], str,
         InvalidPipeline,
         "sources",
         "sources must share one schema to be unioned: ",
+    ),
+    "a column the sources lack": (
+        _bad_column,
+        InvalidPipeline,
+        "stream",
+        "Spark cannot analyse it on the sources' columns: [UNRESOLVED_COLUMN",
     ),
 }
 
@@ -411,6 +430,11 @@ def test_bad_input_seen_by_spark_fails_before_any_epoch(
     assert isinstance(err, InvalidInput)
     assert err.field == field
     assert err.message.startswith(message), err.message
+    if case == "a column the sources lack":  # the user's line, not only Spark's words
+        assert err.message.endswith(
+            f"(at {__file__}:{_unknown_column.__code__.co_firstlineno + 1} in _unknown_column: "
+            'return df.selectExpr("id", "nope + 1 AS x")  # the line the refusal must name)'
+        ), err.message
     assert _offset_files(state) == []
     assert _epochs(state, "late") == {}
     assert not list((tmp_path / "out").glob("epoch=*"))

@@ -191,10 +191,29 @@ def open_sources(
 
 def _unanalysable(field: str, e: BaseException) -> InvalidPipeline:
     """Spark's refusal to analyse the pipeline's ``field`` (a column the sources do not have,
-    a function on the wrong type), as the pipeline's mistake: bad input."""
+    a function on the wrong type), as the pipeline's mistake: bad input, with the line of the
+    user's code that asked for it."""
+    where = user_line(e)
     return InvalidPipeline(
-        field, f"Spark cannot analyse it on the sources' columns: {first_line(e)[:400]}"
+        field,
+        f"Spark cannot analyse it on the sources' columns: {first_line(e)[:400]}"
+        + (f" (at {where})" if where else ""),
     )
+
+
+def user_line(e: BaseException) -> str | None:
+    """``file:line in function: source`` of the innermost frame of the user's own code in
+    ``e``'s traceback (not pyspark's, py4j's or stoker's); None when there is none."""
+    import traceback
+
+    from stoker.errortext import is_library
+
+    mine = [f for f in traceback.extract_tb(e.__traceback__) if not is_library(f.filename)]
+    if not mine:
+        return None
+    f = mine[-1]
+    source = f": {f.line.strip()}" if f.line else ""
+    return f"{f.filename}:{f.lineno} in {f.name}{source}"
 
 
 def _streaming_part(fn: Callable[[DataFrame], DataFrame], stream: DataFrame) -> DataFrame:
