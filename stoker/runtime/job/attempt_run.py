@@ -47,6 +47,7 @@ from stoker.runtime.recovery_hold import Hold
 from stoker.runtime.repartition import repartitioning
 from stoker.runtime.restore_control import carry_control
 from stoker.runtime.retention import Pruner, policy_of
+from stoker.runtime.runmark import RunMark
 from stoker.runtime.session import job_max_parallelism
 from stoker.runtime.sinkset import SinkSet, forget_removed, open_removed, record_sinks
 from stoker.sinks.base import SinkOwner, TwoPhaseSink
@@ -112,10 +113,24 @@ class AttemptRun:
     # the phases, in order ------------------------------------------------------------------
     def attempt(self) -> JobResult:
         """Every phase in order; the job's result."""
+        # A second `stoker run` of this state folder is refused before Spark starts.
+        lone = not self.plan.managed and self.scope is None
+        mark = RunMark(self.root, self.jid) if lone else None
+        try:
+            if mark is not None:
+                mark.take()
+            return self._phases(mark)
+        finally:
+            if mark is not None:
+                mark.release()
+
+    def _phases(self, mark: RunMark | None) -> JobResult:
         self.prepare()
         try:
             self.register()
             self.claim()
+            if mark is not None:
+                mark.started()
             state: JobState | None = None
             error: BaseException | None = None
             try:

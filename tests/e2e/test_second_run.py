@@ -1,0 +1,52 @@
+"""A second ``stoker run`` of a job while the first is still starting (issue 41 item 8): it
+used to start Spark (10-40 s, a JVM) before the store refused it, as the first had no attempt
+yet. It is refused at once now, exit 4, naming the first run's pid; the first runs on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from stoker.runtime.runmark import mark_path
+from tests.support import stoker_cmd
+from tests.support.cli_runs import LIGHT, SUSPENDED_EXIT, committed, driver, log_tail, wait_running
+
+APP = """\
+import stoker
+from stoker import Pipeline, sinks, sources
+
+p = Pipeline("twice").source(sources.generator(rows_per_second=20)).sink(sinks.files("out"))
+stoker.run(p, trigger="300ms")
+"""
+
+
+def test_a_second_run_while_the_first_starts_is_refused_before_spark(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(APP)
+    argv = stoker_cmd("run", *LIGHT, "app.py")
+    log = tmp_path / "first.log"
+    state = tmp_path / ".stoker" / "twice"
+    with driver(argv, tmp_path, log) as first:
+        mark = mark_path(state)
+        wait_running(
+            first,
+            "the first run's mark",
+            lambda: mark.exists() and mark.read_text().strip() == str(first.pid),
+            log,
+        )
+        second = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 4, second.stderr
+        assert (
+            f"job 'twice' is already live: another stoker run (pid {first.pid}) runs it"
+            in second.stderr
+        ), second.stderr
+        assert "starting Spark" not in second.stderr
+        wait_running(first, "an epoch of the first run", lambda: committed(state, "twice"), log)
+        # Its attempt is in the store now: the store's lease answers, before Spark too.
+        third = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert third.returncode == 4, third.stderr
+        assert "job 'twice' is already live: attempt 1 runs as pid" in third.stderr
+        assert "starting Spark" not in third.stderr
+        os.kill(first.pid, signal.SIGTERM)
+        assert first.wait(300) == SUSPENDED_EXIT, log_tail(log)
