@@ -83,7 +83,7 @@ def normalize_level(value: Any, field: str = "level") -> str:
 
 def source_kinds(spec: Mapping[str, Any]) -> set[str]:
     """The kinds of a job's sources as its spec describes them: generator, files, kafka,
-    spark."""
+    socket, spark."""
     out = set()
     for text in spec.get("sources") or []:
         out.add(str(text).split("(", 1)[0].strip())
@@ -100,6 +100,8 @@ def supported_rate_keys(spec: Mapping[str, Any]) -> set[str]:
         keys |= {"max_files_per_epoch"}
     if "kafka" in kinds:
         keys |= {"rows_per_second", "max_rows_per_epoch"}
+    if "socket" in kinds:  # its lines: what the server sent cannot be paced, only capped
+        keys |= {"max_rows_per_epoch"}
     return keys
 
 

@@ -244,10 +244,11 @@ class _SocketReader(DataSourceStreamReader):
         end = self._receive(nxt)
         if plan.empty:
             return {**start, CV: plan.version}
-        max_lines = limit_of(plan, "max_lines_per_epoch", self.max_lines or None)
+        # Control's rate limit for an epoch's rows (stoker rate-limit JOB max_rows_per_epoch=N).
+        max_lines = limit_of(plan, "max_rows_per_epoch", self.max_lines or None)
         if max_lines:
             end = min(end, nxt + int(max_lines))
-        elif isinstance(limit, ReadMaxRows) and "max_lines_per_epoch" not in plan.limits:
+        elif isinstance(limit, ReadMaxRows) and "max_rows_per_epoch" not in plan.limits:
             end = min(end, nxt + limit.max_rows)
         offset: dict[str, Any] = {SID: self.sid, "next": max(end, nxt), FINISHED: False}
         if plan.version is not None:

@@ -172,3 +172,21 @@ def test_arguments_are_checked_and_sparks_socket_is_refused_with_the_way_out() -
             ).validate()
         assert "Offsets committed out of order" in str(e.value)
         assert "sources.socket(host, port)" in str(e.value)
+
+
+def test_an_epoch_is_capped_and_control_can_cap_it(tmp_path: Path, server: LineServer) -> None:
+    from stoker.control.events import supported_rate_keys
+
+    r = reader(tmp_path, server.port, max_lines_per_epoch="2")
+    try:
+        start = r.initialOffset()
+        wait_for("the reader's connection", lambda: server.clients, 30)
+        server.send(b"1\n2\n3\n4\n5\n")
+        ends = [offset_until(r, start, 2)]
+        ends.append(r.latestOffset(ends[-1], ReadAllAvailable()))
+        ends.append(r.latestOffset(ends[-1], ReadAllAvailable()))
+        assert [e["next"] for e in ends] == [2, 4, 5]  # the rest waits in the log
+        assert r.reportLatestOffset() == {"sid": "s0", "next": 5, "finished": False}
+    finally:
+        r.stop()
+    assert supported_rate_keys({"sources": ["socket('localhost', 9999)"]}) == {"max_rows_per_epoch"}
