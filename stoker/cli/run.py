@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from stoker.cli._common import STORE_ENV, STORE_FILE_ENV, guarded, need_server, server_opts
+from stoker.cli._run_args import RunArgs
 from stoker.cli._savepoint_options import check_savepoint_flags, savepoint_options
 from stoker.errors import InvalidInput, JobSuspended
 from stoker.paths import check_app_path
 from stoker.redact import redact_answer, redact_url
 from stoker.scalespec import parse_scaling
-from stoker.settings import parse_pairs
 from stoker.types import JobState
 from stoker.types import job_id as _job_id
 
@@ -124,35 +124,7 @@ if TYPE_CHECKING:
 @click.option("--arg", "app_args", multiple=True, help="An argument for the app (repeatable).")
 @server_opts
 @guarded
-def run_cmd(
-    app: str,
-    positional_args: tuple[str, ...],
-    driver: bool,
-    app_id: str | None,
-    cluster: str | None,
-    scaling: str | None,
-    driver_memory: str | None,
-    driver_cores: int | None,
-    restart_strategy: str | None,
-    job_id: str | None,
-    restart: bool,
-    reset_checkpoint: bool,
-    from_savepoint: str | None,
-    rewrite_output: bool,
-    fork: bool,
-    ignore_unreachable_stores: bool,
-    defines: tuple[str, ...],
-    config_pairs: tuple[str, ...],
-    pipeline_name: str | None,
-    standby: bool,
-    quiet: bool,
-    log_format: str | None,
-    as_json: bool,
-    detached: bool,
-    app_args: tuple[str, ...],
-    server: str | None,
-    token: str | None,
-) -> None:
+def run_cmd(**params: Any) -> None:
     """Run the pipeline file APP in this process until the job ends.
 
     APP either calls ``stoker.run(pipeline)`` itself or defines a Pipeline at module level.
@@ -163,102 +135,92 @@ def run_cmd(
     (ARGS are its arguments): attached by default, following it and its jobs until it ends
     (exit 0 FINISHED or CANCELED, 8 FAILED; Ctrl-C detaches), ``-d`` returns at once.
     """
-    path = check_app_path(app)
-    overrides = parse_pairs(list(defines))
-    config = parse_config_pairs(list(config_pairs))
-    strategy = _json_object(restart_strategy, "--restart-strategy")
-    if scaling is not None:
-        parse_scaling(scaling, "--scaling")  # named as given here, before anything is sent
-    args = [*app_args, *positional_args]
-    check_mode(
-        run_mode(driver, server),
-        {
-            "--app-id": app_id is not None,
-            "--cluster": cluster is not None,
-            "--driver-memory": driver_memory is not None,
-            "--driver-cores": driver_cores is not None,
-            "--job-id": job_id is not None,
-            "--pipeline": pipeline_name is not None,
-            "--config": bool(config),
-            "--from-savepoint": from_savepoint is not None,
-            "--rewrite-output-after-savepoint": rewrite_output,
-            "--fork": fork,
-            "--ignore-unreachable-stores": ignore_unreachable_stores,
-            "--reset-checkpoint": reset_checkpoint,
-            "--restart-strategy": strategy is not None,
-            "--scaling": scaling is not None,
-            "--standby": standby,
-        },
+    a = RunArgs(**params)
+    path = check_app_path(a.app)
+    a.overrides, a.config  # noqa: B018 - bad -D or --config refused first, in that order
+    strategy = _json_object(a.restart_strategy, "--restart-strategy")
+    if a.scaling is not None:
+        parse_scaling(a.scaling, "--scaling")  # named as given here, before anything is sent
+    check_mode(run_mode(a.driver, a.server), a.flags_given(strategy))
+    if a.driver:
+        sys.exit(_run_application(a, path, strategy))
+    check_savepoint_flags(a.from_savepoint, rewrite_output=a.rewrite_output, fork=a.fork)
+    if a.job_id is not None:
+        _job_id(a.job_id)
+    if a.server:
+        sys.exit(_submit_job(a, path, strategy))
+    _run_here(a, path)
+
+
+def _run_application(a: RunArgs, path: Path, strategy: dict[str, Any] | None) -> int:
+    """``--driver``: the whole program to the job manager as an application."""
+    from stoker.cli.apps import submit_and_follow_application
+
+    return submit_and_follow_application(
+        need_server(a.server),
+        a.token,
+        str(path),
+        _app_id(a.app_id, path),
+        a.args,
+        a.overrides,
+        a.cluster,
+        strategy,
+        a.driver_memory,
+        a.driver_cores,
+        a.restart,
+        a.detached,
+        a.quiet,
+        a.as_json,
+        scaling=a.scaling,
+        standby=a.standby,
     )
-    if driver:
-        from stoker.cli.apps import submit_and_follow_application
 
-        srv = need_server(server)
-        sys.exit(
-            submit_and_follow_application(
-                srv,
-                token,
-                str(path),
-                _app_id(app_id, path),
-                args,
-                overrides,
-                cluster,
-                strategy,
-                driver_memory,
-                driver_cores,
-                restart,
-                detached,
-                quiet,
-                as_json,
-                scaling=scaling,
-                standby=standby,
-            )
-        )
-    check_savepoint_flags(from_savepoint, rewrite_output=rewrite_output, fork=fork)
-    if job_id is not None:
-        _job_id(job_id)
-    if server:
-        from stoker.cli.remote import submit_and_follow
 
-        sys.exit(
-            submit_and_follow(
-                server,
-                token,
-                path,
-                job_id,
-                args,
-                overrides,
-                restart,
-                detached,
-                quiet,
-                config=config,
-                from_savepoint=str(Path(from_savepoint).resolve()) if from_savepoint else None,
-                rewrite_output_after_savepoint=rewrite_output,
-                restart_strategy=strategy,
-                scaling=scaling,
-                standby=standby,
-                fork=fork,
-                ignore_unreachable_stores=ignore_unreachable_stores,
-            )
-        )
-    # The one place the command line reaches the runtime (and so Spark): a local run.
+def _submit_job(a: RunArgs, path: Path, strategy: dict[str, Any] | None) -> int:
+    """``--server``: the file's pipeline to the job manager as a job."""
+    from stoker.cli.remote import submit_and_follow
+
+    assert a.server is not None
+    return submit_and_follow(
+        a.server,
+        a.token,
+        path,
+        a.job_id,
+        a.args,
+        a.overrides,
+        a.restart,
+        a.detached,
+        a.quiet,
+        config=a.config,
+        from_savepoint=str(Path(a.from_savepoint).resolve()) if a.from_savepoint else None,
+        rewrite_output_after_savepoint=a.rewrite_output,
+        restart_strategy=strategy,
+        scaling=a.scaling,
+        standby=a.standby,
+        fork=a.fork,
+        ignore_unreachable_stores=a.ignore_unreachable_stores,
+    )
+
+
+def _run_here(a: RunArgs, path: Path) -> None:
+    """A local run: the one place the command line reaches the runtime (and so Spark)."""
     from stoker.runtime import launch
     from stoker.runtime.appfile import run_app
     from stoker.runtime.job.result import describe
     from stoker.runtime.session import want_source_zygote
 
     ctx = launch.LaunchContext(
-        overrides=local_overrides(overrides, os.environ),
-        job_id=job_id,
-        restart=restart,
-        config=dict(config),
-        from_savepoint=str(from_savepoint) if from_savepoint else None,
-        rewrite_output_after_savepoint=rewrite_output,
-        fork=fork,
-        ignore_unreachable_stores=ignore_unreachable_stores,
-        reset_checkpoint=reset_checkpoint,
+        overrides=local_overrides(a.overrides, os.environ),
+        job_id=a.job_id,
+        restart=a.restart,
+        config=dict(a.config),
+        from_savepoint=str(a.from_savepoint) if a.from_savepoint else None,
+        rewrite_output_after_savepoint=a.rewrite_output,
+        fork=a.fork,
+        ignore_unreachable_stores=a.ignore_unreachable_stores,
+        reset_checkpoint=a.reset_checkpoint,
     )
-    _setup_logging(quiet, log_format)
+    _setup_logging(a.quiet, a.log_format)
     want_source_zygote()  # Spark's Python processes forked warm (runtime/zygote.py)
 
     # SIGTERM before the job runs (while the app is imported) stops this process the way
@@ -266,35 +228,42 @@ def run_cmd(
     signal.signal(signal.SIGTERM, _interrupt)
     # Under --json, stdout carries the JSON lines only: what the program itself prints goes
     # to stderr (the example's summary came first on stdout).
-    program_out = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
+    program_out = contextlib.redirect_stdout(sys.stderr) if a.as_json else contextlib.nullcontext()
     try:
         with program_out:
-            results = run_app(path, ctx, args, pipeline_name)
+            results = run_app(path, ctx, a.args, a.pipeline_name)
     except KeyboardInterrupt:
         raise JobSuspended(
             "stopped by a signal while starting, before any epoch ran; to go on, run the same "
             f"command again: {_this_command()}"
         ) from None
     for r in results:
-        if as_json:
+        if a.as_json:
             click.echo(json.dumps(redact_answer(describe(r))))  # a store URL's password: hidden
         else:
             click.echo(summary(r))
+    _raise_if_suspended(results)
+
+
+def _raise_if_suspended(results: list[JobResult]) -> None:
+    """A job a signal stopped ends the command with JobSuspended (exit 13), saying how to go
+    on."""
     suspended = [r for r in results if r.state == JobState.SUSPENDED]
-    if suspended:
-        done = ", ".join(
-            f"{r.job_id} after epoch {r.last_epoch}" if r.last_epoch is not None else r.job_id
-            for r in suspended
-        )
-        how = (
-            "a second signal did not wait for the epoch in flight: it runs again on resume"
-            if any(r.stopped_at_once for r in suspended)
-            else "the epoch in flight committed"
-        )
-        raise JobSuspended(
-            f"stopped by a signal: job {done} is SUSPENDED ({how}); to resume it from its "
-            f"checkpoint, run the same command again (no --restart): {_this_command()}"
-        )
+    if not suspended:
+        return
+    done = ", ".join(
+        f"{r.job_id} after epoch {r.last_epoch}" if r.last_epoch is not None else r.job_id
+        for r in suspended
+    )
+    how = (
+        "a second signal did not wait for the epoch in flight: it runs again on resume"
+        if any(r.stopped_at_once for r in suspended)
+        else "the epoch in flight committed"
+    )
+    raise JobSuspended(
+        f"stopped by a signal: job {done} is SUSPENDED ({how}); to resume it from its "
+        f"checkpoint, run the same command again (no --restart): {_this_command()}"
+    )
 
 
 def local_overrides(overrides: dict[str, str], environ: Mapping[str, str]) -> dict[str, str]:
@@ -414,21 +383,6 @@ _ARGV = tuple(sys.argv[1:])
 
 def _this_command() -> str:
     return shlex.join(["stoker", *_ARGV])
-
-
-def parse_config_pairs(pairs: list[str]) -> dict[str, Any]:
-    """``key=value`` pairs (``--config``): a value is JSON when it parses as JSON, else a string."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key.strip():
-            raise InvalidInput("config", f"expected key=value, got {pair!r}")
-        try:
-            value: Any = json.loads(raw)
-        except ValueError:
-            value = raw
-        out[key.strip()] = value
-    return out
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

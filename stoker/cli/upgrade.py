@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from stoker.cli._common import client, guarded, server_opts, use_server, when
-from stoker.cli.run import parse_config_pairs
+from stoker.cli._run_args import parse_config_pairs
 from stoker.errors import InvalidInput
 from stoker.redact import redact_answer
 from stoker.types import job_id as _job_id

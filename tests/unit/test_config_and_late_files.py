@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from pyspark.sql.types import LongType, StructField, StructType
 
-from stoker.cli.run import parse_config_pairs
+from stoker.cli._run_args import parse_config_pairs
 from stoker.errors import InvalidInput
 from stoker.pipeline import merge_config
 from stoker.runtime.appfile import inspect_app

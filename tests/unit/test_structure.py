@@ -182,7 +182,6 @@ MAX_FUNCTION_LINES = 80
 # candidate for the next change that touches it). A function that shrinks under the limit must
 # leave this table (checked below), so the table only gets shorter.
 LONGER_FUNCTIONS: dict[str, int] = {
-    "stoker/cli/run.py:run_cmd": 171,
     "stoker/server/ui/routes.py:mount": 152,  # one route per page, registered in a closure
     "stoker/runtime/job/plan.py:plan_job": 116,
     "stoker/store/sql_attempts.py:start_attempt": 103,  # one transaction, read in order
