@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.chaos import nemesis, operators, protocol
+from tests.chaos import lineage, nemesis, operators, protocol
 from tests.chaos.checker import Verdict, check, check_zombies
 from tests.chaos.operators import Stuck
-from tests.chaos.schedule import CLOCK_MAX, Schedule, Step, fmt_step
+from tests.chaos.schedule import CLOCK_MAX, LINEAGE_ONLY, Schedule, Step, fmt_step
 from tests.support import APPS
 
 if TYPE_CHECKING:
@@ -299,6 +299,8 @@ def put_file(run: Run) -> str | None:
 
 def inject(run: Run, step: Step, rng: random.Random) -> str | None:
     k = step.kind
+    if k in LINEAGE_ONLY:
+        return lineage.probe(run, k)
     if k in ("crash_at", "zombie", "power_loss"):
         if not isinstance(run.op, operators.Local):
             return None

@@ -71,6 +71,12 @@ WEIGHTS: dict[str, int] = {
     # recorded or not, stays as it was.
     "partition": 3,  # the driver's host cut from PostgreSQL's (one way or both) arg seconds
     "heal": 1,  # every cut healed now (else each heals by itself after its seconds)
+    # Savepoint lineage probed (issue 40 item 2, tests/chaos/lineage.py), drawn from an eighth
+    # stream for seeds from LINEAGE_FROM_SEED on: the step after a savepoint_restore becomes
+    # one of these (LINEAGE_SHARE of the time). Each must be refused, changing nothing.
+    "restore_twice": 2,  # the same savepoint restored again into another job id
+    "restart_restored": 1,  # the savepoint's own job run again with --restart (local only)
+    "fork_early": 1,  # a fork of it while the job it was restored into runs (local only)
 }
 ADDED = {"savepoint_restore", "rescale", "executor_kill", "executor_stall", "spark_worker_kill"}
 MANAGER_ONLY = {"leader_kill", "manager_stall", "clock_skew"}
@@ -95,6 +101,10 @@ PARTITION_MIN, PARTITION_MAX = 3.0, 60.0  # seconds a partition lasts unless hea
 # Which way a partition cuts: both, or only what the first host sends to the second.
 PARTITION_WAYS = ("mgr<->data", "mgr->data", "data->mgr")
 PROTOCOL_FROM_SEED = 400  # above every recorded seed
+LINEAGE_ONLY = {"restore_twice", "restart_restored", "fork_early"}
+LINEAGE_LOCAL = {"restart_restored", "fork_early"}  # the managed runs' outputs are the managers'
+LINEAGE_FROM_SEED = 500  # above every recorded seed
+LINEAGE_SHARE = 0.7  # of the steps right after a savepoint_restore: a probe
 PROTOCOL_STEPS = 0.4  # of such a schedule's steps: a fault inside the protocol
 # Where a crash_at's driver kills itself (stoker.testing's fault points): before and after the
 # decision, between the sinks' commits and the store's mark, before Spark's commit log, inside
@@ -299,6 +309,7 @@ def generate(
         for k, v in WEIGHTS.items()
         if (allow is None or k in allow)
         and k not in STANDBY_ONLY | UPGRADE_ONLY | CLOCK_ONLY | PROTOCOL_ONLY | NETNS_ONLY
+        and k not in LINEAGE_ONLY
     }
     # A seventh stream for the partitions (issue 39 item 8), only with hosts.
     seventh = random.Random(seed * 17_000_041 + 0x4E7)
@@ -351,6 +362,8 @@ def generate(
                 arg = _partition_arg(seventh)
                 scope = seventh.choice(PARTITION_WAYS)
         steps.append(Step(i, after_epochs, delay, kind, arg, scope))
+    if seed >= LINEAGE_FROM_SEED and not hosts:
+        _probe_lineage(seed, steps, managed, allow)
     # Enough epochs for every step to land before the job ends, and some after the last; an
     # added fault the job runs through (a worker down for seconds) gets the epochs it may
     # commit meanwhile (the earlier kinds get none: their seeds keep their workloads).
@@ -371,6 +384,24 @@ def generate(
         upgrades=upgrades,
     )
     return Schedule(seed, w, steps)
+
+
+def _probe_lineage(seed: int, steps: list[Step], managed: bool, allow: set[str] | None) -> None:
+    """The step after a savepoint_restore made a lineage probe (an eighth stream: every other
+    draw stays as it was)."""
+    eighth = random.Random(seed * 19_000_043 + 0x11E)
+    weights = {
+        k: WEIGHTS[k]
+        for k in sorted(LINEAGE_ONLY)
+        if (allow is None or k in allow) and not (managed and k in LINEAGE_LOCAL)
+    }
+    if not weights:
+        return
+    for i in range(len(steps) - 1):
+        if steps[i].kind == "savepoint_restore" and eighth.random() < LINEAGE_SHARE:
+            nxt = steps[i + 1]
+            kind = eighth.choices(list(weights), list(weights.values()))[0]
+            steps[i + 1] = Step(nxt.index, nxt.after_epochs, nxt.delay, kind, 0.0)
 
 
 def _arg(rng: random.Random, kind: str, per_epoch: int) -> float:

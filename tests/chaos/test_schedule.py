@@ -11,6 +11,9 @@ from tests.chaos.schedule import (
     CLOCK_ONLY,
     CLUSTER_ONLY,
     CRASH_POINTS,
+    LINEAGE_FROM_SEED,
+    LINEAGE_LOCAL,
+    LINEAGE_ONLY,
     LOCAL_ONLY,
     NETNS_ONLY,
     PARTITION_MAX,
@@ -79,7 +82,7 @@ def test_faults_fit_the_workload_and_every_kind_is_drawn_over_many_seeds() -> No
         # The generator has epochs for every step to land on, and some after the last.
         assert w.gen >= (sum(st.after_epochs for st in s.steps) + 8) * w.per_epoch
         seen |= kinds
-    assert seen == set(WEIGHTS) - CLOCK_ONLY - PROTOCOL_ONLY - NETNS_ONLY
+    assert seen == set(WEIGHTS) - CLOCK_ONLY - PROTOCOL_ONLY - NETNS_ONLY - LINEAGE_ONLY
 
 
 def test_clock_faults_come_from_their_seed_on_and_leave_the_other_draws_alone() -> None:
@@ -232,7 +235,7 @@ def test_partitions_are_drawn_only_with_hosts_and_leave_every_other_draw_alone()
             a.pop("gen"), b.pop("gen")
             assert a == b, seed
             for x, y in zip(plain.steps, hosted.steps, strict=True):
-                assert x == y or y.kind in NETNS_ONLY, (seed, x, y)
+                assert x == y or y.kind in NETNS_ONLY or x.kind in LINEAGE_ONLY, (seed, x, y)
     assert 0.15 < cuts / steps < 0.35, (cuts, steps)
     assert with_partition > 150, with_partition
     assert 70 < stores < 130, stores  # the store on PostgreSQL in half of them
@@ -242,3 +245,26 @@ def test_partitions_are_drawn_only_with_hosts_and_leave_every_other_draw_alone()
     assert load(json.dumps(s.to_json())).to_json() == s.to_json()
     s = generate(7, faults=30, allow=set(WEIGHTS) - NETNS_ONLY, hosts=True)
     assert not {st.kind for st in s.steps} & NETNS_ONLY
+
+
+def test_lineage_probes_follow_a_savepoint_restore_from_their_seed_on() -> None:
+    probes = restores = 0
+    for seed in range(LINEAGE_FROM_SEED, LINEAGE_FROM_SEED + 300):
+        s = generate(seed)
+        kinds = [st.kind for st in s.steps]
+        for i, k in enumerate(kinds):
+            if k in LINEAGE_ONLY:
+                probes += 1
+                assert i > 0 and kinds[i - 1] == "savepoint_restore", (seed, kinds)
+                assert not (s.workload.managed and k in LINEAGE_LOCAL), (seed, k)
+            restores += k == "savepoint_restore"
+        # Without the probes, the same schedule but for the steps they replaced.
+        others = generate(seed, allow=set(WEIGHTS) - LINEAGE_ONLY)
+        a, b = s.to_json()["workload"], others.to_json()["workload"]
+        a.pop("gen"), b.pop("gen")  # the ids a replaced added kind needed
+        assert a == b, seed
+        for x, y in zip(s.steps, others.steps, strict=True):
+            assert x == y or x.kind in LINEAGE_ONLY, (seed, x, y)
+    assert probes > 0.4 * restores > 0, (probes, restores)
+    for seed in range(LINEAGE_FROM_SEED):  # no recorded seed gets one
+        assert not {st.kind for st in generate(seed, faults=6).steps} & LINEAGE_ONLY
