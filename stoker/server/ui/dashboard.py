@@ -73,9 +73,7 @@ def job_operators(manager: JobManager, jid: str) -> dict[str, Any]:
     p = redact_answer(e.progress or {})
     offered = p.get("inputRowsPerSecond")
     processed = p.get("processedRowsPerSecond")
-    behind = None
-    if isinstance(offered, int | float) and isinstance(processed, int | float) and processed > 0:
-        behind = offered > processed  # the sources offer more than the query keeps up with
+    behind = falling_behind(epochs)
     return {
         "epoch": e.epoch,
         "sources": _rows(p.get("sources"), _SOURCE_KEYS),
@@ -94,6 +92,33 @@ def job_operators(manager: JobManager, jid: str) -> dict[str, Any]:
             "behind": behind,
         },
     }
+
+
+BEHIND_EPOCHS = 10  # the newest epochs with rates that judge back pressure
+BEHIND_LEAST = 3  # fewer than this: not judged
+
+
+def falling_behind(epochs: list[EpochRecord]) -> bool | None:
+    """Whether the sources offer more than the query processes, judged over the newest
+    epochs with rates (newest first), not one: one epoch's rates swing (the one after a pause
+    or a restart "offers" its whole gap). Behind when most of them offered more than they
+    processed and the backlog, where the sources report one, did not shrink over them; None
+    when fewer than :data:`BEHIND_LEAST` epochs have rates."""
+    rated: list[tuple[float, float, EpochRecord]] = []
+    for e in epochs:
+        p = e.progress or {}
+        offered, processed = p.get("inputRowsPerSecond"), p.get("processedRowsPerSecond")
+        if isinstance(offered, int | float) and isinstance(processed, int | float) and processed:
+            rated.append((float(offered), float(processed), e))
+        if len(rated) == BEHIND_EPOCHS:
+            break
+    if len(rated) < BEHIND_LEAST:
+        return None
+    over = sum(offered > processed for offered, processed, _ in rated)
+    if 2 * over <= len(rated):
+        return False
+    newest, oldest = rated[0][2].backlog, rated[-1][2].backlog
+    return not (newest is not None and oldest is not None and newest < oldest)
 
 
 def _rows(value: Any, keys: tuple[str, ...]) -> list[dict[str, Any]]:
