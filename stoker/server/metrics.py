@@ -64,10 +64,15 @@ _APPLICATION_SERIES = (
 _SCALING_SERIES = (
     ("executors", "Executors the job's driver reports registered (the driver not counted)."),
     ("executor_target", "Executors the autoscaler wants for the job's owner."),
-    ("backlog", "Rows or files the job's sources had beyond its newest epoch's end."),
+    (
+        "backlog",
+        "Records the job's sources had beyond its newest epoch's end (rows; files for a "
+        "files source).",
+    ),
     (
         "utilization",
-        "The newest epoch's duration over the trigger interval in force (none at trigger 0).",
+        "Ratio (1 = the whole interval): the newest epoch's duration over the trigger "
+        "interval in force (none at trigger 0); above 1 the epochs overrun their trigger.",
     ),
 )
 STEPS = ("total", "write", "commit", "spark")
