@@ -30,9 +30,10 @@ Outside an application, :func:`submit` runs the job on a thread with the setting
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -144,6 +145,16 @@ class Application:
         if self._canceling:
             return "the application is being canceled"
         return None
+
+    @contextlib.contextmanager
+    def main_waits(self) -> Iterator[None]:
+        """The main thread waits on a job of this application (in :meth:`JobHandle.wait`)
+        for the block."""
+        self._main_waits += 1
+        try:
+            yield
+        finally:
+            self._main_waits -= 1
 
     @property
     def main_waiting(self) -> bool:

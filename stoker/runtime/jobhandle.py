@@ -8,9 +8,9 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from stoker.errors import (
     DriverLost,
@@ -27,8 +27,27 @@ from stoker.runtime.job.result import JobResult
 from stoker.store import JobRecord, Store, open_store
 from stoker.types import JobId, JobState
 
-if TYPE_CHECKING:
-    from stoker.runtime.application import Application
+
+class AppScope(Protocol):
+    """What a job's handle needs of the application it belongs to
+    (:class:`stoker.runtime.application.Application`), named here so that this module does
+    not import that one (which imports this one)."""
+
+    store: Store
+    rearm: Callable[[], None] | None
+
+    def main_waits(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def fenced(self) -> str | None: ...
+
+    def stopped(self) -> bool: ...
+
+    def ending(self) -> str | None: ...
+
+    def lose_driver(self, why: str) -> None: ...
+
+    def job_failed(self, jid: JobId, why: str) -> None: ...
+
 
 log = logging.getLogger("stoker.application")
 
@@ -52,7 +71,7 @@ class JobHandle:
     raised (:class:`~stoker.errors.JobFailed` for a failed job).
     """
 
-    def __init__(self, job_id: JobId, store_url: str | Path, app: Application | None) -> None:
+    def __init__(self, job_id: JobId, store_url: str | Path, app: AppScope | None) -> None:
         self.job_id = job_id
         self._store_url = store_url
         self._app = app
@@ -104,8 +123,13 @@ class JobHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
         on_main = threading.current_thread() is threading.main_thread()
         app = self._app
-        if app is not None and on_main:
-            app._main_waits += 1
+        waits = app.main_waits() if app is not None and on_main else contextlib.nullcontext()
+        with waits:
+            return self._wait(app, on_main, deadline, timeout)
+
+    def _wait(
+        self, app: AppScope | None, on_main: bool, deadline: float | None, timeout: float | None
+    ) -> JobResult:
         try:
             while not self._done.wait(POLL_S):
                 if app is not None:
@@ -122,9 +146,6 @@ class JobHandle:
                 _local_stop.set()
                 self._done.wait()
             raise
-        finally:
-            if app is not None and on_main:
-                app._main_waits -= 1
         if self._error is not None:
             raise self._error
         assert self._result is not None
@@ -168,7 +189,7 @@ class JobHandle:
         finally:
             self._done.set()
 
-    def _report(self, app: Application, error: BaseException) -> None:
+    def _report(self, app: AppScope, error: BaseException) -> None:
         if isinstance(error, DriverLost):
             app.lose_driver(str(error))
             return

@@ -12,7 +12,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from stoker import checkpoint_layout
 from stoker.runtime.savepoint import fsync_tree, input_shape
@@ -22,7 +22,35 @@ from stoker.sources.base import parse_offset_line
 
 if TYPE_CHECKING:
     from stoker.pipeline import Pipeline
-    from stoker.runtime.restore import Restore
+    from stoker.sinks.base import SinkOwner
+    from stoker.types import Epoch
+
+
+class Plan(Protocol):
+    """What the copy needs of a checked restore (:class:`stoker.runtime.restore.Restore`),
+    named here so that this module does not import that one (which imports this one)."""
+
+    @property
+    def folder(self) -> Path: ...
+
+    @property
+    def manifest(self) -> dict[str, Any]: ...
+
+    @property
+    def owner(self) -> SinkOwner: ...
+
+    @property
+    def previous(self) -> SinkOwner: ...
+
+    @property
+    def epoch(self) -> Epoch | None: ...
+
+    @property
+    def fork(self) -> bool: ...
+
+    @property
+    def ignore_unreachable(self) -> bool: ...
+
 
 log = logging.getLogger("stoker.savepoint")
 
@@ -42,7 +70,7 @@ def restored_from(root: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def install(plan: Restore, root: Path, pipeline: Pipeline) -> None:
+def install(plan: Plan, root: Path, pipeline: Pipeline) -> None:
     """Copy the savepoint into ``root``; the checkpoint's rename is the last step (a crash
     before it leaves no checkpoint, and the next run restores again)."""
     root.mkdir(parents=True, exist_ok=True)
