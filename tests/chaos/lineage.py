@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from typing import TYPE_CHECKING, Any
 
 from tests.support import REPO, stoker_cmd
@@ -36,6 +37,8 @@ def probe(run: Run, kind: str) -> str | None:
     if not run.switches:
         return None
     sw = run.switches[-1]
+    if not _restore_recorded(run, sw):
+        return None  # the restored job never got as far as recording its restore
     n = sum(e.what.startswith("probe ") for e in run.history) + 1
     if kind == "restore_twice":
         said = _restore_twice(run, sw, n)
@@ -46,6 +49,27 @@ def probe(run: Run, kind: str) -> str | None:
     if said is not None:
         run.log(f"probe {kind}: {said}")
     return said
+
+
+def _restore_recorded(run: Run, sw: Switch, seconds: float = 120.0) -> bool:
+    """Wait until the store holds the restore of ``sw`` (its job records it as it starts).
+
+    A probe sent while the restore is still on its way races it: a ``--restart`` of the old
+    job then passes the lineage check (nothing recorded yet) and is stopped by the outputs'
+    owner fence instead, once the restored job has claimed them (nothing is written), which
+    fails the old job's attempt (FAILED). The probes are of an operator's next move, made
+    once the restore is done."""
+
+    def recorded(st: Any) -> bool:
+        old = st.get_job(sw.old)
+        return any(r.job_id == sw.new for r in st.restores_from_job(sw.old, old.uid))
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if run.read(recorded):
+            return True
+        time.sleep(0.5)
+    return False
 
 
 def _once(run: Run, args: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
