@@ -32,8 +32,6 @@ sequence numbers, so an offset means the same file before and after.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -44,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stoker.errors import SourceError
+from stoker.sources import _flock as flock
 
 log = logging.getLogger("stoker.sources.files")
 
@@ -310,27 +309,9 @@ class FileLog:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            deadline = time.monotonic() + self.LOCK_TIMEOUT
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as e:
-                    if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                        raise
-                    if time.monotonic() > deadline:
-                        raise SourceError(
-                            "files.log",
-                            f"{self.lock_path} held by another process for "
-                            f"{self.LOCK_TIMEOUT:.0f} s (a stopped driver of this job?)",
-                        ) from e
-                    time.sleep(0.005)
+        with flock.exclusive(self.lock_path, "files.log", self.LOCK_TIMEOUT, 0o644):
             self.refresh()
             yield
-        finally:
-            os.close(fd)  # releases the lock
 
     def _write(self, lines: list[str]) -> None:
         data = "".join(line + "\n" for line in lines).encode("utf-8")

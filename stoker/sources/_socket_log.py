@@ -4,16 +4,14 @@ files ``<first>-<count>.jsonl`` in one folder, each written whole."""
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from stoker.errors import SourceError
+from stoker.sources import _flock as flock
 
 LOCK_TIMEOUT_S = 60.0
 _SUFFIX = ".jsonl"
@@ -60,26 +58,8 @@ class LineLog:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            deadline = time.monotonic() + LOCK_TIMEOUT_S
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as e:
-                    if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                        raise
-                    if time.monotonic() > deadline:
-                        raise SourceError(
-                            "socket.log",
-                            f"{self.folder / '.lock'} held by another process for "
-                            f"{LOCK_TIMEOUT_S:.0f} s (a stopped driver of this job?)",
-                        ) from e
-                    time.sleep(0.01)
+        with flock.exclusive(self.folder / ".lock", "socket.log", LOCK_TIMEOUT_S):
             yield
-        finally:
-            os.close(fd)
 
     def append(self, first: int, lines: list[tuple[str, int]]) -> Segment:
         """Lines (text, microseconds since the epoch received) as the file starting at
