@@ -15,7 +15,8 @@ commit: ``iceberg_before_catalog`` (the snapshot's manifests written, the catalo
 pointing at them) and ``iceberg_after_commit`` (the catalog's commit done, before the store
 records it). An application driver whose ``main`` raised: ``app_main_raised`` (main's error
 recorded on the attempt, before the job manager's decision) and ``app_canceling_jobs`` (the
-restart strategy gave up and the jobs were asked to cancel, before they have stopped).
+restart strategy gave up and the jobs were asked to cancel, before they have stopped). A
+local run about to start Spark (its run mark held, no attempt yet): ``before_spark``.
 
 ``stall_<step>:<epoch>`` (e.g. ``stall_after_prepare:2``) hangs there for ever instead: a
 driver that stops making progress with its parts prepared (a cancel timeout must kill it).
@@ -71,6 +72,7 @@ STEPS = (
     "iceberg_after_commit",
     "app_main_raised",
     "app_canceling_jobs",
+    "before_spark",
 )
 
 

@@ -53,6 +53,7 @@ from stoker.runtime.sinkset import SinkSet, forget_removed, open_removed, record
 from stoker.sinks.base import SinkOwner, TwoPhaseSink
 from stoker.sources.base import SourceContext
 from stoker.store import AttemptRecord, Store, open_store
+from stoker.testing import fault_point
 from stoker.types import AttemptNo, JobKind, JobState, SpecKind, given_config
 
 if TYPE_CHECKING:
@@ -152,6 +153,7 @@ class AttemptRun:
         app_name = scope.app_id if scope is not None and scope.app_id is not None else jid
         # A job manager's driver's start is bounded (runtime/startwatch.py), Spark's own not.
         startwatch.enter(startwatch.SPARK, counted=False)
+        fault_point("before_spark")
         session = plan.spark or opening.start_spark(settings, jid, app_name)
         startwatch.enter("preparing the job")
         # A SparkContext made on the main thread puts in its own SIGINT handler (cancel every
