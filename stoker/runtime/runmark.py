@@ -117,8 +117,15 @@ class RunMark:
                 os.pwrite(self._fd, _STARTED.encode(), 0)
 
     def release(self) -> None:
+        """Let the mark go: its file removed (marks do not pile up under the temp dir), then
+        the lock. A run that opened the file just before the removal may then hold a lock of
+        a file no one else sees: it only misses an early refusal; the store still decides."""
         self._stop.set()
         fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)  # the lock goes with it; the file stays for the next run
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            os.close(fd)

@@ -87,6 +87,7 @@ def test_a_frozen_holder_refuses_nothing_and_a_dead_one_leaves_its_mark_free(
         assert other.returncode != 0 and f"(pid {os.getpid()})" in other.stderr, other.stderr
     finally:
         mine.release()
+    assert not mine.path.exists()  # let go: nothing piles up under the temp dir
 
 
 def test_a_holder_that_stopped_touching_its_mark_refuses_nothing(tmp_path: Path) -> None:
