@@ -70,7 +70,9 @@ class LineLog:
         data = "".join(json.dumps(pair, ensure_ascii=False) + "\n" for pair in lines)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, data.encode("utf-8"))
+            view = memoryview(data.encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -224,15 +224,17 @@ class _SocketReader(DataSourceStreamReader):
         if self.receiver.error is not None:
             raise SourceError("socket", self.receiver.error)
         lines = self.receiver.take()
+        if not lines:  # nothing to write: the log's end as it is (files appear whole)
+            self._end = max(self.log.end(), start)
+            return self._end
         with self.log.locked():
             if self.fence is not None:
                 self.fence.check()  # under the lock: nothing slips in between
             # Numbered on from the log's end, and never below the epoch's start (a log lost
             # with the checkpoint kept: new lines must not take numbers Spark read past).
             end = max(self.log.end(), start)
-            if lines:
-                self.log.append(end, lines)
-                end += len(lines)
+            self.log.append(end, lines)
+            end += len(lines)
         self._end = end
         return end
 
