@@ -308,7 +308,11 @@ def logs_cmd(
 ) -> None:
     """Print the driver log of a job's attempt (from the job manager)."""
     if not server:
-        raise InvalidInput("--server", "logs are kept by the job manager: give --server")
+        raise InvalidInput(
+            "--server",
+            "logs are kept by the job manager: give --server (a local stoker run logs to its "
+            "own stderr; stoker status JOB --verbose has an error whole)",
+        )
     c = client(server, token)
     n = attempt if attempt is not None else int(c.job(_job_id(job))["current_attempt"])
     click.echo(c.log(_job_id(job), n, tail), nl=False)

@@ -255,11 +255,12 @@ def _raise_if_suspended(results: list[JobResult]) -> None:
         f"{r.job_id} after epoch {r.last_epoch}" if r.last_epoch is not None else r.job_id
         for r in suspended
     )
-    how = (
-        "a second signal did not wait for the epoch in flight: it runs again on resume"
-        if any(r.stopped_at_once for r in suspended)
-        else "the epoch in flight committed"
-    )
+    if all(r.last_epoch is None for r in suspended):
+        how = "no epoch had run yet"
+    elif any(r.stopped_at_once for r in suspended):
+        how = "a second signal did not wait for the epoch in flight: it runs again on resume"
+    else:
+        how = "the epoch in flight committed"
     raise JobSuspended(
         f"stopped by a signal: job {done} is SUSPENDED ({how}); to resume it from its "
         f"checkpoint, run the same command again (no --restart): {_this_command()}"
@@ -382,7 +383,11 @@ _ARGV = tuple(sys.argv[1:])
 
 
 def _this_command() -> str:
-    return shlex.join(["stoker", *_ARGV])
+    """The command that ran, as the shell finds it: ``.venv/bin/stoker`` when ``stoker`` is
+    not on PATH (the README's first command runs it so)."""
+    from stoker.runtime.job.result import program
+
+    return " ".join([program(), shlex.join(_ARGV)]).strip()
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

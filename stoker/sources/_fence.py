@@ -43,7 +43,9 @@ class AttemptFence:
         self.owner = owner
         self._store: Store | None = None
 
-    def check(self) -> None:
+    def check(self, ended_ok: bool = False) -> None:
+        """``ended_ok``: the attempt may have ended too (a reader writing what it received as
+        its query stops): no other attempt took the job over, so no one else writes."""
         if self._store is None:
             self._store = open_store(self.store_url)  # kept: the reader process is long-lived
         job = self._store.get_job(self.job_id)
@@ -56,7 +58,7 @@ class AttemptFence:
             )
         # The attempt number is the fence; its lease is judged by its driver on its own
         # monotonic clock, never here by a wall clock (stoker.leases).
-        if att.state != AttemptState.RUNNING:
+        if att.state != AttemptState.RUNNING and not ended_ok:
             raise StaleAttempt(
                 f"job {self.job_id!r}: attempt {att.attempt} of {who} is {att.state}; "
                 "it may not append to the file log"

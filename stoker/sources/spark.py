@@ -72,11 +72,12 @@ REFUSED: dict[str, str] = {
 # under their own checkpoint.
 NEVER: dict[str, str] = {
     "socket": (
-        "Spark's socket source cannot restart under its own checkpoint: its offsets start "
-        'again at 0 below the logged ones, and the restart fails for good ("Offsets committed '
-        'out of order"). Use sources.socket(host, port) instead: the same lines and columns '
-        "(include_timestamp=True for Spark's includeTimestamp), kept in the job's state "
-        "folder as they arrive, so an epoch replayed after a crash reads them again"
+        "at_least_once=True does not help it, as Spark's socket source cannot restart under "
+        "its own checkpoint (its offsets start again at 0 below the logged ones, and the "
+        'restart fails for good: "Offsets committed out of order"). Use sources.socket(host, '
+        "port) instead: the same lines and columns (include_timestamp=True for Spark's "
+        "includeTimestamp), kept in the job's state folder as they arrive, so an epoch "
+        "replayed after a crash reads them again"
     ),
 }
 

@@ -96,12 +96,15 @@ class _Receiver:
         with self._lock:
             return len(self.lines)
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 0.0) -> None:
+        """No more lines: the thread ends (waited for up to ``wait_s``)."""
         self._stop.set()
         sock = self._sock
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
+        if wait_s > 0:
+            self._thread.join(wait_s)
 
     def _full(self) -> bool:
         with self._lock:
@@ -294,11 +297,36 @@ class _SocketReader(DataSourceStreamReader):
 
     def stop(self) -> None:
         if self._receiver is not None:
-            self._receiver.stop()
+            self._receiver.stop(wait_s=2.0)
+            self._keep_received()
         if self.fence is not None:
             self.fence.close()
         self.control.close_quietly()
         hush_if_spark_hung_up()
+
+    def _keep_received(self) -> None:
+        """The lines received since the last offset, appended to the log as the query stops
+        (a graceful stop, a pause's restart): the next run's epochs read them. Best effort:
+        a driver killed outright loses them, as it loses what the kernel held; a driver no
+        longer the job's keeps nothing (another one may be numbering lines)."""
+        assert self._receiver is not None
+        lines = self._receiver.take()
+        if not lines:
+            return
+        try:
+            with self.log.locked():
+                if self.fence is not None:
+                    self.fence.check(ended_ok=True)
+                first = max(self.log.end(), self._end or 0)
+                self.log.append(first, lines)
+            _log.info("source %s: %d lines received kept for the next epoch", self.sid, len(lines))
+        except Exception as e:
+            _log.warning(
+                "source %s: %d lines received since the last epoch are lost as the query stops: %s",
+                self.sid,
+                len(lines),
+                e,
+            )
 
 
 class SocketDataSource(DataSource):

@@ -190,3 +190,23 @@ def test_an_epoch_is_capped_and_control_can_cap_it(tmp_path: Path, server: LineS
     finally:
         r.stop()
     assert supported_rate_keys({"sources": ["socket('localhost', 9999)"]}) == {"max_rows_per_epoch"}
+
+
+def test_lines_received_when_the_query_stops_are_kept_for_the_next_run(
+    tmp_path: Path, server: LineServer
+) -> None:
+    r = reader(tmp_path, server.port)
+    start = r.initialOffset()
+    wait_for("the reader's connection", lambda: server.clients, 30)
+    server.send(b"a\n")
+    end = offset_until(r, start, 1)
+    server.send(b"b\nc\n")  # received, in no offset yet: a graceful stop comes now
+    wait_for("the lines received", lambda: r.receiver.waiting() == 2, 30)
+    r.stop()  # as Spark's runner does when the query stops
+    again = reader(tmp_path, server.port)
+    try:
+        later = again.latestOffset(end, ReadAllAvailable())
+        assert later["next"] == 3
+        assert rows(again, end, later) == [("b",), ("c",)]
+    finally:
+        again.stop()
