@@ -239,5 +239,5 @@ def test_ctrl_c_while_starting_says_what_happened_and_how_to_go_on(tmp_path: Pat
     assert proc.returncode == 13
     assert _lines(err) == [
         "stoker: stopped by a signal while starting, before any epoch ran; to go on, run "
-        f"the same command again: stoker run {app} -D stoker.trigger=1s"
+        f"the same command again: {program()} run {app} -D stoker.trigger=1s"
     ]
