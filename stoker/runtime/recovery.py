@@ -100,13 +100,7 @@ def recover(
             store.record_txn(job, e, sink.name, a, TxnState.ABORTED, {"by": "recovery"})
         report[sink.name] = done
         if done.committed or done.aborted or done.strays:
-            log.info(
-                "recovered %s: committed %s, aborted %s, rolled back strays %s",
-                sink.name,
-                done.committed,
-                done.aborted,
-                done.strays,
-            )
+            log.info("sink %s after a stop: %s", sink.name, _recovered_words(done))
     # 3. Store records of parts no sink still holds prepared: they were aborted by the sink
     #    scan above or never reached the sink; the record follows. (A decided one was
     #    committed at step 1; one still PREPARED under a COMMITTED epoch comes from an older
@@ -151,3 +145,21 @@ def _recover_sink(sink: TwoPhaseSink, decision: Decision, up_to: AttemptNo) -> R
         aborted=[(e, a) for e, a in done.aborted if a <= up_to],
         strays=done.strays,
     )
+
+
+def _recovered_words(done: Recovered) -> str:
+    """What a sink's recovery did, for the run's log: the epochs whose parts it committed
+    (decided before the stop) and rolled back (never decided), by epoch and attempt."""
+
+    def epochs(pairs: list[tuple[Epoch, AttemptNo]]) -> str:
+        named = ", ".join(f"{e} (attempt {a})" for e, a in sorted(pairs))
+        return f"epoch{'s' if len(pairs) > 1 else ''} {named}"
+
+    said = []
+    if done.committed:
+        said.append(f"committed the decided parts of {epochs(done.committed)}")
+    if done.aborted:
+        said.append(f"rolled back the undecided parts of {epochs(done.aborted)}")
+    if done.strays:
+        said.append(f"rolled back {len(done.strays)} stray parts (retried or zombie tasks)")
+    return "; ".join(said)
