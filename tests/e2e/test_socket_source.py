@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +28,7 @@ from stoker.types import job_id
 from tests.support import kill_group, stoker_cmd
 from tests.support.cli_runs import LIGHT, SUSPENDED_EXIT, driver, log_tail, wait_running
 from tests.support.core import wait_for
+from tests.support.lineserver import LineServer
 from tests.support.sinks import file_sink_ids
 
 pytestmark = pytest.mark.timeout(900)
@@ -44,37 +43,6 @@ p.transform(lambda df: df.selectExpr("CAST(value AS LONG) AS id"))
 p.sink(sinks.files({out!r}))
 stoker.run(p, trigger="300ms")
 """
-
-
-class Server:
-    """Accepts the source's connections; sends to the newest one."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self.clients: list[socket.socket] = []
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        while not self.done.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            self.clients.append(conn)
-
-    def send(self, ids: list[int]) -> None:
-        self.clients[-1].sendall("".join(f"{i}\n" for i in ids).encode())
-
-    def close(self) -> None:
-        self.done.set()
-        self.thread.join(5)
-        for c in self.clients:
-            c.close()
-        self.sock.close()
 
 
 def logged(state: Path) -> set[int]:
@@ -102,7 +70,7 @@ def next_epoch(state: Path) -> int:
 class Job:
     """The job's run, round after round, and what the test sent it."""
 
-    srv: Server
+    srv: LineServer
     tmp: Path
     sent: list[int] = field(default_factory=list)
     todo: list[int] = field(default_factory=list)  # sent, never received: sent again
@@ -138,7 +106,7 @@ class Job:
             wait_running(proc, "the connection", lambda: len(self.srv.clients) > seen, log)
             new = list(range(len(self.sent), len(self.sent) + 40))
             batch = self.todo + new
-            self.srv.send(batch)
+            self.srv.send_ids(batch)
             self.sent += new
 
             def received() -> bool:
@@ -164,7 +132,7 @@ class Job:
 
 
 def test_every_line_received_is_in_the_sink_once_across_kills(tmp_path: Path) -> None:
-    srv = Server()
+    srv = LineServer()
     job = Job(srv, tmp_path)
     (tmp_path / "app.py").write_text(APP.format(port=srv.port, out=str(job.out)))
     try:

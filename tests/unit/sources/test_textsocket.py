@@ -4,8 +4,6 @@ process of a driver started after a crash)."""
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,40 +18,7 @@ from stoker.sources._socket_log import LineLog
 from stoker.sources.spark import SparkSource
 from stoker.sources.textsocket import _SocketReader
 from tests.support.core import wait_for
-
-
-class LineServer:
-    """A TCP server on 127.0.0.1 that sends lines to its newest client when asked."""
-
-    def __init__(self) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.server.settimeout(0.1)
-        self.port = self.server.getsockname()[1]
-        self.clients: list[socket.socket] = []
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while not self._done.is_set():
-            try:
-                conn, _ = self.server.accept()
-            except (TimeoutError, OSError):
-                continue
-            self.clients.append(conn)
-
-    def send(self, data: bytes) -> None:
-        self.clients[-1].sendall(data)
-
-    def drop_clients(self) -> None:
-        for c in self.clients:
-            c.close()
-
-    def close(self) -> None:
-        self._done.set()
-        self._thread.join(5)
-        self.drop_clients()
-        self.server.close()
+from tests.support.lineserver import LineServer
 
 
 @pytest.fixture
