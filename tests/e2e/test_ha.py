@@ -526,10 +526,14 @@ def test_agent_and_20_leader_kills_never_run_two_drivers(
     # less any that Spark itself failed while starting.
     assert [(st, err) for _, st, err in ha.settled(RACE_JOB)] == [("FINISHED", None)]
     assert len(watch.pids) == len(ha.attempts(RACE_JOB))
-    # The agent: one creation, then duplicates (while not yet RUNNING) or "it has ended".
+    # The agent: one creation, then duplicates (while not yet RUNNING) or "it has ended". The
+    # creation's answer may be lost to a leader killed after it committed (a connection
+    # error, then the next POST is a duplicate: seen in a CI run, 0 created, 7 duplicates);
+    # the store's one attempt above says it was created once.
     assert agent.unexpected == []
     assert agent.gaps == []
-    assert agent.posts[(201, "created")] == 1
+    assert agent.posts[(201, "created")] <= 1
+    assert agent.posts[(201, "created")] == 1 or agent.posts[(200, "duplicate")] >= 1
     assert set(agent.posts) <= {(201, "created"), (200, "duplicate"), (409, "FINISHED")}
     assert kills_while_driving >= kills // 2
     # Every record exactly once.
