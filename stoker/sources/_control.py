@@ -33,13 +33,15 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from stoker.errors import SourceError
 from stoker.types import ControlVersion, JobId
 
 CV = "cv"
+T = TypeVar("T")
 _log = logging.getLogger("stoker.sources.control")
 
 
@@ -69,6 +71,21 @@ def partitions_for(explicit: int | None, cores: int | None) -> int:
     if cores is not None and cores > 0:
         return int(cores)
     return FALLBACK_PARTITIONS
+
+
+def contiguous_groups(items: Sequence[T], parts: int) -> list[list[T]]:
+    """``items`` in order, cut into at most ``parts`` contiguous groups whose sizes differ by
+    one at most (no empty group): an epoch's files or lines, one group per partition."""
+    n = min(len(items), max(1, parts))
+    if n == 0:
+        return []
+    size, extra = divmod(len(items), n)
+    out, i = [], 0
+    for k in range(n):
+        j = i + size + (1 if k < extra else 0)
+        out.append(list(items[i:j]))
+        i = j
+    return out
 
 
 class ReaderControl:

@@ -325,7 +325,7 @@ class FileLog:
             os.fsync(fh.fileno())
             st = os.fstat(fh.fileno())
         if created:
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
         # What we wrote is applied from the file itself: the next refresh reads it back.
         self.refresh()
         assert self._ino == st.st_ino
@@ -419,7 +419,7 @@ class FileLog:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         self.refresh()
 
 
@@ -429,7 +429,8 @@ def _int(value: object) -> int:
     return int(value)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """Make a folder's entries (a rename, a new file) durable."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)

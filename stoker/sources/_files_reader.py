@@ -17,6 +17,7 @@ from stoker import checkpoint_layout
 from stoker.sources._control import (
     CV,
     ReaderControl,
+    contiguous_groups,
     hush_if_spark_hung_up,
     limit_of,
     partitions_for,
@@ -196,7 +197,7 @@ class _FilesReader(DataSourceStreamReader):
         a, b = int(start["seq"]), int(end["seq"])
         paths = [e.path for e in self.log.files(a, b)]
         parts = partitions_for(self.parts, None if self.parts else self.control.cores())
-        return [_Files(group) for group in group_files(paths, parts)]
+        return [_Files(group) for group in contiguous_groups(paths, parts)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Files)
@@ -210,21 +211,6 @@ class _FilesReader(DataSourceStreamReader):
         hush_if_spark_hung_up()
         if self.fence is not None:
             self.fence.close()
-
-
-def group_files(paths: list[str], parts: int) -> list[list[str]]:
-    """``paths`` in order, cut into at most ``parts`` contiguous groups whose sizes differ by
-    one at most (no empty group)."""
-    n = min(len(paths), max(1, parts))
-    if n == 0:
-        return []
-    size, extra = divmod(len(paths), n)
-    out, i = [], 0
-    for k in range(n):
-        j = i + size + (1 if k < extra else 0)
-        out.append(paths[i:j])
-        i = j
-    return out
 
 
 def backlog(end: dict[str, Any], latest: dict[str, Any]) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from stoker.errors import SourceError
 from stoker.sources import _flock as flock
+from stoker.sources._filelog import fsync_dir
 
 LOCK_TIMEOUT_S = 60.0
 _SUFFIX = ".jsonl"
@@ -77,11 +78,7 @@ class LineLog:
         finally:
             os.close(fd)
         os.rename(tmp, final)
-        dfd = os.open(self.folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(self.folder)
         return Segment(first, len(lines), final)
 
     def read(self, a: int, b: int) -> list[tuple[str, int]]:

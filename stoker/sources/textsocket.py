@@ -48,6 +48,7 @@ from stoker.procs import this_owner
 from stoker.sources._control import (
     CV,
     ReaderControl,
+    contiguous_groups,
     hush_if_spark_hung_up,
     limit_of,
     partitions_for,
@@ -230,16 +231,20 @@ class _SocketReader(DataSourceStreamReader):
         if not lines:  # nothing to write: the log's end as it is (files appear whole)
             self._end = max(self.log.end(), start)
             return self._end
+        self._end = self._append(lines, start)
+        return self._end
+
+    def _append(self, lines: list[tuple[str, int]], floor: int, ended_ok: bool = False) -> int:
+        """``lines`` appended to the log under its lock, once the fence said this driver still
+        runs the job (``ended_ok``: its attempt may have ended, as its query stops); numbered
+        on from the log's end and never below ``floor`` (a log lost with the checkpoint kept:
+        new lines must not take numbers Spark read past). The log's end after them."""
         with self.log.locked():
             if self.fence is not None:
-                self.fence.check()  # under the lock: nothing slips in between
-            # Numbered on from the log's end, and never below the epoch's start (a log lost
-            # with the checkpoint kept: new lines must not take numbers Spark read past).
-            end = max(self.log.end(), start)
-            self.log.append(end, lines)
-            end += len(lines)
-        self._end = end
-        return end
+                self.fence.check(ended_ok=ended_ok)  # under the lock: nothing slips in between
+            first = max(self.log.end(), floor)
+            self.log.append(first, lines)
+        return first + len(lines)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         nxt = int(start["next"])
@@ -273,15 +278,7 @@ class _SocketReader(DataSourceStreamReader):
             return []
         lines = self.log.read(a, b)
         cores = None if self.parts else self.control.cores()
-        n = min(len(lines), partitions_for(self.parts, cores))
-        size, extra = divmod(len(lines), n)
-        out: list[InputPartition] = []
-        lo = 0
-        for k in range(n):
-            hi = lo + size + (1 if k < extra else 0)
-            out.append(_Lines(lines[lo:hi]))
-            lo = hi
-        return out
+        return [_Lines(g) for g in contiguous_groups(lines, partitions_for(self.parts, cores))]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, _Lines)
@@ -314,11 +311,7 @@ class _SocketReader(DataSourceStreamReader):
         if not lines:
             return
         try:
-            with self.log.locked():
-                if self.fence is not None:
-                    self.fence.check(ended_ok=True)
-                first = max(self.log.end(), self._end or 0)
-                self.log.append(first, lines)
+            self._end = self._append(lines, self._end or 0, ended_ok=True)
             _log.info("source %s: %d lines received kept for the next epoch", self.sid, len(lines))
         except Exception as e:
             _log.warning(

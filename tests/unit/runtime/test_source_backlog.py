@@ -169,13 +169,13 @@ def test_files_source_reports_every_file_discovered(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("files", "parts", "sizes"), [(7, 3, [3, 2, 2]), (2, 8, [1, 1])])
 def test_files_are_grouped_in_contiguous_runs(files: int, parts: int, sizes: list[int]) -> None:
-    from stoker.sources._files_reader import group_files
+    from stoker.sources._control import contiguous_groups
 
     paths = [f"/in/{i}" for i in range(files)]
-    groups = group_files(paths, parts)
+    groups = contiguous_groups(paths, parts)
     assert [len(g) for g in groups] == sizes
     assert [p for g in groups for p in g] == paths
-    assert group_files([], 4) == []
+    assert contiguous_groups([], 4) == []
 
 
 def test_a_rate_change_keeps_the_rows_produced_and_not_read(tmp_path: Path) -> None:
