@@ -64,28 +64,38 @@ def run_app(
     ctx = replace(ctx, on_result=(*ctx.on_result, results.append))
     sys.path.insert(0, str(app.parent))
     sys.argv = [str(app), *(argv or [])]
-    # A file's own stoker.run of another pipeline than --pipeline names is refused, and so
-    # is a streaming query it starts itself (a Spark program not ported).
-    with launch.launched(replace(ctx, wanted_pipeline=pipeline_name)), own_queries_refused():
-        try:
-            namespace = _run_main(app)
-        except Exception as e:
-            if results or not _needs_session(e):
-                raise
-            # The file needs a SparkSession while it is imported (a module-level `@udf("long")`
-            # parses its DDL return type through the JVM). Start Spark now, with the launcher's
-            # settings, and run the file again: it stopped at module level, before stoker.run,
-            # so only the lines above the failing one ran twice. Files without such a line
-            # keep their bad input refused before Spark starts.
-            from stoker.runtime.job.api import start_session_for_import
-
-            start_session_for_import(app, ctx)
-            namespace = _run_main(app)
-    if not results:
-        found = {k: v for k, v in namespace.items() if isinstance(v, Pipeline)}
-        with launch.launched(ctx), own_queries_refused():
-            run_pipeline(_pick(found, app, pipeline_name))  # reports its result to `results`
+    # A streaming query the file starts itself (a Spark program not ported) is refused,
+    # while it runs and while its module-level Pipeline does.
+    with own_queries_refused():
+        # A file's own stoker.run of another pipeline than --pipeline names is refused.
+        with launch.launched(replace(ctx, wanted_pipeline=pipeline_name)):
+            namespace = _import_main(app, ctx, results)
+        if not results:
+            found = {k: v for k, v in namespace.items() if isinstance(v, Pipeline)}
+            with launch.launched(ctx):
+                run_pipeline(_pick(found, app, pipeline_name))  # reports its result to `results`
     return results
+
+
+def _import_main(
+    app: Path, ctx: launch.LaunchContext, results: list[JobResult]
+) -> dict[str, object]:
+    """``app`` run as ``__main__``; once more with Spark started first when it needs a session
+    while it is imported."""
+    try:
+        return _run_main(app)
+    except Exception as e:
+        if results or not _needs_session(e):
+            raise
+        # The file needs a SparkSession while it is imported (a module-level `@udf("long")`
+        # parses its DDL return type through the JVM). Start Spark now, with the launcher's
+        # settings, and run the file again: it stopped at module level, before stoker.run,
+        # so only the lines above the failing one ran twice. Files without such a line
+        # keep their bad input refused before Spark starts.
+        from stoker.runtime.job.api import start_session_for_import
+
+        start_session_for_import(app, ctx)
+        return _run_main(app)
 
 
 def run_program(

@@ -49,7 +49,6 @@ def _refusing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
             f"(writeStream...{name}()): {HOW}",
         )
 
-    start.__stoker_refusing__ = True  # type: ignore[attr-defined]
     return start
 
 
@@ -60,9 +59,6 @@ def own_queries_refused() -> Iterator[None]:
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
     saved = {name: DataStreamWriter.__dict__[name] for name in _STARTS}
-    if any(getattr(f, "__stoker_refusing__", False) for f in saved.values()):
-        yield  # already in force (a nested run)
-        return
     for name, original in saved.items():
         setattr(DataStreamWriter, name, _refusing(name, original))
     try:
