@@ -31,10 +31,10 @@ _WRAPPERS = (
 # Path parts of code that is not the user's: Spark's Python side, the Java gateway, stoker.
 _LIBRARY_PARTS = frozenset({"pyspark", "py4j", "stoker", "cloudpickle"})
 _STOKER_DIR = str(Path(__file__).resolve().parent)
-_MAX_LINE = 400
+MAX_LINE = 400
 # A text without a traceback is one of stoker's own messages (or a line it carries): it ends
 # with what to do, so it is shown whole up to this bound.
-_MAX_PLAIN_LINE = 4000
+MAX_PLAIN_LINE = 4000
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class ErrorSummary:
 
     @property
     def limit(self) -> int:
-        return _MAX_LINE if self.traced else _MAX_PLAIN_LINE
+        return MAX_LINE if self.traced else MAX_PLAIN_LINE
 
     def one_line(self) -> str:
         """``lead`` + the exception + where the user's code raised it, on one line."""

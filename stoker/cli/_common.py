@@ -24,13 +24,10 @@ from stoker.errors import (
     Unauthorized,
     exit_code,
 )
+from stoker.errortext import MAX_LINE, MAX_PLAIN_LINE
 from stoker.types import job_id as _job_id
 
 # A message longer than this (a Java stack trace folded into an error) is cut on the one line.
-_MAX_LINE = 400
-# stoker's own messages end with what to do (the way out, the flag, the job to name): shown
-# whole, up to a bound that only a foreign text carried inside one could reach.
-_MAX_OWN_LINE = 4000
 _debug = [False]
 
 
@@ -56,7 +53,7 @@ def debug_option() -> click.Option:
     )
 
 
-def one_line(text: str, limit: int = _MAX_LINE) -> str:
+def one_line(text: str, limit: int = MAX_LINE) -> str:
     """The first non-empty line of ``text``, cut to ``limit`` characters; for a text that
     carries a Python traceback (a task's failure inside Spark's error), the user's exception
     and the line of their code that raised it, not the traceback's header."""
@@ -88,7 +85,9 @@ def _fail(err: BaseException) -> None:
     if debug_enabled():
         traceback.print_exception(err, file=sys.stderr)
     if isinstance(err, StokerError):
-        msg = one_line(str(err), _MAX_OWN_LINE) + _hint(err)
+        # stoker's own messages end with what to do (the way out, the flag, the job to name):
+        # shown whole, up to a bound only a foreign text carried inside one could reach.
+        msg = one_line(str(err), MAX_PLAIN_LINE) + _hint(err)
     else:
         # Not one of stoker's own errors: name its type, keep the one line, say how to see more.
         msg = f"{type(err).__name__}: {one_line(str(err))}"
