@@ -42,7 +42,7 @@ from stoker.manager import processes
 from stoker.manager.launcher import DriverLauncher
 from stoker.manager.submit import ASSIGNED_STATE_DIR, job_folder
 from stoker.restart import FailureCause
-from stoker.store import JobRecord, Store
+from stoker.store import JobRecord, Owner, Store
 from stoker.store.fleet_records import StandbyRecord, UpgradeRecord
 from stoker.types import (
     AttemptNo,
@@ -108,6 +108,7 @@ class StandbyKeeper:
         self._failures: dict[tuple[JobId, StandbyRole], _Failures] = {}
         self.started = 0  # standbys started by this manager
         self.handed = 0  # attempts handed to a standby by this manager
+        self.owners: frozenset[Owner] = frozenset()  # the standbys recorded at the last step
 
     # what is wanted ------------------------------------------------------------------------
     @staticmethod
@@ -146,6 +147,7 @@ class StandbyKeeper:
         jobs = {j.job_id: j for j in live}
         ups = {u.job_id: u for u in upgrades}
         recorded = {(s.job_id, s.role): s for s in self.store.list_standbys()}
+        self.owners = frozenset(s.owner for s in recorded.values())
         for (jid, role), sb in recorded.items():
             job = jobs.get(jid)
             up = ups.get(jid)

@@ -36,6 +36,7 @@ from stoker.manager.dispatch import Dispatcher
 from stoker.manager.janitor import Janitor
 from stoker.manager.launcher import DriverLauncher, LocalProcessLauncher
 from stoker.manager.leader import LeaderLease
+from stoker.manager.lockwatch import StoreLockWatch
 from stoker.manager.reconciler import JobReconciler
 from stoker.manager.retention import Retention
 from stoker.manager.standbys import StandbyKeeper
@@ -111,6 +112,10 @@ class Supervisor:
         self.reconciler = JobReconciler(
             store, self.lease, self.launcher, self.dispatcher, cfg.launch_grace, cfg.cancel_timeout
         )
+        # A driver frozen inside a store write: broken on a thread of its own (lockwatch.py).
+        self.lockwatch = StoreLockWatch(
+            store, self.launcher.kill, cfg.lease_ttl, lambda: self.lease.held
+        )
         self._operations_swept = -OPERATIONS_SWEEP  # time.monotonic() of the last sweep
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="stoker-supervisor", daemon=True)
@@ -118,9 +123,11 @@ class Supervisor:
     # lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
+        self.lockwatch.start()
 
     def stop(self, resign: bool = True) -> None:
         self._stop.set()
+        self.lockwatch.stop()
         if self._thread.ident is not None:  # started (a test may step it by hand instead)
             self._thread.join(timeout=10)
         # A cluster start left running is recorded (STARTING, its processes): the next
@@ -184,6 +191,7 @@ class Supervisor:
         # Jobs and applications (the ended ones: none) and their current attempts: one read.
         records, attempts = self.store.live_jobs_and_attempts()
         apps = {r.job_id: r for r in records if r.kind == JobKind.APPLICATION}
+        self.lockwatch.know([a.owner for a in attempts.values()] + list(self.standbys.owners))
         if not self.reconciler.tend_all(records, apps, now, attempts):
             return
         try:

@@ -29,6 +29,7 @@ from stoker.store.records import (
     Owner,
     RecoveryHold,
     SinkTxn,
+    WriteLock,
 )
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "StandbyRecord",
     "Store",
     "UpgradeRecord",
+    "WriteLock",
     "open_store",
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from stoker.store._retention import RetentionMixin
+from stoker.store.records import WriteLock
 from stoker.store.sql_attempts import AttemptsMixin
 from stoker.store.sql_clusters import ClustersMixin
 from stoker.store.sql_control import ControlMixin
@@ -41,3 +42,6 @@ class SqlStore(
     :class:`~stoker.store._sqlbase.SqlBase` (pool, transactions, migrations). A backend
     subclass provides ``_connect()``, ``_begin(cur, write)`` and ``dialect``.
     """
+
+    def write_lock(self) -> WriteLock | None:
+        return None  # a server backend: it sees and ends its own stuck sessions

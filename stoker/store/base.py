@@ -27,6 +27,7 @@ from stoker.store.protocols.runs import (
     RetentionStore,
     TxnStore,
 )
+from stoker.store.records import WriteLock
 
 
 class Store(
@@ -54,3 +55,9 @@ class Store(
     clock: Clock
 
     def close(self) -> None: ...
+
+    def write_lock(self) -> WriteLock | None:
+        """Who holds the store's write lock now, as this host's kernel tells: a process
+        frozen inside a write transaction blocks every writer (SQLite on Linux). None when
+        nobody does, or when it cannot be told (PostgreSQL: its server ends such sessions)."""
+        ...

@@ -116,6 +116,14 @@ class Owner:
 
 
 @dataclass(frozen=True)
+class WriteLock:
+    """Who holds the store's write lock now (:meth:`~stoker.store.base.Store.write_lock`)."""
+
+    pid: int  # the holding process, as this host's kernel names it
+    wal_mark: tuple[int, int]  # changes with each commit (a holder that makes progress)
+
+
+@dataclass(frozen=True)
 class RecoveryHold:
     """Who resolves a job's leftover sink parts now, for which attempt, and until when: the
     next attempt waits for it (``recovery_holds``, migration 10)."""

@@ -10,7 +10,9 @@ from typing import Any
 
 from stoker.clock import Clock
 from stoker.errors import StoreError
+from stoker.store import _sqlite_locks
 from stoker.store._sqlstore import SqlStore
+from stoker.store.records import WriteLock
 
 _BUSY_TIMEOUT = 30.0  # seconds a statement waits for another connection's lock
 _NOT_A_DATABASE = re.compile(r"not a database|malformed|disk I/O error")
@@ -102,6 +104,9 @@ class SqliteStore(SqlStore):
         # IMMEDIATE takes the write lock up front, so a read-then-write transaction cannot
         # deadlock against another writer; readers in WAL mode never block.
         cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def write_lock(self) -> WriteLock | None:
+        return _sqlite_locks.write_lock(self.path)
 
     def _schema_version(self, cur: Any) -> int:
         row = cur.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()

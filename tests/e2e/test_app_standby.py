@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from stoker import procs
 from stoker.store import open_store
 from tests.support import JVM_OPTS, exactly_once, file_sink_ids, wait_for
 from tests.support.manager import Manager, one_manager
@@ -33,6 +34,7 @@ pytestmark = [pytest.mark.scenario, pytest.mark.timeout(1500)]
 SPARK = 600.0  # a cold Spark driver (and a standby's warm-up beside it) on a loaded 2-core host
 TRIO = Path(__file__).parent.parent / "apps" / "app_driver_trio.py"
 STREAMS = ("a", "b", "c")
+_GONE = procs.ProcStat(0, "X", 0, 0, "")
 
 
 @pytest.fixture
@@ -57,6 +59,29 @@ def _ready_standby(m: Manager) -> dict[str, Any]:
         return view if (view.get("standby") or {}).get("state") == "READY" else None
 
     return dict(wait_for(lambda: f"a READY standby: {_app(m)}\n{m.log_tail()}", ready, SPARK))
+
+
+def _freeze_holding_the_store_lock(m: Manager, pgid: int) -> None:
+    """SIGSTOP the driver's process group at a moment its driver holds the store's write lock
+    (it writes several times a second: renewals, three jobs' epochs); stopped at any other
+    moment, it is continued and tried again."""
+    st = open_store(m.store)
+
+    def frozen_holding() -> bool:
+        os.killpg(pgid, signal.SIGSTOP)
+        wait_for("the driver stopped", lambda: (procs.stat(pgid) or _GONE).state in "Tt", 30, 0.01)
+        lock = st.write_lock()
+        if lock is not None and (procs.stat(lock.pid) or _GONE).pgid == pgid:
+            return True
+        os.killpg(pgid, signal.SIGCONT)
+        return False
+
+    try:
+        wait_for(
+            "the driver frozen while it holds the store's write lock", frozen_holding, 300, 0.05
+        )
+    finally:
+        st.close()
 
 
 def _every_job_committed_under(m: Manager, app_attempt: int) -> None:
@@ -118,13 +143,17 @@ def test_an_applications_standby_takes_over_from_killed_and_frozen_drivers_exact
     assert second["pid"] == standby_pid  # no new driver: the standby is attempt 2's driver
     _every_job_committed_under(m, second["attempt"])
 
-    # 2. The new driver is frozen once the next standby is ready: its lease lapses, the
-    # manager kills it (SIGKILL reaches a stopped process), the next standby takes over.
+    # 2. The new driver is frozen once the next standby is ready, and frozen where it hurts
+    # most: inside a write to the SQLite store, holding its one write lock (a CI run met it by
+    # chance: no lease could be renewed, the leader's included, until the manager's lock watch
+    # learnt to kill such a holder). Its lease lapses, the manager kills it (SIGKILL reaches a
+    # stopped process), the next standby takes over.
     view = _ready_standby(m)
     assert _driver(view)["pid"] == standby_pid
     frozen = process_tree(pgid=standby_pid, root=standby_pid)
-    os.killpg(standby_pid, signal.SIGSTOP)
+    _freeze_holding_the_store_lock(m, standby_pid)
     third = wait_for("a takeover from the frozen driver", lambda: handed(second["attempt"]), 120)
+    assert "the store's write lock has been held" in m.log_tail(100_000), m.log_tail()
     assert third["pid"] == view["standby"]["pid"]
     wait_for(lambda: describe(still_alive(frozen)), lambda: not still_alive(frozen), 60)
     with contextlib.suppress(ProcessLookupError):
