@@ -24,11 +24,11 @@ from __future__ import annotations
 import click
 
 from stoker.cli import apps, clusters, control, jobs, run, scaling, server, state, upgrade
-from stoker.cli._common import debug_option
+from stoker.cli._common import OneLineUsage, debug_option
 from stoker.cli.terminal import protect_stdout
 
 
-@click.group()
+@click.group(cls=OneLineUsage)
 @click.version_option(package_name="stoker")
 def main() -> None:
     """stoker: run PySpark pipelines as supervised, exactly-once jobs."""

@@ -107,6 +107,45 @@ def _reader_gone() -> None:
     sys.exit(0)
 
 
+class _UsageLine(click.ClickException):
+    """A usage error (a missing argument, an unknown option) as one line, like every other
+    error of stoker's: what is wrong, the command's usage, where the help is."""
+
+    exit_code = 2
+
+    def __init__(self, err: click.UsageError) -> None:
+        super().__init__(err.format_message())
+        self.ctx = err.ctx
+
+    def show(self, file: Any = None) -> None:
+        what = clean(one_line(self.format_message()))
+        if self.ctx is not None:
+            usage = one_line(self.ctx.get_usage().removeprefix("Usage: "))
+            what += f" Usage: {clean(usage)} ({self.ctx.command_path} --help)"
+        click.echo(f"stoker: error: {what}", err=True)
+
+
+class OneLineUsage(click.Group):
+    """The ``stoker`` group: a usage error of any command below it is one line on stderr, exit
+    2, not click's three (usage, hint, a blank line, the error)."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # `stoker`, `stoker app` alone: the help, as asked
+        except click.UsageError as e:
+            raise _UsageLine(e) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # `stoker`, `stoker app` alone: the help, as asked
+        except click.UsageError as e:
+            raise _UsageLine(e) from None
+
+
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Map every error to a one-line message and the exit code of its class (1 for an error
     stoker did not expect); ``--debug`` adds the traceback."""
