@@ -99,10 +99,7 @@ def _echo_attempt(out: dict[str, Any], last_error: Any, verbose: bool) -> None:
 
     a = out.get("attempt")
     if a:
-        click.echo(
-            f"attempt    {a['attempt']} {a['state']} pid {a['pid']} on {a['host']}, "
-            f"started {when(a['started_at'])}, lease until {when(a['lease_expires_at'])}"
-        )
+        click.echo("attempt    " + attempt_line(a))
         if _driver_gone(a):
             click.echo(
                 f"  driver   gone: pid {a['pid']} no longer runs on this host (killed or "
@@ -120,6 +117,20 @@ def _echo_attempt(out: dict[str, Any], last_error: Any, verbose: bool) -> None:
         click.echo(f"upgrade    {up['upgrade_id']} {up['state']} to {to}")
 
 
+def attempt_line(a: dict[str, Any]) -> str:
+    """An attempt as ``stoker status`` shows it: a live one with its lease, an ended one with
+    its end (its lease means nothing any more); the host by its name, "this host" for this
+    one (the record's id adds the boot and the pid namespace, for machines, not people)."""
+    from stoker.procs import is_this_host
+
+    host = str(a.get("host") or "")
+    where = "this host" if is_this_host(host) else (host.split("/", 1)[0] or "an unknown host")
+    head = f"{a['attempt']} {a['state']} pid {a['pid']} on {where}, started {when(a['started_at'])}"
+    if a.get("ended_at") is not None:
+        return f"{head}, ended {when(a['ended_at'])}"
+    return f"{head}, lease until {when(a['lease_expires_at'])}"
+
+
 def _echo_epoch(out: dict[str, Any]) -> None:
     """The last epoch's line and, for a job that still reads its sources, its backlog."""
     e = out.get("last_epoch")
@@ -129,6 +140,10 @@ def _echo_epoch(out: dict[str, Any]) -> None:
         rows = "-" if e.get("rows") is None else e["rows"]
         at = when(e["committed_at"])
         click.echo(f"last epoch {e['epoch']} {e['state']} rows {rows} at {at}")
+    elif e and job_ended:
+        # Pinned by an attempt that ended before its decision: nothing of it counts; a restart
+        # replays it (the job's state says whether one will come).
+        click.echo(f"last epoch {e['epoch']} {e['state']}: not committed when the job ended")
     elif e:
         click.echo(f"last epoch {e['epoch']} {e['state']} (not committed yet)")
     if e and not job_ended and (behind := backlog_line(e)):
