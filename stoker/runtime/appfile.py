@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from stoker.errors import InvalidInput
 from stoker.paths import check_app_path
 from stoker.runtime import launch
-from stoker.runtime.unported import own_queries_refused
+from stoker.runtime.unported import own_queries_refused, refuse_unported_file
 
 if TYPE_CHECKING:
     from stoker.pipeline import Pipeline
@@ -60,6 +60,7 @@ def run_app(
     from stoker.pipeline import Pipeline
     from stoker.runtime.job.api import run as run_pipeline
 
+    refuse_unported_file(app)  # a program for Spark alone: refused before Spark starts
     results: list[JobResult] = []
     ctx = replace(ctx, on_result=(*ctx.on_result, results.append))
     sys.path.insert(0, str(app.parent))
@@ -114,6 +115,7 @@ def run_program(
     application's driver installed it for the program). A syntax error is
     :class:`InvalidInput` naming file and line; any other error of the program propagates.
     """
+    refuse_unported_file(app)
     sys.path.insert(0, str(app.parent))
     sys.argv = [str(app), *argv]
     with own_queries_refused():  # a streaming query the program starts itself: not ported
