@@ -476,3 +476,6 @@ def test_a_bad_column_says_so_in_stokers_line_without_spark_noise(tmp_path: Path
     ]
     assert foreign == [], foreign
     assert len(proc.stderr) < 2000, len(proc.stderr)
+    # Bad input changes nothing: the store this first run had made is taken back with its
+    # folder (a newcomer walk found an empty store.db left behind).
+    assert not (tmp_path / "state").exists(), sorted((tmp_path / "state").rglob("*"))

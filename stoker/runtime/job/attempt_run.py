@@ -37,6 +37,7 @@ from stoker.runtime.job.ending import (
 )
 from stoker.runtime.job.lease import ScopedLease, start_in_app
 from stoker.runtime.job.lost_checkpoint import reset
+from stoker.runtime.job.newstore import new_sqlite_store
 from stoker.runtime.job.plan import JobPlan
 from stoker.runtime.job.query import ControlWatch, QueryHandle, brief, supervise
 from stoker.runtime.job.result import JobResult
@@ -159,6 +160,7 @@ class AttemptRun:
         # A SparkContext made on the main thread puts in its own SIGINT handler (cancel every
         # Spark job, then KeyboardInterrupt): that would fail the epoch in flight.
         self.signals.rearm()
+        made = new_sqlite_store(plan.store_url)  # what to take back if this run is refused
         self.store = st = open_store(plan.store_url)
         try:
             if not plan.managed and not plan.restart:
@@ -193,7 +195,13 @@ class AttemptRun:
                 )
                 self.owner = self.restored.owner
         except BaseException:
+            # Refused before the job was recorded (bad input: a transform Spark cannot
+            # analyse, sources that do not fit): a store this run made holds nothing, and
+            # is taken back with the folders made for it; bad input changes nothing.
+            empty = made is not None and not st.list_jobs(kind=None)
             st.close()
+            if empty and made is not None:
+                made.remove()
             raise
 
     def register(self) -> None:
