@@ -39,6 +39,7 @@ def debug_enabled() -> bool:
 def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
         _debug[0] = True
+        os.environ["STOKER_DEBUG"] = "1"  # the runtime in this process keeps Spark's lines too
 
 
 def debug_option() -> click.Option:

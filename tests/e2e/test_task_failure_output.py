@@ -1,12 +1,14 @@
 """What a user sees when their code fails in Spark's tasks (issue 41, newcomer walk): Spark
 reports a failed task four or five times, each with the whole Python traceback and a Java
 stack (369 lines on stderr for one ZeroDivisionError); stoker's log4j2 configuration folds
-those loggers' events to one line each, and stoker's own last line names the error and the
-user's line."""
+those loggers' events to one line each, and a local run in a terminal drops them (they still
+came before stoker's line, ten of them, in a later walk): stoker's own last line names the
+error and the user's line. With --debug they are back."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -35,3 +37,16 @@ def test_a_failing_udf_is_a_few_lines_on_stderr_and_one_that_names_the_users_lin
     assert stack == [], done.stderr  # no Java stack
     assert len(err) < 40, done.stderr  # was 369
     assert sum("ZeroDivisionError" in line for line in err) == 1, done.stderr
+    spark = [line for line in err if re.match(r"\d\d:\d\d:\d\d (ERROR|WARN) ", line)]
+    assert spark == [], done.stderr  # Spark's task-failure reports: stoker's line says it
+
+    again = subprocess.run(
+        [*argv, "--restart", "--debug"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    assert again.returncode != 0, again.stderr
+    assert "TaskSetManager: " in again.stderr, again.stderr[-3000:]  # everything, when asked

@@ -156,6 +156,8 @@ class AttemptRun:
         startwatch.enter(startwatch.SPARK, counted=False)
         fault_point("before_spark")
         session = plan.spark or opening.start_spark(settings, jid, app_name)
+        if not plan.managed:
+            opening.quiet_task_failures(session)  # stoker's own line says what failed
         startwatch.enter("preparing the job")
         # A SparkContext made on the main thread puts in its own SIGINT handler (cancel every
         # Spark job, then KeyboardInterrupt): that would fail the epoch in flight.

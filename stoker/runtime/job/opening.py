@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -44,6 +45,37 @@ def start_spark(settings: Settings, jid: JobId, app_name: str) -> SparkSession:
     if time.monotonic() - t0 > 1.0:
         log.info("job %s: Spark started in %.1f s", jid, time.monotonic() - t0)
     return session
+
+
+# What Spark's JVM says of a failed task, in one line per event even under stoker's log4j2
+# configuration (runtime/conf/log4j2.properties): "Aborting task", the writer's aborted job and
+# task, the executor's exception, "Lost task", "failed 1 times; aborting job", the committer's
+# "Could not delete" of the aborted part. A run in a terminal printed ten of them before the
+# one line that says what failed and where (a newcomer walk): that line is stoker's, and the
+# whole error is in `stoker status JOB --verbose`. A job manager's driver keeps them (its log
+# is the attempt's record, read later); --debug (STOKER_DEBUG=1) keeps them here too.
+TASK_FAILURE_LOGGERS = (
+    "org.apache.spark.util.Utils",
+    "org.apache.spark.sql.execution.datasources.FileFormatWriter",
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.hadoop.mapreduce.lib.output.FileOutputCommitter",
+)
+
+
+def quiet_task_failures(session: SparkSession) -> None:
+    """Silence :data:`TASK_FAILURE_LOGGERS` in this driver's JVM (a local ``stoker run``),
+    unless STOKER_DEBUG asks for everything; best effort."""
+    if os.environ.get("STOKER_DEBUG", "") not in ("", "0", "false", "no"):
+        return
+    try:
+        jvm = session.sparkContext._jvm
+        assert jvm is not None
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in TASK_FAILURE_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+    except Exception:
+        log.debug("could not quiet Spark's task-failure loggers", exc_info=True)
 
 
 def refuse_if_ended(store: Store, jid: JobId) -> None:
