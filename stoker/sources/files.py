@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
@@ -33,6 +33,7 @@ from stoker.durations import parse_duration
 from stoker.errors import InvalidInput, InvalidSource
 from stoker.procs import this_owner
 from stoker.sources._fence import owner_to_json
+from stoker.sources._filelog import FileLog
 from stoker.sources._files_clean import check_clean
 from stoker.sources._files_format import _NESTED, parse_simple_ddl
 from stoker.sources._files_reader import _FilesReader
@@ -94,6 +95,22 @@ class FilesSource:
     # Partitions an epoch's files are grouped into; None: one per core the job's executors
     # have (never more than the epoch's files).
     partitions: int | None = None
+
+    def state_behind(self, sid: str, state_dir: Path, offset: dict[str, Any]) -> str | None:
+        """What this source's log in ``state_dir`` lacks that the checkpoint's newest
+        ``offset`` names (the log numbers files; the offset counts them), or None. A log lost
+        with the checkpoint kept would number new files below what the checkpoint has read,
+        and they would never be read."""
+        seq = int(offset.get("seq") or 0)
+        if seq <= 0:
+            return None
+        log = state_dir / "sources" / f"{sid}.files.jsonl"
+        if not log.exists():
+            return f"has read files 0..{seq - 1} of source {sid}, whose log {log} is missing"
+        end = FileLog(log).next_seq
+        if end < seq:
+            return f"has read files 0..{seq - 1} of source {sid}, whose log {log} ends at {end}"
+        return None
 
     def describe(self) -> str:
         kind = "bounded" if self.bounded else "unbounded"

@@ -353,6 +353,19 @@ class SocketSource:
     def describe(self) -> str:
         return f"socket({self.host!r}, {self.port})"
 
+    def state_behind(self, sid: str, state_dir: Path, offset: dict[str, Any]) -> str | None:
+        """What this source's line log lacks that the checkpoint's newest ``offset`` names
+        (lines below it are logged before an offset names them), or None."""
+        nxt = int(offset.get("next") or 0)
+        if nxt <= 0:
+            return None
+        folder = state_dir / "sources" / f"{sid}.socket"
+        end = LineLog(folder).end()
+        if end >= nxt:
+            return None
+        has = "is missing" if not folder.exists() else f"ends at line {end}"
+        return f"has read lines 0..{nxt - 1} of source {sid}, whose log {folder} {has}"
+
     def validate(self) -> None:
         if not isinstance(self.host, str) or not self.host or len(self.host) > 255:
             raise InvalidSource("socket.host", f"must be a host name or address, got {self.host!r}")

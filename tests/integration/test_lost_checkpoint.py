@@ -196,3 +196,53 @@ def test_a_lost_checkpoint_is_refused_and_reset_checkpoint_reads_everything_agai
     exactly_once(file_sink_ids(out), 60)
     assert _uid(store_url) == new_uid
     assert "nothing to reset" in log5.read_text(errors="replace")
+
+
+def test_a_lost_sources_folder_with_the_checkpoint_kept_is_refused_and_reset_reads_all_again(
+    tmp_path: Path,
+) -> None:
+    """Issue 40: ``state/sources/`` lost while the checkpoint was kept. The files source's
+    rebuilt log numbered new files from 0, below the checkpoint's offset, so they were never
+    read: the job sat idle without an error. Now the start is refused at plan time, naming the
+    checkpoint's offset and the missing log; ``--reset-checkpoint`` reads everything again."""
+    indir, out, state = tmp_path / "in", tmp_path / "out", tmp_path / "state"
+    indir.mkdir()
+    app = tmp_path / "app.py"
+    app.write_text(APP.format(job=JOB, indir=str(indir), out=str(out)))
+    store_url = f"sqlite:///{state / 'store.db'}"
+    args = ["-D", f"stoker.state_dir={state}", "-D", "stoker.master=local[1]"]
+    args += ["-D", "stoker.trigger=200ms", "-D", f"spark.driver.extraJavaOptions={JVM_OPTS}"]
+
+    log1 = tmp_path / "run-1.log"
+    first = start_driver(app, *args, log=log1)
+    _put(indir, 0)
+    _wait_ids(first, out, set(range(10)), log1)
+    _put(indir, 1)
+    _wait_ids(first, out, set(range(20)), log1)
+    os.kill(first.pid, signal.SIGTERM)
+    assert _wait_exit(first, log1) == SUSPENDED_EXIT, _tail(log1)
+    decided = _decided(store_url)
+    old_uid = _uid(store_url)
+
+    shutil.rmtree(state / "sources")
+    for k in (2, 3, 4):
+        _put(indir, k)
+
+    log2 = tmp_path / "run-2.log"
+    again = start_driver(app, *args, log=log2)
+    assert _wait_exit(again, log2) == INVALID_EXIT, _tail(log2)
+    text = " ".join(_tail(log2).split())
+    log_file = state / "sources" / "s0.files.jsonl"
+    assert f"has read files 0..1 of source s0, whose log {log_file} is missing" in text, text
+    assert "--reset-checkpoint" in text and "never read" in text, text
+    assert file_sink_ids(out) == Counter(range(20))  # nothing written
+    assert _decided(store_url) == decided and _uid(store_url) == old_uid
+
+    shutil.rmtree(out)  # the old uid's output: a new job's epochs are numbered from 0 again
+    log3 = tmp_path / "run-3.log"
+    fresh = start_driver(app, *args, "--reset-checkpoint", log=log3)
+    _wait_ids(fresh, out, set(range(50)), log3)
+    os.kill(fresh.pid, signal.SIGTERM)
+    assert _wait_exit(fresh, log3) == SUSPENDED_EXIT, _tail(log3)
+    exactly_once(file_sink_ids(out), 50)
+    assert _uid(store_url) not in (None, old_uid)

@@ -23,10 +23,11 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from stoker import checkpoint_layout
 from stoker.errors import CheckpointBehind
+from stoker.sources.base import SID, parse_offset_line
 from stoker.store import JobRecord, Store, open_store
 from stoker.types import AttemptNo, Epoch, JobId
 
@@ -49,6 +50,8 @@ class Gap:
     checkpoint: Path
     end: str  # checkpoint_layout.describe_end
     restoring: bool = False  # found by a start from a savepoint into this job id
+    # What follows if the job ran as it is (None: the checkpoint behind the store's epochs).
+    harm: str | None = None
 
     def what(self) -> str:
         """Both sides, named."""
@@ -71,8 +74,12 @@ class Gap:
         return CheckpointBehind(
             FIELD,
             f"{self.what()}. Ways out: {ways} --reset-checkpoint (a new uid, "
-            "its sources read again from their start); as it is, Spark would redo those "
-            "batches and the store skip them as replays, their input lost",
+            "its sources read again from their start); as it is, "
+            + (
+                self.harm
+                or "Spark would redo those batches and the store skip them as replays, "
+                "their input lost"
+            ),
         )
 
 
@@ -106,6 +113,54 @@ def gap_in(
         return find_gap(st, job, checkpoint, restores)
     finally:
         st.close()
+
+
+class KeepsState(Protocol):
+    """A source that keeps a log of what its offsets name in the job's state folder (files,
+    socket): the checkpoint's offsets mean nothing without it."""
+
+    def state_behind(self, sid: str, state_dir: Path, offset: dict[str, Any]) -> str | None: ...
+
+
+def source_state_gap(
+    store_url: str | Path, job: JobRecord, root: Path, pipeline: Pipeline
+) -> Gap | None:
+    """A kept checkpoint whose newest offsets name more than a source's log in the state
+    folder holds (``state/sources/`` lost or cut while the checkpoint was kept): the files
+    source's rebuilt log numbered new files below the checkpoint's offset, so they were never
+    read, and the job sat idle without an error. Checked at plan time, as the checkpoint is
+    against the store: every piece of a job's state that must agree with another."""
+    checkpoint = root / "checkpoint"
+    ids = checkpoint_layout.offset_ids(checkpoint)
+    lines = checkpoint_layout.offset_lines(checkpoint, ids[-1]) if ids else None
+    offsets = {o[SID]: o for o in map(parse_offset_line, lines or []) if o is not None}
+    for i, inp in enumerate(pipeline.inputs):
+        sid = f"s{i}"  # as opening.open_sources names them
+        source = inp.source
+        if sid not in offsets or not hasattr(source, "state_behind"):
+            continue
+        problem = cast(KeepsState, source).state_behind(sid, root, offsets[sid])
+        if problem is None:
+            continue
+        st = open_store(store_url)
+        try:
+            decided = st.decided_range(job.job_id)
+        finally:
+            st.close()
+        if decided is None:
+            return None  # no epoch decided: its replay reads the log and names what is missing
+        first, last = decided
+        return Gap(
+            job.job_id,
+            job.uid or "",
+            first,
+            last,
+            checkpoint,
+            f"(batch {ids[-1]}) {problem}",
+            harm="what the source takes from now on would be numbered below what the "
+            "checkpoint has read, and never read",
+        )
+    return None
 
 
 def reset(

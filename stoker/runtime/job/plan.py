@@ -14,7 +14,7 @@ from stoker.durations import parse_duration
 from stoker.errors import InvalidInput, JobTerminal
 from stoker.runtime import restore
 from stoker.runtime.attempt import committed_nothing, existing_job
-from stoker.runtime.job.lost_checkpoint import Gap, gap_in
+from stoker.runtime.job.lost_checkpoint import Gap, gap_in, source_state_gap
 from stoker.runtime.launch import LaunchContext
 from stoker.runtime.resources import ResourceWatch
 from stoker.settings import Settings
@@ -303,6 +303,8 @@ def plan_job(
             restore.check_plain_start(root, jid, pipeline, store_url, existing, ignore)
         owner = SinkOwner(jid, (existing.uid if existing else None) or uuid.uuid4().hex)
         gap = None if existing is None else gap_in(store_url, existing, root / "checkpoint")
+        if gap is None and existing is not None:
+            gap = source_state_gap(store_url, existing, root, pipeline)  # state/sources/ lost
         if gap is not None and not reset_checkpoint:
             raise gap.refusal()  # before Spark starts: nothing written
         if gap is not None:
