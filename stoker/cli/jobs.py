@@ -7,6 +7,7 @@ job manager (``--server``).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -255,35 +256,64 @@ def epochs_cmd(
 @click.command("list")
 @server_opts
 @store_option("Read a store directly instead of a server.")
+@click.option(
+    "--state-dir",
+    default=None,
+    help="Local jobs: a job's state folder, or a folder of them (default ./.stoker).",
+)
 @click.option("--state", default=None, help="Only jobs in this state.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
 @guarded
 def list_cmd(
-    server: str | None, token: str | None, store: str | None, state: str | None, as_json: bool
+    server: str | None,
+    token: str | None,
+    store: str | None,
+    state_dir: str | None,
+    state: str | None,
+    as_json: bool,
 ) -> None:
-    """List jobs with their states."""
+    """List jobs with their states: a job manager's (--server), one store's (--store), or
+    the local runs' under ./.stoker (or --state-dir)."""
     from stoker.types import JobState
 
     if state is not None and state not in {str(s) for s in JobState}:
         raise InvalidInput("--state", f"{state!r} is not one of {', '.join(map(str, JobState))}")
     if server := use_server(server):
         jobs = client(server, token).jobs(state)
-    elif store:
-        from stoker.store import open_store
-
-        st = open_store(store)
-        try:
-            listed = st.list_jobs(JobState(state) if state else None)
-            jobs = [redact_answer(j.to_dict()) for j in listed]
-        finally:
-            st.close()
     else:
-        raise InvalidInput("--server", "give --server (or STOKER_SERVER) or --store")
+        stores = [store] if store else _local_stores(Path(state_dir or ".stoker"))
+        if not stores:
+            raise InvalidInput(
+                "--server",
+                f"no local job under {state_dir or '.stoker'}: give --state-dir DIR (a job's "
+                "-D stoker.state_dir), --store URL, or --server (or STOKER_SERVER)",
+            )
+        jobs = [j for url in stores for j in _store_jobs(url, state)]
     for j in jobs:
         if as_json:
             click.echo(json.dumps(j))
         else:
             click.echo(f"{j['job_id']:<30} {j['state']:<11} attempt {j['current_attempt']}")
+
+
+def _local_stores(folder: Path) -> list[str]:
+    """The stores of local runs: ``folder/store.db`` (a job's state folder), else each
+    ``folder/*/store.db`` (``./.stoker`` holds a folder per job); only files that exist."""
+    if (folder / "store.db").is_file():
+        return [str(folder / "store.db")]
+    return [str(p) for p in sorted(folder.glob("*/store.db")) if p.is_file()]
+
+
+def _store_jobs(url: str, state: str | None) -> list[dict[str, Any]]:
+    from stoker.store import open_store
+    from stoker.types import JobState
+
+    st = open_store(url)
+    try:
+        listed = st.list_jobs(JobState(state) if state else None)
+        return [redact_answer(j.to_dict()) for j in listed]
+    finally:
+        st.close()
 
 
 @click.command("cancel")

@@ -84,7 +84,8 @@ if TYPE_CHECKING:
     "defines",
     multiple=True,
     metavar="KEY=VALUE",
-    help="spark.<conf> or stoker.<trigger|state_dir|store|master|lease_ttl>.",
+    help="spark.<conf> or stoker.<trigger|state_dir|store|master|lease_ttl|progress_timeout|"
+    "cancel_timeout|startup_timeout|retention.<epochs|time|interval>> (README).",
 )
 @click.option(
     "--config",
@@ -368,7 +369,8 @@ def summary(r: JobResult) -> str:
     """A finished run in a few lines: the job, how it ended, where its output and state are."""
     last = "" if r.last_epoch is None else f", last epoch {r.last_epoch}"
     lines = [
-        f"job {r.job_id} {r.state} (attempt {r.attempt}): {r.epochs} epochs, {r.rows} rows{last}"
+        f"job {r.job_id} {r.state} (attempt {r.attempt}): "
+        f"{r.epochs} epoch{'' if r.epochs == 1 else 's'}, {r.rows} rows{last}"
     ]
     lines += [f"  output  {o}" for o in r.outputs]
     store = redact_url(str(r.store_url))

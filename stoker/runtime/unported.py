@@ -29,7 +29,8 @@ _STARTS = ("start", "toTable")
 
 HOW = (
     "under stoker the query is stoker's: give the input to p.source(...) (sources.files, "
-    "sources.kafka, sources.socket, ...), the output to p.sink(...), the DataFrame code to "
+    "sources.kafka, sources.socket, or sources.spark(format, ...) for Spark's own replayable "
+    "ones such as rate), the output to p.sink(...), the DataFrame code to "
     "p.stream(...) or p.transform(...), and call stoker.run(p) instead of start() and "
     "awaitTermination() (README: 'From a Structured Streaming job'); examples/spark_ports/ "
     "has three of Spark's examples ported"

@@ -79,6 +79,17 @@ def _wait_ids(proc: subprocess.Popen[bytes], out: Path, want: set[int], log: Pat
         raise
 
 
+def _two_files_then_stopped(app: Path, args: list[str], indir: Path, out: Path, log: Path) -> None:
+    """The job run on two files, each in an epoch of its own, then SIGTERM: SUSPENDED."""
+    first = start_driver(app, *args, log=log)
+    _put(indir, 0)
+    _wait_ids(first, out, set(range(10)), log)
+    _put(indir, 1)
+    _wait_ids(first, out, set(range(20)), log)
+    os.kill(first.pid, signal.SIGTERM)
+    assert _wait_exit(first, log) == SUSPENDED_EXIT, _tail(log)
+
+
 def _decided(store_url: str) -> list[int]:
     st = open_store(store_url)
     try:
@@ -122,14 +133,7 @@ def test_a_lost_checkpoint_is_refused_and_reset_checkpoint_reads_everything_agai
     ]
 
     # 1. Two files, each in an epoch of its own; then SIGTERM: SUSPENDED.
-    log1 = tmp_path / "run-1.log"
-    first = start_driver(app, *args, log=log1)
-    _put(indir, 0)
-    _wait_ids(first, out, set(range(10)), log1)
-    _put(indir, 1)
-    _wait_ids(first, out, set(range(20)), log1)
-    os.kill(first.pid, signal.SIGTERM)
-    assert _wait_exit(first, log1) == SUSPENDED_EXIT, _tail(log1)
+    _two_files_then_stopped(app, args, indir, out, tmp_path / "run-1.log")
     decided = _decided(store_url)
     assert len(decided) >= 2, decided
     old_uid = _uid(store_url)
@@ -213,14 +217,7 @@ def test_a_lost_sources_folder_with_the_checkpoint_kept_is_refused_and_reset_rea
     args = ["-D", f"stoker.state_dir={state}", "-D", "stoker.master=local[1]"]
     args += ["-D", "stoker.trigger=200ms", "-D", f"spark.driver.extraJavaOptions={JVM_OPTS}"]
 
-    log1 = tmp_path / "run-1.log"
-    first = start_driver(app, *args, log=log1)
-    _put(indir, 0)
-    _wait_ids(first, out, set(range(10)), log1)
-    _put(indir, 1)
-    _wait_ids(first, out, set(range(20)), log1)
-    os.kill(first.pid, signal.SIGTERM)
-    assert _wait_exit(first, log1) == SUSPENDED_EXIT, _tail(log1)
+    _two_files_then_stopped(app, args, indir, out, tmp_path / "run-1.log")
     decided = _decided(store_url)
     old_uid = _uid(store_url)
 

@@ -29,17 +29,17 @@ query.awaitTermination()
 """
 
 
+def _run(app: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        stoker_cmd("run", *LIGHT, str(app)), cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
 def test_a_spark_program_not_ported_is_refused_where_it_starts_its_query(tmp_path: Path) -> None:
     app = tmp_path / "rate_count.py"
     checkpoint = tmp_path / "checkpoint"
     app.write_text(SPARK_PROGRAM.format(checkpoint=str(checkpoint)))
-    proc = subprocess.run(
-        stoker_cmd("run", *LIGHT, str(app)),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = _run(app, tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"{app}:9 starts a Spark streaming query itself (writeStream...start())" in proc.stderr
     assert "call stoker.run(p) instead of start() and awaitTermination()" in proc.stderr
@@ -59,13 +59,7 @@ def test_a_program_using_stoker_that_starts_its_own_query_is_refused_at_that_cal
     app.write_text(
         "import stoker  # noqa: F401\n" + SPARK_PROGRAM.format(checkpoint=str(checkpoint))
     )
-    proc = subprocess.run(
-        stoker_cmd("run", *LIGHT, str(app)),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = _run(app, tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"{app}:10 starts a Spark streaming query itself (writeStream...start())" in proc.stderr
     assert "does not use stoker" not in proc.stderr  # refused where it ran, not from its source
