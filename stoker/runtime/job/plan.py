@@ -19,7 +19,7 @@ from stoker.runtime.launch import LaunchContext
 from stoker.runtime.resources import ResourceWatch
 from stoker.settings import Settings
 from stoker.sinks.base import SinkOwner
-from stoker.store import Store
+from stoker.store import JobRecord, Store
 from stoker.types import AttemptNo, JobId, JobState
 from stoker.types import job_id as _job_id
 
@@ -217,6 +217,16 @@ def job_basics(
     return JobBasics(settings, jid, given, root, settings.store or root / "store.db", config)
 
 
+def _state_gap(
+    store_url: str | Path, existing: JobRecord, root: Path, pipeline: Pipeline
+) -> Gap | None:
+    """What of a resumed job's state disagrees (lost_checkpoint.py): its checkpoint behind the
+    store's decided epochs, or a source's log under ``state/sources/`` behind the checkpoint."""
+    return gap_in(store_url, existing, root / "checkpoint") or source_state_gap(
+        store_url, existing, root, pipeline
+    )
+
+
 def plan_job(
     pipeline: Pipeline, opts: RunOptions, scope: JobScope | None, ctx: LaunchContext
 ) -> JobPlan:
@@ -302,9 +312,7 @@ def plan_job(
             # this job restored from a savepoint, its lineage: refused before Spark starts.
             restore.check_plain_start(root, jid, pipeline, store_url, existing, ignore)
         owner = SinkOwner(jid, (existing.uid if existing else None) or uuid.uuid4().hex)
-        gap = None if existing is None else gap_in(store_url, existing, root / "checkpoint")
-        if gap is None and existing is not None:
-            gap = source_state_gap(store_url, existing, root, pipeline)  # state/sources/ lost
+        gap = None if existing is None else _state_gap(store_url, existing, root, pipeline)
         if gap is not None and not reset_checkpoint:
             raise gap.refusal()  # before Spark starts: nothing written
         if gap is not None:
