@@ -133,16 +133,22 @@ class OneLineUsage(click.Group):
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
         try:
             return super().make_context(*args, **kwargs)
-        except click.exceptions.NoArgsIsHelpError:
-            raise  # `stoker`, `stoker app` alone: the help, as asked
+        except click.exceptions.NoArgsIsHelpError as e:
+            # `stoker`, `stoker app` alone: the help, as asked, on stdout (click's is stderr, 2).
+            assert e.ctx is not None
+            click.echo(e.ctx.get_help())
+            raise click.exceptions.Exit(0) from None
         except click.UsageError as e:
             raise _UsageLine(e) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except click.exceptions.NoArgsIsHelpError:
-            raise  # `stoker`, `stoker app` alone: the help, as asked
+        except click.exceptions.NoArgsIsHelpError as e:
+            # `stoker`, `stoker app` alone: the help, as asked, on stdout (click's is stderr, 2).
+            assert e.ctx is not None
+            click.echo(e.ctx.get_help())
+            raise click.exceptions.Exit(0) from None
         except click.UsageError as e:
             raise _UsageLine(e) from None
 

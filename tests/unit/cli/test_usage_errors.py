@@ -35,5 +35,6 @@ def test_a_usage_error_is_one_line_naming_it_and_the_usage(
 @pytest.mark.parametrize("argv", [[], ["app"], ["cluster"]])
 def test_a_group_alone_shows_its_help(argv: list[str]) -> None:
     r = CliRunner().invoke(main, argv, prog_name="stoker")
-    assert "Usage: stoker" in r.output and "Commands:" in r.output
+    assert r.exit_code == 0, r.output
+    assert "Usage: stoker" in r.stdout and "Commands:" in r.stdout
     assert "stoker: error" not in r.output
