@@ -13,9 +13,11 @@ import random
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from stoker.store import ClusterProcess
+from stoker import procs
+from stoker.store import ClusterProcess, WriteLock, _sqlite_locks
 from tests.pg import ThrowawayPostgres
 from tests.support.procs import Proc, process_tree, processes
 from tests.support.procs import python_workers as spark_python_workers
@@ -65,6 +67,44 @@ def stall(pid: int, seconds: float, what: str) -> str | None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
     return f"SIGSTOP {what} {pid} for {seconds:g}s, SIGCONT"
+
+
+def stall_in_write(pid: int, seconds: float, what: str, store: Path) -> str | None:
+    """SIGSTOP ``pid`` at a moment it holds the SQLite ``store``'s write lock (stopped at any
+    other moment it is continued at once and tried again, for up to a minute), for
+    ``seconds``, then SIGCONT. Under a job manager the leader's lock watch may kill it first."""
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return None
+        holder = _stopped_and(pid, lambda: _sqlite_locks.write_lock(store))
+        if holder is not None and holder.pid == pid:
+            try:
+                time.sleep(seconds)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            return f"SIGSTOP {what} {pid} holding the store's write lock for {seconds:g}s, SIGCONT"
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.02)
+    return None  # it never held the lock when looked at: nothing injected
+
+
+def _stopped_and(pid: int, look: Callable[[], WriteLock | None]) -> WriteLock | None:
+    """``look()`` once ``pid`` is seen stopped (a stop is taken by the process a moment after
+    the signal); None if it does not stop within a second (it exited)."""
+    until = time.monotonic() + 1.0
+    while time.monotonic() < until:
+        st = procs.stat(pid)
+        if st is None:
+            return None
+        if st.state in ("T", "t"):
+            return look()
+        time.sleep(0.001)
+    return None
 
 
 def kill_driver(driver: int, what: str = "driver") -> str | None:

@@ -297,6 +297,15 @@ def put_file(run: Run) -> str | None:
     return f"file {n} arrived ({w.per_file} ids)"
 
 
+def _stall(run: Run, pid: int, step: Step, what: str) -> str | None:
+    """A stall of ``pid`` for ``step.arg`` seconds; scope "in_write": frozen while it holds the
+    SQLite store's write lock (schedule.IN_WRITE_KINDS)."""
+    if step.scope == "in_write" and run.store_url.startswith("sqlite:///"):
+        store = Path(run.store_url.removeprefix("sqlite:///"))
+        return nemesis.stall_in_write(pid, step.arg, what, store)
+    return nemesis.stall(pid, step.arg, what)
+
+
 def inject(run: Run, step: Step, rng: random.Random) -> str | None:
     k = step.kind
     if k in LINEAGE_ONLY:
@@ -325,7 +334,7 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
             return None  # none waits now (warming not started, just taken over)
         if k == "standby_kill":
             return nemesis.kill_driver(sb, what="standby")
-        return nemesis.stall(sb, step.arg, "standby")
+        return _stall(run, sb, step, "standby")
     if k in ("executor_kill", "executor_stall", "spark_worker_kill"):
         assert run.cluster is not None
         if live_driver(run) is None:
@@ -342,7 +351,7 @@ def inject(run: Run, step: Step, rng: random.Random) -> str | None:
         if k == "worker_kill":
             return nemesis.kill_worker(d, rng, run.cluster)
         if k == "driver_stall":
-            return nemesis.stall(d, step.arg, "driver")
+            return _stall(run, d, step, "driver")
         if k == "jvm_stall":
             jvm = nemesis.jvm_of(d)
             return None if jvm is None else nemesis.stall(jvm.pid, step.arg, "driver JVM")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 # What the nemesis can do, and how often a schedule draws it (weights). Faults that end the
@@ -105,6 +105,10 @@ LINEAGE_ONLY = {"restore_twice", "restart_restored", "fork_early"}
 LINEAGE_LOCAL = {"restart_restored", "fork_early"}  # the managed runs' outputs are the managers'
 LINEAGE_FROM_SEED = 500  # above every recorded seed
 LINEAGE_SHARE = 0.7  # of the steps right after a savepoint_restore: a probe
+# Stalls that freeze their process inside a write to an SQLite store (scope "in_write").
+IN_WRITE_KINDS = {"driver_stall", "standby_stall"}
+IN_WRITE_FROM_SEED = 600  # above every recorded seed
+IN_WRITE_SHARE = 0.5  # of those stalls, in seeds from there on
 PROTOCOL_STEPS = 0.4  # of such a schedule's steps: a fault inside the protocol
 # Where a crash_at's driver kills itself (stoker.testing's fault points): before and after the
 # decision, between the sinks' commits and the store's mark, before Spark's commit log, inside
@@ -166,7 +170,8 @@ class Step:
     arg: float
     # whose clocks a clock_step moves: "leader" (the leading manager and its drivers; under
     # `stoker run` the driver) or "all" (every manager and driver); which way a partition
-    # cuts (PARTITION_WAYS). Empty for other kinds, and then left out of the JSON (the
+    # cuts (PARTITION_WAYS); "in_write" for a stall that freezes its process while it holds
+    # the SQLite store's write lock. Empty for other kinds, and then left out of the JSON (the
     # recorded schedules' digests stay as they were).
     scope: str = ""
 
@@ -364,6 +369,8 @@ def generate(
         steps.append(Step(i, after_epochs, delay, kind, arg, scope))
     if seed >= LINEAGE_FROM_SEED and not hosts:
         _probe_lineage(seed, steps, managed, allow)
+    if seed >= IN_WRITE_FROM_SEED and not pg_store:
+        _stalls_in_write(seed, steps)
     # Enough epochs for every step to land before the job ends, and some after the last; an
     # added fault the job runs through (a worker down for seconds) gets the epochs it may
     # commit meanwhile (the earlier kinds get none: their seeds keep their workloads).
@@ -402,6 +409,17 @@ def _probe_lineage(seed: int, steps: list[Step], managed: bool, allow: set[str] 
             nxt = steps[i + 1]
             kind = eighth.choices(list(weights), list(weights.values()))[0]
             steps[i + 1] = Step(nxt.index, nxt.after_epochs, nxt.delay, kind, 0.0)
+
+
+def _stalls_in_write(seed: int, steps: list[Step]) -> None:
+    """Some stalls of a driver or standby frozen inside a write to the SQLite store, holding its
+    one write lock (a ninth stream: every other draw stays as it was). A CI run froze a driver
+    there by chance and no lease on the store could be renewed again, the leader's included;
+    the leader's lock watch (stoker/manager/lockwatch.py) now kills such a holder."""
+    ninth = random.Random(seed * 23_000_047 + 0x5714)
+    for i, step in enumerate(steps):
+        if step.kind in IN_WRITE_KINDS and ninth.random() < IN_WRITE_SHARE:
+            steps[i] = replace(step, scope="in_write")
 
 
 def _arg(rng: random.Random, kind: str, per_epoch: int) -> float:
