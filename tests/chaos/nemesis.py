@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stoker import procs
-from stoker.store import ClusterProcess, WriteLock, _sqlite_locks
+from stoker.store import ClusterProcess, WriteLock
 from tests.pg import ThrowawayPostgres
 from tests.support.procs import Proc, process_tree, processes
 from tests.support.procs import python_workers as spark_python_workers
@@ -69,17 +69,20 @@ def stall(pid: int, seconds: float, what: str) -> str | None:
     return f"SIGSTOP {what} {pid} for {seconds:g}s, SIGCONT"
 
 
-def stall_in_write(pid: int, seconds: float, what: str, store: Path) -> str | None:
-    """SIGSTOP ``pid`` at a moment it holds the SQLite ``store``'s write lock (stopped at any
-    other moment it is continued at once and tried again, for up to a minute), for
-    ``seconds``, then SIGCONT. Under a job manager the leader's lock watch may kill it first."""
+def stall_in_write(
+    pid: int, seconds: float, what: str, write_lock: Callable[[], WriteLock | None]
+) -> str | None:
+    """SIGSTOP ``pid`` at a moment it holds the SQLite store's write lock (``write_lock``:
+    the store's ``write_lock``; stopped at any other moment it is continued at once and tried
+    again, for up to a minute), for ``seconds``, then SIGCONT. Under a job manager the
+    leader's lock watch may kill it first."""
     deadline = time.monotonic() + 60.0
     while time.monotonic() < deadline:
         try:
             os.kill(pid, signal.SIGSTOP)
         except ProcessLookupError:
             return None
-        holder = _stopped_and(pid, lambda: _sqlite_locks.write_lock(store))
+        holder = _stopped_and(pid, write_lock)
         if holder is not None and holder.pid == pid:
             try:
                 time.sleep(seconds)

@@ -301,8 +301,13 @@ def _stall(run: Run, pid: int, step: Step, what: str) -> str | None:
     """A stall of ``pid`` for ``step.arg`` seconds; scope "in_write": frozen while it holds the
     SQLite store's write lock (schedule.IN_WRITE_KINDS)."""
     if step.scope == "in_write" and run.store_url.startswith("sqlite:///"):
-        store = Path(run.store_url.removeprefix("sqlite:///"))
-        return nemesis.stall_in_write(pid, step.arg, what, store)
+        from stoker.store import open_store
+
+        st = open_store(run.store_url)
+        try:
+            return nemesis.stall_in_write(pid, step.arg, what, st.write_lock)
+        finally:
+            st.close()
     return nemesis.stall(pid, step.arg, what)
 
 
