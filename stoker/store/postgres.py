@@ -12,22 +12,42 @@ from stoker.store._sqlstore import SqlStore
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
 
+# A store transaction is a few statements with only stoker's own Python between them: one whose
+# session sits idle inside it this long belongs to a process that stopped (SIGSTOP, a frozen
+# VM) or hung there. The server then ends that session, which rolls its transaction back and
+# frees the rows it locked: otherwise every writer of those rows (the leader failing the
+# frozen driver's attempt, whose tick then waits for good) waits until it is continued.
+IDLE_TX_TIMEOUT = 30.0
+
+
 class PostgresStore(SqlStore):
     """Store in a PostgreSQL database given by a ``postgresql://`` URL."""
 
     dialect = "postgres"
     pool_size = 8  # a manager serves requests in parallel; PostgreSQL runs them in parallel
 
-    def __init__(self, dsn: str, clock: Clock | None = None) -> None:
+    def __init__(
+        self, dsn: str, clock: Clock | None = None, idle_tx_timeout: float = IDLE_TX_TIMEOUT
+    ) -> None:
+        self.idle_tx_timeout = idle_tx_timeout
         super().__init__(dsn, clock)
 
     def _connect(self) -> Any:
         import psycopg
 
         try:
-            return psycopg.connect(self.url, autocommit=False, connect_timeout=10)
+            conn = psycopg.connect(self.url, autocommit=False, connect_timeout=10)
         except psycopg.Error as e:
             raise StoreError(f"cannot connect to PostgreSQL store {_redact(self.url)}: {e}") from e
+        try:
+            # Set on the session, not in the URL's options (a user's own there stay theirs).
+            ms = max(1, round(self.idle_tx_timeout * 1000))
+            conn.execute(f"SET idle_in_transaction_session_timeout = {ms}")
+            conn.commit()
+        except psycopg.Error as e:
+            conn.close()
+            raise StoreError(f"cannot set up PostgreSQL store {_redact(self.url)}: {e}") from e
+        return conn
 
     def _is_disconnect(self, err: BaseException) -> bool:
         import psycopg
