@@ -127,7 +127,7 @@ def _kind(line: str) -> str | None:
         return "setup"
     if line == "bash .ci/check":  # the checks and the suite: this suite itself
         return "pytest"
-    if re.match(r"stoker (run|status|epochs) (app\.py|JOB) \[", line):
+    if re.match(r"stoker ((run|status|epochs) (app\.py|JOB)|list) \[", line):
         return "synopsis"
     if line.startswith("stoker server "):
         return "server"
