@@ -3,12 +3,13 @@ client."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,26 +132,25 @@ class OneLineUsage(click.Group):
     2, not click's three (usage, hint, a blank line, the error)."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
-        try:
+        with _usage_in_one_line():
             return super().make_context(*args, **kwargs)
-        except click.exceptions.NoArgsIsHelpError as e:
-            # `stoker`, `stoker app` alone: the help, as asked, on stdout (click's is stderr, 2).
-            assert e.ctx is not None
-            click.echo(e.ctx.get_help())
-            raise click.exceptions.Exit(0) from None
-        except click.UsageError as e:
-            raise _UsageLine(e) from None
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
+        with _usage_in_one_line():
             return super().invoke(ctx)
-        except click.exceptions.NoArgsIsHelpError as e:
-            # `stoker`, `stoker app` alone: the help, as asked, on stdout (click's is stderr, 2).
-            assert e.ctx is not None
-            click.echo(e.ctx.get_help())
-            raise click.exceptions.Exit(0) from None
-        except click.UsageError as e:
-            raise _UsageLine(e) from None
+
+
+@contextlib.contextmanager
+def _usage_in_one_line() -> Iterator[None]:
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError as e:
+        # `stoker`, `stoker app` alone: the help, as asked, on stdout (click's is stderr, 2).
+        assert e.ctx is not None
+        click.echo(e.ctx.get_help())
+        raise click.exceptions.Exit(0) from None
+    except click.UsageError as e:
+        raise _UsageLine(e) from None
 
 
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -61,12 +61,17 @@ def stall(pid: int, seconds: float, what: str) -> str | None:
         os.kill(pid, signal.SIGSTOP)
     except ProcessLookupError:
         return None
+    _continue_after(pid, seconds)
+    return f"SIGSTOP {what} {pid} for {seconds:g}s, SIGCONT"
+
+
+def _continue_after(pid: int, seconds: float) -> None:
+    """SIGCONT the stopped ``pid`` after ``seconds`` (whatever interrupts the wait)."""
     try:
         time.sleep(seconds)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-    return f"SIGSTOP {what} {pid} for {seconds:g}s, SIGCONT"
 
 
 def stall_in_write(
@@ -84,11 +89,7 @@ def stall_in_write(
             return None
         holder = _stopped_and(pid, write_lock)
         if holder is not None and holder.pid == pid:
-            try:
-                time.sleep(seconds)
-            finally:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+            _continue_after(pid, seconds)
             return f"SIGSTOP {what} {pid} holding the store's write lock for {seconds:g}s, SIGCONT"
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
