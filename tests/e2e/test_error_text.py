@@ -1,7 +1,7 @@
 """A task's failure as the CLI shows it (issue 41 item 5): the user's exception and the line
 of their code that raised it, first; the whole text (Spark's, with the traceback) only with
-``stoker status --verbose`` and in the log. Real Spark: the traceback comes from a Python
-worker, inside Spark's error."""
+``stoker status --verbose`` (and in a job manager's driver log). Real Spark: the traceback
+comes from a Python worker, inside Spark's error."""
 
 from __future__ import annotations
 
@@ -73,7 +73,9 @@ def test_a_failing_task_shows_the_users_exception_and_line_first(tmp_path: Path)
     assert errors[0].startswith(
         f"stoker: error: job 'fails' failed: ValueError: boom: a bad record (at {where})"
     ), errors
-    assert "Traceback (most recent call last):" in run.stderr  # the log has it whole
+    # Spark's own reports of the failed task are dropped from a local run's terminal: the whole
+    # text is stoker status --verbose's (below); a job manager's driver log keeps them.
+    assert "Traceback (most recent call last):" not in run.stderr, run.stderr[-5000:]
 
     status = _stoker("status", "fails", "--state-dir", str(state))
     assert status.returncode == 0, status.stderr
