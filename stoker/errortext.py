@@ -11,6 +11,7 @@ manager's web UI lists them per attempt (its exception history).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,15 @@ MAX_LINE = 400
 # A text without a traceback is one of stoker's own messages (or a line it carries): it ends
 # with what to do, so it is shown whole up to this bound.
 MAX_PLAIN_LINE = 4000
+
+
+DEBUG_ENV = "STOKER_DEBUG"
+
+
+def debug_requested() -> bool:
+    """Whether everything is asked for (``STOKER_DEBUG`` set to other than empty, 0, false or
+    no; the CLI's ``--debug`` sets it): whole tracebacks, and Spark's own lines kept."""
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0", "false", "no")
 
 
 @dataclass(frozen=True)

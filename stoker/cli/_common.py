@@ -25,22 +25,20 @@ from stoker.errors import (
     Unauthorized,
     exit_code,
 )
-from stoker.errortext import MAX_LINE, MAX_PLAIN_LINE
+from stoker.errortext import DEBUG_ENV, MAX_LINE, MAX_PLAIN_LINE, debug_requested
 from stoker.types import job_id as _job_id
-
-# A message longer than this (a Java stack trace folded into an error) is cut on the one line.
-_debug = [False]
 
 
 def debug_enabled() -> bool:
     """``--debug`` was given, or ``STOKER_DEBUG`` is set to something other than 0/empty."""
-    return _debug[0] or os.environ.get("STOKER_DEBUG", "") not in ("", "0", "false", "no")
+    return debug_requested()
 
 
 def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
-        _debug[0] = True
-        os.environ["STOKER_DEBUG"] = "1"  # the runtime in this process keeps Spark's lines too
+        # Said in the environment, so that the runtime running in this process (it then keeps
+        # Spark's own lines) reads the same answer.
+        os.environ[DEBUG_ENV] = "1"
 
 
 def debug_option() -> click.Option:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -66,7 +65,9 @@ TASK_FAILURE_LOGGERS = (
 def quiet_task_failures(session: SparkSession) -> None:
     """Silence :data:`TASK_FAILURE_LOGGERS` in this driver's JVM (a local ``stoker run``),
     unless STOKER_DEBUG asks for everything; best effort."""
-    if os.environ.get("STOKER_DEBUG", "") not in ("", "0", "false", "no"):
+    from stoker.errortext import debug_requested
+
+    if debug_requested():
         return
     try:
         jvm = session.sparkContext._jvm
