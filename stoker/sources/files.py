@@ -96,6 +96,11 @@ class FilesSource:
     # have (never more than the epoch's files).
     partitions: int | None = None
 
+    @staticmethod
+    def _log_path(sid: str, state_dir: Path) -> Path:
+        """Where the source ``sid`` of a job with this state folder logs the files it takes."""
+        return state_dir / "sources" / f"{sid}.files.jsonl"
+
     def state_behind(self, sid: str, state_dir: Path, offset: dict[str, Any]) -> str | None:
         """What this source's log in ``state_dir`` lacks that the checkpoint's newest
         ``offset`` names (the log numbers files; the offset counts them), or None. A log lost
@@ -104,7 +109,7 @@ class FilesSource:
         seq = int(offset.get("seq") or 0)
         if seq <= 0:
             return None
-        log = state_dir / "sources" / f"{sid}.files.jsonl"
+        log = self._log_path(sid, state_dir)
         if not log.exists():
             return f"has read files 0..{seq - 1} of source {sid}, whose log {log} is missing"
         end = FileLog(log).next_seq
@@ -215,7 +220,7 @@ class FilesSource:
             "path": str(Path(self.path).resolve()),
             "format": self.format,
             "bounded": "true" if self.bounded else "false",
-            "log_path": str((state_dir / "sources" / f"{sid}.files.jsonl").resolve()),
+            "log_path": str(self._log_path(sid, state_dir).resolve()),
             "checkpoint": str((state_dir / "checkpoint").resolve()),
             "header": "true" if self.header else "false",
             "suffix": self.options.get("suffix", ""),

@@ -353,13 +353,18 @@ class SocketSource:
     def describe(self) -> str:
         return f"socket({self.host!r}, {self.port})"
 
+    @staticmethod
+    def _log_folder(sid: str, state_dir: Path) -> Path:
+        """Where the source ``sid`` of a job with this state folder logs the lines it takes."""
+        return state_dir / "sources" / f"{sid}.socket"
+
     def state_behind(self, sid: str, state_dir: Path, offset: dict[str, Any]) -> str | None:
         """What this source's line log lacks that the checkpoint's newest ``offset`` names
         (lines below it are logged before an offset names them), or None."""
         nxt = int(offset.get("next") or 0)
         if nxt <= 0:
             return None
-        folder = state_dir / "sources" / f"{sid}.socket"
+        folder = self._log_folder(sid, state_dir)
         end = LineLog(folder).end()
         if end >= nxt:
             return None
@@ -396,7 +401,7 @@ class SocketSource:
             "host": self.host,
             "port": str(self.port),
             "include_timestamp": "true" if self.include_timestamp else "false",
-            "log_path": str((state_dir / "sources" / f"{sid}.socket").resolve()),
+            "log_path": str(self._log_folder(sid, state_dir).resolve()),
             "partitions": "" if self.partitions is None else str(self.partitions),
         }
         if self.max_lines_per_epoch:
